@@ -1,0 +1,222 @@
+"""job.toml -> JobSpec. The model mirrors SPEC.md's names exactly (extra keys are errors), paths
+are resolved against the file's folder, and every problem in a file is reported at once.
+Pure pydantic plus a few filesystem checks: `training/` imports this module too."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import SpecError
+from .tomlfile import problems_from, read_toml
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSection(_Section):
+    name_or_path: str = Field(min_length=1)
+    num_labels: int = Field(default=2, ge=1)
+    gradient_checkpointing: bool = False
+
+
+class DataSection(_Section):
+    train: str = Field(min_length=1)
+    validation: Optional[str] = None
+    text_field: str = "text"
+    text_pair_field: Optional[str] = None
+    label_field: str = "label"
+    max_length: int = Field(default=128, gt=0, le=100_000)
+    num_workers: Optional[int] = Field(default=None, ge=0)  # None: min(4, cpu count)
+    shuffle: bool = True
+
+
+class TrainSection(_Section):
+    max_epochs: Optional[int] = Field(default=3, gt=0)
+    max_steps: Optional[int] = Field(default=None, gt=0)
+    batch_size: int = Field(default=32, gt=0)
+    accumulate_grad_batches: int = Field(default=1, gt=0)
+    precision: Literal["32", "16-mixed", "bf16-mixed"] = "16-mixed"
+    learning_rate: float = Field(default=2e-5, gt=0)
+    weight_decay: float = Field(default=0.01, ge=0)
+    warmup_ratio: float = Field(default=0.1, ge=0, le=1)
+    seed: int = 42
+    val_check_interval: Union[int, float] = 1.0
+    gradient_clip_val: Optional[float] = Field(default=1.0, ge=0)
+    deterministic: bool = False
+
+    @model_validator(mode="after")
+    def _check_interval(self) -> "TrainSection":
+        v = self.val_check_interval
+        if isinstance(v, float) and not (0 < v <= 1):
+            raise ValueError(
+                f"val_check_interval: a fraction of an epoch must be in (0, 1], or give a whole number of batches (got {v})"
+            )
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"val_check_interval: must be at least 1 batch (got {v})")
+        return self
+
+
+MONITORS = ("val_loss", "val_acc", "val_f1", "train_loss")
+
+
+class EarlyStoppingSection(_Section):
+    monitor: Literal["val_loss", "val_acc", "val_f1", "train_loss"] = "val_loss"
+    mode: Optional[Literal["min", "max"]] = None  # None: min for a loss, max otherwise
+    patience: int = Field(default=3, ge=0)
+    min_delta: float = Field(default=0.0, ge=0)
+
+    @property
+    def resolved_mode(self) -> str:
+        return self.mode or ("min" if self.monitor.endswith("loss") else "max")
+
+
+class CheckpointSection(_Section):
+    every_n_steps: Optional[int] = Field(default=None, gt=0)
+    every_minutes: Optional[float] = Field(default=10.0, gt=0)
+    keep: int = Field(default=3, ge=1)
+
+
+class BudgetSection(_Section):
+    max_cost: Optional[float] = Field(default=None, gt=0)
+    max_hours: Optional[float] = Field(default=None, gt=0)
+
+
+_BUILTIN_SECTIONS = ("model", "data", "train", "early_stopping")
+
+
+class JobSpec(_Section):
+    name: Optional[str] = Field(default=None, min_length=1, max_length=100)
+    gpus: int = Field(default=1, ge=0, le=64)
+    priority: int = 0
+    retries: int = Field(default=2, ge=0, le=1000)
+    grace_seconds: Optional[float] = Field(default=None, gt=0)  # default: config [daemon]
+    command: Optional[list[str]] = Field(default=None, min_length=1)
+    workdir: Optional[str] = None
+    model: Optional[ModelSection] = None
+    data: Optional[DataSection] = None
+    train: Optional[TrainSection] = None
+    early_stopping: Optional[EarlyStoppingSection] = None
+    checkpoint: CheckpointSection = CheckpointSection()
+    budget: BudgetSection = BudgetSection()
+    env: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "JobSpec":
+        builtin = [s for s in _BUILTIN_SECTIONS if s in self.model_fields_set]
+        if self.command is not None:
+            if builtin:
+                raise ValueError(
+                    "'command' cannot be combined with " + ", ".join(f"[{s}]" for s in builtin)
+                    + ": a command job runs your own script; the built-in fine-tune takes [model] and [data] and no command"
+                )
+            if any(not part for part in self.command):
+                raise ValueError("command: no part of the command may be an empty string")
+        else:
+            if self.workdir is not None:
+                raise ValueError("'workdir' is only for command jobs (it is where `command` runs)")
+            missing = [s for s in ("model", "data") if getattr(self, s) is None]
+            if missing:
+                raise ValueError(
+                    "a job needs either `command = [...]` (your own script) or the built-in fine-tune's "
+                    + " and ".join(f"[{s}]" for s in ("model", "data"))
+                    + " sections; missing " + ", ".join(f"[{s}]" for s in missing)
+                )
+            if self.train is None:
+                self.train = TrainSection()
+            if self.train.max_epochs is None and self.train.max_steps is None:
+                raise ValueError("train: set max_epochs or max_steps (or both), or training never ends")
+        bad_env = [k for k in self.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+        if bad_env:
+            raise ValueError(f"env: {bad_env[0]!r} is not a valid environment variable name")
+        return self
+
+    @property
+    def is_command(self) -> bool:
+        return self.command is not None
+
+    def to_toml_dict(self) -> dict[str, Any]:
+        """The resolved spec as plain data for runs/<id>/job.toml (None values dropped)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+_EXT = re.compile(r"^\.[A-Za-z][A-Za-z0-9]{0,9}$")
+
+
+def looks_local(value: str, base: Path) -> bool:
+    """SPEC: a value that starts with . / or ~, has a file extension, or exists is a local path;
+    anything else is a hub id (checked when the job runs)."""
+    if value.startswith((".", "/", "~")):
+        return True
+    if _EXT.match(Path(value).suffix or ""):
+        return True
+    return (base / value).exists()
+
+
+def _resolve(value: str, base: Path) -> Path:
+    return (base / os.path.expanduser(value)).resolve()
+
+
+def load_jobspec(path: str | Path, *, check_paths: bool = True) -> JobSpec:
+    """Read and validate job.toml; return it resolved (absolute paths, name filled in).
+    Raises SpecError with every problem found, each line naming the file and field."""
+    path = Path(path)
+    label = str(path)
+    raw = read_toml(path, label, SpecError)
+    try:
+        spec = JobSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(problems_from(exc, JobSpec, label)) from None
+    return resolve(spec, path.resolve().parent, label, check_paths=check_paths, stem=path.stem)
+
+
+def resolve(spec: JobSpec, base: Path, label: str, *, check_paths: bool = True, stem: str = "job") -> JobSpec:
+    problems: list[str] = []
+    spec = spec.model_copy(deep=True)
+    if spec.name is None:
+        spec.name = stem
+    if spec.is_command:
+        workdir = _resolve(spec.workdir or ".", base)
+        if check_paths and not workdir.is_dir():
+            problems.append(f"{label}: workdir: no such folder {str(workdir)!r}")
+        spec.workdir = str(workdir)
+    else:
+        assert spec.model is not None and spec.data is not None
+        if looks_local(spec.model.name_or_path, base):
+            local = _resolve(spec.model.name_or_path, base)
+            if check_paths and not local.exists():
+                problems.append(
+                    f"{label}: model.name_or_path: no such local model folder {str(local)!r} "
+                    "(a hub id has no leading ./ or / and no file extension)"
+                )
+            spec.model.name_or_path = str(local)
+        for field in ("train", "validation"):
+            value = getattr(spec.data, field)
+            if value is None or not looks_local(value, base):
+                continue
+            local = _resolve(value, base)
+            if check_paths and not local.exists():
+                problems.append(f"{label}: data.{field}: no such file or folder {str(local)!r}")
+            setattr(spec.data, field, str(local))
+    if problems:
+        raise SpecError(problems)
+    return spec
+
+
+def spec_from_dict(data: dict[str, Any], label: str = "job spec") -> JobSpec:
+    """Rebuild an already-resolved spec (the stored JSON or runs/<id>/job.toml)."""
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(problems_from(exc, JobSpec, label)) from None
+
+
+def load_resolved(path: str | Path) -> JobSpec:
+    """Read runs/<id>/job.toml, written by orch with absolute paths: no re-resolution."""
+    path = Path(path)
+    return spec_from_dict(read_toml(path, str(path), SpecError), str(path))

@@ -1,0 +1,92 @@
+"""The job lifecycle vocabulary: states users see, the daemon's intents, event kinds, and the one
+table of allowed transitions. Pure: no I/O. store.transition() is the only writer and asks here."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from .errors import InvalidTransition
+
+
+class JobState(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STOPPED = "stopped"  # by a budget; resumable with `orch retry`
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL
+
+    @property
+    def is_active(self) -> bool:
+        return self in (JobState.QUEUED, JobState.RUNNING)
+
+
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED})
+RETRYABLE = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.STOPPED})
+
+
+class Intent(str, Enum):
+    """Why the daemon signalled a job; recorded before the signal (SPEC: 'What ends an attempt')."""
+
+    NONE = ""
+    PREEMPT = "preempt"
+    CANCEL = "cancel"
+    BUDGET = "budget"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class EventKind(str, Enum):
+    SUBMITTED = "submitted"
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RETRYING = "retrying"
+    PREEMPTED = "preempted"
+    RESUMED = "resumed"
+    OOM = "oom"
+    STOPPED = "stopped"
+    CANCELLED = "cancelled"
+    NOTICE = "notice"
+    QUEUE_DRAINED = "queue_drained"
+    IDLE_SHUTDOWN = "idle_shutdown"
+    # Not state changes, but part of a job's history in `orch show`.
+    CANCEL_REQUESTED = "cancel_requested"
+    NOTIFY_FAILED = "notify_failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+Q, R = JobState.QUEUED, JobState.RUNNING
+S, F, C, T = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED
+
+# src -> the states it may become. A running job going back to queued is a resume
+# (preemption, checkpointed exit, OOM, charged retry); a terminal one going back is `orch retry`.
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    Q: frozenset({R, C, F}),  # F: a dependency failed
+    R: frozenset({S, F, C, T, Q}),
+    S: frozenset(),
+    F: frozenset({Q}),
+    C: frozenset({Q}),
+    T: frozenset({Q}),
+}
+
+
+def allowed(src: JobState, dst: JobState) -> bool:
+    return dst in TRANSITIONS[src]
+
+
+def ensure_allowed(job_id: int, src: JobState | str, dst: JobState | str) -> None:
+    src, dst = JobState(src), JobState(dst)
+    if not allowed(src, dst):
+        why = "it already finished successfully" if src is S else ""
+        raise InvalidTransition(job_id, src.value, dst.value, why)

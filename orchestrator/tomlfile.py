@@ -1,0 +1,134 @@
+"""Reading TOML files and turning pydantic validation errors into one plain line per problem:
+`job.toml: train.batch_size: must be greater than 0 (got 0)`. Shared by jobspec and config."""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 images
+    import tomli as tomllib
+
+from pydantic import BaseModel, ValidationError
+
+
+def read_toml(path: Path, label: str, error_cls: type[Exception]) -> dict[str, Any]:
+    """Parse `path`; a missing file or a syntax error becomes error_cls([one line])."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error_cls([f"{label}: no such file"]) from None
+    except IsADirectoryError:
+        raise error_cls([f"{label}: is a folder, not a TOML file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error_cls([f"{label}: cannot read: {exc}"]) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message already ends with "(at line L, column C)".
+        raise error_cls([f"{label}: TOML syntax error: {exc}"]) from None
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return str(value)
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
+        else:
+            parts.append(str(item))
+    return ".".join(parts)
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model class that owns the field at loc (for did-you-mean suggestions)."""
+    current: Any = model
+    for item in loc:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(str(item))
+        if field is None:
+            return None
+        current = _unwrap(field.annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return annotation
+
+
+def _message(err: dict[str, Any]) -> str:
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    got = f" (got {_show(value)})"
+    if kind == "missing":
+        return "is required"
+    if kind == "greater_than":
+        return f"must be greater than {ctx['gt']}{got}"
+    if kind == "greater_than_equal":
+        return f"must be at least {ctx['ge']}{got}"
+    if kind == "less_than":
+        return f"must be less than {ctx['lt']}{got}"
+    if kind == "less_than_equal":
+        return f"must be at most {ctx['le']}{got}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"must be a whole number{got}"
+    if kind in ("float_type", "float_parsing"):
+        return f"must be a number{got}"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"must be true or false{got}"
+    if kind == "string_type":
+        return f"must be a string{got}"
+    if kind == "list_type":
+        return f"must be a list{got}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"must be a table{got}"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}{got}"
+    if kind == "too_short":
+        return f"must not be empty{got}"
+    if kind == "string_too_short":
+        return f"must not be empty{got}"
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"]))
+    return f"{err['msg'][0].lower()}{err['msg'][1:]}{got}"
+
+
+def problems_from(exc: ValidationError, model: type[BaseModel], label: str) -> list[str]:
+    lines: list[str] = []
+    for err in exc.errors():
+        loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+        # pydantic puts union branch names in loc ("list[str]", "float"); drop them.
+        loc = tuple(x for x in loc if not (isinstance(x, str) and ("[" in x or x in {"float", "int", "str", "bool"})))
+        if err["type"] == "extra_forbidden":
+            key, parent = str(loc[-1]), loc[:-1]
+            owner = _model_at(model, parent)
+            choices = list(owner.model_fields) if owner else []
+            near = difflib.get_close_matches(key, choices, n=1, cutoff=0.6)
+            prefix = _dotted(parent) + "." if parent else ""
+            hint = f" (did you mean '{prefix}{near[0]}'?)" if near else ""
+            if not hint and choices:
+                hint = f" (known keys: {', '.join(choices)})"
+            lines.append(f"{label}: unknown key '{prefix}{key}'{hint}")
+        elif loc:
+            lines.append(f"{label}: {_dotted(loc)}: {_message(err)}")
+        else:
+            lines.append(f"{label}: {_message(err)}")
+    # Keep order, drop repeats (unions can report one problem twice).
+    return list(dict.fromkeys(lines))
