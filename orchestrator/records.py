@@ -1,0 +1,131 @@
+"""Plain records read from the store: a job, an attempt, an event, an outbox row. No I/O here,
+so the CLI, the daemon and the renderers share one vocabulary."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Optional
+
+from .states import Intent, JobState
+
+
+@dataclass
+class Job:
+    id: int
+    name: str
+    state: JobState
+    priority: int
+    gpus: int
+    kind: str  # "command" | "builtin"
+    spec_json: str  # parsed on demand: `orch status` over 10,000 jobs never needs it
+    spec_path: str
+    after_ids: list[int]
+    not_before: Optional[float]
+    retries: int
+    failures: int
+    attempt: int  # attempts started so far (the current/last one's number)
+    intent: Intent
+    cancel_requested_at: Optional[float]
+    reason: str
+    git_commit: Optional[str]
+    git_dirty: Optional[bool]
+    submitted_at: float
+    started_at: Optional[float]
+    finished_at: Optional[float]
+    updated_at: float
+    supervisor_pid: Optional[int]
+    supervisor_start: Optional[str]
+    gpu_ids: list[int]
+    signalled_at: Optional[float]
+    retry_after: Optional[float]
+    cost: float
+    run_seconds: float
+    gpu_seconds: float
+    waste_seconds: float
+    waste_cost: float
+    steps_lost: int
+    max_cost: Optional[float]
+    max_hours: Optional[float]
+
+    @classmethod
+    def from_row(cls, row: Any) -> "Job":
+        d = dict(row)
+        d["state"] = JobState(d["state"])
+        d["intent"] = Intent(d["intent"] or "")
+        d["after_ids"] = json.loads(d["after_ids"] or "[]")
+        d["gpu_ids"] = json.loads(d["gpu_ids"] or "[]")
+        d["git_dirty"] = None if d["git_dirty"] is None else bool(d["git_dirty"])
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+    @cached_property
+    def spec(self) -> dict[str, Any]:
+        return json.loads(self.spec_json)
+
+    @property
+    def shown_attempt(self) -> int:
+        """SPEC: 1-based; a job that never started is on its first attempt."""
+        return max(1, self.attempt)
+
+
+@dataclass
+class Attempt:
+    job_id: int
+    n: int
+    started_at: float
+    ended_at: Optional[float]
+    gpu_ids: list[int]
+    exit_code: Optional[int]
+    exit_signal: Optional[int]
+    outcome: str  # "", succeeded, failed, preempted, checkpointed, oom, cancelled, stopped, lost
+    resumed_from_step: Optional[int]
+    step_reached: Optional[int]
+
+    @classmethod
+    def from_row(cls, row: Any) -> "Attempt":
+        d = dict(row)
+        d["gpu_ids"] = json.loads(d["gpu_ids"] or "[]")
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass
+class Event:
+    id: int
+    job_id: Optional[int]
+    at: float
+    kind: str
+    detail: str
+
+    @classmethod
+    def from_row(cls, row: Any) -> "Event":
+        return cls(**{k: row[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass
+class OutboxRow:
+    id: int
+    event_id: Optional[int]
+    job_id: Optional[int]
+    channel: str
+    payload: dict[str, Any]
+    created_at: float
+    tries: int
+    next_try_at: float
+    last_error: str
+    delivered_at: Optional[float] = None
+    gave_up_at: Optional[float] = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> "OutboxRow":
+        d = dict(row)
+        d["payload"] = json.loads(d["payload"])
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass
+class Outgoing:
+    """A notification to queue with an event: one row per channel."""
+
+    channel: str
+    payload: dict[str, Any] = field(default_factory=dict)
