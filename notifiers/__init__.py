@@ -1,0 +1,85 @@
+"""Notification channels: `build_notifiers(config["notifiers"])` validates every
+`[[notifiers]]` table and returns one Notifier per table, ready for the outbox to call."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .apprise_channel import AppriseNotifier, apprise_installed
+from .base import DEFAULT_EVENTS, EVENT_KINDS, Message, Notifier, NotifierConfigError, NotifyError
+from .channel import Channel
+from .config import validate_config
+from .email import EmailNotifier
+from .redaction import redact
+from .webhook import DingTalkNotifier, FeishuNotifier, WebhookNotifier
+from .wechat import PushPlusNotifier, ServerChanNotifier, WeComNotifier
+
+CHANNELS: dict[str, type[Channel]] = {
+    cls.type: cls
+    for cls in (
+        EmailNotifier, ServerChanNotifier, WeComNotifier, PushPlusNotifier,
+        FeishuNotifier, DingTalkNotifier, WebhookNotifier, AppriseNotifier,
+    )
+}
+
+__all__ = [
+    "CHANNELS", "DEFAULT_EVENTS", "EVENT_KINDS", "Message", "Notifier", "NotifierConfigError",
+    "NotifyError", "build_notifiers", "redact",
+]
+
+
+def build_notifiers(
+    raw: list[dict[str, Any]],
+    label: str = "config.toml",
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 10.0,
+) -> list[Notifier]:
+    """One notifier per table, in order. Raises NotifierConfigError listing every problem,
+    each line naming the file, the table's index and the notifier's name."""
+    env = os.environ if env is None else env
+    problems: list[str] = []
+    built: list[Notifier] = []
+    seen: dict[str, int] = {}
+    if not isinstance(raw, list):
+        raise NotifierConfigError([f"{label}: notifiers: must be a list of [[notifiers]] tables"])
+    for index, table in enumerate(raw):
+        where = f"{label}: notifiers[{index}]"
+        if not isinstance(table, dict):
+            problems.append(f"{where}: must be a table ([[notifiers]])")
+            continue
+        kind = table.get("type")
+        name = table.get("name") if isinstance(table.get("name"), str) else kind
+        where = f"{where} ({name})" if isinstance(name, str) and name else where
+        if isinstance(name, str) and name:
+            if name in seen:
+                problems.append(
+                    f"{where}: name '{name}' is already used by notifiers[{seen[name]}]; give each notifier a unique name"
+                )
+            seen.setdefault(name, index)
+        cls = CHANNELS.get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            problems.append(f"{where}: {_unknown_type(kind)}")
+            continue
+        if cls is AppriseNotifier and not apprise_installed():
+            problems.append(f"{where}: type 'apprise' needs the apprise package: pip install 'orch[apprise]'")
+            continue
+        config, found = validate_config(cls.Config, table, cls.secret_keys, env, where)
+        problems += found
+        if config is None:
+            continue
+        built.append(cls(config, timeout_s=timeout_s))
+    if problems:
+        raise NotifierConfigError(problems)
+    return built
+
+
+def _unknown_type(kind: object) -> str:
+    known = ", ".join(sorted(CHANNELS))
+    if kind is None:
+        return f"type: is required (one of {known})"
+    near = difflib.get_close_matches(str(kind), list(CHANNELS), n=1, cutoff=0.6) if isinstance(kind, str) else []
+    hint = f"did you mean '{near[0]}'? " if near else ""
+    return f"type: unknown notifier type {kind!r} ({hint}known types: {known})"

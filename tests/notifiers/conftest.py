@@ -1,0 +1,186 @@
+"""Real servers on loopback for the notifier tests: a scripted HTTP server that records what
+it received and answers what the test says, and aiosmtpd SMTP servers in plain, STARTTLS and
+implicit-TLS modes with a trustme certificate authority."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from email import message_from_bytes, policy
+from email.message import EmailMessage
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Answer:
+    status: int = 200
+    body: Any = field(default_factory=dict)  # dict -> JSON; str -> sent as text
+    delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class ProviderServer:
+    """Answers every POST with `self.answer`, recording each request in `self.requests`."""
+
+    def __init__(self) -> None:
+        self.requests: list[Received] = []
+        self.answer = Answer()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length") or 0)
+                parts = urlsplit(self.path)
+                outer.requests.append(
+                    Received("POST", parts.path, parse_qs(parts.query), {k.lower(): v for k, v in self.headers.items()},
+                             self.rfile.read(length))
+                )
+                answer = outer.answer
+                if answer.delay_s:
+                    time.sleep(answer.delay_s)
+                raw = answer.body if isinstance(answer.body, str) else json.dumps(answer.body)
+                data = raw.encode("utf-8")
+                try:
+                    self.send_response(answer.status)
+                    ctype = "text/html" if isinstance(answer.body, str) else "application/json; charset=utf-8"
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(data)))
+                    for k, v in answer.headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout test)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        # A short poll interval: shutdown() waits up to one interval.
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
+        self._thread.start()
+
+    def reply(self, status: int = 200, body: Any = None, *, delay_s: float = 0.0,
+              headers: dict[str, str] | None = None) -> None:
+        self.answer = Answer(status, {} if body is None else body, delay_s, headers or {})
+
+    @property
+    def last(self) -> Received:
+        assert self.requests, "the server received no request"
+        return self.requests[-1]
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self.httpd.shutdown()
+            self.httpd.server_close()
+
+
+@pytest.fixture
+def provider() -> Iterator[ProviderServer]:
+    server = ProviderServer()
+    yield server
+    server.close()
+
+
+# ---- SMTP ---------------------------------------------------------------------------------
+
+USER, PASSWORD = "me@example.com", "auth-code-1234abcd"
+
+
+class Inbox:
+    """aiosmtpd handler keeping every accepted message."""
+
+    def __init__(self) -> None:
+        self.envelopes: list[tuple[str, list[str], EmailMessage]] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd's naming
+        mail = message_from_bytes(envelope.content, policy=policy.default)
+        self.envelopes.append((envelope.mail_from, list(envelope.rcpt_tos), mail))
+        return "250 Message accepted for delivery"
+
+
+def authenticator(server: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any) -> Any:
+    from aiosmtpd.smtp import AuthResult, LoginPassword
+
+    ok = isinstance(auth_data, LoginPassword) and auth_data.login.decode() == USER and auth_data.password.decode() == PASSWORD
+    return AuthResult(success=ok)
+
+
+def free_port() -> int:
+    # aiosmtpd's Controller probes its own port after starting, so it cannot bind port 0.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class SmtpServer:
+    mode: str
+    host: str
+    port: int
+    inbox: Inbox
+    ca_file: str
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
+    """(ca_file, cert_file, key_file): a throwaway CA and a certificate for 127.0.0.1."""
+    trustme = pytest.importorskip("trustme")
+    folder = tmp_path_factory.mktemp("tls")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    ca_file, cert_file, key_file = folder / "ca.pem", folder / "cert.pem", folder / "key.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    cert.cert_chain_pems[0].write_to_path(str(cert_file))
+    for pem in cert.cert_chain_pems[1:]:
+        pem.write_to_path(str(cert_file), append=True)
+    cert.private_key_pem.write_to_path(str(key_file))
+    return str(ca_file), str(cert_file), str(key_file)
+
+
+@pytest.fixture(params=["none", "starttls", "ssl"])
+def smtp_server(request: pytest.FixtureRequest, tls_files: tuple[str, str, str]) -> Iterator[SmtpServer]:
+    """A real SMTP server with AUTH LOGIN/PLAIN in one of the three transport modes."""
+    import ssl
+
+    from aiosmtpd.controller import Controller
+
+    ca_file, cert_file, key_file = tls_files
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    inbox = Inbox()
+    mode = request.param
+    kwargs: dict[str, Any] = {"authenticator": authenticator, "auth_required": True}
+    if mode == "none":
+        kwargs["auth_require_tls"] = False  # plaintext AUTH only because this is loopback
+    elif mode == "starttls":
+        kwargs.update(tls_context=context, require_starttls=True, auth_require_tls=True)
+    else:
+        kwargs.update(ssl_context=context, auth_require_tls=True)
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port(), server_hostname="127.0.0.1", **kwargs)
+    controller.start()
+    try:
+        yield SmtpServer(mode, "127.0.0.1", controller.port, inbox, ca_file)
+    finally:
+        controller.stop()
