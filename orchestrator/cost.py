@@ -1,0 +1,292 @@
+"""Money and time: SPEC's one cost formula, GPU-hours, preemption waste, ETA and projected cost,
+budget checks, and how amounts are printed. Pure functions over numbers; the daemon passes
+pricing, intervals and clocks in, and the store keeps the running totals.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Hashable, Mapping, Sequence
+
+JobId = Hashable
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """config.toml [pricing]. Prices are per hour; `spot` and `on_demand_gpu_hour` only feed the
+    savings line of the cost report."""
+
+    currency: str = ""
+    gpu_hour: float = 0.0
+    instance_hour: float = 0.0
+    spot: bool = False
+    on_demand_gpu_hour: float | None = None
+
+    def machine_hour(self, managed_gpus: int) -> float:
+        """What one hour of daemon uptime costs, busy or not."""
+        return self.instance_hour + self.gpu_hour * managed_gpus
+
+    @property
+    def is_free(self) -> bool:
+        return self.gpu_hour == 0 and self.instance_hour == 0
+
+
+# --- the one formula ------------------------------------------------------------------------
+
+
+def job_hourly_rates(
+    running: Sequence[tuple[JobId, int]], managed_gpus: int, pricing: Pricing
+) -> tuple[dict[JobId, float], float]:
+    """Each running job's price per hour, and the machine's, for the current mix of jobs.
+
+    A job with g GPUs takes g × gpu_hour + instance_hour × g / managed_gpus (SPEC). CPU jobs
+    (g = 0) take nothing of gpu_hour and share equally the part of instance_hour that GPU jobs
+    leave unclaimed — on a GPU-less machine that is all of it, as SPEC says; on a GPU machine
+    it is the share of the idle GPUs. So a CPU job is charged only for machine time nothing else
+    is paying for, a busy GPU box stays fully charged to its GPU jobs, and the rule is the same
+    with or without GPUs. Raises ValueError if the jobs hold more GPUs than the machine has:
+    the accounting would then exceed what the machine costs, which is a bookkeeping bug.
+    """
+    held = sum(gpus for _, gpus in running)
+    if any(gpus < 0 for _, gpus in running) or held > managed_gpus:
+        raise ValueError(f"running jobs hold {held} GPUs but the daemon manages {managed_gpus}")
+    instance_per_gpu = pricing.instance_hour / managed_gpus if managed_gpus else 0.0
+    cpu_jobs = sum(1 for _, gpus in running if gpus == 0)
+    unclaimed_instance = pricing.instance_hour - instance_per_gpu * held
+    cpu_rate = unclaimed_instance / cpu_jobs if cpu_jobs else 0.0
+    rates: dict[JobId, float] = {}
+    for job_id, gpus in running:
+        rate = gpus * (pricing.gpu_hour + instance_per_gpu) if gpus else cpu_rate
+        rates[job_id] = rates.get(job_id, 0.0) + rate
+    return rates, pricing.machine_hour(managed_gpus)
+
+
+def split_interval(
+    seconds: float, running: Sequence[tuple[JobId, int]], managed_gpus: int, pricing: Pricing
+) -> tuple[dict[JobId, float], float]:
+    """Charge `seconds` of uptime: (cost per running job, idle cost).
+
+    Idle is what the machine cost minus what the jobs took, so Σ jobs + idle equals
+    seconds × machine_hour up to one float rounding (see `job_hourly_rates` for the shares).
+    """
+    if seconds < 0:
+        raise ValueError(f"an interval cannot be negative ({seconds} s)")
+    rates, machine_rate = job_hourly_rates(running, managed_gpus, pricing)
+    hours = seconds / 3600.0
+    costs = {job_id: rate * hours for job_id, rate in rates.items()}
+    idle = machine_rate * hours - math.fsum(costs.values())
+    return costs, (0.0 if abs(idle) < 1e-12 * max(1.0, machine_rate * hours) else idle)
+
+
+@dataclass(frozen=True)
+class JobCharge:
+    cost: float
+    gpu_seconds: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class IntervalCharge:
+    """Everything one accounting tick adds: per job, the idle remainder, and the machine total."""
+
+    jobs: dict[Any, JobCharge]
+    idle_cost: float
+    total: float
+
+
+def charge_interval(
+    seconds: float, running: Sequence[tuple[JobId, int]], managed_gpus: int, pricing: Pricing
+) -> IntervalCharge:
+    """split_interval plus GPU-seconds and run time, so the daemon makes one call per tick."""
+    costs, idle = split_interval(seconds, running, managed_gpus, pricing)
+    gpus = {job_id: g for job_id, g in running}
+    jobs = {job_id: JobCharge(cost, gpu_seconds(seconds, gpus[job_id]), seconds) for job_id, cost in costs.items()}
+    return IntervalCharge(jobs, idle, seconds / 3600.0 * pricing.machine_hour(managed_gpus))
+
+
+def gpu_seconds(seconds: float, gpus: int) -> float:
+    """GPU-time a job held: the unit GPU-hours in `orch cost` are made of."""
+    return max(0.0, seconds) * gpus
+
+
+def gpu_hours(gpu_secs: float) -> float:
+    return gpu_secs / 3600.0
+
+
+def average_hourly_rate(cost: float, seconds: float) -> float | None:
+    """What a job has actually paid per hour so far (it varies for CPU jobs as the mix changes)."""
+    return cost / (seconds / 3600.0) if seconds > 0 else None
+
+
+def spot_savings(gpu_hours_used: float, pricing: Pricing) -> float | None:
+    """What the same GPU-hours would have cost more on demand; None when not configured."""
+    if not pricing.spot or pricing.on_demand_gpu_hour is None:
+        return None
+    return gpu_hours_used * (pricing.on_demand_gpu_hour - pricing.gpu_hour)
+
+
+# --- waste ------------------------------------------------------------------------------------
+
+
+def steps_lost(last_step_seen: int, resumed_from_step: int) -> int:
+    """Steps that must be computed again after a resume: progress beyond the checkpoint."""
+    return max(0, last_step_seen - resumed_from_step)
+
+
+def waste(steps_lost: int, mean_step_s: float, job_hourly_rate: float) -> tuple[float, float]:
+    """(seconds, cost) of recomputation after a resume: SPEC's `waste`."""
+    seconds = max(0, steps_lost) * max(0.0, mean_step_s)
+    return seconds, seconds / 3600.0 * job_hourly_rate
+
+
+# --- progress, ETA and projection --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    """RUN_DIR/progress.json as the daemon reads it (written by the job, times in Unix seconds)."""
+
+    step: int
+    total_steps: int | None
+    updated_at: float
+    samples_per_s: float | None = None
+    epoch: int | None = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Progress":
+        """Parse progress.json; ValueError if a required field is missing or of the wrong type."""
+        try:
+            total = data.get("total_steps")
+            speed = data.get("samples_per_s")
+            epoch = data.get("epoch")
+            metrics = data.get("metrics") or {}
+            return cls(
+                step=int(data["step"]),
+                total_steps=int(total) if total is not None else None,
+                updated_at=float(data["updated_at"]),
+                samples_per_s=float(speed) if speed is not None else None,
+                epoch=int(epoch) if epoch is not None else None,
+                metrics=dict(metrics),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"progress.json is not readable progress: {exc}") from exc
+
+
+class StepRateTracker:
+    """Steps per second, smoothed: an exponential moving average over (time, step) observations.
+
+    Pass the job's own `updated_at` as `now`, so re-reading an unchanged progress.json adds
+    nothing. Samples are taken between step changes and weighted by the time they span
+    (alpha = 1 - exp(-dt / time_constant_s)), so irregular polling does not bias the rate. A step
+    that goes backwards (resumed from an older checkpoint) restarts the baseline, keeping the
+    rate; call `reset()` when a new attempt starts so the queued time is not counted as slowness.
+    """
+
+    def __init__(self, time_constant_s: float = 120.0):
+        self.time_constant_s = time_constant_s
+        self._rate: float | None = None
+        self._last: tuple[float, int] | None = None
+
+    def observe(self, now: float, step: int) -> None:
+        if self._last is None or step < self._last[1]:
+            self._last = (now, step)
+            return
+        last_t, last_step = self._last
+        dt, ds = now - last_t, step - last_step
+        if dt <= 0 or ds == 0:
+            return
+        sample = ds / dt
+        alpha = 1.0 - math.exp(-dt / self.time_constant_s)
+        self._rate = sample if self._rate is None else self._rate + alpha * (sample - self._rate)
+        self._last = (now, step)
+
+    def rate(self) -> float | None:
+        """Steps per second, or None before two distinct steps have been seen."""
+        return self._rate
+
+    def reset(self) -> None:
+        """Forget the baseline (a new attempt), keep the rate (same job, same hardware)."""
+        self._last = None
+
+
+def eta_seconds(step: int, total_steps: int | None, rate: float | None) -> float | None:
+    """Seconds until total_steps at `rate` steps/s; None when either is unknown."""
+    if total_steps is None or rate is None or rate <= 0:
+        return None
+    return max(0, total_steps - step) / rate
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Projected final cost. With early stopping the job may end sooner, so it is an upper bound."""
+
+    cost: float
+    upper_bound: bool
+
+    def label(self, currency: str = "") -> str:
+        return ("≤ " if self.upper_bound else "≈ ") + format_money(self.cost, currency)
+
+
+def projected_cost(
+    cost_so_far: float, eta_s: float | None, hourly_rate: float | None, *, early_stopping: bool = False
+) -> Projection | None:
+    """Cost so far plus the remaining time at the job's rate; None without an ETA or a rate."""
+    if eta_s is None or hourly_rate is None:
+        return None
+    return Projection(cost_so_far + eta_s / 3600.0 * hourly_rate, upper_bound=early_stopping)
+
+
+# --- budgets ----------------------------------------------------------------------------------
+
+
+def budget_exceeded(
+    job_cost: float,
+    job_hours: float,
+    max_cost: float | None,
+    max_hours: float | None,
+    currency: str = "",
+) -> str | None:
+    """Why a job must stop for its [budget], or None. Reaching the limit counts: the next tick
+    would pass it. Cost is checked first since it is what users set budgets for."""
+    if max_cost is not None and job_cost >= max_cost:
+        return f"budget: spent {format_money(job_cost, currency)} of max_cost {max_cost:.2f}"
+    if max_hours is not None and job_hours >= max_hours:
+        return f"budget: ran {job_hours:.2f} h of max_hours {max_hours:g}"
+    return None
+
+
+def total_budget_exceeded(total_spent: float, total: float | None, currency: str = "") -> str | None:
+    """Why nothing more may run under config.toml [budget] total, or None."""
+    if total is not None and total_spent >= total:
+        return f"budget: spent {format_money(total_spent, currency)} in all, [budget] total is {total:.2f}"
+    return None
+
+
+# --- formatting -------------------------------------------------------------------------------
+
+
+def format_money(amount: float, currency: str = "") -> str:
+    """2.25, "CNY" -> "2.25 CNY"; no currency configured -> "2.25"."""
+    text = f"{amount:.2f}"
+    return f"{text} {currency}" if currency else text
+
+
+def format_hours(hours: float) -> str:
+    """GPU-hours and runtime in reports: 2 decimals, the unit spelled out."""
+    return f"{hours:.2f} h"
+
+
+def format_duration(seconds: float | None) -> str:
+    """ETA and runtime in tables: '45s', '12m', '3h 05m', '2d 4h'; '-' when unknown."""
+    if seconds is None or seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
+        return "-"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"

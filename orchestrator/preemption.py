@@ -1,0 +1,430 @@
+"""Preemption notice sources (AWS IMDSv2, GCP metadata, Azure Scheduled Events, a sentinel file,
+the daemon's own signals) and the watcher the daemon polls off its dispatch path.
+
+A source answers "is this machine about to go away?" with a Notice or None. When it cannot tell
+(metadata server unreachable, slow, 5xx, garbage) it raises SourceUnavailable: "I don't know" is
+never a notice, so a flaky metadata server cannot stop a healthy queue. NoticeWatcher turns the
+per-source answers into what the daemon acts on: notices that started with this poll, and whether
+one is still active (stop dispatching until it clears).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+import httpx
+
+from .errors import ConfigError, OrchError
+
+PREEMPT = "preempt"  # the machine is going away: checkpoint and requeue every running job
+REBALANCE = "rebalance"  # an early warning (AWS): record a `notice` event, stop nothing
+MAINTENANCE = "maintenance"  # host maintenance that ends the VM (GPU VMs cannot live-migrate)
+
+#: Kinds after which running jobs are checkpointed and no new job is started.
+STOPPING_KINDS = frozenset({PREEMPT, MAINTENANCE})
+
+AWS_ENDPOINT = "http://169.254.169.254"
+GCP_ENDPOINT = "http://metadata.google.internal"
+AZURE_ENDPOINT = "http://169.254.169.254"
+SOURCE_NAMES = ("aws", "gcp", "azure", "file")
+
+# GCP gives Spot VMs 30 s between the notice (ACPI soft off) and the hard stop, and changes
+# maintenance-event 60 s before host maintenance. Neither says when, so the deadline is now + these.
+GCP_PREEMPT_LEAD_S = 30.0
+GCP_MAINTENANCE_LEAD_S = 60.0
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One provider's statement that the machine will stop. `deadline`: Unix seconds, if known."""
+
+    source: str
+    kind: str
+    deadline: float | None
+    detail: str
+
+    @property
+    def stops_jobs(self) -> bool:
+        return self.kind in STOPPING_KINDS
+
+
+class SourceUnavailable(OrchError):
+    """A source could not tell whether a notice exists. The watcher logs it; it is never a notice."""
+
+
+class NoticeSource(Protocol):
+    name: str
+
+    def poll(self, now: float) -> Notice | None: ...
+
+
+def parse_iso_utc(text: str) -> float:
+    """'2026-09-18T08:22:00Z' -> Unix seconds. Python 3.10's fromisoformat rejects the 'Z'."""
+    when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+def parse_rfc1123(text: str) -> float:
+    """Azure's NotBefore, 'Mon, 19 Sep 2016 18:29:47 GMT' -> Unix seconds."""
+    return email.utils.parsedate_to_datetime(text).timestamp()
+
+
+class _HttpSource:
+    """Shared HTTP plumbing: one client, full URLs from the endpoint, every failure -> SourceUnavailable.
+
+    trust_env=False because metadata servers are link-local: an http_proxy in the daemon's
+    environment (common on Chinese GPU clouds) would send the request to the proxy instead.
+    """
+
+    name = "http"
+
+    def __init__(self, endpoint: str, timeout_s: float, client: httpx.Client | None):
+        self.endpoint = endpoint.rstrip("/")
+        self._owns_client = client is None
+        self._client = client or httpx.Client(timeout=timeout_s, trust_env=False)
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._client.request(method, self.endpoint + path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise SourceUnavailable(f"{self.name}: {method} {path}: {type(exc).__name__}: {exc}") from exc
+
+    def _unexpected(self, resp: httpx.Response) -> SourceUnavailable:
+        body = resp.text[:200].replace("\n", " ")
+        return SourceUnavailable(f"{self.name}: {resp.request.url.path} answered HTTP {resp.status_code}: {body}")
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+
+class AwsSource(_HttpSource):
+    """EC2 Spot interruption (`spot/instance-action`, ~2 min notice) and rebalance recommendations.
+
+    IMDSv2 only: a session token from PUT /latest/api/token, cached until shortly before its TTL
+    ends and fetched again whenever a GET answers 401 (token expired or the IMDS restarted).
+    """
+
+    name = "aws"
+    TOKEN_TTL_S = 21600  # the maximum IMDS allows
+    TOKEN_REFRESH_MARGIN_S = 60.0
+
+    def __init__(self, endpoint: str = AWS_ENDPOINT, timeout_s: float = 1.0, client: httpx.Client | None = None):
+        super().__init__(endpoint, timeout_s, client)
+        self._token: str | None = None
+        self._token_expires = 0.0
+        self._seen_rebalance: str | None = None
+
+    def poll(self, now: float) -> Notice | None:
+        resp = self._get("/latest/meta-data/spot/instance-action", now)
+        if resp.status_code == 200:
+            return self._instance_action(resp)
+        if resp.status_code != 404:
+            raise self._unexpected(resp)
+        return self._rebalance(now)
+
+    def _instance_action(self, resp: httpx.Response) -> Notice:
+        try:
+            body = resp.json()
+            action, when = str(body["action"]), parse_iso_utc(body["time"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise SourceUnavailable(f"aws: unreadable spot/instance-action {resp.text[:200]!r}: {exc}") from exc
+        detail = f"AWS spot interruption: {action} at {body['time']}"
+        return Notice(self.name, PREEMPT, when, detail)
+
+    def _rebalance(self, now: float) -> Notice | None:
+        """A rebalance recommendation stays up until the instance ends; report each noticeTime once."""
+        resp = self._get("/latest/meta-data/events/recommendations/rebalance", now)
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise self._unexpected(resp)
+        try:
+            notice_time = str(resp.json()["noticeTime"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SourceUnavailable(f"aws: unreadable rebalance recommendation {resp.text[:200]!r}") from exc
+        if notice_time == self._seen_rebalance:
+            return None
+        self._seen_rebalance = notice_time
+        return Notice(self.name, REBALANCE, None, f"AWS rebalance recommendation at {notice_time}")
+
+    def _get(self, path: str, now: float) -> httpx.Response:
+        resp = self._request("GET", path, headers={"X-aws-ec2-metadata-token": self._session_token(now)})
+        if resp.status_code == 401:
+            self._token = None
+            resp = self._request("GET", path, headers={"X-aws-ec2-metadata-token": self._session_token(now)})
+        return resp
+
+    def _session_token(self, now: float) -> str:
+        if self._token is not None and now < self._token_expires - self.TOKEN_REFRESH_MARGIN_S:
+            return self._token
+        resp = self._request(
+            "PUT", "/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": str(self.TOKEN_TTL_S)}
+        )
+        if resp.status_code != 200 or not resp.text.strip():
+            raise self._unexpected(resp)
+        self._token, self._token_expires = resp.text.strip(), now + self.TOKEN_TTL_S
+        return self._token
+
+
+class GcpSource(_HttpSource):
+    """Compute Engine `instance/preempted` (TRUE/FALSE) and, with `maintenance`, `maintenance-event`.
+
+    GPU VMs cannot live-migrate, so TERMINATE_ON_HOST_MAINTENANCE ends them 60 s later; and GCP only
+    warns about maintenance if the key was read since the last event, which polling it guarantees.
+    """
+
+    name = "gcp"
+    HEADERS = {"Metadata-Flavor": "Google"}
+
+    def __init__(
+        self,
+        endpoint: str = GCP_ENDPOINT,
+        timeout_s: float = 1.0,
+        client: httpx.Client | None = None,
+        maintenance: bool = True,
+    ):
+        super().__init__(endpoint, timeout_s, client)
+        self.maintenance = maintenance
+
+    def poll(self, now: float) -> Notice | None:
+        value = self._value("/computeMetadata/v1/instance/preempted")
+        if value == "TRUE":
+            return Notice(self.name, PREEMPT, now + GCP_PREEMPT_LEAD_S, "GCP preempted this VM (about 30 s left)")
+        if value != "FALSE":
+            raise SourceUnavailable(f"gcp: instance/preempted answered {value[:200]!r}, expected TRUE or FALSE")
+        return self._maintenance(now) if self.maintenance else None
+
+    def _maintenance(self, now: float) -> Notice | None:
+        resp = self._request("GET", "/computeMetadata/v1/instance/maintenance-event", headers=self.HEADERS)
+        if resp.status_code == 404:  # populated only for VMs that migrate or have a GPU
+            return None
+        if resp.status_code != 200:
+            raise self._unexpected(resp)
+        if resp.text.strip().upper() == "TERMINATE_ON_HOST_MAINTENANCE":
+            detail = "GCP host maintenance will terminate this VM (about 60 s left)"
+            return Notice(self.name, MAINTENANCE, now + GCP_MAINTENANCE_LEAD_S, detail)
+        return None  # NONE, or MIGRATE_ON_HOST_MAINTENANCE: processes survive a live migration
+
+    def _value(self, path: str) -> str:
+        resp = self._request("GET", path, headers=self.HEADERS)
+        if resp.status_code != 200:
+            raise self._unexpected(resp)
+        return resp.text.strip().upper()
+
+
+class AzureSource(_HttpSource):
+    """Azure Scheduled Events: Preempt (Spot eviction, >= 30 s) and the events that end the VM.
+
+    Polling never acknowledges: a StartRequests POST lets the event proceed early for every VM in
+    its Resources, i.e. it would shorten the time our jobs have to checkpoint. `acknowledge` exists
+    for a caller that has already made every checkpoint durable. The service starts on the first
+    request and may be slow for the first minutes; those polls fail quietly as "unavailable".
+    """
+
+    name = "azure"
+    PATH = "/metadata/scheduledevents?api-version=2020-07-01"
+    HEADERS = {"Metadata": "true"}
+    # Freeze pauses the VM for seconds and processes survive it, so it is not a notice.
+    KINDS = {"Preempt": PREEMPT, "Terminate": PREEMPT, "Reboot": MAINTENANCE, "Redeploy": MAINTENANCE}
+
+    def __init__(self, endpoint: str = AZURE_ENDPOINT, timeout_s: float = 1.0, client: httpx.Client | None = None):
+        super().__init__(endpoint, timeout_s, client)
+        self.last_event_ids: list[str] = []
+
+    def poll(self, now: float) -> Notice | None:
+        events = self._events()
+        notices = [n for n in (self._notice(e, now) for e in events) if n is not None]
+        self.last_event_ids = [str(e.get("EventId", "")) for e in events if e.get("EventType") in self.KINDS]
+        # Preempt outranks maintenance; among equals the earliest deadline is the one that matters.
+        notices.sort(key=lambda n: (n.kind != PREEMPT, n.deadline if n.deadline is not None else float("inf")))
+        return notices[0] if notices else None
+
+    def acknowledge(self, event_ids: Sequence[str]) -> bool:
+        """Approve events so they start now (only after checkpoints are safe). True on HTTP 200."""
+        body = {"StartRequests": [{"EventId": event_id} for event_id in event_ids]}
+        try:
+            resp = self._request("POST", self.PATH, headers=self.HEADERS, json=body)
+        except SourceUnavailable:
+            return False
+        return resp.status_code == 200
+
+    def _events(self) -> list[dict[str, Any]]:
+        resp = self._request("GET", self.PATH, headers=self.HEADERS)
+        if resp.status_code != 200:
+            raise self._unexpected(resp)
+        try:
+            events = resp.json()["Events"]
+            if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+                raise TypeError("Events is not a list of objects")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SourceUnavailable(f"azure: unreadable scheduled events {resp.text[:200]!r}: {exc}") from exc
+        return events
+
+    def _notice(self, event: dict[str, Any], now: float) -> Notice | None:
+        kind = self.KINDS.get(str(event.get("EventType")))
+        if kind is None:
+            return None
+        not_before = str(event.get("NotBefore") or "")
+        try:
+            deadline: float | None = parse_rfc1123(not_before) if not_before else None
+        except (TypeError, ValueError):
+            deadline = None
+        if deadline is None and event.get("EventStatus") == "Started":
+            deadline = now
+        detail = f"Azure scheduled event {event.get('EventType')} {event.get('EventId', '?')}"
+        return Notice(self.name, kind, deadline, detail + (f" not before {not_before}" if not_before else ""))
+
+
+class FileSource:
+    """A sentinel file: its existence is a preemption notice. For tests, and for providers without
+    an API (a cron job or a provider hook can touch it). A number inside is seconds to the deadline."""
+
+    name = "file"
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def poll(self, now: float) -> Notice | None:
+        if not self.path.exists():
+            return None
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            text = ""
+        try:
+            deadline: float | None = now + float(text) if text else None
+        except ValueError:
+            deadline = None
+        return Notice(self.name, PREEMPT, deadline, f"notice file {self.path} exists")
+
+
+class SignalSource:
+    """The daemon's own SIGTERM/SIGINT as a notice, so signals and metadata take one path.
+
+    The daemon's signal handler calls `trigger(signum)` (it only sets an attribute, which is safe
+    inside a handler); the next poll reports a preempt notice until `clear()`.
+    """
+
+    name = "signal"
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def trigger(self, signum: int) -> None:
+        self.signum = signum
+
+    def clear(self) -> None:
+        self.signum = None
+
+    def poll(self, now: float) -> Notice | None:
+        if self.signum is None:
+            return None
+        return Notice(self.name, PREEMPT, None, f"the daemon received signal {self.signum}")
+
+
+def build_sources(
+    names: Sequence[str],
+    *,
+    aws_endpoint: str = AWS_ENDPOINT,
+    gcp_endpoint: str = GCP_ENDPOINT,
+    azure_endpoint: str = AZURE_ENDPOINT,
+    file_path: Path | None = None,
+    timeout_s: float = 1.0,
+) -> list[NoticeSource]:
+    """config.toml [preemption] sources -> source objects (file_path already resolved against $ORCH_HOME)."""
+    unknown = [n for n in names if n not in SOURCE_NAMES]
+    if unknown:
+        raise ConfigError([f"[preemption] sources: unknown {unknown}; choose from {list(SOURCE_NAMES)}"])
+    if "file" in names and file_path is None:
+        raise ConfigError(["[preemption] sources has \"file\" but no file path is set"])
+    makers = {
+        "aws": lambda: AwsSource(aws_endpoint, timeout_s),
+        "gcp": lambda: GcpSource(gcp_endpoint, timeout_s),
+        "azure": lambda: AzureSource(azure_endpoint, timeout_s),
+        "file": lambda: FileSource(file_path),  # type: ignore[arg-type]
+    }
+    return [makers[name]() for name in dict.fromkeys(names)]
+
+
+class NoticeWatcher:
+    """Polls every source and remembers what each one last said.
+
+    poll_all(now) returns the notices that *started* with this poll (a source that keeps saying
+    "preempt" is reported once), so the daemon can act on the list directly. `notice_active` stays
+    true while any source still reports a stopping notice: the daemon does not dispatch meanwhile.
+    A failing source keeps its last known answer — an unreachable metadata server right after a
+    preemption notice does not mean the danger has passed — and is logged once per error streak.
+    """
+
+    def __init__(self, sources: Sequence[NoticeSource], *, log: logging.Logger | None = None):
+        self.sources = list(sources)
+        self.log = log or logging.getLogger("orch.preemption")
+        self._current: dict[str, Notice] = {}
+        self._failures: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def poll_all(self, now: float) -> list[Notice]:
+        started = []
+        for source in self.sources:
+            try:
+                notice = source.poll(now)
+            except Exception as exc:  # noqa: BLE001 - "cannot tell" must never stop the daemon
+                self._failed(source.name, exc)
+                continue
+            self._recovered(source.name)
+            if self._record(source.name, notice):
+                started.append(notice)
+        return started  # type: ignore[return-value]
+
+    @property
+    def active_notices(self) -> list[Notice]:
+        with self._lock:
+            return list(self._current.values())
+
+    @property
+    def notice_active(self) -> bool:
+        """True while a preempt/maintenance notice has not cleared: do not start new jobs."""
+        return any(n.stops_jobs for n in self.active_notices)
+
+    def close(self) -> None:
+        for source in self.sources:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+    def _record(self, name: str, notice: Notice | None) -> bool:
+        """Store the source's answer; True if it is a notice the previous poll did not have."""
+        with self._lock:
+            previous = self._current.pop(name, None)
+            if notice is None:
+                if previous is not None and previous.stops_jobs:
+                    self.log.info("preemption source %s: notice cleared (%s)", name, previous.detail)
+                return False
+            self._current[name] = notice
+        return previous is None or previous.kind != notice.kind
+
+    def _failed(self, name: str, exc: Exception) -> None:
+        count = self._failures.get(name, 0) + 1
+        self._failures[name] = count
+        if count == 1:
+            self.log.warning(
+                "preemption source %s cannot be read (%s); treating it as no notice and polling on quietly",
+                name,
+                exc,
+            )
+        else:
+            self.log.debug("preemption source %s still unreadable (%d polls): %s", name, count, exc)
+
+    def _recovered(self, name: str) -> None:
+        count = self._failures.pop(name, 0)
+        if count:
+            self.log.info("preemption source %s answers again after %d failed polls", name, count)

@@ -1,0 +1,547 @@
+"""Preemption sources against real loopback HTTP servers that speak each provider's format
+(AWS IMDSv2, GCP metadata, Azure Scheduled Events), plus the sentinel file and the watcher."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from orchestrator.errors import ConfigError
+from orchestrator.preemption import (
+    MAINTENANCE,
+    PREEMPT,
+    REBALANCE,
+    AwsSource,
+    AzureSource,
+    FileSource,
+    GcpSource,
+    Notice,
+    NoticeWatcher,
+    SignalSource,
+    SourceUnavailable,
+    build_sources,
+    parse_iso_utc,
+)
+
+NOW = 1_790_000_000.0
+TIMEOUT_S = 0.25
+
+Reply = tuple[int, str]  # status, body
+
+
+class Fake:
+    """A provider's metadata server: `reply(method, path, headers, body)` -> (status, body).
+    `delay_s` makes every answer slow; `requests` records (method, path, headers)."""
+
+    delay_s = 0.0
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+
+    def reply(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        raise NotImplementedError
+
+
+class FakeAws(Fake):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens: set[str] = set()
+        self.ttls: list[str] = []
+        self.instance_action: Reply = (404, "<html>Not Found</html>")
+        self.rebalance: Reply = (404, "<html>Not Found</html>")
+
+    def revoke_tokens(self) -> None:
+        self.tokens.clear()
+
+    def reply(self, method, path, headers, body):
+        if path == "/latest/api/token":
+            if method != "PUT" or "x-aws-ec2-metadata-token-ttl-seconds" not in headers:
+                return 400, "Missing or Invalid Parameters"
+            self.ttls.append(headers["x-aws-ec2-metadata-token-ttl-seconds"])
+            token = f"token-{len(self.ttls)}"
+            self.tokens.add(token)
+            return 200, token
+        if headers.get("x-aws-ec2-metadata-token") not in self.tokens:
+            return 401, "Unauthorized"
+        if path == "/latest/meta-data/spot/instance-action":
+            return self.instance_action
+        if path == "/latest/meta-data/events/recommendations/rebalance":
+            return self.rebalance
+        return 404, "Not Found"
+
+
+class FakeGcp(Fake):
+    def __init__(self) -> None:
+        super().__init__()
+        self.preempted = "FALSE"
+        self.maintenance: Reply = (200, "NONE")
+
+    def reply(self, method, path, headers, body):
+        if headers.get("metadata-flavor") != "Google":
+            return 403, "Missing Metadata-Flavor:Google header."
+        if path == "/computeMetadata/v1/instance/preempted":
+            return 200, self.preempted
+        if path == "/computeMetadata/v1/instance/maintenance-event":
+            return self.maintenance
+        return 404, "Not Found"
+
+
+class FakeAzure(Fake):
+    def __init__(self) -> None:
+        super().__init__()
+        self.incarnation = 1
+        self.events: list[dict] = []
+        self.raw: Reply | None = None  # overrides the document when set
+        self.acknowledged: list[dict] = []
+
+    def add_event(self, **event) -> None:
+        self.events.append(event)
+        self.incarnation += 1
+
+    def reply(self, method, path, headers, body):
+        if headers.get("metadata") != "true":
+            return 400, json.dumps({"error": "Bad request. Required metadata header not specified"})
+        if path != "/metadata/scheduledevents?api-version=2020-07-01":
+            return 400, json.dumps({"error": "Bad request. api-version was not specified"})
+        if method == "POST":
+            self.acknowledged.append(json.loads(body))
+            return 200, ""
+        if self.raw is not None:
+            return self.raw
+        return 200, json.dumps({"DocumentIncarnation": self.incarnation, "Events": self.events})
+
+
+def _handler_for(fake: Fake) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            fake.requests.append((self.command, self.path, headers))
+            if fake.delay_s:
+                time.sleep(fake.delay_s)
+            status, text = fake.reply(self.command, self.path, headers, body)
+            data = text.encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:  # the client gave up (timeout test)
+                pass
+
+        do_GET = do_PUT = do_POST = _serve
+
+        def log_message(self, *args) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Fake], str]]:
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(fake: Fake) -> str:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(fake))
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+# --- AWS ---------------------------------------------------------------------------------
+
+
+def test_aws_says_nothing_while_instance_action_is_404(serve):
+    fake = FakeAws()
+    source = AwsSource(serve(fake), timeout_s=TIMEOUT_S)
+    assert source.poll(NOW) is None
+    assert source.poll(NOW + 5) is None
+
+
+def test_aws_fetches_one_token_with_a_ttl_and_reuses_it(serve):
+    fake = FakeAws()
+    source = AwsSource(serve(fake), timeout_s=TIMEOUT_S)
+    for i in range(3):
+        source.poll(NOW + 5 * i)
+    assert fake.ttls == ["21600"]
+    gets = [r for r in fake.requests if r[0] == "GET"]
+    assert gets and all(r[2].get("x-aws-ec2-metadata-token") == "token-1" for r in gets)
+
+
+def test_aws_fetches_a_new_token_after_401(serve):
+    fake = FakeAws()
+    source = AwsSource(serve(fake), timeout_s=TIMEOUT_S)
+    source.poll(NOW)
+    fake.revoke_tokens()
+    fake.instance_action = (200, json.dumps({"action": "terminate", "time": "2026-09-18T08:22:00Z"}))
+    notice = source.poll(NOW + 5)
+    assert notice is not None and notice.kind == PREEMPT
+    assert len(fake.ttls) == 2
+
+
+def test_aws_refreshes_the_token_before_it_expires(serve):
+    fake = FakeAws()
+    source = AwsSource(serve(fake), timeout_s=TIMEOUT_S)
+    source.poll(NOW)
+    source.poll(NOW + AwsSource.TOKEN_TTL_S - 30)
+    assert len(fake.ttls) == 2
+
+
+def test_aws_without_a_token_the_server_refuses(serve):
+    """The fake is strict the way IMDSv2-only instances are, so the token path above is real."""
+    import httpx
+
+    url = serve(FakeAws())
+    assert httpx.get(url + "/latest/meta-data/spot/instance-action").status_code == 401
+    assert httpx.put(url + "/latest/api/token").status_code == 400
+
+
+@pytest.mark.parametrize("action", ["terminate", "stop", "hibernate"])
+def test_aws_instance_action_is_a_preempt_notice_with_its_deadline(serve, action):
+    fake = FakeAws()
+    source = AwsSource(serve(fake), timeout_s=TIMEOUT_S)
+    assert source.poll(NOW) is None
+    fake.instance_action = (200, json.dumps({"action": action, "time": "2026-09-18T08:22:00Z"}))
+    notice = source.poll(NOW + 5)
+    assert notice == Notice(
+        "aws", PREEMPT, parse_iso_utc("2026-09-18T08:22:00Z"), f"AWS spot interruption: {action} at 2026-09-18T08:22:00Z"
+    )
+    assert notice.deadline == 1789719720.0
+
+
+def test_aws_rebalance_is_an_early_warning_reported_once_per_notice_time(serve):
+    fake = FakeAws()
+    source = AwsSource(serve(fake), timeout_s=TIMEOUT_S)
+    fake.rebalance = (200, json.dumps({"noticeTime": "2026-09-18T08:17:00Z"}))
+    first = source.poll(NOW)
+    assert first is not None and first.kind == REBALANCE and first.deadline is None
+    assert not first.stops_jobs
+    assert source.poll(NOW + 5) is None
+    fake.rebalance = (200, json.dumps({"noticeTime": "2026-09-18T09:00:00Z"}))
+    second = source.poll(NOW + 10)
+    assert second is not None and second.kind == REBALANCE
+
+
+def test_aws_interruption_outranks_rebalance(serve):
+    fake = FakeAws()
+    source = AwsSource(serve(fake), timeout_s=TIMEOUT_S)
+    fake.rebalance = (200, json.dumps({"noticeTime": "2026-09-18T08:17:00Z"}))
+    fake.instance_action = (200, json.dumps({"action": "stop", "time": "2026-09-18T08:22:00Z"}))
+    assert source.poll(NOW).kind == PREEMPT
+
+
+# --- GCP ---------------------------------------------------------------------------------
+
+
+def test_gcp_server_requires_the_metadata_flavor_header(serve):
+    import httpx
+
+    url = serve(FakeGcp())
+    assert httpx.get(url + "/computeMetadata/v1/instance/preempted").status_code == 403
+
+
+def test_gcp_false_then_true_is_a_preempt_notice_30s_out(serve):
+    fake = FakeGcp()
+    source = GcpSource(serve(fake), timeout_s=TIMEOUT_S)
+    assert source.poll(NOW) is None
+    fake.preempted = "TRUE"
+    notice = source.poll(NOW)
+    assert notice is not None and (notice.source, notice.kind, notice.deadline) == ("gcp", PREEMPT, NOW + 30)
+    assert all(r[2].get("metadata-flavor") == "Google" for r in fake.requests)
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("NONE", None),
+        ("MIGRATE_ON_HOST_MAINTENANCE", None),
+        ("TERMINATE_ON_HOST_MAINTENANCE", (MAINTENANCE, NOW + 60)),
+    ],
+)
+def test_gcp_maintenance_event(serve, value, expected):
+    fake = FakeGcp()
+    fake.maintenance = (200, value)
+    notice = GcpSource(serve(fake), timeout_s=TIMEOUT_S).poll(NOW)
+    assert (notice and (notice.kind, notice.deadline)) == (expected or None)
+
+
+def test_gcp_maintenance_polling_can_be_switched_off(serve):
+    fake = FakeGcp()
+    fake.maintenance = (200, "TERMINATE_ON_HOST_MAINTENANCE")
+    assert GcpSource(serve(fake), timeout_s=TIMEOUT_S, maintenance=False).poll(NOW) is None
+    assert all("maintenance" not in r[1] for r in fake.requests)
+
+
+# --- Azure -------------------------------------------------------------------------------
+
+PREEMPT_EVENT = {
+    "EventId": "A123BC45-1234-5678-AB90-ABCDEF123456",
+    "EventType": "Preempt",
+    "ResourceType": "VirtualMachine",
+    "Resources": ["myspotvm"],
+    "EventStatus": "Scheduled",
+    "NotBefore": "Mon, 19 Sep 2026 18:29:47 GMT",
+    "Description": "",
+    "EventSource": "Platform",
+    "DurationInSeconds": -1,
+}
+
+
+def test_azure_server_requires_the_metadata_header(serve):
+    import httpx
+
+    url = serve(FakeAzure())
+    assert httpx.get(url + AzureSource.PATH).status_code == 400
+
+
+def test_azure_preempt_event_is_a_notice_with_not_before_as_deadline(serve):
+    fake = FakeAzure()
+    source = AzureSource(serve(fake), timeout_s=TIMEOUT_S)
+    assert source.poll(NOW) is None
+    fake.add_event(**PREEMPT_EVENT)
+    notice = source.poll(NOW)
+    assert notice is not None and (notice.source, notice.kind) == ("azure", PREEMPT)
+    assert notice.deadline == 1789842587.0  # 2026-09-19T18:29:47Z
+    assert source.last_event_ids == [PREEMPT_EVENT["EventId"]]
+    assert all(r[2].get("metadata") == "true" for r in fake.requests)
+
+
+@pytest.mark.parametrize(
+    "event_type, kind", [("Preempt", PREEMPT), ("Terminate", PREEMPT), ("Reboot", MAINTENANCE), ("Freeze", None)]
+)
+def test_azure_event_types(serve, event_type, kind):
+    fake = FakeAzure()
+    fake.add_event(**{**PREEMPT_EVENT, "EventType": event_type})
+    notice = AzureSource(serve(fake), timeout_s=TIMEOUT_S).poll(NOW)
+    assert (notice.kind if notice else None) == kind
+
+
+def test_azure_started_event_without_not_before_is_due_now(serve):
+    fake = FakeAzure()
+    fake.add_event(**{**PREEMPT_EVENT, "EventStatus": "Started", "NotBefore": ""})
+    assert AzureSource(serve(fake), timeout_s=TIMEOUT_S).poll(NOW).deadline == NOW
+
+
+def test_azure_polling_never_acknowledges_but_acknowledge_posts_start_requests(serve):
+    fake = FakeAzure()
+    fake.add_event(**PREEMPT_EVENT)
+    source = AzureSource(serve(fake), timeout_s=TIMEOUT_S)
+    source.poll(NOW)
+    assert fake.acknowledged == []
+    assert source.acknowledge(source.last_event_ids) is True
+    assert fake.acknowledged == [{"StartRequests": [{"EventId": PREEMPT_EVENT["EventId"]}]}]
+
+
+# --- failures are never notices ----------------------------------------------------------
+
+
+def _aws_500(fake: FakeAws) -> None:
+    fake.instance_action = (500, "Internal Server Error")
+
+
+def _aws_garbage(fake: FakeAws) -> None:
+    fake.instance_action = (200, '{"action": "terminate", "time": ')
+
+
+def _aws_wrong_shape(fake: FakeAws) -> None:
+    fake.instance_action = (200, '["terminate"]')
+
+
+def _slow(fake: Fake) -> None:
+    fake.delay_s = TIMEOUT_S * 3
+
+
+def _gcp_garbage(fake: FakeGcp) -> None:
+    fake.preempted = "<html>proxy error</html>"
+
+
+def _azure_garbage(fake: FakeAzure) -> None:
+    fake.raw = (200, "{not json")
+
+
+def _azure_500(fake: FakeAzure) -> None:
+    fake.raw = (503, "Service Unavailable")
+
+
+FAILURES = [
+    ("aws 500", FakeAws, AwsSource, _aws_500),
+    ("aws malformed json", FakeAws, AwsSource, _aws_garbage),
+    ("aws json of the wrong shape", FakeAws, AwsSource, _aws_wrong_shape),
+    ("aws slow", FakeAws, AwsSource, _slow),
+    ("gcp garbage", FakeGcp, GcpSource, _gcp_garbage),
+    ("gcp slow", FakeGcp, GcpSource, _slow),
+    ("azure malformed json", FakeAzure, AzureSource, _azure_garbage),
+    ("azure 503", FakeAzure, AzureSource, _azure_500),
+    ("azure slow", FakeAzure, AzureSource, _slow),
+]
+
+
+@pytest.mark.parametrize("label, fake_cls, source_cls, break_it", FAILURES, ids=[f[0] for f in FAILURES])
+def test_a_broken_answer_is_unavailable_and_never_a_notice(serve, caplog, label, fake_cls, source_cls, break_it):
+    fake = fake_cls()
+    break_it(fake)
+    source = source_cls(serve(fake), timeout_s=TIMEOUT_S)
+    with pytest.raises(SourceUnavailable):
+        source.poll(NOW)
+    watcher = NoticeWatcher([source])
+    with caplog.at_level(logging.DEBUG, logger="orch.preemption"):
+        assert watcher.poll_all(NOW) == []
+    assert not watcher.notice_active
+    assert any(r.levelno == logging.WARNING and source.name in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("source_cls", [AwsSource, GcpSource, AzureSource])
+def test_an_unreachable_endpoint_is_never_a_notice(closed_port_url, source_cls):
+    source = source_cls(closed_port_url, timeout_s=TIMEOUT_S)
+    with pytest.raises(SourceUnavailable):
+        source.poll(NOW)
+    assert NoticeWatcher([source]).poll_all(NOW) == []
+
+
+def test_a_slow_server_does_not_hold_the_poll_past_the_timeout(serve):
+    fake = FakeGcp()
+    fake.delay_s = 3.0
+    watcher = NoticeWatcher([GcpSource(serve(fake), timeout_s=0.2)])
+    started = time.monotonic()
+    assert watcher.poll_all(NOW) == []
+    assert time.monotonic() - started < 2.0
+
+
+def test_the_proxy_environment_is_ignored_for_metadata(serve, monkeypatch):
+    """Link-local metadata must not go through http_proxy (set on many Chinese GPU images)."""
+    fake = FakeGcp()
+    url = serve(fake)
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    fake.preempted = "TRUE"
+    assert GcpSource(url, timeout_s=TIMEOUT_S).poll(NOW).kind == PREEMPT
+
+
+# --- file and signal sources -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content, deadline", [(None, None), ("", None), ("90", NOW + 90), ("soon", None)])
+def test_file_source_existence_is_a_notice(tmp_path: Path, content, deadline):
+    path = tmp_path / "preempt-notice"
+    source = FileSource(path)
+    assert source.poll(NOW) is None
+    path.write_text(content or "")
+    notice = source.poll(NOW)
+    assert (notice.source, notice.kind, notice.deadline) == ("file", PREEMPT, deadline)
+    path.unlink()
+    assert source.poll(NOW) is None
+
+
+def test_signal_source_reports_until_cleared():
+    source = SignalSource()
+    assert source.poll(NOW) is None
+    source.trigger(15)
+    assert source.poll(NOW).detail == "the daemon received signal 15"
+    source.clear()
+    assert source.poll(NOW) is None
+
+
+# --- the watcher -------------------------------------------------------------------------
+
+
+def test_watcher_reports_a_notice_once_and_holds_dispatch_until_it_clears(tmp_path: Path):
+    path = tmp_path / "notice"
+    watcher = NoticeWatcher([FileSource(path)])
+    assert watcher.poll_all(NOW) == [] and not watcher.notice_active
+    path.write_text("")
+    [notice] = watcher.poll_all(NOW)
+    assert notice.kind == PREEMPT and watcher.notice_active
+    assert watcher.poll_all(NOW + 5) == [] and watcher.notice_active
+    path.unlink()
+    assert watcher.poll_all(NOW + 10) == [] and not watcher.notice_active
+
+
+def test_watcher_rebalance_is_reported_but_does_not_hold_dispatch(serve):
+    fake = FakeAws()
+    fake.rebalance = (200, json.dumps({"noticeTime": "2026-09-18T08:17:00Z"}))
+    watcher = NoticeWatcher([AwsSource(serve(fake), timeout_s=TIMEOUT_S)])
+    [notice] = watcher.poll_all(NOW)
+    assert notice.kind == REBALANCE and not watcher.notice_active
+
+
+def test_watcher_keeps_a_notice_while_its_source_goes_silent(serve):
+    """Right after a preemption notice the metadata server may vanish; that is not an all-clear."""
+    fake = FakeGcp()
+    fake.preempted = "TRUE"
+    watcher = NoticeWatcher([GcpSource(serve(fake), timeout_s=TIMEOUT_S)])
+    assert len(watcher.poll_all(NOW)) == 1
+    fake.preempted = "garbage"
+    assert watcher.poll_all(NOW + 5) == [] and watcher.notice_active
+
+
+def test_watcher_logs_one_warning_per_error_streak(closed_port_url, tmp_path, caplog):
+    watcher = NoticeWatcher([AwsSource(closed_port_url, timeout_s=TIMEOUT_S), FileSource(tmp_path / "n")])
+    with caplog.at_level(logging.DEBUG, logger="orch.preemption"):
+        for i in range(4):
+            watcher.poll_all(NOW + i)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "aws" in warnings[0].getMessage()
+
+
+def test_watcher_survives_a_source_that_raises_anything():
+    class Broken:
+        name = "broken"
+
+        def poll(self, now):
+            raise RuntimeError("bug")
+
+    assert NoticeWatcher([Broken()]).poll_all(NOW) == []
+
+
+# --- building from config ----------------------------------------------------------------
+
+
+def test_build_sources_from_config_names(tmp_path: Path):
+    sources = build_sources(["aws", "gcp", "azure", "file"], file_path=tmp_path / "n", timeout_s=0.3)
+    assert [s.name for s in sources] == ["aws", "gcp", "azure", "file"]
+    assert sources[0].endpoint == "http://169.254.169.254"
+    assert sources[1].endpoint == "http://metadata.google.internal"
+    NoticeWatcher(sources).close()
+
+
+@pytest.mark.parametrize("names, file_path", [(["ec2"], None), (["file"], None)])
+def test_build_sources_rejects_bad_config(names, file_path):
+    with pytest.raises(ConfigError):
+        build_sources(names, file_path=file_path)
+
+
+def test_daemon_side_modules_stay_light():
+    """preemption, cost and hooks run inside the daemon: no ML stack may come in with them."""
+    import subprocess
+    import sys
+
+    heavy = ("torch", "lightning", "pytorch_lightning", "transformers", "datasets")
+    code = (
+        "import sys, orchestrator.preemption, orchestrator.cost, orchestrator.hooks; "
+        f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ""
