@@ -160,7 +160,9 @@ def truncate_utf8(text: str, max_bytes: int, marker: str = "\n…(truncated)") -
     if len(data) <= max_bytes:
         return text
     room = max_bytes - len(marker.encode("utf-8"))
-    return data[: max(room, 0)].decode("utf-8", errors="ignore") + marker
+    if room <= 0:  # no space even for the marker
+        return data[:max_bytes].decode("utf-8", errors="ignore")
+    return data[:room].decode("utf-8", errors="ignore") + marker
 
 
 class NotifyError(Exception):

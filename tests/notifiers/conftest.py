@@ -124,7 +124,8 @@ def authenticator(server: Any, session: Any, envelope: Any, mechanism: str, auth
     from aiosmtpd.smtp import AuthResult, LoginPassword
 
     ok = isinstance(auth_data, LoginPassword) and auth_data.login.decode() == USER and auth_data.password.decode() == PASSWORD
-    return AuthResult(success=ok)
+    # handled=False: let aiosmtpd answer "535" itself (its default assumes we already replied).
+    return AuthResult(success=ok, handled=False)
 
 
 def free_port() -> int:
@@ -177,7 +178,9 @@ def smtp_server(request: pytest.FixtureRequest, tls_files: tuple[str, str, str])
     elif mode == "starttls":
         kwargs.update(tls_context=context, require_starttls=True, auth_require_tls=True)
     else:
-        kwargs.update(ssl_context=context, auth_require_tls=True)
+        # aiosmtpd only counts STARTTLS as TLS for auth_require_tls; an implicit-TLS socket is
+        # encrypted from the first byte, so requiring it again would just hide AUTH.
+        kwargs.update(ssl_context=context, auth_require_tls=False)
     controller = Controller(inbox, hostname="127.0.0.1", port=free_port(), server_hostname="127.0.0.1", **kwargs)
     controller.start()
     try:
