@@ -185,10 +185,15 @@ class NotifyError(Exception):
         self.retry_after = retry_after
         super().__init__(str(self))
 
-    def __str__(self) -> str:
+    @property
+    def summary(self) -> str:
+        """The provider's words and code, without the channel name (for a per-channel record)."""
         code = f" (code {self.code})" if self.code is not None else ""
+        return f"{self.provider_message}{code}"
+
+    def __str__(self) -> str:
         kind = "will retry" if self.retryable else "permanent; check the notifier's config"
-        return f"{self.channel}: {self.provider_message}{code} [{kind}]"
+        return f"{self.channel}: {self.summary} [{kind}]"
 
     def __repr__(self) -> str:
         return (

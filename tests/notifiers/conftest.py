@@ -44,6 +44,7 @@ class ProviderServer:
     def __init__(self) -> None:
         self.requests: list[Received] = []
         self.answer = Answer()
+        self.script: list[Answer] = []  # answered first, in order; then `answer` for ever
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -54,7 +55,7 @@ class ProviderServer:
                     Received("POST", parts.path, parse_qs(parts.query), {k.lower(): v for k, v in self.headers.items()},
                              self.rfile.read(length))
                 )
-                answer = outer.answer
+                answer = outer.script.pop(0) if outer.script else outer.answer
                 if answer.delay_s:
                     time.sleep(answer.delay_s)
                 raw = answer.body if isinstance(answer.body, str) else json.dumps(answer.body)
@@ -84,6 +85,10 @@ class ProviderServer:
     def reply(self, status: int = 200, body: Any = None, *, delay_s: float = 0.0,
               headers: dict[str, str] | None = None) -> None:
         self.answer = Answer(status, {} if body is None else body, delay_s, headers or {})
+
+    def then(self, status: int = 200, body: Any = None) -> None:
+        """Queue one answer for the next request, before the standing `reply`."""
+        self.script.append(Answer(status, {} if body is None else body))
 
     @property
     def last(self) -> Received:

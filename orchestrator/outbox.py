@@ -1,0 +1,130 @@
+"""Delivering the notification outbox, off the dispatch path: each due row goes to its channel
+in id order, at most one message per channel's `min_interval_s`, with capped exponential
+backoff on retryable errors and a recorded `notify_failed` event when a row is given up.
+At-least-once: a row is marked delivered right after the provider accepts it, so a crash in
+between resends it, and a row once accepted is never sent again."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+from notifiers import Message, Notifier, NotifyError, redact
+
+log = logging.getLogger("orch.outbox")
+
+# How many due rows one pass reads. Rows of a channel that must wait are skipped, not
+# refetched, so this bounds how far one busy channel can push the others back.
+_BATCH = 500
+
+
+class OutboxSender:
+    """Remembers when each channel last sent, so spacing survives between passes."""
+
+    def __init__(
+        self,
+        store: Any,
+        notifiers: Mapping[str, Notifier],
+        *,
+        max_age_s: float = 86400,
+        base_backoff_s: float = 5,
+        max_backoff_s: float = 600,
+        last_send: MutableMapping[str, float] | None = None,
+    ):
+        self.store = store
+        self.notifiers = notifiers
+        self.max_age_s = max_age_s
+        self.base_backoff_s = base_backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.last_send: MutableMapping[str, float] = {} if last_send is None else last_send
+
+    def deliver_due(self, now: float) -> int:
+        """Send every row that is due and allowed now; return how many the providers accepted."""
+        delivered = 0
+        # A channel that failed or must wait keeps its later rows back too: messages about one
+        # job must not arrive out of order ("succeeded" before "started").
+        held: set[str] = set()
+        for row in self.store.due_outbox(now, limit=_BATCH):
+            if row.channel in held:
+                continue
+            notifier = self.notifiers.get(row.channel)
+            if notifier is None:
+                self._give_up(row, now, f"channel '{row.channel}' is no longer configured in [[notifiers]]")
+                continue
+            last = self.last_send.get(row.channel)
+            if last is not None and now - last < notifier.min_interval_s:
+                held.add(row.channel)
+                continue
+            try:
+                message = Message.from_dict(row.payload)
+            except (TypeError, ValueError) as exc:
+                self._give_up(row, now, f"unreadable message in the outbox: {exc}")
+                continue
+            self.last_send[row.channel] = now
+            try:
+                notifier.send(message)
+            except NotifyError as exc:
+                held.add(row.channel)
+                self._failed(row, now, exc)
+                continue
+            except Exception as exc:  # a bug in one channel must never stop the daemon
+                held.add(row.channel)
+                log.exception("notifier %s crashed on outbox row %d", row.channel, row.id)
+                self._failed(row, now, NotifyError(row.channel, f"{type(exc).__name__}: {exc}", retryable=True))
+                continue
+            self.store.mark_delivered(row.id, now)
+            delivered += 1
+        return delivered
+
+    def backoff_s(self, tries: int) -> float:
+        """Delay after the (tries + 1)-th failed try: base, 2×base, 4×base, ... capped."""
+        return min(self.max_backoff_s, self.base_backoff_s * 2 ** min(tries, 32))
+
+    def _failed(self, row: Any, now: float, exc: NotifyError) -> None:
+        # The store prefixes the channel name; summary is the provider's words and code.
+        error = redact(exc.summary)
+        if not exc.retryable:
+            self._give_up(row, now, f"{error} (permanent: fix the notifier's config, then `orch notify test`)")
+            return
+        delay = self.backoff_s(row.tries)
+        if exc.retry_after is not None:
+            delay = max(delay, exc.retry_after)  # the provider knows better than our schedule
+        next_try_at = now + delay
+        if next_try_at - row.created_at > self.max_age_s:
+            self._give_up(row, now, f"still failing after {_age(now - row.created_at)}: {error}")
+            return
+        log.info("notification %d via %s failed, retrying in %.0f s: %s", row.id, row.channel, delay, error)
+        self.store.mark_retry(row.id, now, next_try_at, error)
+
+    def _give_up(self, row: Any, now: float, error: str) -> None:
+        error = redact(error)
+        job = f"job {row.job_id}" if row.job_id is not None else "no job"
+        log.warning("notification %d (%s) via %s given up: %s", row.id, job, row.channel, error)
+        # The store also records a notify_failed event, so `orch show` tells the user.
+        self.store.mark_gave_up(row.id, now, error)
+
+
+def _age(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:.0f} s"
+
+
+# Spacing memory for the function form below: one daemon, one outbox.
+_LAST_SEND: dict[str, float] = {}
+
+
+def deliver_due(
+    store: Any,
+    notifiers: Mapping[str, Notifier],
+    now: float,
+    *,
+    max_age_s: float = 86400,
+    base_backoff_s: float = 5,
+    max_backoff_s: float = 600,
+) -> int:
+    """Function form of OutboxSender.deliver_due, remembering send times across calls."""
+    sender = OutboxSender(
+        store, notifiers, max_age_s=max_age_s, base_backoff_s=base_backoff_s,
+        max_backoff_s=max_backoff_s, last_send=_LAST_SEND,
+    )
+    return sender.deliver_due(now)
