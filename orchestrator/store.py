@@ -162,6 +162,8 @@ class Store:
                  None if git_dirty is None else int(git_dirty), now, now, max_cost, max_hours),
             )
             job_id = cur.lastrowid
+            # Messages are built before the id exists; stamp it in.
+            outgoing = [Outgoing(o.channel, {**o.payload, "job_id": job_id}) for o in outgoing]
             self._event(db, job_id, EventKind.SUBMITTED, detail, now, outgoing)
             return self._get(db, job_id)
 

@@ -1,0 +1,329 @@
+"""`orch`: the command line. Thin: parse, call one function, render. Errors become exit codes
+only here (2 bad input, 1 the request failed); hints go to stderr so --json stays parseable."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from .errors import OrchError
+from .paths import Home
+
+
+class OrchGroup(TyperGroup):
+    """Turns our errors into a message on stderr and an exit code (2 bad input, 1 failed
+    request), for the real `orch` and for CliRunner alike: never a traceback."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OrchError as exc:
+            text = str(exc)
+            print(text if exc.exit_code == 2 else f"orch: {text}", file=sys.stderr)
+            raise typer.Exit(exc.exit_code) from None
+
+
+app = typer.Typer(cls=OrchGroup, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="orch: queue training jobs on rented GPUs; resume after preemption; count the cost; "
+                       "get notified; power off when done.")
+daemon_app = typer.Typer(no_args_is_help=True, help="Run, start, stop or inspect the background daemon.")
+notify_app = typer.Typer(no_args_is_help=True, help="Check the notification channels.")
+config_app = typer.Typer(no_args_is_help=True, help="Check config.toml.")
+app.add_typer(daemon_app, name="daemon")
+app.add_typer(notify_app, name="notify")
+app.add_typer(config_app, name="config")
+
+
+class Ctx:
+    home_arg: Optional[str] = None
+    config_arg: Optional[str] = None
+
+    @property
+    def home(self) -> Home:
+        return Home.locate(self.home_arg)
+
+    def store(self):
+        from .store import Store
+
+        home = self.home.ensure()
+        return Store(home.db)
+
+    @property
+    def config_path(self) -> Path:
+        return self.home.config_path(self.config_arg)
+
+    def config(self, *, build_notifiers: bool = False):
+        from .config import load_config
+
+        return load_config(self.config_path, required=self.config_arg is not None, build_notifiers=build_notifiers)
+
+
+ctx = Ctx()
+
+
+def err(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+@app.callback()
+def main_options(
+    home: Optional[str] = typer.Option(None, "--home", help="State folder (default $ORCH_HOME or ~/.orch)."),
+    config: Optional[str] = typer.Option(None, "--config", help="config.toml (default $ORCH_CONFIG or $ORCH_HOME/config.toml)."),
+) -> None:
+    ctx.home_arg, ctx.config_arg = home, config
+
+
+def _daemon_pid(home: Home) -> Optional[int]:
+    from .daemon_control import running_pid
+
+    return running_pid(home)
+
+
+def _poke(home: Home) -> bool:
+    from .wake import poke
+
+    return poke(home.wake_socket)
+
+
+# -- submit / run -----------------------------------------------------------------------
+
+
+@app.command()
+def submit(
+    job_toml: Path = typer.Argument(..., help="The job file (see examples/)."),
+    priority: Optional[int] = typer.Option(None, "--priority", help="Higher runs first (overrides the file)."),
+    after: List[int] = typer.Option([], "--after", help="Start only after job ID succeeded (repeatable)."),
+    at: Optional[str] = typer.Option(None, "--at", help="Hold until a time: 2026-12-01T02:00 (local), or +30m, +2h."),
+    as_json: bool = typer.Option(False, "--json", help="Print {\"id\", \"name\", \"state\"} as JSON."),
+) -> None:
+    """Validate a job file and queue it."""
+    from .gpus import managed_gpus
+    from .lifecycle import submit_job
+    from .when import parse_at
+
+    now = time.time()
+    not_before = parse_at(at, now) if at else None
+    config = ctx.config()
+    store = ctx.store()
+    job = submit_job(store, config, ctx.home, job_toml, now=now, priority=priority, after=after,
+                     not_before=not_before, machine_gpus=len(managed_gpus(config.daemon.gpus)))
+    running = _poke(ctx.home)
+    if as_json:
+        emit_json({"id": job.id, "name": job.name, "state": job.state.value})
+    else:
+        print(f"submitted job {job.id} ({job.name})")
+    if not running:
+        err("note: no daemon is running; start one with `orch daemon start` (or run it now with `orch run`)")
+
+
+@app.command()
+def run(
+    job_toml: Optional[Path] = typer.Argument(None, help="The job file."),
+    resume: Optional[int] = typer.Option(None, "--resume", help="Continue job ID from its latest checkpoint."),
+) -> None:
+    """Record a job like submit, then run it here in the foreground (no daemon)."""
+    from .foreground import run_foreground
+
+    if (job_toml is None) == (resume is None):
+        raise typer.BadParameter("give a job file or --resume ID (one of them)")
+    code = run_foreground(ctx.home.ensure(), ctx.store(), ctx.config(), job_toml=job_toml, resume_id=resume)
+    raise typer.Exit(code)
+
+
+# -- looking at jobs --------------------------------------------------------------------
+
+
+@app.command()
+def status(
+    show_all: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
+    as_json: bool = typer.Option(False, "--json", help="A JSON list, one object per job."),
+) -> None:
+    """The queue: id, name, state, attempt, progress, ETA, runtime, cost."""
+    from .views import status_rows
+
+    home = ctx.home
+    rows = status_rows(ctx.store(), home, time.time(), include_all=show_all)
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        print("no jobs" + ("" if show_all else " queued or running (`orch status --all` shows finished ones)"))
+        return
+    from rich.console import Console
+
+    from .render import status_table
+
+    Console().print(status_table(rows, _currency()))
+    if _daemon_pid(home) is None and any(r["state"] in ("queued", "running") for r in rows):
+        err("note: no daemon is running; `orch daemon start` runs the queue")
+
+
+def _currency() -> str:
+    try:
+        return ctx.config().pricing.currency
+    except OrchError:
+        return ""
+
+
+@app.command()
+def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
+    """A job's spec, state, provenance, attempts, checkpoints, cost and event history."""
+    from .render import show_text
+    from .views import show_data
+
+    data = show_data(ctx.store(), ctx.home, job_id)
+    if as_json:
+        emit_json(data)
+    else:
+        print(show_text(data, _currency()))
+
+
+@app.command()
+def logs(
+    job_id: int = typer.Argument(...),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing, across attempts, until the job ends."),
+    lines: Optional[int] = typer.Option(None, "-n", help="Only the last N lines."),
+) -> None:
+    """The job's log (all attempts, oldest first)."""
+    from .logview import print_logs
+
+    raise typer.Exit(print_logs(ctx.store(), ctx.home, job_id, follow=follow, last=lines))
+
+
+# -- changing jobs ----------------------------------------------------------------------
+
+
+@app.command()
+def cancel(job_id: int = typer.Argument(...)) -> None:
+    """Cancel a job: a queued one at once; a running one gets SIGTERM, a grace period, then SIGKILL."""
+    from .lifecycle import cancel_job
+
+    config = ctx.config()
+    job, done = cancel_job(ctx.store(), config, ctx.home, job_id, time.time())
+    if done:
+        print(f"cancelled job {job.id} ({job.name})")
+        return
+    alive = _poke(ctx.home)
+    print(f"cancelling job {job.id} ({job.name}): SIGTERM now, SIGKILL after {config.daemon.grace_seconds:g}s")
+    if not alive:
+        err("note: no daemon is running; the cancel happens when one starts (`orch daemon start`)")
+
+
+@app.command()
+def retry(
+    job_id: int = typer.Argument(...),
+    budget: Optional[float] = typer.Option(None, "--budget", help="A new max_cost for the job.", min=0.0),
+) -> None:
+    """Put a failed, cancelled or stopped job back in the queue; it resumes from its latest checkpoint."""
+    from .lifecycle import retry_job
+
+    job = retry_job(ctx.store(), ctx.config(), ctx.home, job_id, time.time(), budget=budget)
+    print(f"job {job.id} ({job.name}) queued again; it resumes from its latest checkpoint")
+    if not _poke(ctx.home):
+        err("note: no daemon is running; start one with `orch daemon start`")
+
+
+@app.command()
+def cost(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Per-job and total cost, GPU-hours, idle cost and preemption waste."""
+    from .cost_report import cost_data, cost_table
+
+    data = cost_data(ctx.store(), ctx.config())
+    if as_json:
+        emit_json(data)
+    else:
+        print(cost_table(data))
+
+
+# -- daemon -----------------------------------------------------------------------------
+
+
+@daemon_app.command("run")
+def daemon_run(detached: bool = typer.Option(False, "--detached", hidden=True)) -> None:
+    """Run the daemon in the foreground (for systemd, supervisord or tmux)."""
+    from .daemon_loop import run_daemon
+
+    raise typer.Exit(run_daemon(ctx.home.ensure(), ctx.config(build_notifiers=True), detached=detached))
+
+
+@daemon_app.command("start")
+def daemon_start() -> None:
+    """Start the daemon in the background; it survives the terminal closing."""
+    from .daemon_control import start_detached
+
+    ctx.config(build_notifiers=True)  # refuse a bad config here, not silently in the log
+    pid = start_detached(ctx.home.ensure(), ctx.config_arg)
+    print(f"daemon started (pid {pid}); log: {ctx.home.log_file}")
+
+
+@daemon_app.command("stop")
+def daemon_stop(timeout: float = typer.Option(120.0, help="Seconds to wait for running jobs to checkpoint.")) -> None:
+    """Stop the daemon: running jobs checkpoint and are queued again for later."""
+    from .daemon_control import stop
+
+    pid = stop(ctx.home, timeout=timeout)
+    print(f"daemon (pid {pid}) stopped")
+
+
+@daemon_app.command("status")
+def daemon_status(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Whether the daemon runs: pid and uptime."""
+    from .daemon_control import describe
+
+    info = describe(ctx.home)
+    if as_json:
+        emit_json(info)
+    elif info["running"]:
+        from .render import duration
+
+        print(f"daemon running: pid {info['pid']}, up {duration(info['uptime_s'])}, home {info['home']}")
+    else:
+        print(f"no daemon running for {info['home']}")
+        raise typer.Exit(1)
+
+
+# -- notify / config --------------------------------------------------------------------
+
+
+@notify_app.command("test")
+def notify_test(channel: Optional[str] = typer.Option(None, "--channel", help="Only this channel (its name).")) -> None:
+    """Send a test message through the configured channels; print each one's outcome."""
+    from .notify_check import send_test
+
+    raise typer.Exit(send_test(ctx.config(build_notifiers=True), channel))
+
+
+@config_app.command("check")
+def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (default: the one orch uses).")) -> None:
+    """Validate config.toml, including every notifier's keys and secrets."""
+    from .config import load_config
+
+    target = path or ctx.config_path
+    if not target.exists():
+        if path is not None or ctx.config_arg is not None:
+            from .errors import ConfigError
+
+            raise ConfigError([f"{target}: no such file"])
+        print(f"no config at {target}; the defaults apply (CPU slots 1, GPUs discovered, no pricing, no notifiers)")
+        return
+    config = load_config(target, required=True, build_notifiers=True)
+    names = [n for n, _ in config.routes()]
+    print(f"{target}: ok" + (f" (notifiers: {', '.join(names)})" if names else ""))
+
+
+def main() -> None:
+    app(prog_name="orch")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""config.toml -> Config: typed sections with their defaults in one place, validated on load,
+every problem reported at once. Every command works with no config file at all."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, Mapping, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ConfigError
+from .states import EventKind
+from .tomlfile import problems_from, read_toml
+
+DEFAULT_EVENTS = ("succeeded", "failed", "stopped", "preempted", "idle_shutdown")
+EVENT_NAMES = frozenset(k.value for k in EventKind)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DaemonSection(_Section):
+    cpu_slots: int = Field(default=1, ge=1, le=1024)
+    gpus: Union[Literal["auto"], list[int]] = "auto"
+    grace_seconds: float = Field(default=25.0, gt=0)
+    tick_seconds: float = Field(default=1.0, gt=0, le=60)
+    retry_backoff_seconds: float = Field(default=10.0, ge=0)  # doubles per charged retry
+    max_retry_backoff_seconds: float = Field(default=300.0, ge=0)
+    log_max_mb: float = Field(default=10.0, gt=0)
+    log_backups: int = Field(default=3, ge=0)
+
+    @field_validator("gpus")
+    @classmethod
+    def _indices(cls, v: Any) -> Any:
+        if isinstance(v, list) and any(i < 0 for i in v):
+            raise ValueError("GPU indices must be 0 or more")
+        return v
+
+
+class PricingSection(_Section):
+    currency: str = ""
+    gpu_hour: float = Field(default=0.0, ge=0)
+    instance_hour: float = Field(default=0.0, ge=0)
+    spot: bool = False
+    on_demand_gpu_hour: Optional[float] = Field(default=None, ge=0)
+
+
+class BudgetSection(_Section):
+    total: Optional[float] = Field(default=None, gt=0)
+
+
+class PreemptionSection(_Section):
+    sources: list[Literal["aws", "gcp", "azure", "file"]] = []
+    poll_seconds: float = Field(default=5.0, gt=0)
+    on_notice: Literal["wait", "exit"] = "wait"
+    timeout_seconds: float = Field(default=1.0, gt=0)
+    aws_endpoint: str = "http://169.254.169.254"
+    gcp_endpoint: str = "http://metadata.google.internal"
+    azure_endpoint: str = "http://169.254.169.254"
+    file: str = "preempt-notice"
+
+
+class IdleSection(_Section):
+    shutdown_after_minutes: Optional[float] = Field(default=None, gt=0)
+    shutdown_command: list[str] = Field(default=["shutdown", "-h", "now"], min_length=1)
+    notify_wait_seconds: float = Field(default=60.0, ge=0)  # how long the last message may take
+
+
+class HooksSection(BaseModel):
+    """`on_<event> = [argv...]` for any event kind; unknown event names are errors."""
+
+    model_config = ConfigDict(extra="allow")
+    timeout_seconds: float = Field(default=60.0, gt=0)
+
+    def argv_for(self, event: str) -> list[str]:
+        return list((self.model_extra or {}).get(f"on_{event}") or [])
+
+
+class NotifySection(_Section):
+    give_up_after_hours: float = Field(default=24.0, gt=0)
+    retry_base_seconds: float = Field(default=5.0, ge=0)
+    retry_max_seconds: float = Field(default=600.0, gt=0)
+
+
+class Config(_Section):
+    daemon: DaemonSection = DaemonSection()
+    pricing: PricingSection = PricingSection()
+    budget: BudgetSection = BudgetSection()
+    preemption: PreemptionSection = PreemptionSection()
+    idle: IdleSection = IdleSection()
+    hooks: HooksSection = HooksSection()
+    notify: NotifySection = NotifySection()
+    notifiers: list[dict[str, Any]] = []
+
+    # Set by load_config, not read from the file.
+    path: Optional[Path] = Field(default=None, exclude=True)
+
+    def routes(self) -> list[tuple[str, frozenset[str]]]:
+        """(channel name, events it wants) for every notifier — enough to queue outbox rows
+        without building the notifiers (which needs their secrets)."""
+        out = []
+        for raw in self.notifiers:
+            name = str(raw.get("name") or raw.get("type") or "")
+            events = raw.get("events") or DEFAULT_EVENTS
+            out.append((name, frozenset(str(e) for e in events)))
+        return out
+
+
+def _hook_problems(raw: dict[str, Any], label: str) -> list[str]:
+    problems = []
+    for key, value in (raw.get("hooks") or {}).items():
+        if key == "timeout_seconds":
+            continue
+        if not key.startswith("on_") or key[3:] not in EVENT_NAMES:
+            problems.append(f"{label}: unknown key 'hooks.{key}' (hooks are on_<event>, events: {', '.join(sorted(EVENT_NAMES))})")
+        elif not (isinstance(value, list) and all(isinstance(x, str) and x for x in value)):
+            problems.append(f"{label}: hooks.{key}: must be a list of strings, the program and its arguments (got {value!r})")
+    return problems
+
+
+def _notifier_shape_problems(raw: dict[str, Any], label: str) -> list[str]:
+    problems: list[str] = []
+    items = raw.get("notifiers", [])
+    if not isinstance(items, list):
+        return [f"{label}: notifiers: must be an array of tables ([[notifiers]])"]
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            problems.append(f"{label}: notifiers[{i}]: must be a table")
+            continue
+        for e in item.get("events") or []:
+            if str(e) not in EVENT_NAMES:
+                problems.append(f"{label}: notifiers[{i}].events: unknown event {e!r} (events: {', '.join(sorted(EVENT_NAMES))})")
+    return problems
+
+
+def load_config(path: Optional[Path] = None, *, required: bool = False, build_notifiers: bool = False,
+                env: Optional[Mapping[str, str]] = None) -> Config:
+    """Read config.toml; a missing file gives the defaults unless `required`. With
+    `build_notifiers` every channel is constructed too (secrets resolved, URLs checked)."""
+    if path is None or (not path.exists() and not required):
+        return Config(path=path)
+    label = str(path)
+    raw = read_toml(path, label, ConfigError)
+    problems = _hook_problems(raw, label) + _notifier_shape_problems(raw, label)
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        problems += problems_from(exc, Config, label)
+        config = None
+    if config is not None:
+        config.path = path
+        if build_notifiers:
+            try:
+                build_channels(config, env=env)
+            except ConfigError as exc:
+                problems += exc.problems
+    if problems:
+        raise ConfigError(list(dict.fromkeys(problems)))
+    assert config is not None
+    return config
+
+
+def build_channels(config: Config, env: Optional[Mapping[str, str]] = None) -> list[Any]:
+    """Construct the configured notifiers (raises ConfigError naming the notifier)."""
+    if not config.notifiers:
+        return []
+    from notifiers import NotifierConfigError, build_notifiers
+
+    try:
+        return build_notifiers(config.notifiers, label=str(config.path or "config.toml"),
+                               env=os.environ if env is None else env)
+    except NotifierConfigError as exc:
+        raise ConfigError(list(exc.problems)) from None
+
+
+def preemption_file(config: Config, home_root: Path) -> Path:
+    return (home_root / os.path.expanduser(config.preemption.file)).resolve()

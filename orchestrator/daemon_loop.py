@@ -1,0 +1,253 @@
+"""`orch daemon run`: the lock, logging, APScheduler driving the daemon's periodic work (tick,
+preemption watch, outbox, idle check), the wake socket that makes a submit or a finished job act
+at once instead of at the next tick, and the orderly stop on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import signal
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from .config import Config, build_channels, preemption_file
+from .daemon import Daemon
+from .daemon_control import DaemonLock
+from .paths import Home
+from .states import EventKind, JobState
+from .store import Store
+
+log = logging.getLogger("orch.daemon")
+
+
+def setup_logging(home: Home, config: Config, detached: bool) -> None:
+    root = logging.getLogger("orch")
+    root.setLevel(logging.INFO)
+    root.handlers.clear()
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.handlers.RotatingFileHandler(
+        home.log_file, maxBytes=int(config.daemon.log_max_mb * 1e6), backupCount=config.daemon.log_backups)
+    handler.setFormatter(fmt)
+    root.addHandler(handler)
+    if not detached:
+        stream = logging.StreamHandler(sys.stderr)
+        stream.setFormatter(fmt)
+        root.addHandler(stream)
+
+
+class DaemonRuntime:
+    """Owns the threads around a Daemon: scheduler, wake listener, notice watcher, outbox, hooks."""
+
+    def __init__(self, home: Home, config: Config, store: Store):
+        from .hooks import HookRunner
+        from .outbox import OutboxSender
+        from .preemption import NoticeWatcher, build_sources
+
+        self.home, self.config, self.store = home, config, store
+        self.hooks = HookRunner(config.hooks.model_extra or {}, log=logging.getLogger("orch.hooks"),
+                                timeout_s=config.hooks.timeout_seconds, cwd=home.root)
+        self.daemon = Daemon(home, config, store, on_event=self._on_event)
+        channels = {n.name: n for n in build_channels(config)}
+        self.sender = OutboxSender(store, channels, max_age_s=config.notify.give_up_after_hours * 3600,
+                                   base_backoff_s=config.notify.retry_base_seconds,
+                                   max_backoff_s=config.notify.retry_max_seconds)
+        p = config.preemption
+        self.watcher = NoticeWatcher(build_sources(
+            p.sources, aws_endpoint=p.aws_endpoint, gcp_endpoint=p.gcp_endpoint, azure_endpoint=p.azure_endpoint,
+            file_path=preemption_file(config, home.root), timeout_s=p.timeout_seconds))
+        self.stop_event = threading.Event()
+        self.exit_after_notice = False
+        self.wake_pending = threading.Event()
+        self.idle = IdleShutdown(self)
+        self.scheduler: Any = None
+
+    def _on_event(self, kind: str, job: Any) -> None:
+        info = None
+        if job is not None:
+            info = {"id": job.id, "name": job.name, "state": job.state.value, "cost": job.cost,
+                    "attempt": job.shown_attempt, "run_dir": str(self.home.run_dir(job.id))}
+        self.hooks.submit_event(kind, info)
+
+    # -- scheduled work ------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        # A wake that arrives while a tick runs is not lost: run again until none is pending.
+        for _ in range(10):
+            self.wake_pending.clear()
+            try:
+                self.daemon.tick(time.time())
+                self.idle.check(time.time())
+            except Exception:
+                log.exception("tick failed; the daemon goes on")
+            if not self.wake_pending.is_set():
+                break
+        if self.exit_after_notice and self.daemon.running_count() == 0:
+            log.info("preemption notice: every job checkpointed and requeued; exiting as [preemption] on_notice = 'exit'")
+            self.stop_event.set()
+
+    def watch(self) -> None:
+        try:
+            notices = self.watcher.poll_all(time.time())
+        except Exception:
+            log.exception("preemption watch failed")
+            return
+        now = time.time()
+        for notice in notices:
+            self.store.record_event(None, EventKind.NOTICE, now, detail=f"{notice.source}: {notice.kind}: {notice.detail}")
+            if notice.stops_jobs:
+                log.warning("preemption notice from %s: %s; checkpointing every running job", notice.source, notice.detail)
+                self.daemon.preempt_all(now, f"preemption notice ({notice.source}): {notice.detail}")
+                if self.config.preemption.on_notice == "exit":
+                    self.exit_after_notice = True
+        was = self.daemon.notice_active
+        self.daemon.notice_active = self.watcher.notice_active
+        if was and not self.daemon.notice_active:
+            log.info("preemption notice cleared; dispatching again")
+        if notices:
+            self.poke()
+
+    def deliver(self) -> None:
+        try:
+            self.sender.deliver_due(time.time())
+        except Exception:
+            log.exception("outbox delivery failed; will retry")
+
+    def poke(self) -> None:
+        self.wake_pending.set()
+        if self.scheduler is not None:
+            try:
+                self.scheduler.modify_job("tick", next_run_time=datetime.now(timezone.utc))
+            except Exception:  # the scheduler is shutting down
+                pass
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        from .wake import listen
+
+        self.daemon.recover(time.time())
+        sock = listen(self.home.wake_socket)
+        sock.settimeout(1.0)
+        threading.Thread(target=self._listen_loop, args=(sock,), daemon=True, name="wake").start()
+        sched = BackgroundScheduler(timezone=timezone.utc, job_defaults={"coalesce": True, "max_instances": 1,
+                                                                         "misfire_grace_time": 30})
+        now = datetime.now(timezone.utc)
+        sched.add_job(self.tick, "interval", seconds=self.config.daemon.tick_seconds, id="tick", next_run_time=now)
+        if self.config.preemption.sources:
+            sched.add_job(self.watch, "interval", seconds=self.config.preemption.poll_seconds, id="watch",
+                          next_run_time=now)
+        if self.config.notifiers:
+            sched.add_job(self.deliver, "interval", seconds=1.0, id="outbox", next_run_time=now)
+        self.scheduler = sched
+        sched.start()
+        log.info("daemon started: home %s, GPUs %s, CPU slots %s", self.home.root, self.daemon.managed or "none",
+                 self.config.daemon.cpu_slots)
+        while not self.stop_event.wait(0.5):
+            pass
+        sched.shutdown(wait=True)
+        self.shutdown()
+        sock.close()
+        return 0
+
+    def _listen_loop(self, sock: Any) -> None:
+        while not self.stop_event.is_set():
+            try:
+                sock.recvfrom(64)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.poke()
+
+    def shutdown(self) -> None:
+        """SIGTERM every job, wait up to the grace for their checkpoints, record them queued for
+        resume. A job still running after that is adopted or requeued by the next daemon."""
+        d = self.daemon
+        d.stopping = True
+        signalled = d.preempt_all(time.time(), "the daemon is stopping")
+        if signalled:
+            log.info("stopping: waiting up to %.0fs for %d job(s) to checkpoint", self.config.daemon.grace_seconds,
+                     len(signalled))
+        deadline = time.monotonic() + self.config.daemon.grace_seconds + 5
+        while time.monotonic() < deadline:
+            d.tick(time.time())
+            if d.running_count() == 0:
+                break
+            time.sleep(0.1)
+        d.tick(time.time())
+        self.deliver()
+        self.hooks.wait_idle(10)
+        self.hooks.close(5)
+        self.watcher.close()
+        log.info("daemon stopped")
+
+
+class IdleShutdown:
+    """[idle] shutdown_after_minutes: once nothing is queued or running (held jobs count as
+    queued) for that long, notify, wait (bounded) for the message to go out, then run the
+    shutdown command once. Any work resets the countdown; a later idle period arms it again."""
+
+    def __init__(self, rt: DaemonRuntime):
+        self.rt = rt
+        self.idle_since: Optional[float] = None
+        self.fired = False
+        self.event_at: Optional[float] = None
+
+    def check(self, now: float) -> None:
+        cfg = self.rt.config.idle
+        if cfg.shutdown_after_minutes is None:
+            return
+        counts = self.rt.store.count_by_state()
+        if counts.get(JobState.QUEUED, 0) + counts.get(JobState.RUNNING, 0):
+            self.idle_since, self.fired, self.event_at = None, False, None
+            return
+        if self.fired:
+            return
+        if self.idle_since is None:
+            self.idle_since = now
+            return
+        if self.event_at is None and now - self.idle_since >= cfg.shutdown_after_minutes * 60:
+            from .lifecycle import outgoing_for
+
+            payload = {"event": "idle_shutdown", "host": __import__("socket").gethostname(),
+                       "reason": f"idle for {cfg.shutdown_after_minutes:g} min; running {cfg.shutdown_command}",
+                       "currency": self.rt.config.pricing.currency}
+            self.rt.store.record_event(None, EventKind.IDLE_SHUTDOWN, now, detail=payload["reason"],
+                                       outgoing=outgoing_for(self.rt.config, EventKind.IDLE_SHUTDOWN, payload))
+            self.event_at = now
+            self.rt.deliver()
+        if self.event_at is not None:
+            delivered = self.rt.store.pending_outbox() == 0
+            if delivered or now - self.event_at >= cfg.notify_wait_seconds:
+                from .hooks import run_shutdown_command
+
+                self.fired = True
+                log.warning("idle for %.0f min: running the shutdown command %s", cfg.shutdown_after_minutes,
+                            cfg.shutdown_command)
+                self.rt.hooks.submit_event("idle_shutdown", None)
+                run_shutdown_command(list(cfg.shutdown_command), logging.getLogger("orch.idle"))
+
+
+def run_daemon(home: Home, config: Config, *, detached: bool = False) -> int:
+    lock = DaemonLock(home)
+    lock.acquire()
+    try:
+        setup_logging(home, config, detached)
+        store = Store(home.db)
+        rt = DaemonRuntime(home, config, store)
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            log.info("received %s: stopping", signal.Signals(signum).name)
+            rt.stop_event.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN if detached else on_signal)
+        return rt.run()
+    finally:
+        lock.release()

@@ -1,0 +1,64 @@
+"""SPEC.md's table "What ends an attempt, and what the job becomes": the daemon's intent plus the
+exit read from attempt-<n>.exit decide the next state. Pure: the daemon applies the decision."""
+
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass
+from typing import Optional
+
+from .states import EventKind, Intent, JobState
+
+EX_CHECKPOINTED = 75  # EX_TEMPFAIL: interrupted after a durable checkpoint
+EX_OOM = 76
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: JobState
+    event: EventKind
+    outcome: str  # the attempt's outcome, shown in `orch show`
+    reason: str
+    charged: bool = False  # spends one of the job's retries
+    backoff: bool = False  # wait before the next attempt
+
+
+def describe_exit(code: Optional[int], sig: Optional[int]) -> str:
+    if sig:
+        try:
+            name = _signal.Signals(sig).name
+        except ValueError:
+            name = "unknown signal"
+        return f"terminated by signal {sig} ({name})"
+    return f"exit code {code}"
+
+
+def decide(intent: Intent, code: Optional[int], sig: Optional[int], *, has_result: bool, is_command: bool,
+           failures: int, retries: int) -> Decision:
+    how = describe_exit(code, sig)
+    if code == 0 and has_result:
+        return Decision(JobState.SUCCEEDED, EventKind.SUCCEEDED, "succeeded", "")
+    if intent is Intent.CANCEL:
+        return Decision(JobState.CANCELLED, EventKind.CANCELLED, "cancelled", f"cancelled by the user ({how})")
+    if intent is Intent.BUDGET:
+        return Decision(JobState.STOPPED, EventKind.STOPPED, "stopped", "")
+    if intent is Intent.PREEMPT:
+        return Decision(JobState.QUEUED, EventKind.PREEMPTED, "preempted",
+                        f"preempted ({how}); queued to resume from its latest checkpoint")
+    if code == 0:
+        if is_command:
+            return Decision(JobState.SUCCEEDED, EventKind.SUCCEEDED, "succeeded", "")
+        return Decision(JobState.FAILED, EventKind.FAILED, "failed",
+                        "the built-in runner exited 0 without writing result.json")
+    if code == EX_CHECKPOINTED:
+        return Decision(JobState.QUEUED, EventKind.RETRYING, "checkpointed",
+                        "the job checkpointed and asked to be resumed (exit 75); not charged to retries")
+    if code == EX_OOM:
+        return Decision(JobState.QUEUED, EventKind.OOM, "oom",
+                        "out of GPU memory: running again with half the micro-batch and twice the accumulation")
+    if failures + 1 <= retries:
+        return Decision(JobState.QUEUED, EventKind.RETRYING, "failed",
+                        f"{how}; retry {failures + 1} of {retries}, resuming from the latest checkpoint",
+                        charged=True, backoff=True)
+    tried = f" after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
+    return Decision(JobState.FAILED, EventKind.FAILED, "failed", f"{how}{tried}", charged=True)

@@ -1,0 +1,114 @@
+"""Text for people: the status table, `orch show`, durations and money. Rich is imported only
+when a table is drawn, so `orch submit` and `--json` stay fast."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+STATE_STYLE = {"queued": "yellow", "running": "cyan", "succeeded": "green", "failed": "red",
+               "cancelled": "magenta", "stopped": "magenta"}
+
+
+def duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def money(value: Optional[float], currency: str = "") -> str:
+    if value is None:
+        return "-"
+    text = f"{value:,.2f}"
+    return f"{text} {currency}".strip()
+
+
+def clock(ts: Optional[float]) -> str:
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def progress(row: dict[str, Any]) -> str:
+    step, total = row.get("step"), row.get("total_steps")
+    if step is None:
+        return "-"
+    if total:
+        return f"{step}/{total} ({100 * step / total:.0f}%)"
+    return str(step)
+
+
+def status_table(rows: list[dict[str, Any]], currency: str = "") -> Any:
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("ID", "NAME", "STATE", "ATT", "GPUS", "PROGRESS", "ETA", "RUNTIME", "COST", "NOTE"):
+        table.add_column(col, justify="right" if col in ("ID", "ATT", "GPUS", "COST") else "left",
+                         overflow="fold")
+    for r in rows:
+        style = STATE_STYLE.get(r["state"], "")
+        note = r.get("reason") or ""
+        table.add_row(str(r["id"]), r["name"], f"[{style}]{r['state']}[/]", str(r["attempt"]), str(r["gpus"]),
+                      progress(r), duration(r.get("eta_s")), duration(r.get("runtime_s")),
+                      money(r.get("cost"), currency), note)
+    return table
+
+
+def show_text(d: dict[str, Any], currency: str = "") -> str:
+    lines = [
+        f"job {d['id']}  {d['name']}  [{d['state']}]" + (f"  {d['reason']}" if d.get("reason") else ""),
+        f"  kind:      {d['kind']}   gpus: {d['gpus']}   priority: {d['priority']}   attempt: {d['attempt']}"
+        f"   retries: {d['failures']}/{d['retries']} used",
+        f"  spec:      {d['spec_path']}",
+        f"  run dir:   {d['run_dir']}",
+    ]
+    git = d.get("git") or {}
+    if git.get("commit"):
+        lines.append(f"  git:       {git['commit'][:12]}{' (dirty tree)' if git.get('dirty') else ''}")
+    else:
+        lines.append("  git:       not a git checkout")
+    if d["spec"].get("command"):
+        lines.append(f"  command:   {' '.join(d['spec']['command'])}   (in {d['spec'].get('workdir')})")
+    else:
+        m, data = d["spec"].get("model", {}), d["spec"].get("data", {})
+        lines.append(f"  model:     {m.get('name_or_path')}   data: {data.get('train')}")
+    if d.get("after"):
+        lines.append(f"  after:     {', '.join(map(str, d['after']))}")
+    if d.get("not_before"):
+        lines.append(f"  not before: {clock(d['not_before'])}")
+    lines.append(f"  progress:  {progress(d)}   eta: {duration(d.get('eta_s'))}   runtime: {duration(d.get('runtime_s'))}")
+    budget = []
+    if d.get("max_cost") is not None:
+        budget.append(f"max_cost {d['max_cost']:g}")
+    if d.get("max_hours") is not None:
+        budget.append(f"max_hours {d['max_hours']:g}")
+    lines.append(f"  cost:      {money(d['cost'], currency)}   gpu-hours: {d['gpu_hours']:.3f}"
+                 f"   steps lost: {d['steps_lost']} ({duration(d['waste_s'])}, {money(d['waste_cost'], currency)})"
+                 + (f"   budget: {', '.join(budget)}" if budget else ""))
+    if d["attempts"]:
+        lines.append("  attempts:")
+        for a in d["attempts"]:
+            how = a["outcome"] or ("running" if a["ended_at"] is None else "ended")
+            exit_text = f"signal {a['signal']}" if a.get("signal") else (f"exit {a['exit_code']}" if a.get("exit_code") is not None else "")
+            steps = ""
+            if a.get("resumed_from_step") is not None or a.get("step_reached") is not None:
+                steps = f"  steps {a.get('resumed_from_step') or 0} -> {a.get('step_reached') if a.get('step_reached') is not None else '?'}"
+            lines.append(f"    #{a['n']}  {clock(a['started_at'])}  {how:<12} {exit_text}{steps}"
+                         + (f"  gpus {a['gpus']}" if a.get("gpus") else ""))
+    if d["checkpoints"]:
+        lines.append("  checkpoints:")
+        for c in d["checkpoints"]:
+            lines.append(f"    {c['path']}  ({c['bytes'] / 1e6:.1f} MB)")
+    if d.get("result"):
+        r = d["result"]
+        lines.append(f"  result:    best {r.get('best_metric')}  steps {r.get('steps')}  epochs {r.get('epochs')}"
+                     f"{'  (early stopped)' if r.get('early_stopped') else ''}")
+    lines.append("  events:")
+    for e in d["events"]:
+        lines.append(f"    {clock(e['at'])}  {e['kind']:<16} {e['detail']}")
+    return "\n".join(lines)

@@ -1,0 +1,138 @@
+"""The data behind `orch status`, `orch show` and `orch cost`: one dict per job with SPEC.md's
+keys. The table and `--json` are rendered from the same dicts."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from .dispatch import hold_reason
+from .paths import Home
+from .records import Attempt, Job
+from .states import JobState
+from .store import Store
+
+
+def read_progress(run_dir: Path) -> Optional[dict[str, Any]]:
+    try:
+        data = json.loads((run_dir / "progress.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def eta_seconds(progress: Optional[dict[str, Any]], attempt: Optional[Attempt]) -> Optional[float]:
+    """Remaining seconds from this attempt's own pace: steps done since it started (or resumed)
+    over the time it took. Early stopping can only make the real figure smaller."""
+    if not progress or attempt is None:
+        return None
+    step, total, at = progress.get("step"), progress.get("total_steps"), progress.get("updated_at")
+    if not isinstance(step, int) or not isinstance(total, int) or not isinstance(at, (int, float)) or total <= 0:
+        return None
+    done = step - (attempt.resumed_from_step or 0)
+    elapsed = at - attempt.started_at
+    if done <= 0 or elapsed <= 0:
+        return None
+    return max(0.0, (total - step) * elapsed / done)
+
+
+def status_row(job: Job, home: Home, now: float, *, dep_states: dict[int, JobState],
+               attempt: Optional[Attempt] = None) -> dict[str, Any]:
+    progress = read_progress(home.run_dir(job.id)) if job.state is not JobState.QUEUED or job.attempt else None
+    step = progress.get("step") if progress else None
+    total = progress.get("total_steps") if progress else None
+    eta = eta_seconds(progress, attempt) if job.state is JobState.RUNNING else None
+    reason = job.reason
+    if job.state is JobState.QUEUED:
+        hold = hold_reason(job, dep_states, now)
+        reason = hold.reason if hold else (job.reason or "waiting for a free slot")
+    return {
+        "id": job.id,
+        "name": job.name,
+        "state": job.state.value,
+        "attempt": job.shown_attempt,
+        "gpus": job.gpus,
+        "step": step,
+        "total_steps": total,
+        "eta_s": None if eta is None else round(eta, 1),
+        "runtime_s": round(job.run_seconds, 1),
+        "cost": round(job.cost, 4),
+        "priority": job.priority,
+        "reason": reason,
+        "submitted_at": job.submitted_at,
+    }
+
+
+def status_rows(store: Store, home: Home, now: float, *, include_all: bool = False) -> list[dict[str, Any]]:
+    jobs = store.jobs() if include_all else store.jobs([JobState.QUEUED, JobState.RUNNING])
+    deps = {d for j in jobs if j.state is JobState.QUEUED for d in j.after_ids}
+    dep_states = store.states_of(deps)
+    rows = []
+    for job in jobs:
+        attempt = None
+        if job.state is JobState.RUNNING and job.attempt:
+            attempts = store.attempts(job.id)
+            attempt = attempts[-1] if attempts else None
+        rows.append(status_row(job, home, now, dep_states=dep_states, attempt=attempt))
+    return rows
+
+
+def list_checkpoints(run_dir: Path) -> list[dict[str, Any]]:
+    folder = run_dir / "checkpoints"
+    out = []
+    if folder.is_dir():
+        for path in sorted(folder.glob("*.ckpt")):
+            step = None
+            digits = path.stem.rsplit("-", 1)[-1]
+            if digits.isdigit():
+                step = int(digits)
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            out.append({"path": str(path), "step": step, "bytes": size})
+    out.sort(key=lambda c: (c["step"] is None, c["step"] or 0))
+    return out
+
+
+def show_data(store: Store, home: Home, job_id: int, now: Optional[float] = None) -> dict[str, Any]:
+    now = time.time() if now is None else now
+    job = store.get(job_id)
+    attempts = store.attempts(job_id)
+    dep_states = store.states_of(job.after_ids)
+    data = status_row(job, home, now, dep_states=dep_states, attempt=attempts[-1] if attempts else None)
+    run_dir = home.run_dir(job_id)
+    result = None
+    try:
+        result = json.loads((run_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        pass
+    data.update({
+        "spec": job.spec,
+        "spec_path": job.spec_path,
+        "kind": job.kind,
+        "run_dir": str(run_dir),
+        "after": job.after_ids,
+        "not_before": job.not_before,
+        "retries": job.retries,
+        "failures": job.failures,
+        "git": {"commit": job.git_commit, "dirty": job.git_dirty},
+        "events": [{"at": e.at, "kind": e.kind, "detail": e.detail} for e in store.events(job_id)],
+        "attempts": [
+            {"n": a.n, "started_at": a.started_at, "ended_at": a.ended_at, "gpus": a.gpu_ids,
+             "exit_code": a.exit_code, "signal": a.exit_signal, "outcome": a.outcome,
+             "resumed_from_step": a.resumed_from_step, "step_reached": a.step_reached}
+            for a in attempts
+        ],
+        "checkpoints": list_checkpoints(run_dir),
+        "result": result,
+        "gpu_hours": round(job.gpu_seconds / 3600, 4),
+        "steps_lost": job.steps_lost,
+        "waste_s": round(job.waste_seconds, 1),
+        "waste_cost": round(job.waste_cost, 4),
+        "max_cost": job.max_cost,
+        "max_hours": job.max_hours,
+    })
+    return data
