@@ -56,7 +56,8 @@ def build_notifiers(
         if isinstance(name, str) and name:
             if name in seen:
                 problems.append(
-                    f"{where}: name '{name}' is already used by notifiers[{seen[name]}]; give each notifier a unique name"
+                    f"{where}: name '{name}' is already used by notifiers[{seen[name]}]; "
+                    "give each notifier a unique name"
                 )
             seen.setdefault(name, index)
         cls = CHANNELS.get(kind) if isinstance(kind, str) else None

@@ -4,7 +4,8 @@ Notifier protocol the daemon calls, and the two errors (a delivery failure, a ba
 from __future__ import annotations
 
 import html as html_lib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Any, Protocol, runtime_checkable
 
 from orchestrator.errors import ConfigError
@@ -73,7 +74,7 @@ class Message:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Message:
         # Keys from a newer orch (stored in the outbox before a downgrade) are dropped, not fatal.
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in dataclass_fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
     # ---- rendering -------------------------------------------------------------------

@@ -174,7 +174,9 @@ class WebhookNotifier(HttpChannel):
 
     def _target(self) -> str:
         headers = f", headers: {', '.join(sorted(self.config.headers))}" if self.config.headers else ""
-        return redact(secret(self.config.url)) + headers
+        # Only scheme and host: services put tokens anywhere in the path (Slack, Discord, ...).
+        parts = urlsplit(secret(self.config.url))
+        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/…{headers}"
 
     def send(self, message: Message) -> None:
         payload = {

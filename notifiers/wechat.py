@@ -70,8 +70,8 @@ class ServerChanNotifier(HttpChannel):
         if isinstance(body, dict) and "code" in body:
             if body["code"] == 0:
                 return
-            raise self.error(str(body.get("message") or body.get("info") or body), retryable=response.status_code >= 500,
-                             code=body["code"])
+            text = str(body.get("message") or body.get("info") or body)
+            raise self.error(text, retryable=response.status_code >= 500, code=body["code"])
         raise self.status_error(response) or self.unreadable_body(response)
 
 

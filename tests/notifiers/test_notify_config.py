@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from notifiers import CHANNELS, DEFAULT_EVENTS, NotifierConfigError, build_notifiers
+from notifiers import CHANNELS, DEFAULT_EVENTS, Notifier, NotifierConfigError, build_notifiers
 from orchestrator.errors import ConfigError
 
 WECOM_URL = "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=693a91f6-7xxx-4bc4-97a0-0ec2sifa5aaa"
@@ -80,6 +80,7 @@ def test_duplicate_names_are_refused() -> None:
 
 def test_defaults_name_is_the_type_and_events_are_the_outcomes() -> None:
     (notifier,) = build_notifiers([{"type": "wecom", "url": WECOM_URL}], env={})
+    assert isinstance(notifier, Notifier)
     assert notifier.name == "wecom" and notifier.type == "wecom"
     assert notifier.events == DEFAULT_EVENTS == {"succeeded", "failed", "stopped", "preempted", "idle_shutdown"}
     assert notifier.min_interval_s == 3.0
@@ -131,6 +132,7 @@ SECRETS = {
     "email": ({**EMAIL, "password": "qqAuthCode16chrs", "password_env": None}, "qqAuthCode16chrs"),
     "webhook": ({"type": "webhook", "url": "https://hooks.example.com/x?token=wh00kT0ken",
                  "headers": {"X-Api-Key": "h3aderS3cret"}}, "h3aderS3cret"),
+    "webhook-slack": ({"type": "webhook", "url": "https://hooks.slack.com/services/T0/B0/sl4ckS3cret"}, "sl4ckS3cret"),
     "webhook-url": ({"type": "webhook", "url": "https://hooks.example.com/x?token=wh00kT0ken"}, "wh00kT0ken"),
 }
 
@@ -142,6 +144,8 @@ def test_secrets_never_appear_in_describe_or_repr(case: str) -> None:
     (notifier,) = build_notifiers([table], env={})
     for text in (notifier.describe(), repr(notifier), repr(notifier.config), str(notifier.config)):
         assert secret not in text
+    if table.get("url") or table.get("sendkey"):  # the secret is part of the address: shown masked
+        assert "***" in notifier.describe() or case.startswith("webhook")
     assert notifier.name in notifier.describe()
 
 
