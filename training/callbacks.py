@@ -1,0 +1,227 @@
+"""OrchCallback: what any Lightning job needs to follow orch's job-process contract — a
+progress.json heartbeat, exact RNG resume, and "SIGTERM = save a checkpoint now, then exit 75".
+
+In your own script (an orch command job):
+
+    trainer = pl.Trainer(..., callbacks=[OrchCallback()])
+    trainer.fit(model, ckpt_path=os.environ.get("ORCH_RESUME_FROM") or None)
+
+On SIGTERM every rank saves `notice-step-XXXXXXXX.ckpt` at the next optimizer-step boundary and
+the process exits 75 (rank 0; other DDP ranks exit 0 so Lightning's child watcher does not kill
+rank 0 first)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import pytorch_lightning as pl
+import torch
+
+from . import rng
+from .checkpoints import notice_name
+
+EX_TEMPFAIL = 75
+
+
+class Preempted(SystemExit):
+    """Raised out of `fit` after the notice checkpoint is durable. A SystemExit, so a plain script
+    exits with its code without any handling; the built-in runner catches it."""
+
+    def __init__(self, checkpoint: Optional[str], rank: int = 0):
+        self.checkpoint = checkpoint
+        super().__init__(EX_TEMPFAIL if rank == 0 else 0)
+
+
+def _env_path(name: str) -> Optional[Path]:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _count(batch: Any) -> int:
+    """Rows in a batch of any common shape (tensor, dict, tuple/list)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.ndim else 1
+    if isinstance(batch, dict):
+        for value in batch.values():
+            n = _count(value)
+            if n:
+                return n
+    if isinstance(batch, (list, tuple)) and batch:
+        return _count(batch[0])
+    return 0
+
+
+def _fmt_duration(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+class OrchCallback(pl.Callback):
+    def __init__(self, run_dir: Optional[str | Path] = None, ckpt_dir: Optional[str | Path] = None, *,
+                 progress_every_s: float = 3.0, log_every_s: Optional[float] = None, handle_sigint: bool = False):
+        self.run_dir = Path(run_dir) if run_dir else _env_path("ORCH_RUN_DIR")
+        self.ckpt_dir = Path(ckpt_dir) if ckpt_dir else _env_path("ORCH_CKPT_DIR")
+        self.progress_every_s = progress_every_s
+        self.log_every_s = log_every_s
+        self.sigterm_received = False
+        self.notice_checkpoint: Optional[str] = None
+        self.handle_sigint = handle_sigint  # foreground runs: Ctrl-C checkpoints like SIGTERM
+        self._prev_handler: Any = None
+        self._prev_sigint: Any = None
+        self._pending_rng: Optional[dict[str, Any]] = None
+        self._last_write = 0.0
+        self._last_log = 0.0
+        self._window_start = time.monotonic()
+        self._window_samples = 0
+        self.samples_per_s: Optional[float] = None
+        self._train_start = time.monotonic()
+        self._start_step = 0
+
+    # -- SIGTERM: flag only; acted on at a batch boundary on every rank --------------------------
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.sigterm_received = True
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.sigterm_received:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop without waiting for the checkpoint
+        self.sigterm_received = True
+        print("\n[orch] Ctrl-C: saving a checkpoint at the next step (Ctrl-C again to abort without one)",
+              file=sys.stderr, flush=True)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Replaces Lightning's handler (installed just before this hook): Lightning's exits 0
+        # without a checkpoint, and under DDP it runs a collective inside the handler.
+        if getattr(trainer, "received_sigterm", False):
+            self.sigterm_received = True
+        self._prev_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+        if self.handle_sigint:
+            self._prev_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+        self._train_start = self._window_start = time.monotonic()
+        self._start_step = trainer.global_step
+        self._write_progress(trainer, force=True)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+        if self._pending_rng is not None:
+            # Restored here, not in load_state_dict: rebuilding the loaders after the checkpoint
+            # load would otherwise consume the restored stream.
+            rng.restore(self._pending_rng)
+            self._pending_rng = None
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self._window_samples += _count(batch) * trainer.world_size
+        self._heartbeat(trainer)
+        # One collective per batch, at the same point on every rank.
+        stop = trainer.strategy.reduce_boolean_decision(self.sigterm_received, all=False)
+        if not stop:
+            return
+        at_step_boundary = ((batch_idx + 1) % trainer.accumulate_grad_batches == 0
+                            or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
+        if not at_step_boundary:
+            return  # finish the gradient accumulation first
+        self.save_notice(trainer)
+        trainer.should_stop = True
+        raise Preempted(self.notice_checkpoint, trainer.global_rank)
+
+    def save_notice(self, trainer: pl.Trainer) -> str:
+        folder = self.ckpt_dir or Path(trainer.default_root_dir) / "checkpoints"
+        path = str(folder / notice_name(trainer.global_step))
+        trainer.save_checkpoint(path, weights_only=False)  # every rank calls it: it ends with a barrier
+        self.notice_checkpoint = path
+        if trainer.global_rank == 0:
+            print(f"[orch] SIGTERM: saved {path} at step {trainer.global_step}; exiting {EX_TEMPFAIL} to be resumed",
+                  file=sys.stderr, flush=True)
+        return path
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._write_progress(trainer, force=True)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        self._write_progress(trainer, force=True)
+        self._window_start, self._window_samples = time.monotonic(), 0  # validation time is not throughput
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._prev_handler is not None:
+            signal.signal(signal.SIGTERM, self._prev_handler)
+            self._prev_handler = None
+        if self._prev_sigint is not None:
+            signal.signal(signal.SIGINT, self._prev_sigint)
+            self._prev_sigint = None
+
+    # -- RNG state in every checkpoint -----------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": rng.capture()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pending_rng = state_dict.get("rng")
+
+    # -- progress ------------------------------------------------------------------------------
+    def _heartbeat(self, trainer: pl.Trainer) -> None:
+        now = time.monotonic()
+        if now - self._last_write >= self.progress_every_s:
+            elapsed = now - self._window_start
+            if elapsed > 0 and self._window_samples:
+                self.samples_per_s = self._window_samples / elapsed
+            self._window_start, self._window_samples = now, 0
+            self._write_progress(trainer)
+        if self.log_every_s and now - self._last_log >= self.log_every_s:
+            self._last_log = now
+            self._log_line(trainer)
+
+    def progress(self, trainer: pl.Trainer) -> dict[str, Any]:
+        total = trainer.estimated_stepping_batches
+        metrics = {}
+        for key, value in trainer.callback_metrics.items():
+            try:
+                metrics[key] = float(value)
+            except (TypeError, ValueError):
+                continue
+        return {
+            "step": int(trainer.global_step),
+            "total_steps": int(total) if total is not None and math.isfinite(total) else None,
+            "epoch": int(trainer.current_epoch),
+            "metrics": metrics,
+            "samples_per_s": round(self.samples_per_s, 2) if self.samples_per_s else None,
+            "updated_at": time.time(),
+        }
+
+    def _write_progress(self, trainer: pl.Trainer, force: bool = False) -> None:
+        self._last_write = time.monotonic()
+        if self.run_dir is None or trainer.global_rank != 0:
+            return
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(self.run_dir / "progress.json", self.progress(trainer))
+        except OSError as exc:  # a full disk must not kill training
+            print(f"[orch] could not write progress.json: {exc}", file=sys.stderr, flush=True)
+
+    def _log_line(self, trainer: pl.Trainer) -> None:
+        if trainer.global_rank != 0:
+            return
+        p = self.progress(trainer)
+        parts = [f"step {p['step']}" + (f"/{p['total_steps']}" if p["total_steps"] else ""), f"epoch {p['epoch']}"]
+        parts += [f"{k} {v:.4g}" for k, v in sorted(p["metrics"].items())]
+        if p["samples_per_s"]:
+            parts.append(f"{p['samples_per_s']:.1f} samples/s")
+        done = p["step"] - self._start_step
+        if p["total_steps"] and done > 0:
+            rate = done / (time.monotonic() - self._train_start)
+            parts.append("ETA " + _fmt_duration((p["total_steps"] - p["step"]) / rate))
+        print("[orch] " + " | ".join(parts), flush=True)

@@ -1,0 +1,177 @@
+"""Checkpoint files of a run: atomic durable writes, the names SPEC.md fixes (the step is in the
+name so the daemon can pick one without torch), integrity checks, retention."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+
+log = logging.getLogger(__name__)
+
+PERIODIC_PREFIX = "step-"
+NOTICE_PREFIX = "notice-step-"
+BEST_NAME = "best.ckpt"
+TEMP_MARK = ".tmp-"
+_NAME = re.compile(r"^(notice-)?step-(\d{8,})\.ckpt$")
+# Keys every Lightning training checkpoint has; a file without them cannot resume a run.
+EXPECTED_KEYS = ("state_dict", "global_step", "epoch", "loops", "optimizer_states")
+
+
+def periodic_name(step: int) -> str:
+    return f"{PERIODIC_PREFIX}{step:08d}.ckpt"
+
+
+def notice_name(step: int) -> str:
+    return f"{NOTICE_PREFIX}{step:08d}.ckpt"
+
+
+def step_of(path: str | Path) -> Optional[int]:
+    """The global step in a periodic or notice checkpoint's name; None for any other file."""
+    m = _NAME.match(Path(path).name)
+    return int(m.group(2)) if m else None
+
+
+def is_notice(path: str | Path) -> bool:
+    return Path(path).name.startswith(NOTICE_PREFIX)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> None:
+    """torch.save to a temp file beside `path`, fsync, rename over it, fsync the folder: a kill at
+    any instant leaves either the old file or the new one, never a torn one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{TEMP_MARK}{os.getpid()}-{path.name}")
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def remove_orphan_temps(ckpt_dir: str | Path) -> list[Path]:
+    """Delete temp files left by a writer that was killed mid-save (call at start-up, before
+    anything writes)."""
+    removed = []
+    folder = Path(ckpt_dir)
+    if not folder.is_dir():
+        return removed
+    for entry in folder.iterdir():
+        if entry.name.startswith(TEMP_MARK) and entry.is_file():
+            try:
+                entry.unlink()
+                removed.append(entry)
+            except OSError:
+                pass
+    return removed
+
+
+def list_checkpoints(ckpt_dir: str | Path) -> list[Path]:
+    """Periodic and notice checkpoints, newest step first (name order, never mtime); at equal
+    steps a notice checkpoint comes first."""
+    folder = Path(ckpt_dir)
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if step_of(p) is not None and p.is_file()]
+    return sorted(found, key=lambda p: (step_of(p), is_notice(p)), reverse=True)
+
+
+def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def checkpoint_problem(path: str | Path) -> Optional[str]:
+    """Why `path` cannot resume a run, or None when it loads and has the expected keys."""
+    try:
+        ckpt = load_checkpoint_file(path)
+    except Exception as exc:  # truncated zip, pickle error, permission: all mean "unusable"
+        return f"does not load ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
+    if not isinstance(ckpt, dict):
+        return "is not a Lightning checkpoint (not a dict)"
+    missing = [k for k in EXPECTED_KEYS if k not in ckpt]
+    if missing:
+        return "is missing " + ", ".join(missing)
+    return None
+
+
+def latest_valid_checkpoint(
+    ckpt_dir: str | Path, *, prefer: Optional[str | Path] = None, warn: Callable[[str], None] | None = None
+) -> Optional[Path]:
+    """The newest loadable checkpoint by the step in its name. `prefer` (e.g. ORCH_RESUME_FROM) is
+    tried first; corrupt or truncated files are skipped with a warning naming them."""
+    warn = warn or (lambda msg: warnings.warn(msg, stacklevel=2))
+    candidates: list[Path] = []
+    if prefer:
+        candidates.append(Path(prefer))
+    candidates += [p for p in list_checkpoints(ckpt_dir) if not (prefer and p.resolve() == Path(prefer).resolve())]
+    for path in candidates:
+        if not path.is_file():
+            warn(f"checkpoint {path} does not exist; looking for an older one")
+            continue
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        warn(f"skipping checkpoint {path}: it {problem}; falling back to an older one")
+    return None
+
+
+def prune_checkpoints(ckpt_dir: str | Path, keep: int) -> list[Path]:
+    """Keep the `keep` newest periodic checkpoints, the newest notice checkpoint and best.ckpt;
+    delete the other periodic/notice files. Returns what was deleted."""
+    all_ckpts = list_checkpoints(ckpt_dir)
+    periodic = [p for p in all_ckpts if not is_notice(p)]
+    notices = [p for p in all_ckpts if is_notice(p)]
+    doomed = periodic[keep:] + notices[1:]
+    for path in doomed:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    return doomed
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning CheckpointIO: durable atomic saves beside the target (Lightning's own writes the
+    whole file to memory and moves it from $TMPDIR without fsync), then retention of the folder."""
+
+    def __init__(self, keep: Optional[int] = None):
+        super().__init__()
+        self.keep = keep
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
+        atomic_torch_save(checkpoint, path)
+        if self.keep is not None and step_of(path) is not None:
+            prune_checkpoints(Path(path).parent, self.keep)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        try:
+            Path(path).unlink()
+        except FileNotFoundError:
+            pass

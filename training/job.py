@@ -1,0 +1,302 @@
+"""One attempt of a built-in job: spec -> data, model, Trainer -> fit -> result.json + model/.
+Maps the ways an attempt ends onto the contract's exit codes (see training.exits)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Optional
+
+from orchestrator.jobspec import JobSpec, load_resolved
+
+from .exits import EX_FAIL, EX_OK, EX_OOM, EX_TEMPFAIL, EarlyStop, RunError, install_early_sigterm
+
+RESUME_CHECKED_ENV = "ORCH_RESUME_CHECKED"
+
+
+def say(msg: str) -> None:
+    print(f"[orch] {msg}", file=sys.stderr, flush=True)
+
+
+def _is_rank_zero() -> bool:
+    return int(os.environ.get("LOCAL_RANK", "0")) == 0 and int(os.environ.get("NODE_RANK", "0")) == 0
+
+
+def load_spec(run_dir: Path) -> JobSpec:
+    spec = load_resolved(run_dir / "job.toml")
+    if spec.is_command:
+        raise RunError(f"{run_dir / 'job.toml'} is a command job; run its command, not the built-in fine-tune")
+    return spec
+
+
+def ddp_needs_subprocess(run_dir: Path) -> bool:
+    """DDP re-launches sys.argv for the other ranks, so a multi-process job cannot run inside a
+    foreign program (the `orch` CLI): it has to be `python -m training.run`."""
+    import __main__
+
+    main_name = getattr(getattr(__main__, "__spec__", None), "name", None)
+    if main_name == "training.run":
+        return False
+    return load_spec(run_dir).gpus > 1
+
+
+def plan_devices(spec: JobSpec) -> dict[str, Any]:
+    """accelerator/devices/strategy/precision for this machine, plus one-line warnings."""
+    import torch
+
+    notes: list[str] = []
+    train = spec.train
+    assert train is not None
+    cuda = torch.cuda.is_available()
+    precision = train.precision
+    if cuda and spec.gpus > 0:
+        plan = {"accelerator": "gpu", "devices": spec.gpus}
+    else:
+        # gpus > 1 without CUDA runs that many CPU processes (gloo): how DDP is tested on CPU.
+        plan = {"accelerator": "cpu", "devices": max(1, spec.gpus)}
+        if spec.gpus > 0 and not cuda:
+            notes.append(f"no CUDA GPU visible: running on the CPU ({plan['devices']} process(es))")
+        if precision == "16-mixed":
+            notes.append('precision "16-mixed" needs CUDA; running in "32" on the CPU')
+            precision = "32"
+    plan["precision"] = "32-true" if precision == "32" else precision
+    plan["strategy"] = "ddp" if plan["devices"] > 1 else "auto"
+    plan["notes"] = notes
+    return plan
+
+
+def resolve_sizes(spec: JobSpec, run_dir: Path) -> tuple[int, int]:
+    from .resize import read_sizes
+
+    train = spec.train
+    assert train is not None
+    sizes = read_sizes(run_dir)
+    if sizes:
+        return int(sizes["batch_size"]), int(sizes["accumulate_grad_batches"])
+    return train.batch_size, train.accumulate_grad_batches
+
+
+def choose_resume(ckpt_dir: Path) -> Optional[Path]:
+    """ORCH_RESUME_FROM if it loads, else the newest valid checkpoint by the step in its name.
+    The other DDP ranks inherit the choice through the environment."""
+    from .checkpoints import latest_valid_checkpoint, remove_orphan_temps
+
+    if os.environ.get(RESUME_CHECKED_ENV) == "1":
+        value = os.environ.get("ORCH_RESUME_FROM", "")
+        return Path(value) if value else None
+    for orphan in remove_orphan_temps(ckpt_dir):
+        say(f"removed {orphan.name}, left by a save that was interrupted")
+    chosen = latest_valid_checkpoint(ckpt_dir, prefer=os.environ.get("ORCH_RESUME_FROM") or None,
+                                     warn=lambda msg: say("warning: " + msg))
+    os.environ["ORCH_RESUME_FROM"] = str(chosen) if chosen else ""
+    os.environ[RESUME_CHECKED_ENV] = "1"
+    return chosen
+
+
+def build_callbacks(spec: JobSpec, ckpt_dir: Path, *, has_val: bool, progress: bool):
+    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+
+    from .callbacks import OrchCallback
+
+    orch = OrchCallback(ckpt_dir=ckpt_dir, log_every_s=None if progress else 30.0, handle_sigint=progress)
+    callbacks: list[Any] = [orch]
+    common = dict(dirpath=str(ckpt_dir), filename="step-{step:08d}", auto_insert_metric_name=False,
+                  save_top_k=-1, save_last=False, enable_version_counter=False, save_on_train_epoch_end=False)
+    ck = spec.checkpoint
+    if ck.every_n_steps:
+        callbacks.append(ModelCheckpoint(every_n_train_steps=ck.every_n_steps, **common))
+    if ck.every_minutes:
+        callbacks.append(ModelCheckpoint(train_time_interval=timedelta(minutes=ck.every_minutes), **common))
+    early = None
+    es = spec.early_stopping
+    monitor, mode = (es.monitor, es.resolved_mode) if es else ("val_acc", "max")
+    if es:
+        if es.monitor.startswith("val_") and not has_val:
+            raise RunError(f"early_stopping.monitor = {es.monitor!r} needs data.validation")
+        early = EarlyStopping(monitor=es.monitor, mode=es.resolved_mode, patience=es.patience, min_delta=es.min_delta)
+        callbacks.append(early)
+    best = None
+    if has_val or monitor == "train_loss":
+        best = ModelCheckpoint(dirpath=str(ckpt_dir), filename="best", monitor=monitor, mode=mode, save_top_k=1,
+                               auto_insert_metric_name=False, enable_version_counter=False, save_last=False)
+        callbacks.append(best)
+    return orch, early, best, callbacks
+
+
+def run_job(run_dir: Path, *, progress: bool = False) -> int:
+    started = time.monotonic()
+    spec = load_spec(run_dir)
+    for key, value in spec.env.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("ORCH_RUN_DIR", str(run_dir))
+    ckpt_dir = Path(os.environ.get("ORCH_CKPT_DIR") or run_dir / "checkpoints")
+    os.environ.setdefault("ORCH_CKPT_DIR", str(ckpt_dir))
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    assert spec.model is not None and spec.data is not None and spec.train is not None
+    train = spec.train
+
+    _quiet_known_warnings()
+    import pytorch_lightning as pl
+    import torch
+    from pytorch_lightning.loggers import CSVLogger
+    from transformers import AutoTokenizer
+
+    from .callbacks import Preempted
+    from .checkpoints import AtomicCheckpointIO, periodic_name
+    from .data import DataError, TextClassificationData
+    from .module import TransformerClassifier
+    from .resize import record_shrink, shrink
+
+    rank0 = _is_rank_zero()
+    plan = plan_devices(spec)
+    if rank0:
+        for note in plan["notes"]:
+            say("warning: " + note)
+    batch_size, accumulate = resolve_sizes(spec, run_dir)
+    factor = max(1, train.batch_size // batch_size)
+    resume = choose_resume(ckpt_dir)
+    if rank0:
+        say(f"job {os.environ.get('ORCH_JOB_ID', '?')} attempt {os.environ.get('ORCH_ATTEMPT', '?')}: "
+            f"batch {batch_size} x accumulate {accumulate}; "
+            + (f"resuming from {resume.name}" if resume else "starting from scratch"))
+
+    pl.seed_everything(train.seed, workers=True, verbose=False)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(spec.model.name_or_path)
+    except OSError as exc:
+        raise RunError(f"cannot load the tokenizer of {spec.model.name_or_path!r}: {str(exc).splitlines()[0]}") from None
+    data = TextClassificationData(
+        tokenizer=tokenizer, train=spec.data.train, validation=spec.data.validation, text_field=spec.data.text_field,
+        text_pair_field=spec.data.text_pair_field, label_field=spec.data.label_field, max_length=spec.data.max_length,
+        batch_size=batch_size, num_workers=spec.data.num_workers, shuffle=spec.data.shuffle, seed=train.seed,
+        num_labels=spec.model.num_labels)
+    try:
+        data.prepare()
+    except DataError as exc:
+        raise RunError(str(exc)) from None
+    num_labels = data.resolved_num_labels or spec.model.num_labels
+    if rank0 and num_labels != spec.model.num_labels:
+        say(f"warning: the training data has {num_labels} distinct labels; using num_labels = {num_labels} "
+            f"(job.toml says {spec.model.num_labels})")
+    try:
+        model = TransformerClassifier(
+            spec.model.name_or_path, num_labels, learning_rate=train.learning_rate, weight_decay=train.weight_decay,
+            warmup_ratio=train.warmup_ratio, gradient_checkpointing=spec.model.gradient_checkpointing,
+            label_names=data.label_names, batch_size=batch_size)
+    except OSError as exc:
+        raise RunError(f"cannot load the model {spec.model.name_or_path!r}: {str(exc).splitlines()[0]}") from None
+
+    has_val = "validation" in data.splits
+    orch_cb, early, best, callbacks = build_callbacks(spec, ckpt_dir, has_val=has_val, progress=progress)
+    val_interval = train.val_check_interval
+    if isinstance(val_interval, int):
+        val_interval *= factor  # counted in micro-batches, which shrank after an OOM
+    trainer = pl.Trainer(
+        default_root_dir=str(run_dir),
+        accelerator=plan["accelerator"], devices=plan["devices"], strategy=plan["strategy"],
+        precision=plan["precision"], accumulate_grad_batches=accumulate,
+        max_epochs=train.max_epochs if train.max_epochs is not None else -1,
+        max_steps=train.max_steps if train.max_steps is not None else -1,
+        val_check_interval=val_interval if has_val else None,
+        limit_val_batches=None if has_val else 0,
+        gradient_clip_val=train.gradient_clip_val or None, deterministic=train.deterministic,
+        callbacks=callbacks, plugins=[AtomicCheckpointIO(keep=spec.checkpoint.keep)],
+        logger=CSVLogger(save_dir=str(run_dir), name="", version="", flush_logs_every_n_steps=50),
+        log_every_n_steps=10, num_sanity_val_steps=0, use_distributed_sampler=False,
+        enable_progress_bar=progress, enable_model_summary=progress,
+    )
+    try:
+        trainer.fit(model, datamodule=data, ckpt_path=str(resume) if resume else None)
+    except Preempted as exc:
+        _wait_for_other_ranks(trainer)
+        return EX_TEMPFAIL if rank0 else EX_OK
+    except torch.cuda.OutOfMemoryError as exc:
+        return _out_of_memory(trainer, run_dir, batch_size, accumulate, exc, record_shrink, shrink)
+    install_early_sigterm()  # Lightning restored its pre-fit handlers; keep "SIGTERM = exit 75" after fit
+
+    if orch_cb.sigterm_received and orch_cb.notice_checkpoint is None and trainer.global_step == 0:
+        return EX_TEMPFAIL
+    final = ckpt_dir / periodic_name(trainer.global_step)
+    if not final.exists():
+        trainer.save_checkpoint(str(final), weights_only=False)  # a retry after a crash below resumes here, not earlier
+    if not rank0:
+        return EX_OK
+    _export(model, tokenizer, run_dir / "model")
+    result = _result(trainer, early, best, batch_size, accumulate, time.monotonic() - started)
+    from .callbacks import write_json_atomic
+
+    write_json_atomic(run_dir / "result.json", result)
+    say(f"done: {result['steps']} steps, {result['epochs']} epochs, metrics {result['metrics']}")
+    return EX_OK
+
+
+def _quiet_known_warnings() -> None:
+    """Warnings that are expected in this runner and would only alarm a user reading the log."""
+    import warnings
+
+    for pattern in (".*set_vital.*", ".*LeafSpec.*", ".*Experiment logs directory.*", ".*exists and is not empty.*",
+                    ".*does not have many workers.*", ".*is smaller than the logging interval.*"):
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+def _wait_for_other_ranks(trainer, timeout: float = 20.0) -> None:
+    """Rank 0 waits for the ranks it launched so nothing outlives the attempt."""
+    procs = getattr(getattr(trainer.strategy, "launcher", None), "procs", None) or []
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except Exception:
+            proc.kill()
+
+
+def _out_of_memory(trainer, run_dir: Path, batch_size: int, accumulate: int, exc: BaseException,
+                   record_shrink, shrink) -> int:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else "CUDA out of memory"
+    smaller = shrink(batch_size, accumulate)
+    procs = getattr(getattr(trainer.strategy, "launcher", None), "procs", None) or []
+    for proc in procs:  # the other ranks are stuck in a collective
+        proc.kill()
+    if smaller is None:
+        raise RunError(f"out of GPU memory even at batch size 1 ({message}); use a smaller model, a shorter "
+                       "max_length, gradient_checkpointing = true, or a bigger GPU")
+    new_batch, new_accumulate = smaller
+    record_shrink(run_dir, batch_size=batch_size, accumulate=accumulate, new_batch=new_batch,
+                  new_accumulate=new_accumulate, attempt=os.environ.get("ORCH_ATTEMPT"),
+                  step=int(trainer.global_step), error=message)
+    say(f"out of GPU memory at step {trainer.global_step} with batch {batch_size}: the next attempt uses batch "
+        f"{new_batch} x accumulate {new_accumulate} (same effective batch) from the last periodic checkpoint; "
+        f"exiting {EX_OOM}")
+    return EX_OOM
+
+
+def _export(model, tokenizer, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    model.model.save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+
+
+def _result(trainer, early, best, batch_size: int, accumulate: int, seconds: float) -> dict[str, Any]:
+    metrics = {}
+    for key, value in trainer.callback_metrics.items():
+        try:
+            metrics[key] = float(value)
+        except (TypeError, ValueError):
+            pass
+    best_score = getattr(best, "best_model_score", None) if best else None
+    return {
+        "metrics": metrics,
+        "best_metric": float(best_score) if best_score is not None else None,
+        "best_monitor": best.monitor if best else None,
+        "best_checkpoint": best.best_model_path or None if best else None,
+        "steps": int(trainer.global_step),
+        "epochs": int(trainer.current_epoch),
+        "early_stopped": bool(early is not None and early.stopping_reason.value != 0),
+        "batch_size": batch_size,
+        "accumulate_grad_batches": accumulate,
+        "seconds": round(seconds, 2),
+    }

@@ -1,0 +1,92 @@
+"""OOM recovery: RUN_DIR/batch.json records the micro-batch and accumulation the next attempt
+uses; a checkpoint saved at the old micro-batch is re-expressed in the new one (loop counters and
+loader position) so the resumed epoch neither skips nor repeats a sample."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+BATCH_FILE = "batch.json"
+
+
+def smallest_factor(n: int) -> int:
+    for p in range(2, int(n**0.5) + 1):
+        if n % p == 0:
+            return p
+    return n
+
+
+def shrink(batch_size: int, accumulate: int) -> Optional[tuple[int, int]]:
+    """Half the micro-batch and twice the accumulation; for an odd batch, divide by its smallest
+    prime factor so the effective batch (batch x accumulation) stays exactly the same.
+    None when the batch is already 1."""
+    if batch_size <= 1:
+        return None
+    p = smallest_factor(batch_size)
+    return batch_size // p, accumulate * p
+
+
+def read_sizes(run_dir: Path) -> Optional[dict[str, Any]]:
+    path = Path(run_dir) / BATCH_FILE
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def record_shrink(run_dir: Path, *, batch_size: int, accumulate: int, new_batch: int, new_accumulate: int,
+                  attempt: Optional[str], step: Optional[int], error: str) -> dict[str, Any]:
+    data = read_sizes(run_dir) or {"history": []}
+    data["history"].append({
+        "attempt": attempt, "at": time.time(), "step": step, "error": error[:300],
+        "from": {"batch_size": batch_size, "accumulate_grad_batches": accumulate},
+        "to": {"batch_size": new_batch, "accumulate_grad_batches": new_accumulate},
+    })
+    data["batch_size"], data["accumulate_grad_batches"] = new_batch, new_accumulate
+    path = Path(run_dir) / BATCH_FILE
+    tmp = path.with_name(f".{BATCH_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+    return data
+
+
+def _scale_progress(progress: dict[str, Any], factor: int) -> None:
+    for part in ("total", "current"):
+        if isinstance(progress.get(part), dict):
+            for key, value in progress[part].items():
+                if isinstance(value, int):
+                    progress[part][key] = value * factor
+
+
+def _scale_loader_state(state: Any, factor: int) -> None:
+    """StatefulDataLoader state: batch counters scale, sample counters (the sampler's) do not."""
+    if not isinstance(state, dict):
+        return
+    for key in ("_num_yielded", "_sampler_iter_yielded", "_snapshot_step"):
+        if isinstance(state.get(key), int):
+            state[key] *= factor
+    for key in ("_snapshot", "_main_snapshot"):
+        _scale_loader_state(state.get(key), factor)
+
+
+def rescale_checkpoint(checkpoint: dict[str, Any], old_batch: int, new_batch: int) -> None:
+    """Mutate a Lightning checkpoint saved at micro-batch `old_batch` so it resumes at `new_batch`
+    (old_batch must be a multiple of new_batch). Optimizer steps and the LR schedule are untouched:
+    the effective batch is the same."""
+    if old_batch % new_batch:
+        raise ValueError(f"cannot resume a checkpoint taken at batch {old_batch} with batch {new_batch}")
+    factor = old_batch // new_batch
+    fit = checkpoint.get("loops", {}).get("fit_loop", {})
+    epoch_loop = fit.get("epoch_loop.state_dict", {})
+    progress = fit.get("epoch_loop.batch_progress")
+    if isinstance(progress, dict):
+        _scale_progress(progress, factor)
+    for loader_state in fit.get("state_dict", {}).get("combined_loader", []) or []:
+        _scale_loader_state(loader_state, factor)
+    if isinstance(epoch_loop, dict) and isinstance(epoch_loop.get("_batches_that_stepped"), int):
+        pass  # counts optimizer steps: unchanged
+    checkpoint.setdefault("orch", {})["batch_size"] = new_batch
+    checkpoint["orch"]["rescaled_from"] = old_batch

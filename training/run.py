@@ -1,0 +1,73 @@
+"""`python -m training.run RUN_DIR [--progress]`: the built-in fine-tune. Reads RUN_DIR/job.toml,
+trains with Lightning, writes result.json and model/, and exits with the contract's codes:
+0 success, 75 checkpointed on SIGTERM, 76 out of GPU memory (smaller batch recorded), 1 failure."""
+
+from __future__ import annotations
+
+import sys
+
+from training.exits import EX_FAIL, EX_TEMPFAIL, EarlyStop, RunError, install_early_sigterm
+
+# Installed before the heavy imports: they take seconds, and a default SIGTERM would exit -15.
+if __name__ == "__main__":
+    install_early_sigterm()
+
+import argparse  # noqa: E402
+import subprocess  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Optional  # noqa: E402
+
+
+def main(run_dir: str | Path, *, progress: bool = False) -> int:
+    """Run the job in RUN_DIR in this process and return its exit code. The CLI's `orch run`
+    calls this; a multi-GPU job is re-run as `python -m training.run` (DDP re-launches argv)."""
+    import signal
+
+    previous = signal.getsignal(signal.SIGTERM)
+    install_early_sigterm()
+    run_dir = Path(run_dir).resolve()
+    try:
+        from training.job import ddp_needs_subprocess, run_job
+
+        if ddp_needs_subprocess(run_dir):
+            cmd = [sys.executable, "-m", "training.run", str(run_dir)] + (["--progress"] if progress else [])
+            return subprocess.call(cmd, cwd=str(Path(__file__).resolve().parent.parent))
+        return run_job(run_dir, progress=progress)
+    except EarlyStop:
+        print(f"[orch] SIGTERM before training started; exiting {EX_TEMPFAIL} (nothing new to save)",
+              file=sys.stderr, flush=True)
+        return EX_TEMPFAIL
+    except KeyboardInterrupt:
+        print("[orch] interrupted", file=sys.stderr, flush=True)
+        return 130
+    except RunError as exc:
+        print(f"orch: job failed: {exc}", file=sys.stderr, flush=True)
+        return EX_FAIL
+    except Exception as exc:
+        from orchestrator.errors import SpecError
+
+        if isinstance(exc, SpecError):
+            print(f"orch: job failed: bad job.toml: {exc}", file=sys.stderr, flush=True)
+            return EX_FAIL
+        traceback.print_exc()
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"orch: job failed: {type(exc).__name__}: {first}", file=sys.stderr, flush=True)
+        return EX_FAIL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def cli(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.run", description=__doc__)
+    parser.add_argument("run_dir", help="the job's run folder (holds job.toml)")
+    parser.add_argument("--progress", action="store_true", help="show a progress bar (foreground runs)")
+    args = parser.parse_args(argv)
+    return main(args.run_dir, progress=args.progress)
+
+
+if __name__ == "__main__":
+    code = cli()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)
