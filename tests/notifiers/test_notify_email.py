@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import PASSWORD, USER
+from notify_servers import PASSWORD, USER, free_port
 
 from notifiers import Message, NotifyError, build_notifiers
 
@@ -73,8 +73,6 @@ def test_untrusted_certificate_is_refused_without_ca_file(smtp_server: Any) -> N
 
 
 def test_nothing_listening_is_retryable() -> None:
-    from conftest import free_port
-
     config = {"type": "email", "host": "127.0.0.1", "port": free_port(), "tls": "none",
               "sender": "orch@example.com", "to": ["me@example.com"]}
     with pytest.raises(NotifyError) as caught:
