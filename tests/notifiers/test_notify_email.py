@@ -92,3 +92,16 @@ def test_tls_mode_follows_the_port_unless_tls_says_otherwise(port: Any, tls: Any
     notifier = build(config)
     assert (notifier.config.effective_tls, notifier.config.effective_port) == expected
     assert "abcdabcdabcdabcd" not in notifier.describe() + repr(notifier) + repr(notifier.config)
+
+
+def test_a_server_that_never_greets_is_a_retryable_timeout() -> None:
+    import socket
+
+    with socket.socket() as silent:  # accepts connections (backlog) but never says 220
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        config = {"type": "email", "host": "127.0.0.1", "port": silent.getsockname()[1], "tls": "none",
+                  "sender": "orch@example.com", "to": ["me@example.com"]}
+        with pytest.raises(NotifyError) as caught:
+            build(config, timeout_s=0.5).send(MESSAGE)
+    assert caught.value.retryable and "timed out" in caught.value.provider_message
