@@ -34,6 +34,7 @@ _HEADLINE = {
     "notice": "got a preemption notice",
     "queue_drained": "has nothing left to run",
     "idle_shutdown": "is idle and powering the machine off",
+    "test": "says hello: notifications work",  # `orch notify test`; not a subscribable event
 }
 
 # What a tired researcher should do next, per event ({id} is the job id).

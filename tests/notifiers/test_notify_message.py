@@ -33,6 +33,7 @@ def test_title_names_job_and_outcome() -> None:
     assert FULL.title() == "[orch] job 7 sst2-bert failed"
     assert Message("preempted", 3, "bert").title() == "[orch] job 3 bert was preempted"
     assert Message("queue_drained", host="lab").title() == "[orch] orch on lab has nothing left to run"
+    assert Message("test", host="lab").title() == "[orch] orch on lab says hello: notifications work"
 
 
 @pytest.mark.parametrize("kind", EVENT_KINDS)
