@@ -120,6 +120,8 @@ def _one_attempt(home: Home, store: Store, config: Config, job: Job, gpu_ids: li
     rc = proc.wait()
     child["proc"] = None
     code, sig = (rc, None) if rc >= 0 else (None, -rc)
+    # No daemon accrues a foreground run: count its running time here (cost needs the daemon's clock).
+    store.update(job.id, time.time(), run_seconds=store.get(job.id).run_seconds + (time.time() - started))
     write_json_atomic(run_dir / f"attempt-{n}.exit", {"code": code, "signal": sig, "started_at": started,
                                                        "ended_at": time.time()})
     return code, sig, store.get(job.id)

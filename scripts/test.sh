@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set up (if needed) and run the whole test suite, slow tests included. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. "${ORCH_VENV:-.venv}/bin/activate"
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+rc=0
+python -m pytest -q -ra --durations=15 "$@" || rc=$?
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure here" >&2
+  exit 1
+fi
+exit "$rc"
