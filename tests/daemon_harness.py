@@ -1,0 +1,304 @@
+"""A real daemon in a temp $ORCH_HOME, real command jobs, and polling helpers for the daemon tests.
+
+The jobs are one small script (JOB_SCRIPT) driven by a JSON behaviour: record start/end to a
+shared jsonl file, wait for a release file, trap SIGTERM, write a checkpoint, exit with a code —
+each optionally per attempt. Tests read the outcome from the real SQLite store and run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.gpus import managed_gpus
+from orchestrator.lifecycle import submit_job
+from orchestrator.paths import Home
+from orchestrator.procs import is_alive, read_json, start_time
+from orchestrator.records import Job
+from orchestrator.states import JobState
+from orchestrator.store import Store
+from orchestrator.wake import poke
+
+JOB_SCRIPT = r'''
+import json, os, signal, sys, time
+
+spec = json.loads(sys.argv[1])
+attempt = os.environ.get("ORCH_ATTEMPT", "0")
+b = dict(spec)
+b.update(spec.get("per_attempt", {}).get(attempt, {}))
+name, folder = b["name"], b["dir"]
+tag = f"{name}#{attempt}"
+
+def record(event, **kw):
+    line = json.dumps({"name": name, "attempt": int(attempt), "event": event, "t": time.time(),
+                       "pid": os.getpid(), **kw})
+    fd = os.open(os.path.join(folder, "record.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.write(fd, (line + "\n").encode())
+    os.close(fd)
+
+if "on_term" in b:
+    def on_term(signum, frame):
+        record("sigterm")
+        open(os.path.join(folder, f"term-{tag}"), "w").close()
+        if b.get("notice_ckpt") is not None:
+            ck = os.environ["ORCH_CKPT_DIR"]
+            open(os.path.join(ck, "notice-step-%08d.ckpt" % b["notice_ckpt"]), "w").write("x")
+        if b["on_term"] is not None:
+            print(f"{tag} got SIGTERM, exiting {b['on_term']}", flush=True)
+            os._exit(b["on_term"])
+    signal.signal(signal.SIGTERM, on_term)
+
+keys = ["ORCH_JOB_ID", "ORCH_ATTEMPT", "ORCH_RUN_DIR", "ORCH_CKPT_DIR", "ORCH_RESUME_FROM",
+        "CUDA_VISIBLE_DEVICES"] + b.get("env_keys", [])
+record("start", env={k: os.environ.get(k) for k in keys}, cwd=os.getcwd())
+print(f"{tag} says hello on stdout", flush=True)
+print(f"{tag} says hello on stderr", file=sys.stderr, flush=True)
+if b.get("ckpt") is not None:
+    ck = os.environ["ORCH_CKPT_DIR"]
+    with open(os.path.join(ck, "step-%08d.ckpt" % b["ckpt"]), "w") as f:
+        f.write("x")
+if b.get("hold"):
+    release = os.path.join(folder, "release-" + b["hold"])
+    deadline = time.time() + 120
+    while not os.path.exists(release) and time.time() < deadline:
+        time.sleep(0.02)
+if b.get("sleep"):
+    time.sleep(b["sleep"])
+for line in b.get("print", []):
+    print(line, flush=True)
+record("end")
+if b.get("self_signal"):
+    os.kill(os.getpid(), b["self_signal"])
+    time.sleep(5)
+sys.exit(b.get("exit", 0))
+'''
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05, what: str = "") -> Any:
+    """Poll until `predicate()` is truthy and return its value; fail the test after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def session_members(sid: int) -> list[int]:
+    """Pids whose session id is `sid` (the supervisor leads one session per attempt)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+            out.append(int(entry))
+    return out
+
+
+class OrchHome:
+    """One $ORCH_HOME with its config, jobs, daemons and helpers."""
+
+    def __init__(self, tmp: Path, **daemon: Any):
+        self.tmp = tmp
+        self.root = tmp / "home"
+        self.home = Home(self.root).ensure()
+        self.script = tmp / "job.py"
+        self.script.write_text(JOB_SCRIPT)
+        self.jobs_dir = tmp / "jobs"
+        self.jobs_dir.mkdir()
+        self.daemons: list[subprocess.Popen] = []
+        self.extra_pids: list[tuple[int, Optional[str]]] = []
+        self.configure(**daemon)
+        self.store = Store(self.home.db)
+
+    # -- config and jobs -----------------------------------------------------------------
+
+    def configure(self, **daemon: Any) -> None:
+        settings = {"tick_seconds": 0.5, "grace_seconds": 3, "retry_backoff_seconds": 0.2, "gpus": [], **daemon}
+        lines = ["[daemon]"] + [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+        (self.root / "config.toml").write_text("\n".join(lines) + "\n")
+        self.config = load_config(self.root / "config.toml", required=True)
+
+    def job_file(self, name: str, *, gpus: int = 0, retries: int = 0, priority: Optional[int] = None,
+                 env: Optional[dict[str, str]] = None, **behaviour: Any) -> Path:
+        behaviour = {"name": name, "dir": str(self.tmp), **behaviour}
+        if env:
+            behaviour.setdefault("env_keys", list(env))
+        lines = [f"name = {json.dumps(name)}", f"gpus = {gpus}", f"retries = {retries}",
+                 f"command = {json.dumps([sys.executable, str(self.script), json.dumps(behaviour)])}"]
+        if priority is not None:
+            lines.append(f"priority = {priority}")
+        if env:
+            lines.append("[env]")
+            lines += [f"{k} = {json.dumps(v)}" for k, v in env.items()]
+        path = self.jobs_dir / f"{name}.toml"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def submit(self, name: str, *, priority: Optional[int] = None, after: tuple[int, ...] = (),
+               not_before: Optional[float] = None, **job: Any) -> int:
+        """What `orch submit` does, in-process (a CLI process costs ~0.4 s of CPU): the real
+        submit_job on the real store, then a poke on the wake socket."""
+        path = self.job_file(name, **job)
+        submitted = submit_job(self.store, self.config, self.home, path, now=time.time(), priority=priority,
+                               after=after, not_before=not_before,
+                               machine_gpus=len(managed_gpus(self.config.daemon.gpus)))
+        poke(self.home.wake_socket)
+        return submitted.id
+
+    def release(self, key: str) -> None:
+        (self.tmp / f"release-{key}").touch()
+
+    # -- looking -------------------------------------------------------------------------
+
+    def job(self, job_id: int) -> Job:
+        return self.store.get(job_id)
+
+    def state(self, job_id: int) -> JobState:
+        return self.store.get(job_id).state
+
+    def wait_state(self, job_id: int, *states: JobState, timeout: float = 20.0) -> Job:
+        wait_for(lambda: self.state(job_id) in states, timeout,
+                 what=f"job {job_id} to become {'/'.join(s.value for s in states)} (it is {self.state(job_id).value}; "
+                      f"daemon log tail: {self.log_tail()})")
+        return self.job(job_id)
+
+    def records(self, name: Optional[str] = None, event: Optional[str] = None) -> list[dict[str, Any]]:
+        path = self.tmp / "record.jsonl"
+        if not path.exists():
+            return []
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [r for r in rows if (name is None or r["name"] == name) and (event is None or r["event"] == event)]
+
+    def wait_record(self, name: str, event: str = "start", attempt: Optional[int] = None,
+                    timeout: float = 20.0) -> dict[str, Any]:
+        def found() -> Optional[dict[str, Any]]:
+            rows = [r for r in self.records(name, event) if attempt is None or r["attempt"] == attempt]
+            return rows[-1] if rows else None
+        return wait_for(found, timeout, what=f"{name} to record {event!r} (attempt {attempt})")
+
+    def event_kinds(self, job_id: int) -> list[str]:
+        return [e.kind for e in self.store.events(job_id)]
+
+    def run_dir(self, job_id: int) -> Path:
+        return self.home.run_dir(job_id)
+
+    def exit_record(self, job_id: int, attempt: int) -> Optional[dict[str, Any]]:
+        return read_json(self.run_dir(job_id) / f"attempt-{attempt}.exit")
+
+    def log_tail(self, n: int = 15) -> str:
+        try:
+            return "\n".join(self.home.log_file.read_text().splitlines()[-n:])
+        except OSError:
+            return ""
+
+    # -- the CLI and the daemon ----------------------------------------------------------
+
+    def cli(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(self.root), *args],
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def start_daemon(self, timeout: float = 20.0) -> subprocess.Popen:
+        """`orch --home H daemon run` as a subprocess; returns once it has recovered and ticks."""
+        before = self._started_count()
+        out = open(self.tmp / f"daemon-{len(self.daemons) + 1}.out", "wb")
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--home", str(self.root), "daemon", "run"],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        self.daemons.append(proc)
+        wait_for(lambda: self._started_count() > before or proc.poll() is not None, timeout,
+                 what="the daemon to start")
+        assert proc.poll() is None, f"the daemon exited at start: {self.daemon_output(proc)}"
+        return proc
+
+    def _started_count(self) -> int:
+        try:
+            return self.home.log_file.read_text().count("daemon started")
+        except OSError:
+            return 0
+
+    def daemon_output(self, proc: subprocess.Popen) -> str:
+        idx = self.daemons.index(proc) + 1
+        return (self.tmp / f"daemon-{idx}.out").read_text(errors="replace")
+
+    def stop_daemon(self, proc: subprocess.Popen, timeout: float = 20.0) -> int:
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(timeout)
+
+    def kill9(self, proc: subprocess.Popen) -> None:
+        proc.kill()
+        proc.wait(5)
+
+    def attempt_pids(self, job_id: int, attempt: int) -> dict[str, Any]:
+        return wait_for(lambda: read_json(self.run_dir(job_id) / f"attempt-{attempt}.pid"), 10,
+                        what=f"attempt-{attempt}.pid of job {job_id}")
+
+    # -- teardown ------------------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        """Stop every daemon (ours and any `daemon start` left), then kill whatever job or
+        supervisor still lives, identified by pid and start time from attempt-<n>.pid."""
+        from orchestrator.daemon_control import running_pid
+
+        for proc in self.daemons:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.daemons:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        detached = running_pid(self.home)
+        if detached and detached > 0:
+            started = start_time(detached)
+            os.kill(detached, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while is_alive(detached, started) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if is_alive(detached, started):
+                os.kill(detached, signal.SIGKILL)
+        for pid_file in self.home.runs.glob("*/attempt-*.pid"):
+            info = read_json(pid_file) or {}
+            for key in ("job", "supervisor"):
+                pid, started = info.get(f"{key}_pid"), info.get(f"{key}_start")
+                if pid and is_alive(pid, started):
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+        self.store.close()
+
+
+@pytest.fixture
+def orch_home(tmp_path: Path) -> Iterator[Callable[..., OrchHome]]:
+    """A factory: `orch_home(cpu_slots=2, gpus=[0, 1])` gives an OrchHome with that [daemon] config;
+    every daemon and leftover process is stopped at teardown."""
+    made: list[OrchHome] = []
+
+    def make(**daemon: Any) -> OrchHome:
+        folder = tmp_path / f"h{len(made)}"
+        folder.mkdir()
+        h = OrchHome(folder, **daemon)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.cleanup()

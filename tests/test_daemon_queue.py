@@ -1,0 +1,126 @@
+"""The real daemon's dispatch: priority order, CPU and GPU slots, --after and --at."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
+
+from orchestrator.states import JobState
+
+pytestmark = pytest.mark.slow
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    points = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    best = cur = 0
+    for _, delta in points:  # at equal times an end (-1) sorts before a start (+1)
+        cur += delta
+        best = max(best, cur)
+    return best
+
+
+def test_queued_jobs_start_by_priority_then_submit_order(orch_home):
+    h = orch_home()
+    h.start_daemon()
+    blocker = h.submit("blocker", hold="blocker")
+    h.wait_state(blocker, JobState.RUNNING)
+    ids = {name: h.submit(name, priority=prio) for name, prio in
+           [("low", 0), ("high-a", 5), ("mid", 1), ("high-b", 5)]}
+    # Nothing starts while the only CPU slot is busy.
+    assert all(h.state(i) is JobState.QUEUED for i in ids.values())
+    h.release("blocker")
+    for i in ids.values():
+        h.wait_state(i, JobState.SUCCEEDED)
+    order = sorted(ids, key=lambda n: h.store.attempts(ids[n])[0].started_at)
+    assert order == ["high-a", "high-b", "mid", "low"]
+    starts = [h.wait_record(n)["t"] for n in order]
+    assert starts == sorted(starts)
+
+
+def test_two_cpu_slots_run_two_jobs_at_once_and_never_three(orch_home):
+    h = orch_home(cpu_slots=2)
+    h.start_daemon()
+    ids = [h.submit(f"j{i}", sleep=0.6) for i in range(5)]
+    for i in ids:
+        h.wait_state(i, JobState.SUCCEEDED, timeout=30)
+    intervals = []
+    for n in range(5):
+        start, end = h.wait_record(f"j{n}", "start")["t"], h.wait_record(f"j{n}", "end")["t"]
+        intervals.append((start, end))
+    assert max_overlap(intervals) == 2
+    # The supervisors' own view (attempt-1.exit) agrees: never three attempts alive together.
+    spans = [(h.exit_record(i, 1)["started_at"], h.exit_record(i, 1)["ended_at"]) for i in ids]
+    assert max_overlap(spans) == 2
+
+
+def test_after_a_dependency_succeeds_the_dependent_runs_after_it(orch_home):
+    h = orch_home(cpu_slots=2)  # a free slot: only the dependency holds the dependent back
+    h.start_daemon()
+    dep = h.submit("dep", hold="dep")
+    child = h.submit("child", after=(dep,))
+    h.wait_state(dep, JobState.RUNNING)
+    time.sleep(1.2)  # a few ticks with a free slot: the dependent must still wait
+    assert h.state(child) is JobState.QUEUED
+    status = json.loads(h.cli("status", "--json").stdout)
+    assert next(r for r in status if r["id"] == child)["reason"] == f"waiting for job {dep} to succeed"
+    h.release("dep")
+    h.wait_state(child, JobState.SUCCEEDED)
+    assert h.wait_record("child")["t"] >= h.wait_record("dep", "end")["t"]
+    assert h.store.attempts(child)[0].started_at >= h.exit_record(dep, 1)["ended_at"]
+
+
+def test_after_a_dependency_fails_the_dependent_fails_with_the_reason(orch_home):
+    h = orch_home()
+    h.start_daemon()
+    dep = h.submit("dep", exit=3)
+    child = h.submit("child", after=(dep,))
+    h.wait_state(dep, JobState.FAILED)
+    job = h.wait_state(child, JobState.FAILED)
+    assert job.reason == f"dependency {dep} failed"
+    assert job.attempt == 0 and not h.records("child")
+    shown = h.cli("show", str(child))
+    assert shown.returncode == 0 and f"dependency {dep} failed" in shown.stdout
+    data = json.loads(h.cli("show", str(child), "--json").stdout)
+    assert data["state"] == "failed"
+    assert any(e["kind"] == "failed" and e["detail"] == f"dependency {dep} failed" for e in data["events"])
+
+
+def test_at_holds_a_job_until_its_time(orch_home):
+    h = orch_home()
+    h.start_daemon()
+    result = h.cli("submit", str(h.job_file("later")), "--at", "+2s", "--json")
+    assert result.returncode == 0, result.stderr
+    job_id = json.loads(result.stdout)["id"]
+    not_before = h.job(job_id).not_before
+    assert not_before is not None
+    status = json.loads(h.cli("status", "--json").stdout)
+    assert "(--at)" in status[0]["reason"] and status[0]["state"] == "queued"
+    h.wait_state(job_id, JobState.SUCCEEDED, timeout=15)
+    started = h.store.attempts(job_id)[0].started_at
+    assert started >= not_before
+    assert h.wait_record("later")["t"] >= not_before
+    assert started - not_before < 2.0  # tick_seconds 0.5: starts at the first tick after its time
+
+
+def test_gpu_slots_from_config_are_handed_out_without_nvidia_smi(orch_home):
+    h = orch_home(gpus=[0, 1])
+    h.start_daemon()
+    a = h.submit("a", gpus=1, hold="a")
+    b = h.submit("b", gpus=1, hold="b")
+    both = h.submit("both", gpus=2)
+    h.wait_state(a, JobState.RUNNING)
+    h.wait_state(b, JobState.RUNNING)
+    seen = {h.wait_record("a")["env"]["CUDA_VISIBLE_DEVICES"], h.wait_record("b")["env"]["CUDA_VISIBLE_DEVICES"]}
+    assert seen == {"0", "1"}
+    h.release("a")
+    h.wait_state(a, JobState.SUCCEEDED)
+    time.sleep(1.0)  # ticks with one GPU free: the 2-GPU job must keep waiting
+    assert h.state(both) is JobState.QUEUED
+    h.release("b")
+    h.wait_state(both, JobState.SUCCEEDED)
+    assert h.wait_record("both")["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert h.store.attempts(both)[0].gpu_ids == [0, 1]
+    assert h.store.attempts(both)[0].started_at >= h.exit_record(b, 1)["ended_at"]
