@@ -192,8 +192,7 @@ class Daemon:
 
         if self.config.budget.total is None:
             return None
-        spent = sum(j.cost for j in self.store.jobs()) + self.store.ledger().get("idle_cost", 0.0)
-        return total_budget_exceeded(spent, self.config.budget.total, currency=self.config.pricing.currency)
+        return total_budget_exceeded(self.store.total_cost(), self.config.budget.total, currency=self.config.pricing.currency)
 
     def escalate(self, now: float) -> None:
         """The supervisor SIGKILLs after the grace by itself; this is the daemon's backstop."""

@@ -53,6 +53,10 @@ def run_foreground(home: Home, store: Store, config: Config, *, job_toml: Option
         except ProcessLookupError:
             pass
 
+    def record_exit() -> None:
+        if child.get("exit"):
+            write_json_atomic(home.run_dir(job.id) / f"attempt-{job.attempt}.exit", child.pop("exit"))
+
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         while True:
@@ -71,6 +75,7 @@ def run_foreground(home: Home, store: Store, config: Config, *, job_toml: Option
                                    expect=[JobState.RUNNING], updates={"supervisor_pid": None},
                                    end_attempt={"ended_at": time.time(), "exit_code": code,
                                                 "outcome": "oom" if code == EX_OOM else "checkpointed"})
+                record_exit()
                 continue
             has_result = (home.run_dir(job.id) / "result.json").exists()
             if code == 0 and (has_result or job.kind == "command"):
@@ -82,6 +87,7 @@ def run_foreground(home: Home, store: Store, config: Config, *, job_toml: Option
             print(f"job {job.id} failed: {why}; after fixing, continue with `orch run --resume {job.id}`", file=sys.stderr)
             return code if code else 1
     finally:
+        record_exit()
         signal.signal(signal.SIGINT, previous)
 
 
@@ -122,8 +128,9 @@ def _one_attempt(home: Home, store: Store, config: Config, job: Job, gpu_ids: li
     code, sig = (rc, None) if rc >= 0 else (None, -rc)
     # No daemon accrues a foreground run: count its running time here (cost needs the daemon's clock).
     store.update(job.id, time.time(), run_seconds=store.get(job.id).run_seconds + (time.time() - started))
-    write_json_atomic(run_dir / f"attempt-{n}.exit", {"code": code, "signal": sig, "started_at": started,
-                                                       "ended_at": time.time()})
+    # The exit record is written only after this process has recorded the outcome (see `_record_exit`):
+    # a daemon that sees the file first would decide the job's state itself.
+    child["exit"] = {"code": code, "signal": sig, "started_at": started, "ended_at": time.time()}
     return code, sig, store.get(job.id)
 
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
-from .errors import InvalidTransition, JobNotFound
+from .errors import InvalidTransition, JobNotFound, OrchError
 from .records import Attempt, Event, Job, OutboxRow, Outgoing
 from .states import EventKind, JobState, ensure_allowed
 
@@ -112,17 +112,25 @@ class Store:
         db.execute("COMMIT")
 
     def _migrate(self) -> None:
+        # Read first: a current database (every command but the first) needs no write lock, so
+        # `orch status` never queues behind the daemon's writes just to open the store.
+        if self._check_version(self.db.execute("PRAGMA user_version").fetchone()[0]) == SCHEMA_VERSION:
+            return
         with self._tx() as db:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"{self.path} was written by a newer orch (schema {version} > {SCHEMA_VERSION}); upgrade orch"
-                )
+            version = self._check_version(db.execute("PRAGMA user_version").fetchone()[0])
             for v in range(version, SCHEMA_VERSION):
                 for statement in MIGRATIONS[v].split(";"):
                     if statement.strip():
                         db.execute(statement)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _check_version(self, version: int) -> int:
+        if version > SCHEMA_VERSION:
+            raise OrchError(
+                f"{self.path} was written by a newer orch (schema {version}, this orch knows {SCHEMA_VERSION}); "
+                "upgrade orch (pip install -U orch), or point --home / ORCH_HOME at another folder"
+            )
+        return version
 
     def schema_version(self) -> int:
         return self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -379,6 +387,11 @@ class Store:
                     "INSERT INTO ledger(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=value+excluded.value",
                     (key, value),
                 )
+
+    def total_cost(self) -> float:
+        """Everything spent: every job's cost plus the idle cost."""
+        jobs = self.db.execute("SELECT COALESCE(SUM(cost), 0) FROM jobs").fetchone()[0]
+        return jobs + self.ledger().get("idle_cost", 0.0)
 
     def ledger(self) -> dict[str, float]:
         return {r["key"]: r["value"] for r in self.db.execute("SELECT key, value FROM ledger").fetchall()}
