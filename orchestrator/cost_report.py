@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import Config
-from .cost import format_money
+from .cost import format_duration, format_money
 from .store import Store
 
 
@@ -45,16 +45,21 @@ def cost_data(store: Store, config: Config) -> dict[str, Any]:
 
 def cost_table(data: dict[str, Any]) -> str:
     cur = data["currency"]
-    head = f"{'ID':>5}  {'NAME':<24} {'STATE':<10} {'GPU-H':>8} {'COST':>14} {'WASTE':>14}"
+    unit = f" ({cur})" if cur else ""
+    head = f"{'ID':>5}  {'NAME':<24} {'STATE':<10} {'RUNTIME':>9} {'GPU-H':>8} {'COST' + unit:>14} {'WASTE' + unit:>14}"
+    rule = "-" * len(head)
     lines = [head]
     for j in data["jobs"]:
-        lines.append(f"{j['id']:>5}  {j['name'][:24]:<24} {j['state']:<10} {j['gpu_hours']:>8.3f} "
-                     f"{format_money(j['cost'], cur):>14} {format_money(j['waste'], cur):>14}")
-    lines.append("")
-    lines.append(f"jobs {format_money(data['jobs_cost'], cur)} + idle {format_money(data['idle_cost'], cur)}"
-                 f" = total {format_money(data['total'], cur)}   ({data['gpu_hours']:.3f} GPU-hours,"
-                 f" waste {format_money(data['waste'], cur)})")
+        lines.append(f"{j['id']:>5}  {j['name'][:24]:<24} {j['state']:<10} {format_duration(j['runtime_s']):>9} "
+                     f"{j['gpu_hours']:>8.3f} {j['cost']:>14.2f} {j['waste']:>14.2f}"
+                     + (f"  ({j['steps_lost']} steps redone)" if j["steps_lost"] else ""))
+    lines.append(rule)
+    lines.append(f"{'':>5}  {'jobs':<24} {'':<10} {'':>9} {data['gpu_hours']:>8.3f} {data['jobs_cost']:>14.2f} "
+                 f"{data['waste']:>14.2f}")
+    lines.append(f"{'':>5}  {'idle (nothing running)':<24} {'':<10} {'':>9} {'':>8} {data['idle_cost']:>14.2f}")
+    lines.append(f"{'':>5}  {'total':<24} {'':<10} {format_duration(data['uptime_s']):>9} {'':>8} "
+                 f"{data['total']:>14.2f}")
     if "savings" in data:
         lines.append(f"spot savings vs on-demand: {format_money(data['savings'], cur)}")
-    lines.append(f"({data['note']})")
+    lines.append(f"({data['note']}; total runtime is the daemon's uptime)")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from . import cost
 from .dispatch import hold_reason
 from .paths import Home
 from .records import Attempt, Job
@@ -23,9 +24,10 @@ def read_progress(run_dir: Path) -> Optional[dict[str, Any]]:
     return data if isinstance(data, dict) else None
 
 
-def eta_seconds(progress: Optional[dict[str, Any]], attempt: Optional[Attempt]) -> Optional[float]:
-    """Remaining seconds from this attempt's own pace: steps done since it started (or resumed)
-    over the time it took. Early stopping can only make the real figure smaller."""
+def step_rate(progress: Optional[dict[str, Any]], attempt: Optional[Attempt]) -> Optional[float]:
+    """This attempt's steps per second: steps done since it started (or resumed) over the time
+    they took. A mean over the whole attempt is the smoothest rate the CLI can have without the
+    daemon's history; counting the start-up keeps the ETA on the safe (later) side."""
     if not progress or attempt is None:
         return None
     step, total, at = progress.get("step"), progress.get("total_steps"), progress.get("updated_at")
@@ -35,15 +37,37 @@ def eta_seconds(progress: Optional[dict[str, Any]], attempt: Optional[Attempt]) 
     elapsed = at - attempt.started_at
     if done <= 0 or elapsed <= 0:
         return None
-    return max(0.0, (total - step) * elapsed / done)
+    return done / elapsed
+
+
+def eta_seconds(progress: Optional[dict[str, Any]], attempt: Optional[Attempt]) -> Optional[float]:
+    """Remaining seconds at this attempt's own pace. Early stopping can only make it smaller."""
+    rate = step_rate(progress, attempt)
+    if rate is None or progress is None:
+        return None
+    return cost.eta_seconds(progress["step"], progress["total_steps"], rate)
+
+
+def projection(job: Job, eta: Optional[float]) -> Optional[cost.Projection]:
+    """Cost so far plus the ETA at what the job has paid per hour so far; an upper bound when
+    early stopping may end it sooner."""
+    rate = cost.average_hourly_rate(job.cost, job.run_seconds)
+    return cost.projected_cost(job.cost, eta, rate, early_stopping=bool(job.spec.get("early_stopping")))
 
 
 def status_row(job: Job, home: Home, now: float, *, dep_states: dict[int, JobState],
-               attempt: Optional[Attempt] = None) -> dict[str, Any]:
-    progress = read_progress(home.run_dir(job.id)) if job.state is not JobState.QUEUED or job.attempt else None
+               attempt: Optional[Attempt] = None, with_progress: Optional[bool] = None) -> dict[str, Any]:
+    """One job's row. progress.json is read only for running jobs unless `with_progress` says
+    otherwise, so `orch status --all` over thousands of finished jobs reads no files."""
+    running = job.state is JobState.RUNNING
+    if with_progress is None:
+        with_progress = running
+    progress = read_progress(home.run_dir(job.id)) if with_progress and job.attempt else None
     step = progress.get("step") if progress else None
     total = progress.get("total_steps") if progress else None
-    eta = eta_seconds(progress, attempt) if job.state is JobState.RUNNING else None
+    rate = step_rate(progress, attempt) if running else None
+    eta = cost.eta_seconds(step, total, rate) if rate is not None else None
+    projected = projection(job, eta) if running else None
     reason = job.reason
     if job.state is JobState.QUEUED:
         hold = hold_reason(job, dep_states, now)
@@ -57,8 +81,11 @@ def status_row(job: Job, home: Home, now: float, *, dep_states: dict[int, JobSta
         "step": step,
         "total_steps": total,
         "eta_s": None if eta is None else round(eta, 1),
+        "steps_per_s": None if rate is None else round(rate, 3),
         "runtime_s": round(job.run_seconds, 1),
         "cost": round(job.cost, 4),
+        "projected_cost": None if projected is None else round(projected.cost, 4),
+        "projection_is_upper_bound": None if projected is None else projected.upper_bound,
         "priority": job.priority,
         "reason": reason,
         "submitted_at": job.submitted_at,
@@ -102,7 +129,8 @@ def show_data(store: Store, home: Home, job_id: int, now: Optional[float] = None
     job = store.get(job_id)
     attempts = store.attempts(job_id)
     dep_states = store.states_of(job.after_ids)
-    data = status_row(job, home, now, dep_states=dep_states, attempt=attempts[-1] if attempts else None)
+    data = status_row(job, home, now, dep_states=dep_states, attempt=attempts[-1] if attempts else None,
+                      with_progress=True)
     run_dir = home.run_dir(job_id)
     result = None
     try:
