@@ -194,11 +194,14 @@ class Daemon:
             return None
         return total_budget_exceeded(self.store.total_cost(), self.config.budget.total, currency=self.config.pricing.currency)
 
+    def grace_for(self, job: Job) -> float:
+        """SIGTERM -> SIGKILL for this job: its own `grace_seconds`, else the config's."""
+        return float(job.spec.get("grace_seconds") or self.config.daemon.grace_seconds)
+
     def escalate(self, now: float) -> None:
         """The supervisor SIGKILLs after the grace by itself; this is the daemon's backstop."""
-        grace = self.config.daemon.grace_seconds
         for job in self.store.jobs([JobState.RUNNING]):
-            if job.signalled_at is not None and now - job.signalled_at > grace + 5:
+            if job.signalled_at is not None and now - job.signalled_at > self.grace_for(job) + 5:
                 executor.kill(self.home.run_dir(job.id), job.attempt, job.supervisor_pid, job.supervisor_start)
 
     # -- dispatch ----------------------------------------------------------------------------
@@ -214,6 +217,7 @@ class Daemon:
         dep_states = self.store.states_of({d for j in queue for d in j.after_ids})
         budget_reason = self.total_budget_reason()
         started = []
+        gpus_reserved = False  # a GPU job ahead in the queue is waiting for GPUs to free up
         for job in queue:
             hold = hold_reason(job, dep_states, now, budget_reason=budget_reason, notice_active=self.notice_active)
             if hold is not None:
@@ -223,7 +227,10 @@ class Daemon:
                 elif budget_reason and hold.reason == budget_reason and job.reason != budget_reason:
                     self.store.update(job.id, now, only_if_state=[JobState.QUEUED], reason=budget_reason)
                 continue
+            if job.gpus > 0 and gpus_reserved:
+                continue  # GPUs freed meanwhile are kept for it, or it could starve behind later jobs
             if not fits(job, free_gpus, free_cpu):
+                gpus_reserved = gpus_reserved or 0 < job.gpus <= len(self.managed)
                 continue
             gpu_ids = sorted(free_gpus)[: job.gpus]
             if self._start(job, gpu_ids, now):
@@ -254,7 +261,7 @@ class Daemon:
         argv, cwd = executor.job_argv(job.spec, run_dir)
         env = executor.job_env(self.environ, job_id=job.id, attempt=n, run_dir=run_dir, gpu_ids=gpu_ids,
                                resume_from=resume_path, extra=job.spec.get("env") or {})
-        grace = job.spec.get("grace_seconds") or self.config.daemon.grace_seconds
+        grace = self.grace_for(job)
         try:
             launch = executor.start(run_dir=run_dir, attempt=n, argv=argv, cwd=cwd, env=env, grace_s=grace,
                                     wake=self.home.wake_socket)

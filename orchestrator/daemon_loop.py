@@ -170,10 +170,11 @@ class DaemonRuntime:
         d = self.daemon
         d.stopping = True
         signalled = d.preempt_all(time.time(), "the daemon is stopping")
+        # A job's own grace_seconds may be longer than the config's: wait for the longest.
+        grace = max([d.grace_for(j) for j in d.store.jobs([JobState.RUNNING])], default=self.config.daemon.grace_seconds)
         if signalled:
-            log.info("stopping: waiting up to %.0fs for %d job(s) to checkpoint", self.config.daemon.grace_seconds,
-                     len(signalled))
-        deadline = time.monotonic() + self.config.daemon.grace_seconds + 5
+            log.info("stopping: waiting up to %.0fs for %d job(s) to checkpoint", grace, len(signalled))
+        deadline = time.monotonic() + grace + 5
         while time.monotonic() < deadline:
             d.tick(time.time())
             if d.running_count() == 0:

@@ -49,6 +49,7 @@ if "on_term" in b:
     def on_term(signum, frame):
         record("sigterm")
         open(os.path.join(folder, f"term-{tag}"), "w").close()
+        time.sleep(b.get("term_delay", 0))  # a slow checkpoint
         if b.get("notice_ckpt") is not None:
             ck = os.environ["ORCH_CKPT_DIR"]
             open(os.path.join(ck, "notice-step-%08d.ckpt" % b["notice_ckpt"]), "w").write("x")
@@ -136,7 +137,8 @@ class OrchHome:
         self.config = load_config(self.root / "config.toml", required=True)
 
     def job_file(self, name: str, *, gpus: int = 0, retries: int = 0, priority: Optional[int] = None,
-                 env: Optional[dict[str, str]] = None, **behaviour: Any) -> Path:
+                 env: Optional[dict[str, str]] = None, grace_seconds: Optional[float] = None,
+                 **behaviour: Any) -> Path:
         behaviour = {"name": name, "dir": str(self.tmp), **behaviour}
         if env:
             behaviour.setdefault("env_keys", list(env))
@@ -144,6 +146,8 @@ class OrchHome:
                  f"command = {json.dumps([sys.executable, str(self.script), json.dumps(behaviour)])}"]
         if priority is not None:
             lines.append(f"priority = {priority}")
+        if grace_seconds is not None:
+            lines.append(f"grace_seconds = {grace_seconds}")
         if env:
             lines.append("[env]")
             lines += [f"{k} = {json.dumps(v)}" for k, v in env.items()]

@@ -124,3 +124,25 @@ def test_gpu_slots_from_config_are_handed_out_without_nvidia_smi(orch_home):
     assert h.wait_record("both")["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert h.store.attempts(both)[0].gpu_ids == [0, 1]
     assert h.store.attempts(both)[0].started_at >= h.exit_record(b, 1)["ended_at"]
+
+
+def test_a_waiting_multi_gpu_job_is_not_overtaken_by_later_single_gpu_jobs(orch_home):
+    h = orch_home(gpus=[0, 1])
+    h.start_daemon()
+    a = h.submit("a", gpus=1, hold="a")
+    b = h.submit("b", gpus=1, hold="b")
+    h.wait_state(a, JobState.RUNNING)
+    h.wait_state(b, JobState.RUNNING)
+    both = h.submit("both", gpus=2, priority=5)
+    small = h.submit("small", gpus=1, hold="small")  # lower priority, submitted later
+    h.release("a")
+    h.wait_state(a, JobState.SUCCEEDED)
+    cpu = h.submit("cpu", gpus=0)  # a CPU job is never held back by GPU jobs waiting for GPUs
+    h.wait_state(cpu, JobState.SUCCEEDED)
+    time.sleep(1.0)  # ticks with GPU 0 free: it is kept for the 2-GPU job, not handed to "small"
+    assert h.state(small) is JobState.QUEUED and h.state(both) is JobState.QUEUED
+    h.release("b")
+    h.wait_state(both, JobState.SUCCEEDED)
+    h.release("small")
+    h.wait_state(small, JobState.SUCCEEDED)
+    assert h.store.attempts(small)[0].started_at >= h.store.attempts(both)[0].started_at
