@@ -36,6 +36,11 @@ def run_foreground(home: Home, store: Store, config: Config, *, job_toml: Option
         if job.state not in RETRYABLE and job.state is not JobState.QUEUED:
             raise InvalidTransition(job.id, job.state.value, "running",
                                     "only a queued, failed, cancelled or stopped job can be resumed")
+        if job.state in RETRYABLE:
+            from .lifecycle import retry_job
+
+            job = retry_job(store, config, home, job.id, time.time())
+        print(f"resuming job {job.id} ({job.name}) here (Ctrl-C checkpoints and stops)", file=sys.stderr)
     gpu_ids = sorted(managed)[: job.gpus]
     interrupted = {"count": 0}
     child: dict[str, Any] = {"proc": None}
@@ -110,6 +115,8 @@ def _one_attempt(home: Home, store: Store, config: Config, job: Job, gpu_ids: li
                      "finished_at": None, "cancel_requested_at": None},
             begin_attempt={"n": n, "gpu_ids": gpu_ids, "resumed_from_step": resume_step})
     except InvalidTransition:
+        if store.get(job.id).state is not JobState.RUNNING:
+            raise
         print(f"job {job.id} was started by a running daemon; follow it with `orch logs -f {job.id}`", file=sys.stderr)
         return None, None, job
     argv, cwd = executor.job_argv(job.spec, run_dir)

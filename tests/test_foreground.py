@@ -1,0 +1,141 @@
+"""`orch run`: the job runs in the foreground through the same runner and run folder; Ctrl-C
+checkpoints and prints the resume command; `orch run --resume ID` continues from that step."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
+
+ORCH = [sys.executable, "-m", "orchestrator.cli"]
+
+
+def orch(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ORCH_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([*ORCH, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def tiny_job_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("fg-job")
+    rows = sentiment_rows(800, seed=3)
+    write_jsonl(folder / "train.jsonl", rows[:640])
+    write_jsonl(folder / "dev.jsonl", rows[640:])
+    build_tiny_bert(folder / "bert", [r["text"] for r in rows], hidden=32, layers=2, heads=2, vocab_size=300,
+                    max_positions=64)
+    return folder
+
+
+def write_job(folder: Path, name: str, max_steps: int, every: int) -> Path:
+    path = folder / f"{name}.toml"
+    path.write_text(f"""
+name = "{name}"
+gpus = 0
+[model]
+name_or_path = "./bert"
+[data]
+train = "./train.jsonl"
+validation = "./dev.jsonl"
+max_length = 32
+num_workers = 0
+[train]
+max_epochs = 50
+max_steps = {max_steps}
+batch_size = 16
+precision = "32"
+learning_rate = 1e-3
+[checkpoint]
+every_n_steps = {every}
+keep = 2
+""")
+    return path
+
+
+@pytest.mark.slow
+def test_orch_run_trains_to_success_in_the_foreground(tmp_path, tiny_job_dir):
+    home = tmp_path / "home"
+    job = write_job(tiny_job_dir, "fg-ok", max_steps=20, every=10)
+    res = orch(home, "run", str(job))
+    assert res.returncode == 0, res.stderr[-2000:]
+    shown = json.loads(orch(home, "show", "1", "--json").stdout)
+    assert shown["state"] == "succeeded"
+    assert shown["result"]["steps"] == 20
+    assert (home / "runs" / "1" / "model" / "config.json").exists()
+    assert shown["attempts"][0]["outcome"] == "succeeded"
+
+
+@pytest.mark.slow
+def test_ctrl_c_checkpoints_then_resume_continues_from_that_step(tmp_path, tiny_job_dir):
+    home = tmp_path / "home"
+    job = write_job(tiny_job_dir, "fg-int", max_steps=120, every=1000)
+    env = {**os.environ, "ORCH_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([*ORCH, "run", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    progress = home / "runs" / "1" / "progress.json"
+
+    def step() -> int:
+        try:
+            return json.loads(progress.read_text()).get("step", 0)
+        except (OSError, ValueError):
+            return 0
+
+    try:
+        wait_for(lambda: step() >= 5, 120, "training to reach step 5")
+        proc.send_signal(signal.SIGINT)  # what the terminal sends on Ctrl-C
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 75, err[-2000:]
+    assert "orch run --resume 1" in err
+    shown = json.loads(orch(home, "show", "1", "--json").stdout)
+    assert shown["state"] == "cancelled"
+    notice = [c for c in shown["checkpoints"] if Path(c["path"]).name.startswith("notice-step-")]
+    assert notice, shown["checkpoints"]
+    saved_step = notice[-1]["step"]
+    assert 5 <= saved_step < 120
+
+    res = orch(home, "run", "--resume", "1", timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    shown = json.loads(orch(home, "show", "1", "--json").stdout)
+    assert shown["state"] == "succeeded"
+    assert [a["n"] for a in shown["attempts"]] == [1, 2]
+    assert shown["attempts"][1]["resumed_from_step"] == saved_step
+    assert shown["result"]["steps"] == 120
+    assert shown["attempt"] == 2
+
+
+def test_orch_run_command_job_passes_on_its_exit_code(tmp_path):
+    home = tmp_path / "home"
+    job = tmp_path / "bad.toml"
+    job.write_text('gpus = 0\nretries = 0\ncommand = ["python", "-c", "import sys; print(\'x\'); sys.exit(3)"]\n')
+    res = orch(home, "run", str(job))
+    assert res.returncode == 3
+    shown = json.loads(orch(home, "show", "1", "--json").stdout)
+    assert shown["state"] == "failed"
+    assert "exit code 3" in shown["reason"]
+    assert "orch run --resume 1" in res.stderr
+
+
+def test_orch_run_needs_a_file_or_resume(tmp_path):
+    res = orch(tmp_path / "home", "run")
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
