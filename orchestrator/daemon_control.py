@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from .errors import DaemonError
 from .paths import Home
+from .wake import poke
 
 
 class DaemonLock:
@@ -92,10 +93,12 @@ def start_detached(home: Home, config_arg: Optional[str], wait_s: float = 15.0) 
         if proc.poll() is not None:
             tail = err_path.read_text(errors="replace").strip().splitlines()[-5:]
             raise DaemonError("the daemon exited at start:\n  " + "\n  ".join(tail))
-        if running_pid(home) == proc.pid:
+        # Ready once it listens on the wake socket (it takes the lock first, then recovers and
+        # binds): a submit right after `daemon start` then reaches it instead of printing "no daemon".
+        if running_pid(home) == proc.pid and poke(home.wake_socket):
             return proc.pid
-        time.sleep(0.05)
-    raise DaemonError(f"the daemon (pid {proc.pid}) did not take the lock within {wait_s:g}s; see {err_path}")
+        time.sleep(0.02)
+    raise DaemonError(f"the daemon (pid {proc.pid}) did not start listening within {wait_s:g}s; see {err_path}")
 
 
 def stop(home: Home, timeout: float = 120.0) -> int:

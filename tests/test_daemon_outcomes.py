@@ -158,9 +158,9 @@ def test_logs_follow_across_attempts_until_the_job_ends(orch_home):
 
 
 def test_a_job_with_its_own_longer_grace_gets_all_of_it_when_the_daemon_stops(orch_home):
-    h = orch_home(grace_seconds=0.5)  # the daemon's backstop and its stop wait: config grace + 5 s
+    h = orch_home(grace_seconds=0.2)  # the daemon's backstop and its stop wait: config grace + 5 s
     daemon = h.start_daemon()
-    job_id = h.submit("slow-saver", grace_seconds=20, hold="never", on_term=75, term_delay=6.5)
+    job_id = h.submit("slow-saver", grace_seconds=20, hold="never", on_term=75, term_delay=6)
     h.wait_record("slow-saver")
     assert h.stop_daemon(daemon, timeout=30) == 0
     # The daemon waited for the job's own grace, and never SIGKILLed it mid-checkpoint.

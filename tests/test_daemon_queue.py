@@ -43,13 +43,15 @@ def test_queued_jobs_start_by_priority_then_submit_order(orch_home):
 def test_two_cpu_slots_run_two_jobs_at_once_and_never_three(orch_home):
     h = orch_home(cpu_slots=2)
     h.start_daemon()
-    ids = [h.submit(f"j{i}", sleep=0.6) for i in range(5)]
+    ids = [h.submit(f"j{i}", hold="go", sleep=0.3) for i in range(5)]
+    wait_for(lambda: len(h.records(event="start")) >= 2, 20, what="two jobs to start")
+    time.sleep(1.0)  # ticks with three jobs queued and both slots busy: none of them may start
+    assert len(h.records(event="start")) == 2
+    assert sorted(h.state(i).value for i in ids) == ["queued"] * 3 + ["running"] * 2
+    h.release("go")
     for i in ids:
         h.wait_state(i, JobState.SUCCEEDED, timeout=30)
-    intervals = []
-    for n in range(5):
-        start, end = h.wait_record(f"j{n}", "start")["t"], h.wait_record(f"j{n}", "end")["t"]
-        intervals.append((start, end))
+    intervals = [(h.wait_record(f"j{n}", "start")["t"], h.wait_record(f"j{n}", "end")["t"]) for n in range(5)]
     assert max_overlap(intervals) == 2
     # The supervisors' own view (attempt-1.exit) agrees: never three attempts alive together.
     spans = [(h.exit_record(i, 1)["started_at"], h.exit_record(i, 1)["ended_at"]) for i in ids]
@@ -102,7 +104,7 @@ def test_at_holds_a_job_until_its_time(orch_home):
     started = h.store.attempts(job_id)[0].started_at
     assert started >= not_before
     assert h.wait_record("later")["t"] >= not_before
-    assert started - not_before < 2.0  # tick_seconds 0.5: starts at the first tick after its time
+    assert started - not_before < 5.0  # tick_seconds 0.5: the first tick after its time (slack for a busy CI box)
 
 
 def test_gpu_slots_from_config_are_handed_out_without_nvidia_smi(orch_home):

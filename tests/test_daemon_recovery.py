@@ -170,3 +170,15 @@ def test_a_cancel_requested_while_no_daemon_runs_is_applied_by_the_next_one(orch
     h.start_daemon()
     job = h.wait_state(job_id, JobState.CANCELLED, timeout=10)
     assert (h.tmp / "term-later#1").exists() and job.attempt == 1
+
+
+def test_daemon_start_returns_once_the_daemon_listens_for_submits(orch_home):
+    from orchestrator.wake import poke
+
+    h = orch_home()
+    started = h.cli("daemon", "start")
+    assert started.returncode == 0, started.stderr
+    # `orch submit` right after `orch daemon start` must reach it (and not print "no daemon").
+    assert poke(h.home.wake_socket)
+    submitted = h.cli("submit", str(h.job_file("right-away")))
+    assert submitted.returncode == 0 and "no daemon" not in submitted.stderr
