@@ -61,6 +61,7 @@ class DaemonRuntime:
         self.stop_event = threading.Event()
         self.exit_after_notice = False
         self.wake_pending = threading.Event()
+        self.deliver_lock = threading.Lock()
         self.idle = IdleShutdown(self)
         self.scheduler: Any = None
 
@@ -110,10 +111,16 @@ class DaemonRuntime:
             self.poke()
 
     def deliver(self) -> None:
+        # The idle check calls this from the tick thread too: one pass at a time, or a row
+        # could go out twice.
+        if not self.deliver_lock.acquire(blocking=False):
+            return
         try:
             self.sender.deliver_due(time.time())
         except Exception:
             log.exception("outbox delivery failed; will retry")
+        finally:
+            self.deliver_lock.release()
 
     def poke(self) -> None:
         self.wake_pending.set()
@@ -198,6 +205,7 @@ class IdleShutdown:
         self.idle_since: Optional[float] = None
         self.fired = False
         self.event_at: Optional[float] = None
+        self.event_id: Optional[int] = None
 
     def check(self, now: float) -> None:
         cfg = self.rt.config.idle
@@ -205,7 +213,7 @@ class IdleShutdown:
             return
         counts = self.rt.store.count_by_state()
         if counts.get(JobState.QUEUED, 0) + counts.get(JobState.RUNNING, 0):
-            self.idle_since, self.fired, self.event_at = None, False, None
+            self.idle_since, self.fired, self.event_at, self.event_id = None, False, None, None
             return
         if self.fired:
             return
@@ -218,12 +226,16 @@ class IdleShutdown:
             payload = {"event": "idle_shutdown", "host": __import__("socket").gethostname(),
                        "reason": f"idle for {cfg.shutdown_after_minutes:g} min; running {cfg.shutdown_command}",
                        "currency": self.rt.config.pricing.currency}
-            self.rt.store.record_event(None, EventKind.IDLE_SHUTDOWN, now, detail=payload["reason"],
-                                       outgoing=outgoing_for(self.rt.config, EventKind.IDLE_SHUTDOWN, payload))
+            self.event_id = self.rt.store.record_event(
+                None, EventKind.IDLE_SHUTDOWN, now, detail=payload["reason"],
+                outgoing=outgoing_for(self.rt.config, EventKind.IDLE_SHUTDOWN, payload))
             self.event_at = now
             self.rt.deliver()
         if self.event_at is not None:
-            delivered = self.rt.store.pending_outbox() == 0
+            # Only this message matters: a channel failing on older rows must not hold the
+            # machine up (notify_wait_seconds bounds the wait either way).
+            delivered = not any(r.event_id == self.event_id and r.delivered_at is None and r.gave_up_at is None
+                                for r in self.rt.store.outbox())
             if delivered or now - self.event_at >= cfg.notify_wait_seconds:
                 from .hooks import run_shutdown_command
 

@@ -69,6 +69,11 @@ def payload_for(job: Job, kind: EventKind | str, config: Config, home: Home, *, 
         "host": socket.gethostname(),
         "log_tail": log_tail(run_dir, job.shown_attempt) if with_log else "",
         "steps_lost": job.steps_lost,
+        # `orch cost`'s figures (notifiers.Message has no fields for these yet; hooks and the
+        # outbox row keep them).
+        "gpu_hours": round(job.gpu_seconds / 3600, 4),
+        "waste_s": round(job.waste_seconds, 1),
+        "waste_cost": round(job.waste_cost, 4),
     }
 
 

@@ -43,19 +43,28 @@ def progress(row: dict[str, Any]) -> str:
     return str(step)
 
 
+def projected(row: dict[str, Any], currency: str = "") -> str:
+    """'≈ 4.50' for a job that runs to its last step, '≤ 4.50' when early stopping may end it
+    sooner (the projection is then an upper bound); '-' without an ETA."""
+    value = row.get("projected_cost")
+    if value is None:
+        return "-"
+    return ("≤ " if row.get("projection_is_upper_bound") else "≈ ") + money(value, currency)
+
+
 def status_table(rows: list[dict[str, Any]], currency: str = "") -> Any:
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("ID", "NAME", "STATE", "ATT", "GPUS", "PROGRESS", "ETA", "RUNTIME", "COST", "NOTE"):
-        table.add_column(col, justify="right" if col in ("ID", "ATT", "GPUS", "COST") else "left",
+    for col in ("ID", "NAME", "STATE", "ATT", "GPUS", "PROGRESS", "ETA", "RUNTIME", "COST", "PROJECTED", "NOTE"):
+        table.add_column(col, justify="right" if col in ("ID", "ATT", "GPUS", "COST", "PROJECTED") else "left",
                          overflow="fold")
     for r in rows:
         style = STATE_STYLE.get(r["state"], "")
         note = r.get("reason") or ""
         table.add_row(str(r["id"]), r["name"], f"[{style}]{r['state']}[/]", str(r["attempt"]), str(r["gpus"]),
                       progress(r), duration(r.get("eta_s")), duration(r.get("runtime_s")),
-                      money(r.get("cost"), currency), note)
+                      money(r.get("cost"), currency), projected(r, currency), note)
     return table
 
 
@@ -82,6 +91,10 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
     if d.get("not_before"):
         lines.append(f"  not before: {clock(d['not_before'])}")
     lines.append(f"  progress:  {progress(d)}   eta: {duration(d.get('eta_s'))}   runtime: {duration(d.get('runtime_s'))}")
+    if d.get("projected_cost") is not None:
+        bound = ("an upper bound: early stopping may end it sooner" if d.get("projection_is_upper_bound")
+                 else "if it runs to its last step")
+        lines.append(f"  projected: {projected(d, currency)} in all ({bound})")
     budget = []
     if d.get("max_cost") is not None:
         budget.append(f"max_cost {d['max_cost']:g}")
