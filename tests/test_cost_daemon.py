@@ -157,9 +157,9 @@ def test_eta_and_projection_from_progress_of_a_running_builtin_job(tmp_path):
     assert row["projection_is_upper_bound"] is False
     shown = show_data(store, home, job, now=1100.0)
     assert shown["projected_cost"] == pytest.approx(1.35) and shown["eta_s"] == pytest.approx(350.0)
-    from orchestrator.render import show_text, status_table
+    from orchestrator.render import projected, show_text
 
-    assert "≈ 1.35" in status_table([row])
+    assert projected(row) == "≈ 1.35"  # the PROJECTED column
     assert "≈ 1.35" in show_text(shown)
 
 
@@ -172,9 +172,9 @@ def test_with_early_stopping_the_projection_is_an_upper_bound(tmp_path):
     assert row["eta_s"] == pytest.approx(50.0)
     assert row["projected_cost"] == pytest.approx(1.0)
     assert row["projection_is_upper_bound"] is True
-    from orchestrator.render import show_text, status_table
+    from orchestrator.render import projected, show_text
 
-    assert "≤ 1.00" in status_table([row])
+    assert projected(row, "CNY") == "≤ 1.00 CNY"
     assert "upper bound" in show_text(show_data(store, home, job, now=50.0))
 
 
