@@ -77,6 +77,8 @@ class Daemon:
         for job in self.store.jobs([JobState.RUNNING]):
             exit_info = self._exit_of(job)
             if exit_info is None:
+                if job.supervisor_pid is None:
+                    job = self._adopt_unrecorded(job, now)
                 if executor.supervisor_alive(job.supervisor_pid, job.supervisor_start):
                     continue
                 exit_info = self._exit_of(job)  # it may have been written just now
@@ -84,6 +86,17 @@ class Daemon:
                 self._lost(job, now)
             else:
                 self._finish(job, exit_info, now)
+
+    def _adopt_unrecorded(self, job: Job, now: float) -> Job:
+        """A daemon that died between starting a supervisor and recording its pid left a running
+        job with no pid; the supervisor names itself in attempt-<n>.pid, so it is adopted, not run twice."""
+        info = read_json(self.home.run_dir(job.id) / f"attempt-{job.attempt}.pid") if job.attempt else None
+        pid, started = (info or {}).get("supervisor_pid"), (info or {}).get("supervisor_start")
+        if not executor.supervisor_alive(pid, started):
+            return job
+        self.store.update(job.id, now, only_if_state=[JobState.RUNNING], supervisor_pid=pid, supervisor_start=started)
+        log.info("job %s: adopted attempt %s from its pid file (supervisor pid %s)", job.id, job.attempt, pid)
+        return self.store.get(job.id)
 
     def _step_reached(self, job: Job, since: float) -> Optional[int]:
         progress = read_json(self.home.run_dir(job.id) / "progress.json")

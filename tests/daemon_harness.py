@@ -138,12 +138,12 @@ class OrchHome:
 
     def job_file(self, name: str, *, gpus: int = 0, retries: int = 0, priority: Optional[int] = None,
                  env: Optional[dict[str, str]] = None, grace_seconds: Optional[float] = None,
-                 **behaviour: Any) -> Path:
+                 command: Optional[list[str]] = None, **behaviour: Any) -> Path:
         behaviour = {"name": name, "dir": str(self.tmp), **behaviour}
         if env:
             behaviour.setdefault("env_keys", list(env))
         lines = [f"name = {json.dumps(name)}", f"gpus = {gpus}", f"retries = {retries}",
-                 f"command = {json.dumps([sys.executable, str(self.script), json.dumps(behaviour)])}"]
+                 f"command = {json.dumps(command or [sys.executable, str(self.script), json.dumps(behaviour)])}"]
         if priority is not None:
             lines.append(f"priority = {priority}")
         if grace_seconds is not None:

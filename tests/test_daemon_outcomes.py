@@ -113,8 +113,12 @@ def test_attempt_exit_and_log_files(orch_home):
     h.start_daemon()
     ok = h.submit("ok", exit=0)
     killed = h.submit("killed", self_signal=int(signal.SIGKILL), retries=0)
+    missing = h.submit("missing", command=[str(h.tmp / "no-such-program")], retries=0)
     h.wait_state(ok, JobState.SUCCEEDED)
     h.wait_state(killed, JobState.FAILED)
+    h.wait_state(missing, JobState.FAILED)
+    assert h.exit_record(missing, 1)["code"] == 127 and "exit code 127" in h.job(missing).reason
+    assert "cannot start the job" in (h.run_dir(missing) / "attempt-1.log").read_text()
     exit_ok = h.exit_record(ok, 1)
     assert set(exit_ok) == {"code", "signal", "started_at", "ended_at"}
     assert exit_ok["code"] == 0 and exit_ok["signal"] is None

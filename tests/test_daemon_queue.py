@@ -38,6 +38,9 @@ def test_queued_jobs_start_by_priority_then_submit_order(orch_home):
     assert order == ["high-a", "high-b", "mid", "low"]
     starts = [h.wait_record(n)["t"] for n in order]
     assert starts == sorted(starts)
+    # One queue_drained event once everything ended, none while work was queued.
+    drained = wait_for(lambda: h.store.events(kinds=["queue_drained"]), 10, what="queue_drained")
+    assert len(drained) == 1 and drained[0].at >= h.job(ids["low"]).finished_at
 
 
 def test_two_cpu_slots_run_two_jobs_at_once_and_never_three(orch_home):

@@ -182,3 +182,22 @@ def test_daemon_start_returns_once_the_daemon_listens_for_submits(orch_home):
     assert poke(h.home.wake_socket)
     submitted = h.cli("submit", str(h.job_file("right-away")))
     assert submitted.returncode == 0 and "no daemon" not in submitted.stderr
+
+
+def test_a_daemon_killed_before_it_recorded_the_supervisor_pid_still_gets_the_job_adopted(orch_home):
+    h = orch_home()
+    daemon = h.start_daemon()
+    job_id = h.submit("window", hold="window")
+    h.wait_record("window")
+    info = h.attempt_pids(job_id, 1)
+    h.kill9(daemon)
+    # The crash window: the job row says running, but the daemon died between starting the
+    # supervisor and writing its pid. attempt-1.pid (written by the supervisor) still names it.
+    h.store.update(job_id, time.time(), supervisor_pid=None, supervisor_start=None)
+    h.start_daemon()
+    time.sleep(1.0)  # ticks: the job must be left running, not killed and started again
+    assert h.state(job_id) is JobState.RUNNING and h.job(job_id).supervisor_pid == info["supervisor_pid"]
+    assert is_alive(info["job_pid"], info["job_start"])
+    h.release("window")
+    job = h.wait_state(job_id, JobState.SUCCEEDED)
+    assert job.attempt == 1 and len(h.records("window", "start")) == 1
