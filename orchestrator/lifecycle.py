@@ -54,6 +54,10 @@ def payload_for(job: Job, kind: EventKind | str, config: Config, home: Home, *, 
     best = result.get("best_metric")
     if isinstance(best, dict):
         best = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best.items())
+    elif isinstance(best, (int, float)) and not isinstance(best, bool):
+        # The runner writes the score and, separately, what it scores: say both ("val_acc=0.931").
+        monitor = result.get("best_monitor")
+        best = f"{monitor}={best:.4g}" if monitor else f"{best:.4g}"
     return {
         "event": str(kind),
         "job_id": job.id,
@@ -64,7 +68,7 @@ def payload_for(job: Job, kind: EventKind | str, config: Config, home: Home, *, 
         "duration_s": round(job.run_seconds, 1),
         "cost": round(job.cost, 4),
         "currency": config.pricing.currency,
-        "best_metric": str(best or ""),
+        "best_metric": "" if best is None else str(best),  # a best of 0.0 is still a result
         "checkpoint": str(result.get("best_checkpoint") or ""),
         "host": socket.gethostname(),
         "log_tail": log_tail(run_dir, job.shown_attempt) if with_log else "",

@@ -12,7 +12,7 @@ from .errors import UsageError
 
 
 def send_test(config: Config, channel: Optional[str] = None) -> int:
-    from notifiers import Message, NotifyError
+    from notifiers import Message, NotifyError, redact
 
     channels = build_channels(config)
     if channel is not None:
@@ -32,5 +32,11 @@ def send_test(config: Config, channel: Optional[str] = None) -> int:
             print(f"{ch.name}: ok")
         except NotifyError as exc:
             failed += 1
-            print(f"{ch.name}: FAILED: {exc}")
+            # exc.summary, not str(exc): that starts with the channel's name, printed already.
+            kind = "temporary: the daemon would retry it" if exc.retryable else "permanent: check the notifier's config"
+            print(f"{ch.name}: FAILED: {exc.summary} [{kind}]")
+        except Exception as exc:  # a bug in one channel must not hide the others' results
+            failed += 1
+            scrub = getattr(ch, "scrub", redact)  # masks this channel's own secret values too
+            print(f"{ch.name}: FAILED: {type(exc).__name__}: {scrub(str(exc))}")
     return 1 if failed else 0

@@ -7,6 +7,7 @@ between resends it, and a row once accepted is never sent again."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -14,7 +15,7 @@ from notifiers import Message, Notifier, NotifyError, redact
 
 log = logging.getLogger("orch.outbox")
 
-# How many due rows one pass reads. Rows of a channel that must wait are skipped, not
+# How many pending rows one pass reads. Rows of a channel that must wait are skipped, not
 # refetched, so this bounds how far one busy channel can push the others back.
 _BATCH = 500
 
@@ -43,10 +44,14 @@ class OutboxSender:
         """Send every row that is due and allowed now; return how many the providers accepted."""
         delivered = 0
         # A channel that failed or must wait keeps its later rows back too: messages about one
-        # job must not arrive out of order ("succeeded" before "started").
+        # job must not arrive out of order ("succeeded" before "started"). So every pending row
+        # is read, due or not: a row still backing off from an earlier pass holds its channel.
         held: set[str] = set()
-        for row in self.store.due_outbox(now, limit=_BATCH):
+        for row in self.store.due_outbox(math.inf, limit=_BATCH):
             if row.channel in held:
+                continue
+            if row.next_try_at > now:
+                held.add(row.channel)
                 continue
             notifier = self.notifiers.get(row.channel)
             if notifier is None:
