@@ -131,7 +131,8 @@ def test_an_outage_delays_messages_but_loses_duplicates_and_reorders_none_and_ne
     healthy, failing, broken = servers(), servers(), servers()
     failing.reply(500, "<html>502 Bad Gateway</html>", delay_s=0.5)  # slow and failing
     broken.reply(200, WECOM_BAD_KEY)  # a deleted robot: permanent
-    monkeypatch.setenv("ORCH_TEST_HOOK_URL", f"{port.base_url}/hook?token={HOOK_TOKEN}")
+    # The token as a path segment, where only the exact-value scrubbing can hide it.
+    monkeypatch.setenv("ORCH_TEST_HOOK_URL", f"{port.base_url}/services/{HOOK_TOKEN}")
     monkeypatch.setenv("ORCH_TEST_WECOM_URL", f"{broken.base_url}/cgi-bin/webhook/send?key={WECOM_KEY}")
     h = orch_home()
     configure(h, """
@@ -161,8 +162,9 @@ events = ["failed"]
     wait_for(lambda: len(failing.requests) >= 2, 10, what="two failed tries against the 500 server")
     submitted_at = time.time()
     late = h.submit("late")
-    started = h.wait_record("late", "start", timeout=10)
-    assert started["t"] - submitted_at < 2.0, "dispatch waited for the notifier"
+    h.wait_record("late", "start", timeout=10)
+    (attempt,) = h.store.attempts(late)
+    assert attempt.started_at - submitted_at < 2.0, "dispatch waited for the notifier"
     h.wait_state(late, JobState.SUCCEEDED)
     jobs.append(late)
     assert all(r.delivered_at is None for r in h.store.outbox() if r.channel == "hook")
