@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 from daemon_harness import OrchHome, orch_home  # noqa: F401  (fixture)

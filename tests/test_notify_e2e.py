@@ -30,7 +30,6 @@ HOOK_TOKEN = "hooktok-6f1d2a9b8c7e"
 WECOM_OK = {"errcode": 0, "errmsg": "ok"}
 WECOM_BAD_KEY = {"errcode": 93000, "errmsg": "invalid webhook url, hint: [1712345678_abc], from ip: 10.0.0.1, "
                  "more info at https://open.work.weixin.qq.com/devtool/query?e=93000"}
-FINAL = {"succeeded", "failed"}
 
 
 # ---- helpers ------------------------------------------------------------------------------
