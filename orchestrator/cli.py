@@ -159,16 +159,21 @@ def status(
     if not rows:
         print("no jobs" + ("" if show_all else " queued or running (`orch status --all` shows finished ones)"))
         return
-    from rich.console import Console
+    import os
+    import shutil
 
     from .render import status_table
 
-    Console().print(status_table(rows, _currency()))
+    tty = sys.stdout.isatty()
+    print(status_table(rows, _currency(), color=tty and not os.environ.get("NO_COLOR"),
+                       width=shutil.get_terminal_size().columns if tty else None))
     if _daemon_pid(home) is None and any(r["state"] in ("queued", "running") for r in rows):
         err("note: no daemon is running; `orch daemon start` runs the queue")
 
 
 def _currency() -> str:
+    if ctx.config_arg is None and not ctx.config_path.exists():
+        return ""  # no config: skip building the config models (part of `orch status`'s budget)
     try:
         return ctx.config().pricing.currency
     except OrchError:

@@ -74,19 +74,24 @@ def _unwrap(annotation: Any) -> Any:
     return annotation
 
 
+def _bound(value: Any) -> Any:
+    # pydantic reports a float field's bound as 0.0; users wrote (and read) 0.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _message(err: dict[str, Any]) -> str:
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     got = f" (got {_show(value)})"
     if kind == "missing":
         return "is required"
     if kind == "greater_than":
-        return f"must be greater than {ctx['gt']}{got}"
+        return f"must be greater than {_bound(ctx['gt'])}{got}"
     if kind == "greater_than_equal":
-        return f"must be at least {ctx['ge']}{got}"
+        return f"must be at least {_bound(ctx['ge'])}{got}"
     if kind == "less_than":
-        return f"must be less than {ctx['lt']}{got}"
+        return f"must be less than {_bound(ctx['lt'])}{got}"
     if kind == "less_than_equal":
-        return f"must be at most {ctx['le']}{got}"
+        return f"must be at most {_bound(ctx['le'])}{got}"
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"must be a whole number{got}"
     if kind in ("float_type", "float_parsing"):

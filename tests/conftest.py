@@ -1,0 +1,141 @@
+"""Shared fixtures for the foundation tests: a private ORCH_HOME per test, the real `orch`
+run as a subprocess, the same app through typer's CliRunner, job files, and a store view."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Callable, NamedTuple, Optional
+
+import pytest
+
+ORCH_EXE = shutil.which("orch") or str(Path(sys.executable).with_name("orch"))
+
+# A command job that runs anywhere: no GPU asked (tests must not depend on the machine).
+GOOD_JOB = """\
+name = "tiny"
+gpus = 0
+command = ["python", "-c", "print('hi')"]
+"""
+
+
+class Ran(NamedTuple):
+    rc: int
+    out: str
+    err: str
+
+    def assert_failed(self, rc: int) -> "Ran":
+        """The exit code SPEC promises, a message on stderr, and never a Python traceback."""
+        assert self.rc == rc, self
+        assert "Traceback" not in self.err and "Traceback" not in self.out, self.err
+        assert self.err.strip(), "a failure must say why on stderr"
+        return self
+
+    def assert_ok(self) -> "Ran":
+        assert self.rc == 0, self
+        assert "Traceback" not in self.err, self.err
+        return self
+
+
+def _clean_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env["ORCH_HOME"] = str(home)
+    env["NO_COLOR"] = "1"
+    return env
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh, not yet created ORCH_HOME, also set in this process (for CliRunner and Store)."""
+    root = tmp_path / "orch-home"
+    for key in [k for k in os.environ if k.startswith("ORCH_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("ORCH_HOME", str(root))
+    return root
+
+
+@pytest.fixture
+def orch(home: Path) -> Callable[..., Ran]:
+    """Run the real `orch` console script: orch("status", "--json") -> Ran(rc, out, err)."""
+
+    def run(*args: object, cwd: Optional[Path] = None, env: Optional[dict[str, str]] = None,
+            timeout: float = 60) -> Ran:
+        full_env = _clean_env(home)
+        full_env.update(env or {})
+        proc = subprocess.run([ORCH_EXE, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                              cwd=cwd or home.parent, env=full_env)
+        return Ran(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+@pytest.fixture
+def cli(home: Path) -> Callable[..., Ran]:
+    """The same app in-process through typer's CliRunner. An exception the CLI did not turn into
+    an exit code is re-raised, so a would-be traceback fails the test."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    runner = CliRunner()
+
+    def invoke(*args: object, env: Optional[dict[str, str]] = None) -> Ran:
+        result = runner.invoke(app, [str(a) for a in args], env={"ORCH_HOME": str(home), "NO_COLOR": "1", **(env or {})})
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return Ran(result.exit_code, result.stdout, result.stderr)
+
+    return invoke
+
+
+@pytest.fixture
+def write_file(tmp_path: Path) -> Callable[..., Path]:
+    """write_file("job.toml", text) -> path, in a per-test folder (dedented)."""
+
+    def write(name: str, text: str) -> Path:
+        path = tmp_path / "work" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def good_job(write_file: Callable[..., Path]) -> Path:
+    return write_file("job.toml", GOOD_JOB)
+
+
+@pytest.fixture
+def job_count(home: Path) -> Callable[[], int]:
+    """Jobs in the store, read with plain sqlite (0 when no database was ever created)."""
+
+    def count() -> int:
+        db = home / "orch.db"
+        if not db.exists():
+            return 0
+        conn = sqlite3.connect(db)
+        try:
+            if conn.execute("SELECT name FROM sqlite_master WHERE name='jobs'").fetchone() is None:
+                return 0
+            return conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+        finally:
+            conn.close()
+
+    return count
+
+
+@pytest.fixture
+def store(home: Path):
+    """The real Store of this test's ORCH_HOME (what `orch` itself opens)."""
+    from orchestrator.paths import Home
+    from orchestrator.store import Store
+
+    s = Store(Home(home).ensure().db)
+    yield s
+    s.close()
