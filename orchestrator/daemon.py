@@ -120,9 +120,12 @@ class Daemon:
                                    "signalled_at": None, "failures": job.failures + int(d.charged)}
         if d.state is JobState.QUEUED:
             updates.update(intent="", cancel_requested_at=None)
-            if d.backoff:
+            stalls = self._stalled_resumes(job) if d.outcome == "checkpointed" else 0
+            if d.backoff or stalls:
+                # A job that keeps exiting 75 without a newer checkpoint would otherwise restart
+                # several times a second, uncharged: back off as if it were failing.
                 base = self.config.daemon.retry_backoff_seconds
-                delay = min(self.config.daemon.max_retry_backoff_seconds, base * 2 ** job.failures)
+                delay = min(self.config.daemon.max_retry_backoff_seconds, base * 2 ** (job.failures + stalls - 1 if stalls else job.failures))
                 updates["retry_after"] = now + delay
         else:
             updates["finished_at"] = now
@@ -138,6 +141,20 @@ class Daemon:
                 detail += "\nlast log lines:\n" + tail
         self._change(job, d.state, d.event, now, detail=detail, reason=reason, updates=updates, end_attempt=end,
                      with_log=d.state is JobState.FAILED)
+
+    def _stalled_resumes(self, job: Job) -> int:
+        """How many attempts in a row (this one included) exited 75 with no checkpoint newer
+        than the one they resumed from."""
+        _, newest = executor.newest_checkpoint(self.home.run_dir(job.id) / "checkpoints")
+        attempts = self.store.attempts(job.id)
+        if not attempts or (newest or -1) > (attempts[-1].resumed_from_step or -1):
+            return 0
+        stalls = 1
+        for prev in reversed(attempts[:-1]):
+            if prev.outcome != "checkpointed" or prev.resumed_from_step != attempts[-1].resumed_from_step:
+                break
+            stalls += 1
+        return stalls
 
     def _lost(self, job: Job, now: float) -> None:
         """No exit record and no supervisor: the machine restarted or someone killed the attempt's
@@ -239,6 +256,11 @@ class Daemon:
                                  updates={"finished_at": now}, with_log=False)
                 elif budget_reason and hold.reason == budget_reason and job.reason != budget_reason:
                     self.store.update(job.id, now, only_if_state=[JobState.QUEUED], reason=budget_reason)
+                continue
+            if job.gpus > len(self.managed):
+                self._change(job, JobState.FAILED, EventKind.FAILED, now, updates={"finished_at": now},
+                             reason=f"asks for {job.gpus} GPUs but this daemon manages {len(self.managed)} "
+                                    "(config [daemon] gpus, else nvidia-smi)")
                 continue
             if job.gpus > 0 and gpus_reserved:
                 continue  # GPUs freed meanwhile are kept for it, or it could starve behind later jobs

@@ -103,8 +103,11 @@ def start_detached(home: Home, config_arg: Optional[str], wait_s: float = 15.0) 
 
 def stop(home: Home, timeout: float = 120.0) -> int:
     pid = running_pid(home)
-    if pid is None or pid < 0:
+    if pid is None:
         raise DaemonError(f"no daemon is running for {home.root}")
+    if pid < 0:
+        raise DaemonError(f"a daemon holds {home.lock_file} but {home.pid_file} is unreadable; "
+                          f"find it with `fuser {home.lock_file}` and send it SIGTERM")
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
