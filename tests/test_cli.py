@@ -362,7 +362,7 @@ def test_an_unknown_job_id_is_exit_1_with_a_message(orch, cli, args, store):
 
 def test_a_job_id_that_is_not_a_number_is_a_usage_error(orch):
     ran = orch("show", "seven").assert_failed(2)
-    assert "Usage: orch show" in ran.err and "job_id" in ran.err
+    assert "Usage: orch show" in ran.err and "job_id" in ran.err.lower()
 
 
 # -- where state lives ------------------------------------------------------------------------
