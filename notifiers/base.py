@@ -68,6 +68,9 @@ class Message:
     host: str = ""
     log_tail: str = ""
     steps_lost: int | None = None
+    gpu_hours: float | None = None
+    waste_s: float | None = None
+    waste_cost: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,9 +103,13 @@ class Message:
             rows.append(("Duration", format_duration(self.duration_s)))
         if self.cost is not None:
             rows.append(("Cost", f"{self.cost:.2f} {self.currency}".rstrip()))
+        if self.gpu_hours:
+            rows.append(("GPU-hours", f"{self.gpu_hours:.2f}"))
         rows += [("Best metric", self.best_metric), ("Checkpoint", self.checkpoint)]
         if self.steps_lost:
-            rows.append(("Steps lost", str(self.steps_lost)))
+            waste = f" ({format_duration(self.waste_s or 0)} recomputed"
+            waste += f", {self.waste_cost:.2f} {self.currency}".rstrip() if self.waste_cost else ""
+            rows.append(("Steps lost", f"{self.steps_lost}{waste})"))
         rows.append(("Host", self.host))
         return [(label, value) for label, value in rows if value]
 

@@ -229,11 +229,12 @@ def cancel(job_id: int = typer.Argument(...)) -> None:
 def retry(
     job_id: int = typer.Argument(...),
     budget: Optional[float] = typer.Option(None, "--budget", help="A new max_cost for the job.", min=0.0),
+    hours: Optional[float] = typer.Option(None, "--hours", help="A new max_hours for the job.", min=0.0),
 ) -> None:
     """Put a failed, cancelled or stopped job back in the queue; it resumes from its latest checkpoint."""
     from .lifecycle import retry_job
 
-    job = retry_job(ctx.store(), ctx.config(), ctx.home, job_id, time.time(), budget=budget)
+    job = retry_job(ctx.store(), ctx.config(), ctx.home, job_id, time.time(), budget=budget, hours=hours)
     print(f"job {job.id} ({job.name}) queued again; it resumes from its latest checkpoint")
     if not _poke(ctx.home):
         err("note: no daemon is running; start one with `orch daemon start`")

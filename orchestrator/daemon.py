@@ -99,10 +99,20 @@ class Daemon:
         return self.store.get(job.id)
 
     def _step_reached(self, job: Job, since: float) -> Optional[int]:
-        progress = read_json(self.home.run_dir(job.id) / "progress.json")
+        """The attempt's last step: progress.json, or a checkpoint this attempt wrote at a later step
+        (progress is written every few seconds; the notice checkpoint is the step it really ended at)."""
+        run_dir = self.home.run_dir(job.id)
+        progress = read_json(run_dir / "progress.json")
+        step = None
         if progress and isinstance(progress.get("step"), int) and (progress.get("updated_at") or 0) >= since - 1:
-            return progress["step"]
-        return None
+            step = progress["step"]
+        path, ckpt_step = executor.newest_checkpoint(run_dir / "checkpoints")
+        try:
+            if path is not None and ckpt_step is not None and path.stat().st_mtime >= since - 1:
+                step = max(step or 0, ckpt_step)
+        except OSError:  # pruned meanwhile
+            pass
+        return step
 
     def _attempt_started(self, job: Job) -> float:
         attempts = self.store.attempts(job.id)
@@ -132,6 +142,8 @@ class Daemon:
         end = {"ended_at": exit_info.get("ended_at") or now, "exit_code": code, "exit_signal": sig,
                "outcome": d.outcome, "step_reached": self._step_reached(job, started)}
         reason = d.reason or job.reason
+        if job.intent is Intent.PREEMPT and job.reason and d.state is JobState.QUEUED:
+            reason = f"{job.reason}; {d.reason}"  # which notice (AWS, GCP, daemon stop...) and how it ended
         detail = reason if d.state is not JobState.SUCCEEDED else f"attempt {job.attempt}: {describe_exit(code, sig)}"
         if d.state is JobState.FAILED or d.charged:
             from .lifecycle import log_tail
@@ -224,6 +236,16 @@ class Daemon:
             return None
         return total_budget_exceeded(self.store.total_cost(), self.config.budget.total, currency=self.config.pricing.currency)
 
+    def total_budget_hold(self) -> Optional[str]:
+        """Why queued jobs wait while the total budget is spent. Worded without the running
+        figure, so it is written once and not rewritten every tick."""
+        if self.total_budget_reason() is None:
+            return None
+        from .cost import format_money
+
+        total = format_money(self.config.budget.total or 0.0, self.config.pricing.currency)
+        return f"held: the total budget of {total} is spent; raise [budget] total in config.toml to go on"
+
     def grace_for(self, job: Job) -> float:
         """SIGTERM -> SIGKILL for this job: its own `grace_seconds`, else the config's."""
         return float(job.spec.get("grace_seconds") or self.config.daemon.grace_seconds)
@@ -245,7 +267,7 @@ class Daemon:
         free_gpus = [g for g in self.managed if g not in used]
         free_cpu = self.config.daemon.cpu_slots - sum(1 for j in running if j.gpus == 0)
         dep_states = self.store.states_of({d for j in queue for d in j.after_ids})
-        budget_reason = self.total_budget_reason()
+        budget_reason = self.total_budget_hold()
         started = []
         gpus_reserved = False  # a GPU job ahead in the queue is waiting for GPUs to free up
         for job in queue:
@@ -341,7 +363,14 @@ class Daemon:
         running = self.store.jobs([JobState.RUNNING])
         p = self.config.pricing
         pricing = Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour)
-        costs, idle = split_interval(seconds, [(j.id, j.gpus) for j in running], len(self.managed), pricing)
+        try:
+            costs, idle = split_interval(seconds, [(j.id, j.gpus) for j in running], len(self.managed), pricing)
+        except ValueError as exc:
+            # Running jobs hold more GPUs than this daemon manages (the config changed under an
+            # adopted job): bill each job its own GPUs and the machine nothing idle, and say so.
+            log.warning("cost: %s; billing each job its own GPUs until they finish", exc)
+            hourly = {j.id: j.gpus * p.gpu_hour for j in running}
+            costs, idle = {k: v * seconds / 3600 for k, v in hourly.items()}, 0.0
         self.store.accrue(now, seconds, {j.id: (costs.get(j.id, 0.0), j.gpus * seconds) for j in running}, idle)
 
     # -- queue drained -------------------------------------------------------------------------

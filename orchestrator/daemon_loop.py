@@ -212,7 +212,9 @@ class IdleShutdown:
         if cfg.shutdown_after_minutes is None:
             return
         counts = self.rt.store.count_by_state()
-        if counts.get(JobState.QUEUED, 0) + counts.get(JobState.RUNNING, 0):
+        # Jobs held only because the total budget is spent will not start: the machine is idle.
+        held_by_budget = not counts.get(JobState.RUNNING, 0) and self.rt.daemon.total_budget_reason() is not None
+        if counts.get(JobState.QUEUED, 0) + counts.get(JobState.RUNNING, 0) and not held_by_budget:
             self.idle_since, self.fired, self.event_at, self.event_id = None, False, None, None
             return
         if self.fired:

@@ -171,7 +171,8 @@ def cancel_job(store: Store, config: Config, home: Home, job_id: int, now: float
     raise InvalidTransition(job_id, job.state.value, "cancelled", "it has already finished")
 
 
-def retry_job(store: Store, config: Config, home: Home, job_id: int, now: float, *, budget: Optional[float] = None) -> Job:
+def retry_job(store: Store, config: Config, home: Home, job_id: int, now: float, *, budget: Optional[float] = None,
+              hours: Optional[float] = None) -> Job:
     """A failed, cancelled or stopped job back to the queue; it resumes from its latest
     checkpoint. Its attempt count goes on; its charged retries start over."""
     job = store.get(job_id)
@@ -184,5 +185,8 @@ def retry_job(store: Store, config: Config, home: Home, job_id: int, now: float,
     if budget is not None:
         updates["max_cost"] = budget
         detail += f" with max_cost {budget:g}"
+    if hours is not None:
+        updates["max_hours"] = hours
+        detail += f" with max_hours {hours:g}"
     return change_state(store, config, home, job, JobState.QUEUED, EventKind.RETRYING, now, detail=detail,
                         reason="", expect=RETRYABLE, updates=updates)

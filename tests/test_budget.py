@@ -44,10 +44,10 @@ def test_total_budget_stops_the_running_job_and_holds_the_queue(make_orch, webho
     assert o.store.attempts(first)[-1].exit_code == 75  # it checkpointed on SIGTERM, not killed
 
     second = o.submit(o.command_job("second", sleep=0))
-    wait_for(lambda: o.job(second).reason.startswith("budget:"), 10, "the queued job to be held for the budget")
+    wait_for(lambda: o.job(second).reason.startswith("held: the total budget"), 10, "the queued job to be held for the budget")
     [row] = [r for r in o.cli_json("status") if r["id"] == second]
-    assert row["state"] == "queued" and row["reason"].startswith("budget: spent")
-    assert "budget: spent" in o.cli("status").stdout  # the NOTE column
+    assert row["state"] == "queued" and row["reason"].startswith("held: the total budget of 3.00")
+    assert "held: the total budget" in o.cli("status").stdout  # the NOTE column
     assert o.job(second).attempt == 0  # held, never started
 
     # The notification says what was spent.
