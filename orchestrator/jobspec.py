@@ -90,6 +90,24 @@ class BudgetSection(_Section):
 _BUILTIN_SECTIONS = ("model", "data", "train", "early_stopping")
 
 
+def kind_problem(keys: set[str]) -> Optional[str]:
+    """A job is either a command job or the built-in fine-tune. Checked on the raw keys too, so
+    this problem is reported together with field errors, not only after they are fixed."""
+    builtin = [s for s in _BUILTIN_SECTIONS if s in keys]
+    if "command" in keys:
+        if builtin:
+            return ("'command' cannot be combined with " + ", ".join(f"[{s}]" for s in builtin)
+                    + ": a command job runs your own script; the built-in fine-tune takes [model] and [data] and no command")
+        return None
+    if "workdir" in keys:
+        return "'workdir' is only for command jobs (it is where `command` runs)"
+    missing = [s for s in ("model", "data") if s not in keys]
+    if missing:
+        return ("a job needs either `command = [...]` (your own script) or the built-in fine-tune's [model] and [data]"
+                " sections; missing " + ", ".join(f"[{s}]" for s in missing))
+    return None
+
+
 class JobSpec(_Section):
     name: Optional[str] = Field(default=None, min_length=1, max_length=100)
     gpus: int = Field(default=1, ge=0, le=64)
@@ -108,25 +126,13 @@ class JobSpec(_Section):
 
     @model_validator(mode="after")
     def _one_kind(self) -> "JobSpec":
-        builtin = [s for s in _BUILTIN_SECTIONS if s in self.model_fields_set]
+        problem = kind_problem(self.model_fields_set - {k for k in ("model", "data") if getattr(self, k) is None})
+        if problem:
+            raise ValueError(problem)
         if self.command is not None:
-            if builtin:
-                raise ValueError(
-                    "'command' cannot be combined with " + ", ".join(f"[{s}]" for s in builtin)
-                    + ": a command job runs your own script; the built-in fine-tune takes [model] and [data] and no command"
-                )
             if any(not part for part in self.command):
                 raise ValueError("command: no part of the command may be an empty string")
         else:
-            if self.workdir is not None:
-                raise ValueError("'workdir' is only for command jobs (it is where `command` runs)")
-            missing = [s for s in ("model", "data") if getattr(self, s) is None]
-            if missing:
-                raise ValueError(
-                    "a job needs either `command = [...]` (your own script) or the built-in fine-tune's "
-                    + " and ".join(f"[{s}]" for s in ("model", "data"))
-                    + " sections; missing " + ", ".join(f"[{s}]" for s in missing)
-                )
             if self.train is None:
                 self.train = TrainSection()
             if self.train.max_epochs is None and self.train.max_steps is None:
@@ -171,7 +177,11 @@ def load_jobspec(path: str | Path, *, check_paths: bool = True) -> JobSpec:
     try:
         spec = JobSpec.model_validate(raw)
     except ValidationError as exc:
-        raise SpecError(problems_from(exc, JobSpec, label)) from None
+        problems = problems_from(exc, JobSpec, label)
+        kind = kind_problem({k for k in raw if k in JobSpec.model_fields})
+        if kind and f"{label}: {kind}" not in problems:
+            problems.append(f"{label}: {kind}")
+        raise SpecError(problems) from None
     return resolve(spec, path.resolve().parent, label, check_paths=check_paths, stem=path.stem)
 
 
