@@ -49,11 +49,11 @@ def workload(tmp_path_factory) -> dict[str, Path]:
     return {"model": model, "train": train, "hf_cache": root / "hf-cache", "root": root}
 
 
-def job_toml(workload: dict[str, Path], folder: Path, name: str) -> Path:
+def job_toml(workload: dict[str, Path], folder: Path, name: str, workers: int = 0) -> Path:
     spec: dict[str, Any] = {
         "name": name, "gpus": 0, "retries": 2, "grace_seconds": 30,
         "model": {"name_or_path": str(workload["model"]), "num_labels": 2},
-        "data": {"train": str(workload["train"]), "max_length": 32, "num_workers": 0, "shuffle": True},
+        "data": {"train": str(workload["train"]), "max_length": 32, "num_workers": workers, "shuffle": True},
         "train": {"max_epochs": EPOCHS, "batch_size": BATCH, "precision": "32", "learning_rate": 1e-3, "seed": 7},
         "checkpoint": {"every_n_steps": EVERY, "keep": 2},
         "env": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -77,8 +77,8 @@ def make_home(folder: Path, **preemption: Any) -> OrchHome:
     return h
 
 
-def submit_builtin(h: OrchHome, workload: dict[str, Path], name: str) -> int:
-    path = job_toml(workload, h.jobs_dir, name)
+def submit_builtin(h: OrchHome, workload: dict[str, Path], name: str, workers: int = 0) -> int:
+    path = job_toml(workload, h.jobs_dir, name, workers)
     job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0)
     poke(h.home.wake_socket)
     return job.id
@@ -198,7 +198,9 @@ def test_daemon_stop_and_start_resumes_to_identical_weights_with_no_steps_lost(w
     homes.append(h)
     started = h.cli("daemon", "start")
     assert started.returncode == 0, started.stderr
-    job_id = submit_builtin(h, workload, "b")
+    # Two DataLoader workers (the default on a real machine): they get the group's SIGTERM too, and
+    # must neither fail the save nor keep a finished attempt alive.
+    job_id = submit_builtin(h, workload, "b", workers=2)
 
     wait_for(lambda: progress_step(h, job_id) >= NOTICE_AFTER, 90, interval=0.02, what="step 3 of attempt 1")
     stopped = h.cli("daemon", "stop", timeout=60)
