@@ -71,12 +71,68 @@ def _fmt_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
+def _apply_pending_loader_state(trainer: pl.Trainer) -> None:
+    """Lightning 2.6 drops a resumed train loader's position when the loader was set up before the
+    restore (anything that reads `trainer.estimated_stepping_batches` in configure_optimizers does
+    that): the saved state waits in the fit loop and is never applied, and the epoch restarts from
+    a fresh iterator. Apply it and rebuild the iterator."""
+    fit_loop = trainer.fit_loop
+    pending = getattr(fit_loop, "_combined_loader_states_to_load", None)
+    fetcher = getattr(fit_loop, "_data_fetcher", None)
+    if not pending or fit_loop._combined_loader is None or fetcher is None:
+        return
+    fit_loop._combined_loader._load_state_dicts(pending)
+    fit_loop._combined_loader_states_to_load = []
+    iter(fetcher)
+
+
+def _rewind_to_next_epoch(state: Any) -> bool:
+    """In a StatefulDataLoader state built on training.sampler.ResumableSampler, move the position
+    to the start of the next epoch. False when the state is not of that shape."""
+    if not isinstance(state, dict):
+        return False
+    found = False
+    inner = state.get("_sampler_iter_state")
+    if isinstance(inner, dict) and {"epoch", "yielded"} <= set(inner.get("sampler_iter_state") or {}):
+        nxt = int(inner["sampler_iter_state"]["epoch"]) + 1
+        state["_sampler_iter_state"] = {"samples_yielded": 0, "sampler_state": {"epoch": nxt},
+                                        "sampler_iter_state": {"epoch": nxt, "yielded": 0}}
+        found = True
+    for key in ("_num_yielded", "_sampler_iter_yielded", "_snapshot_step", "_steps_since_snapshot"):
+        if key in state:
+            state[key] = 0
+    if "_iterator_finished" in state:
+        state["_iterator_finished"] = False
+    snapshot = state.get("_snapshot")
+    if isinstance(snapshot, dict):
+        main = snapshot.get("_main_snapshot") or {}
+        found = _rewind_to_next_epoch(main) or found
+        snapshot["_snapshot_step"] = 0
+        # the next batch goes to worker 0, as in a fresh iterator
+        snapshot["_last_yielded_worker_id"] = int(main.get("_num_workers", 1)) - 1
+    return found
+
+
+def fix_epoch_end_loader_state(checkpoint: dict[str, Any]) -> None:
+    """A checkpoint taken on the last batch of an epoch holds an exhausted loader position;
+    restored as is, the next epoch ends at once (Lightning does not start a new iterator when
+    resuming). With orch's sampler the position is moved to the start of the next epoch (exact
+    resume); any other loader state is dropped (the next epoch runs whole, in a fresh order)."""
+    fit = checkpoint.get("loops", {}).get("fit_loop", {})
+    progress = fit.get("epoch_loop.batch_progress", {})
+    loader_states = fit.get("state_dict", {}).get("combined_loader")
+    if not (progress.get("is_last_batch") and loader_states):
+        return
+    fit["state_dict"]["combined_loader"] = [st if _rewind_to_next_epoch(st) else {} for st in loader_states]
+
+
 class OrchCallback(pl.Callback):
     def __init__(self, run_dir: Optional[str | Path] = None, ckpt_dir: Optional[str | Path] = None, *,
-                 progress_every_s: float = 3.0, log_every_s: Optional[float] = None, handle_sigint: bool = False):
+                 progress_every_s: Optional[float] = None, log_every_s: Optional[float] = None, handle_sigint: bool = False):
         self.run_dir = Path(run_dir) if run_dir else _env_path("ORCH_RUN_DIR")
         self.ckpt_dir = Path(ckpt_dir) if ckpt_dir else _env_path("ORCH_CKPT_DIR")
-        self.progress_every_s = progress_every_s
+        # ORCH_PROGRESS_EVERY_S overrides the default 3 s (tests poll faster)
+        self.progress_every_s = progress_every_s or float(os.environ.get("ORCH_PROGRESS_EVERY_S") or 3.0)
         self.log_every_s = log_every_s
         self.sigterm_received = False
         self.notice_checkpoint: Optional[str] = None
@@ -108,6 +164,7 @@ class OrchCallback(pl.Callback):
         # without a checkpoint, and under DDP it runs a collective inside the handler.
         if getattr(trainer, "received_sigterm", False):
             self.sigterm_received = True
+        _apply_pending_loader_state(trainer)
         self._prev_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
         if self.handle_sigint:
             self._prev_sigint = signal.signal(signal.SIGINT, self._on_sigint)
@@ -164,6 +221,9 @@ class OrchCallback(pl.Callback):
         if self._prev_sigint is not None:
             signal.signal(signal.SIGINT, self._prev_sigint)
             self._prev_sigint = None
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+        fix_epoch_end_loader_state(checkpoint)
 
     # -- RNG state in every checkpoint -----------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

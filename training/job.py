@@ -4,6 +4,7 @@ Maps the ways an attempt ends onto the contract's exit codes (see training.exits
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -13,7 +14,7 @@ from typing import Any, Optional
 
 from orchestrator.jobspec import JobSpec, load_resolved
 
-from .exits import EX_FAIL, EX_OK, EX_OOM, EX_TEMPFAIL, EarlyStop, RunError, install_early_sigterm
+from .exits import EX_OK, EX_OOM, EX_TEMPFAIL, RunError, install_early_sigterm
 
 RESUME_CHECKED_ENV = "ORCH_RESUME_CHECKED"
 
@@ -97,6 +98,17 @@ def choose_resume(ckpt_dir: Path) -> Optional[Path]:
     return chosen
 
 
+def total_steps(rows: int, world: int, batch_size: int, accumulate: int, train) -> int:
+    """Lightning's estimated_stepping_batches, computed without touching the trainer's loader.
+    Unchanged by an OOM shrink: ceil(ceil(n/(b/p)) / (a*p)) == ceil(n/(a*b))."""
+    batches = math.ceil(math.ceil(rows / world) / batch_size)
+    per_epoch = math.ceil(batches / accumulate)
+    total = per_epoch * train.max_epochs if train.max_epochs else None
+    if train.max_steps:
+        total = min(total, train.max_steps) if total else train.max_steps
+    return max(1, int(total or 1))
+
+
 def build_callbacks(spec: JobSpec, ckpt_dir: Path, *, has_val: bool, progress: bool):
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
@@ -140,13 +152,17 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     train = spec.train
 
     _quiet_known_warnings()
+    import atexit
+    import multiprocessing.util  # noqa: F401  (registers its exit hook now, so ours runs before it)
+
+    atexit.register(reap_loader_workers)
     import pytorch_lightning as pl
     import torch
     from pytorch_lightning.loggers import CSVLogger
     from transformers import AutoTokenizer
 
     from .callbacks import Preempted
-    from .checkpoints import AtomicCheckpointIO, periodic_name
+    from .checkpoints import AtomicCheckpointIO
     from .data import DataError, TextClassificationData
     from .module import TransformerClassifier
     from .resize import record_shrink, shrink
@@ -186,12 +202,14 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         model = TransformerClassifier(
             spec.model.name_or_path, num_labels, learning_rate=train.learning_rate, weight_decay=train.weight_decay,
             warmup_ratio=train.warmup_ratio, gradient_checkpointing=spec.model.gradient_checkpointing,
-            label_names=data.label_names, batch_size=batch_size)
+            label_names=data.label_names, batch_size=batch_size,
+            total_steps=total_steps(len(data.splits["train"]), plan["devices"], batch_size, accumulate, train))
     except OSError as exc:
         raise RunError(f"cannot load the model {spec.model.name_or_path!r}: {str(exc).splitlines()[0]}") from None
 
     has_val = "validation" in data.splits
     orch_cb, early, best, callbacks = build_callbacks(spec, ckpt_dir, has_val=has_val, progress=progress)
+    callbacks.append(FinalCheckpoint(ckpt_dir))
     val_interval = train.val_check_interval
     if isinstance(val_interval, int):
         val_interval *= factor  # counted in micro-batches, which shrank after an OOM
@@ -218,11 +236,6 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         return _out_of_memory(trainer, run_dir, batch_size, accumulate, exc, record_shrink, shrink)
     install_early_sigterm()  # Lightning restored its pre-fit handlers; keep "SIGTERM = exit 75" after fit
 
-    if orch_cb.sigterm_received and orch_cb.notice_checkpoint is None and trainer.global_step == 0:
-        return EX_TEMPFAIL
-    final = ckpt_dir / periodic_name(trainer.global_step)
-    if not final.exists():
-        trainer.save_checkpoint(str(final), weights_only=False)  # a retry after a crash below resumes here, not earlier
     if not rank0:
         return EX_OK
     _export(model, tokenizer, run_dir / "model")
@@ -232,6 +245,33 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     write_json_atomic(run_dir / "result.json", result)
     say(f"done: {result['steps']} steps, {result['epochs']} epochs, metrics {result['metrics']}")
     return EX_OK
+
+
+def FinalCheckpoint(ckpt_dir: Path):
+    """Saves step-<final>.ckpt when training ends (before Lightning shuts the loaders down), so a
+    crash during export is retried from the end, not from the last periodic checkpoint."""
+    import pytorch_lightning as pl
+
+    from .checkpoints import periodic_name
+
+    class _Final(pl.Callback):
+        def on_train_end(self, trainer, pl_module):
+            path = ckpt_dir / periodic_name(trainer.global_step)
+            if not path.exists():
+                trainer.save_checkpoint(str(path), weights_only=False)
+
+    return _Final()
+
+
+def reap_loader_workers() -> None:
+    """DataLoader workers ignore SIGTERM (see data.ignore_sigterm), so multiprocessing's exit
+    hook, which terminates leftover daemonic children with SIGTERM and joins them, would wait
+    forever for a worker Lightning did not shut down. Kill any left at exit."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(timeout=5)
 
 
 def _quiet_known_warnings() -> None:

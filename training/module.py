@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Optional
 
 import pytorch_lightning as pl
@@ -14,6 +15,7 @@ from .resize import rescale_checkpoint
 # Fault-injection seams for the OOM path (tests and drills; no effect unless set).
 FAULT_OOM_ABOVE_BATCH = "ORCH_FAULT_OOM_ABOVE_BATCH"
 FAULT_OOM_AT_STEP = "ORCH_FAULT_OOM_AT_STEP"
+FAULT_SLOW_STEP = "ORCH_FAULT_SLOW_STEP_S"  # sleep per training step: gives signal tests a window
 
 
 def load_classifier(name_or_path: str, num_labels: int, label_names: Optional[list[str]] = None):
@@ -29,7 +31,8 @@ def load_classifier(name_or_path: str, num_labels: int, label_names: Optional[li
 class TransformerClassifier(pl.LightningModule):
     def __init__(self, model_name_or_path: str, num_labels: int = 2, *, learning_rate: float = 2e-5,
                  weight_decay: float = 0.01, warmup_ratio: float = 0.1, gradient_checkpointing: bool = False,
-                 label_names: Optional[list[str]] = None, batch_size: int = 32, model: Any = None):
+                 label_names: Optional[list[str]] = None, batch_size: int = 32, total_steps: Optional[int] = None,
+                 model: Any = None):
         super().__init__()
         self.save_hyperparameters(ignore=["model"])
         self.model = model if model is not None else load_classifier(model_name_or_path, num_labels, label_names)
@@ -44,6 +47,7 @@ class TransformerClassifier(pl.LightningModule):
         self._val_loss_sum = 0.0
         self._oom_above = int(os.environ.get(FAULT_OOM_ABOVE_BATCH, "0") or 0)
         self._oom_at_step = int(os.environ.get(FAULT_OOM_AT_STEP, "0") or 0)
+        self._slow_step = float(os.environ.get(FAULT_SLOW_STEP, "0") or 0)
 
     def forward(self, **batch: torch.Tensor):
         return self.model(**batch)
@@ -54,6 +58,8 @@ class TransformerClassifier(pl.LightningModule):
             raise torch.cuda.OutOfMemoryError(
                 f"CUDA out of memory (injected by {FAULT_OOM_ABOVE_BATCH}={self._oom_above}: micro-batch {n})"
             )
+        if self._slow_step:
+            time.sleep(self._slow_step)
         loss = self(**batch).loss
         self.log("train_loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=n)
         return loss
@@ -91,7 +97,9 @@ class TransformerClassifier(pl.LightningModule):
         groups = [{"params": decay, "weight_decay": self.hparams.weight_decay},
                   {"params": no_decay, "weight_decay": 0.0}]
         optimizer = torch.optim.AdamW(groups, lr=self.hparams.learning_rate)
-        total = int(self.trainer.estimated_stepping_batches)
+        # The runner passes total_steps: asking the trainer (estimated_stepping_batches) sets up the
+        # train loader before the checkpoint restore, and Lightning then never restores its position.
+        total = self.hparams.total_steps or int(self.trainer.estimated_stepping_batches)
         warmup = int(self.hparams.warmup_ratio * total)
         scheduler = get_linear_schedule_with_warmup(optimizer, warmup, max(total, 1))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

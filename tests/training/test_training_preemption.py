@@ -1,0 +1,53 @@
+"""SIGTERM = save a checkpoint now, exit 75; the next attempt resumes exactly."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from training.checkpoints import list_checkpoints, step_of
+
+from conftest import assert_same_weights, final_weights, read_progress, read_result, wait_for
+
+pytestmark = pytest.mark.slow
+
+# 640 rows / batch 16 = 40 steps per epoch, 2 epochs; dropout on (BERT default), shuffle on, 2 workers.
+RESUME_JOB = dict(data={"num_workers": 2}, train={"max_epochs": 2}, checkpoint={"every_n_steps": 15, "keep": 2})
+STEPS_PER_EPOCH = 40
+
+
+def test_sigterm_mid_epoch_resumes_to_identical_weights(make_run_dir, start_job, run_job):
+    straight = make_run_dir("straight", **RESUME_JOB)
+    code, out = run_job(straight)
+    assert code == 0, out
+
+    run = make_run_dir("interrupted", **RESUME_JOB)
+    job = start_job(run, attempt=1, ORCH_PROGRESS_EVERY_S="0.1", ORCH_FAULT_SLOW_STEP_S="0.05")
+    wait_for(lambda: (read_progress(run) or {}).get("step", 0) >= STEPS_PER_EPOCH + 7, 90, "step 47")
+    job.signal_group(signal.SIGTERM)  # like the supervisor: the whole group, DataLoader workers included
+    code = job.wait(timeout=25)
+    assert code == 75, job.output()
+    notices = [p for p in list_checkpoints(run / "checkpoints") if p.name.startswith("notice-")]
+    assert len(notices) == 1, job.output()
+    step = step_of(notices[0])
+    assert step % STEPS_PER_EPOCH != 0, "the notice should be mid-epoch"
+    assert not (run / "result.json").exists()
+
+    code, out = run_job(run, attempt=2)
+    assert code == 0, out
+    assert f"resuming from {notices[0].name}" in out
+    result = read_result(run)
+    assert result["steps"] == 2 * STEPS_PER_EPOCH
+    assert_same_weights(final_weights(straight), final_weights(run))
+
+
+def test_sigterm_during_model_load_exits_75(make_run_dir, start_job):
+    run = make_run_dir("early")
+    job = start_job(run)
+    # The runner prints this right after reading job.toml, before tokenizer/model load and tokenization.
+    wait_for(lambda: "starting from scratch" in job.output(), 60, "the runner to start")
+    job.signal_group(signal.SIGTERM)
+    code = job.wait(timeout=25)
+    assert code == 75, job.output()
+    assert "SIGTERM before training started" in job.output()
