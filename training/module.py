@@ -16,6 +16,7 @@ from .resize import rescale_checkpoint
 FAULT_OOM_ABOVE_BATCH = "ORCH_FAULT_OOM_ABOVE_BATCH"
 FAULT_OOM_AT_STEP = "ORCH_FAULT_OOM_AT_STEP"
 FAULT_SLOW_STEP = "ORCH_FAULT_SLOW_STEP_S"  # sleep per training step: gives signal tests a window
+TRACE_SAMPLES = "ORCH_TRACE_SAMPLES"  # a file: one JSON line per trained micro-batch (sample accounting)
 
 
 def load_classifier(name_or_path: str, num_labels: int, label_names: Optional[list[str]] = None):
@@ -48,6 +49,7 @@ class TransformerClassifier(pl.LightningModule):
         self._oom_above = int(os.environ.get(FAULT_OOM_ABOVE_BATCH, "0") or 0)
         self._oom_at_step = int(os.environ.get(FAULT_OOM_AT_STEP, "0") or 0)
         self._slow_step = float(os.environ.get(FAULT_SLOW_STEP, "0") or 0)
+        self._trace = os.environ.get(TRACE_SAMPLES)
 
     def forward(self, **batch: torch.Tensor):
         return self.model(**batch)
@@ -61,8 +63,20 @@ class TransformerClassifier(pl.LightningModule):
         if self._slow_step:
             time.sleep(self._slow_step)
         loss = self(**batch).loss
+        if self._trace:
+            self._trace_batch(batch)
         self.log("train_loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=n)
         return loss
+
+    def _trace_batch(self, batch: dict[str, torch.Tensor]) -> None:
+        import hashlib
+        import json
+
+        rows = [hashlib.md5(str(ids[mask.bool()].tolist()).encode()).hexdigest()[:12]
+                for ids, mask in zip(batch["input_ids"].cpu(), batch["attention_mask"].cpu())]
+        line = {"rank": self.global_rank, "epoch": self.current_epoch, "step": self.global_step, "rows": rows}
+        with open(self._trace, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         out = self(**batch)

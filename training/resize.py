@@ -54,11 +54,19 @@ def record_shrink(run_dir: Path, *, batch_size: int, accumulate: int, new_batch:
 
 
 def _scale_progress(progress: dict[str, Any], factor: int) -> None:
+    """Batch counters x factor. `completed` keeps its lag behind `processed` (a checkpoint taken in
+    on_train_batch_end has completed == processed - 1, which is how Lightning recognises where it
+    stopped)."""
     for part in ("total", "current"):
-        if isinstance(progress.get(part), dict):
-            for key, value in progress[part].items():
-                if isinstance(value, int):
-                    progress[part][key] = value * factor
+        counters = progress.get(part)
+        if not isinstance(counters, dict):
+            continue
+        lag = counters.get("processed", 0) - counters.get("completed", 0)
+        for key in ("ready", "started", "processed"):
+            if isinstance(counters.get(key), int):
+                counters[key] *= factor
+        if isinstance(counters.get("completed"), int):
+            counters["completed"] = counters.get("processed", 0) - lag
 
 
 def _scale_loader_state(state: Any, factor: int) -> None:
@@ -80,13 +88,11 @@ def rescale_checkpoint(checkpoint: dict[str, Any], old_batch: int, new_batch: in
         raise ValueError(f"cannot resume a checkpoint taken at batch {old_batch} with batch {new_batch}")
     factor = old_batch // new_batch
     fit = checkpoint.get("loops", {}).get("fit_loop", {})
-    epoch_loop = fit.get("epoch_loop.state_dict", {})
     progress = fit.get("epoch_loop.batch_progress")
     if isinstance(progress, dict):
         _scale_progress(progress, factor)
     for loader_state in fit.get("state_dict", {}).get("combined_loader", []) or []:
         _scale_loader_state(loader_state, factor)
-    if isinstance(epoch_loop, dict) and isinstance(epoch_loop.get("_batches_that_stepped"), int):
-        pass  # counts optimizer steps: unchanged
+    # epoch_loop._batches_that_stepped counts optimizer steps (logging x-axis): unchanged.
     checkpoint.setdefault("orch", {})["batch_size"] = new_batch
     checkpoint["orch"]["rescaled_from"] = old_batch
