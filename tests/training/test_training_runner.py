@@ -1,0 +1,136 @@
+"""The built-in fine-tune end to end: `python -m training.run RUN_DIR` in a subprocess."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from training.checkpoints import list_checkpoints, load_checkpoint_file, step_of
+
+from conftest import REPO, read_progress, read_result
+
+pytestmark = pytest.mark.slow
+
+
+def test_quickstart_reaches_its_accuracy(tmp_path, run_job, hf_cache):
+    example = tmp_path / "quickstart"
+    shutil.copytree(REPO / "examples" / "quickstart", example,
+                    ignore=shutil.ignore_patterns("data", "tiny-bert", "__pycache__"))
+    import subprocess
+
+    subprocess.run([sys.executable, str(example / "prepare.py")], check=True, capture_output=True,
+                   env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    from orchestrator.jobspec import load_jobspec
+    import tomli_w
+
+    spec = load_jobspec(example / "job.toml")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "job.toml").write_bytes(tomli_w.dumps(spec.to_toml_dict()).encode())
+    started = time.monotonic()
+    code, out = run_job(run, timeout=180)
+    elapsed = time.monotonic() - started
+    assert code == 0, out
+    result = read_result(run)
+    assert result["metrics"]["val_acc"] >= 0.9, result
+    assert result["best_metric"] >= 0.9
+    assert elapsed < 180
+    progress = read_progress(run)
+    assert progress["step"] == result["steps"] and progress["total_steps"] == result["steps"]
+    assert {"epoch", "metrics", "samples_per_s", "updated_at"} <= progress.keys()
+    assert (run / "metrics.csv").is_file()
+
+
+def test_exported_model_loads_and_predicts_with_string_labels(make_run_dir, run_job, data_dir):
+    run = make_run_dir("strings", data={"train": str(data_dir / "train_str.jsonl"),
+                                        "validation": str(data_dir / "dev_str.jsonl")},
+                       train={"max_epochs": 3, "learning_rate": 3e-3}, model={"num_labels": 2})
+    code, out = run_job(run)
+    assert code == 0, out
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(run / "model")
+    tok = AutoTokenizer.from_pretrained(run / "model")
+    assert model.config.id2label == {0: "negative", 1: "positive"}  # sorted, deterministic
+    assert model.config.label2id == {"negative": 0, "positive": 1}
+    model.eval()
+    with torch.no_grad():
+        logits = model(**tok(["the movie was wonderful and great", "the plot was awful and boring"],
+                             return_tensors="pt", padding=True)).logits
+    assert logits.shape == (2, 2)
+    labels = [model.config.id2label[int(i)] for i in logits.argmax(-1)]
+    assert labels == ["positive", "negative"]
+
+
+def test_early_stopping_stops_before_max_epochs_on_a_plateau(make_run_dir, run_job):
+    # A learning rate this small leaves val_acc flat: patience 1 stops after the second epoch.
+    run = make_run_dir("plateau", train={"max_epochs": 6, "learning_rate": 1e-9, "warmup_ratio": 0.0},
+                       early_stopping={"monitor": "val_acc", "mode": "max", "patience": 1},
+                       checkpoint={"every_n_steps": 1000})
+    code, out = run_job(run)
+    assert code == 0, out
+    result = read_result(run)
+    assert result["early_stopped"] is True
+    assert result["epochs"] == 2, result  # epochs 0 and 1 ran; 2..5 did not
+    assert result["steps"] == 2 * 40
+
+
+def test_periodic_checkpoints_at_configured_steps_and_keep_prunes(make_run_dir, run_job):
+    run = make_run_dir("periodic", train={"max_epochs": 1}, checkpoint={"every_n_steps": 7, "keep": 2})
+    code, out = run_job(run)
+    assert code == 0, out
+    ckpts = {p.name for p in (run / "checkpoints").iterdir()}
+    # every 7 steps over 40: 7, 14, ..., 35, plus the final step 40; keep 2 periodic + best.
+    assert ckpts == {"step-00000035.ckpt", "step-00000040.ckpt", "best.ckpt"}, ckpts
+    ckpt = load_checkpoint_file(run / "checkpoints" / "step-00000035.ckpt")
+    assert ckpt["global_step"] == 35
+
+
+def test_resume_continues_global_step_and_optimizer_state(make_run_dir, run_job):
+    run = make_run_dir("resume", train={"max_epochs": 1}, checkpoint={"every_n_steps": 10, "keep": 5})
+    code, out = run_job(run)
+    assert code == 0, out
+    saved = load_checkpoint_file(run / "checkpoints" / "step-00000040.ckpt")
+    # Pretend the first attempt died at step 20: only the checkpoints up to it survive.
+    for path in list_checkpoints(run / "checkpoints"):
+        if step_of(path) > 20:
+            path.unlink()
+    (run / "result.json").unlink()
+    at20 = load_checkpoint_file(run / "checkpoints" / "step-00000020.ckpt")
+    code, out = run_job(run, attempt=2, **{"ORCH_RESUME_FROM": str(run / "checkpoints" / "step-00000020.ckpt")})
+    assert code == 0, out
+    assert "resuming from step-00000020.ckpt" in out
+    assert read_result(run)["steps"] == 40
+    again = load_checkpoint_file(run / "checkpoints" / "step-00000040.ckpt")
+    assert again["global_step"] == 40
+    # Adam's step counter went on from 20, not from 0, and its moments match the straight run.
+    state_at20 = at20["optimizer_states"][0]["state"]
+    state = again["optimizer_states"][0]["state"]
+    assert float(state_at20[0]["step"]) == 20 and float(state[0]["step"]) == 40
+    for key in saved["state_dict"]:
+        assert torch.equal(saved["state_dict"][key], again["state_dict"][key]), key
+
+
+def test_accumulation_divides_the_optimizer_steps(make_run_dir, run_job):
+    run = make_run_dir("accum", train={"max_epochs": 1, "batch_size": 16, "accumulate_grad_batches": 4},
+                       checkpoint={"every_n_steps": 1000})
+    code, out = run_job(run)
+    assert code == 0, out
+    result = read_result(run)
+    assert result["steps"] == 10  # 40 micro-batches / 4
+    assert read_progress(run)["total_steps"] == 10
+
+
+def test_bad_label_column_fails_with_one_clear_line(make_run_dir, run_job):
+    run = make_run_dir("badcol", data={"label_field": "sentiment"})
+    code, out = run_job(run)
+    assert code == 1
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("orch: job failed:") and "no label column 'sentiment'" in last
