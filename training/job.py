@@ -257,7 +257,8 @@ def FinalCheckpoint(ckpt_dir: Path):
     class _Final(pl.Callback):
         def on_train_end(self, trainer, pl_module):
             path = ckpt_dir / periodic_name(trainer.global_step)
-            if not path.exists():
+            # one decision for all ranks: save_checkpoint ends with a barrier
+            if not trainer.strategy.broadcast(path.exists()):
                 trainer.save_checkpoint(str(path), weights_only=False)
 
     return _Final()
@@ -279,7 +280,7 @@ def _quiet_known_warnings() -> None:
     import warnings
 
     for pattern in (".*set_vital.*", ".*LeafSpec.*", ".*Experiment logs directory.*", ".*exists and is not empty.*",
-                    ".*does not have many workers.*", ".*is smaller than the logging interval.*"):
+                    ".*does not have many workers.*", ".*recommended to use `self.log.*sync_dist=True.*", ".*is smaller than the logging interval.*"):
         warnings.filterwarnings("ignore", message=pattern)
 
 
