@@ -101,6 +101,8 @@ def _builtin_job(folder: Path, assets: Path, max_cost: float) -> Path:
         "train": {"max_epochs": EPOCHS, "batch_size": BATCH, "precision": "32", "learning_rate": 1e-3, "seed": 7},
         "checkpoint": {"every_n_steps": 20, "keep": 2},
         "budget": {"max_cost": max_cost},
+        # 160 steps take ~3 s on an idle CPU: slow each step so the budget trips mid-training.
+        "env": {"ORCH_FAULT_SLOW_STEP_S": "0.1"},
     }
     path = folder / "budgeted.toml"
     path.write_text(tomli_w.dumps(spec))
