@@ -147,6 +147,8 @@ class OrchCallback(pl.Callback):
         self.samples_per_s: Optional[float] = None
         self._train_start = time.monotonic()
         self._start_step = 0
+        self.train_started_at: Optional[float] = None
+        self.first_step_at: Optional[float] = None  # end of this attempt's first batch (Unix s)
 
     # -- SIGTERM: flag only; acted on at a batch boundary on every rank --------------------------
     def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -170,6 +172,7 @@ class OrchCallback(pl.Callback):
             self._prev_sigint = signal.signal(signal.SIGINT, self._on_sigint)
         self._train_start = self._window_start = time.monotonic()
         self._start_step = trainer.global_step
+        self.train_started_at = time.time()
         self._write_progress(trainer, force=True)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
@@ -181,6 +184,8 @@ class OrchCallback(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
         self._window_samples += _count(batch) * trainer.world_size
         self._heartbeat(trainer)
         # One collective per batch, at the same point on every rank.
@@ -260,6 +265,8 @@ class OrchCallback(pl.Callback):
             "metrics": metrics,
             "samples_per_s": round(self.samples_per_s, 2) if self.samples_per_s else None,
             "updated_at": time.time(),
+            "train_started_at": self.train_started_at,
+            "first_step_at": self.first_step_at,
         }
 
     def _write_progress(self, trainer: pl.Trainer, force: bool = False) -> None:

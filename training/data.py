@@ -11,6 +11,7 @@ import signal
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
@@ -20,8 +21,8 @@ from .sampler import ResumableSampler
 
 FILE_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".pq": "parquet"}
 # Bump when tokenize_batch changes meaning: it is part of the cache fingerprint.
-TOKENIZE_VERSION = "1"
-MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "labels")
+TOKENIZE_VERSION = "2"
+MODEL_COLUMNS = ("input_ids", "token_type_ids", "labels")
 
 
 class DataError(ValueError):
@@ -55,8 +56,9 @@ def tokenize_batch(batch: dict[str, list], tokenizer, text_field: str, text_pair
     """The map function. Module level so its fingerprint (and so the cache) is stable."""
     pairs = batch[text_pair_field] if text_pair_field else None
     enc = tokenizer(batch[text_field], pairs, truncation=True, max_length=max_length)
-    out = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-    if "token_type_ids" in enc:
+    # attention_mask is rebuilt by the collator; token_type_ids matter only for pairs (else all 0)
+    out = {"input_ids": enc["input_ids"]}
+    if pairs is not None and "token_type_ids" in enc:
         out["token_type_ids"] = enc["token_type_ids"]
     labels = batch[label_field]
     out["labels"] = [label2id[str(v)] for v in labels] if label2id is not None else [int(v) for v in labels]
@@ -158,6 +160,17 @@ class TextClassificationData(pl.LightningDataModule):
     def resolved_num_labels(self) -> Optional[int]:
         return len(self.label_names) if self.label_names else None
 
+    # -- checkpointed: StatefulDataLoader can only restore a position into the same worker count --
+    def state_dict(self) -> dict[str, Any]:
+        return {"num_workers": self.num_workers}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = state.get("num_workers")
+        if saved is not None and saved != self.num_workers:
+            print(f"[orch] resuming with num_workers = {saved} as the checkpoint was taken with it "
+                  f"(this attempt would use {self.num_workers})", flush=True)
+            self.num_workers = int(saved)
+
     # -- loaders -----------------------------------------------------------------------------
     def _rank_world(self) -> tuple[int, int]:
         trainer = getattr(self, "trainer", None)
@@ -203,7 +216,7 @@ def ignore_sigterm(worker_id: int) -> None:
 
 
 class PadCollator:
-    """Dynamic padding to the longest row of the batch."""
+    """Dynamic padding to the longest row of the batch (numpy fill, one tensor per field)."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
@@ -211,16 +224,17 @@ class PadCollator:
     def __call__(self, rows: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
         n = len(rows)
         width = max(len(r["input_ids"]) for r in rows)
-        batch = {"input_ids": torch.full((n, width), self.pad_id, dtype=torch.long),
-                 "attention_mask": torch.zeros((n, width), dtype=torch.long)}
-        has_types = "token_type_ids" in rows[0]
-        if has_types:
-            batch["token_type_ids"] = torch.zeros((n, width), dtype=torch.long)
+        ids = np.full((n, width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((n, width), dtype=np.int64)
+        types = np.zeros((n, width), dtype=np.int64) if "token_type_ids" in rows[0] else None
         for i, row in enumerate(rows):
             k = len(row["input_ids"])
-            batch["input_ids"][i, :k] = torch.as_tensor(row["input_ids"])
-            batch["attention_mask"][i, :k] = torch.as_tensor(row["attention_mask"])
-            if has_types:
-                batch["token_type_ids"][i, :k] = torch.as_tensor(row["token_type_ids"])
-        batch["labels"] = torch.as_tensor([int(r["labels"]) for r in rows], dtype=torch.long)
+            ids[i, :k] = row["input_ids"]
+            mask[i, :k] = 1
+            if types is not None:
+                types[i, :k] = row["token_type_ids"]
+        batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+        if types is not None:
+            batch["token_type_ids"] = torch.from_numpy(types)
+        batch["labels"] = torch.tensor([int(r["labels"]) for r in rows], dtype=torch.long)
         return batch

@@ -3,7 +3,6 @@ Maps the ways an attempt ends onto the contract's exit codes (see training.exits
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -86,7 +85,7 @@ def choose_resume(ckpt_dir: Path) -> Optional[Path]:
     The other DDP ranks inherit the choice through the environment."""
     from .checkpoints import latest_valid_checkpoint, remove_orphan_temps
 
-    if os.environ.get(RESUME_CHECKED_ENV) == "1":
+    if os.environ.get(RESUME_CHECKED_ENV) == "1" and not _is_rank_zero():
         value = os.environ.get("ORCH_RESUME_FROM", "")
         return Path(value) if value else None
     for orphan in remove_orphan_temps(ckpt_dir):
@@ -229,7 +228,7 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     )
     try:
         trainer.fit(model, datamodule=data, ckpt_path=str(resume) if resume else None)
-    except Preempted as exc:
+    except Preempted:
         _wait_for_other_ranks(trainer)
         return EX_TEMPFAIL if rank0 else EX_OK
     except torch.cuda.OutOfMemoryError as exc:

@@ -13,6 +13,7 @@ if __name__ == "__main__":
     install_early_sigterm()
 
 import argparse  # noqa: E402
+import os  # noqa: E402
 import subprocess  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -25,6 +26,7 @@ def main(run_dir: str | Path, *, progress: bool = False) -> int:
     import signal
 
     previous = signal.getsignal(signal.SIGTERM)
+    saved_env = dict(os.environ)  # run_job sets ORCH_* and [env]; an in-process caller gets its own back
     install_early_sigterm()
     run_dir = Path(run_dir).resolve()
     try:
@@ -56,6 +58,8 @@ def main(run_dir: str | Path, *, progress: bool = False) -> int:
         return EX_FAIL
     finally:
         signal.signal(signal.SIGTERM, previous)
+        os.environ.clear()
+        os.environ.update(saved_env)
 
 
 def cli(argv: Optional[list[str]] = None) -> int:

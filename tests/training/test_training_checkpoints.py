@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +17,7 @@ from training.checkpoints import (
     remove_orphan_temps, step_of,
 )
 
-from conftest import REPO, wait_for
+from conftest import REPO
 
 
 def fake_checkpoint(step: int, size: int = 1000) -> dict:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import csv
-import json
 import shutil
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
