@@ -15,6 +15,7 @@ from .config import Config
 from .errors import InvalidTransition, SpecError
 from .jobspec import JobSpec, load_jobspec
 from .paths import Home
+from .procs import read_json
 from .provenance import git_state
 from .records import Job, Outgoing
 from .states import RETRYABLE, EventKind, JobState
@@ -24,14 +25,6 @@ from .store import Store
 def outgoing_for(config: Config, kind: EventKind | str, payload: dict[str, Any]) -> list[Outgoing]:
     """One outbox row per channel that wants this event kind."""
     return [Outgoing(name, payload) for name, events in config.routes() if str(kind) in events]
-
-
-def read_json(path: Path) -> Optional[dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def log_tail(run_dir: Path, attempt: int, lines: int = 20) -> str:

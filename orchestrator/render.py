@@ -11,16 +11,10 @@ STATE_STYLE = {"queued": "yellow", "running": "cyan", "succeeded": "green", "fai
 
 
 def duration(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "-"
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+    """One duration format everywhere: '45s', '12m', '3h 05m', '2d 4h', '-' when unknown."""
+    from .cost import format_duration
+
+    return format_duration(seconds)
 
 
 def money(value: Optional[float], currency: str = "") -> str:
