@@ -5,6 +5,7 @@ queue. Tests call the steps with a given `now`; daemon_loop.py drives them with 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 import os
 import threading
 import time
@@ -17,7 +18,7 @@ from .dispatch import fits, hold_reason
 from .errors import InvalidTransition
 from .gpus import managed_gpus
 from .lifecycle import change_state, outgoing_for, payload_for, write_run_spec
-from .outcome import decide, describe_exit
+from .outcome import EX_OOM, decide, describe_exit
 from .paths import Home
 from .procs import read_json
 from .records import Job
@@ -124,8 +125,17 @@ class Daemon:
         result = run_dir / "result.json"
         has_result = result.exists() and result.stat().st_mtime >= started - 1
         code, sig = exit_info.get("code"), exit_info.get("signal")
-        d = decide(job.intent, code, sig, has_result=has_result, is_command=job.kind == "command",
-                   failures=job.failures, retries=job.retries)
+        shrink = self._oom_shrink(job)
+        if shrink is not None and code != EX_OOM and job.intent is Intent.NONE:
+            # Under DDP an OOM on another rank makes Lightning kill rank 0 (signal 9): the runner's
+            # batch.json entry for this attempt is the truth, not the exit code.
+            code = EX_OOM
+        d = decide(job.intent, code, sig if code != EX_OOM else None, has_result=has_result,
+                   is_command=job.kind == "command", failures=job.failures, retries=job.retries)
+        if d.outcome == "oom" and shrink is not None:
+            d = replace(d, reason=f"out of GPU memory at step {shrink.get('step')}: running again in a fresh process with "
+                                  f"batch {shrink['from']['batch_size']} -> {shrink['to']['batch_size']}, accumulation "
+                                  f"{shrink['from']['accumulate_grad_batches']} -> {shrink['to']['accumulate_grad_batches']}")
         updates: dict[str, Any] = {"supervisor_pid": None, "supervisor_start": None, "gpu_ids": [],
                                    "signalled_at": None, "failures": job.failures + int(d.charged)}
         if d.state is JobState.QUEUED:
@@ -153,6 +163,15 @@ class Daemon:
                 detail += "\nlast log lines:\n" + tail
         self._change(job, d.state, d.event, now, detail=detail, reason=reason, updates=updates, end_attempt=end,
                      with_log=d.state is JobState.FAILED)
+
+    def _oom_shrink(self, job: Job) -> Optional[dict]:
+        """The runner's batch.json entry for this attempt, if it ran out of memory."""
+        sizes = read_json(self.home.run_dir(job.id) / "batch.json") or {}
+        history = sizes.get("history") or []
+        last = history[-1] if history and isinstance(history[-1], dict) else None
+        if last and str(last.get("attempt")) == str(job.attempt) and "from" in last and "to" in last:
+            return last
+        return None
 
     def _stalled_resumes(self, job: Job) -> int:
         """How many attempts in a row (this one included) exited 75 with no checkpoint newer
