@@ -16,7 +16,7 @@ from orchestrator.gpus import managed_gpus
 from orchestrator.lifecycle import submit_job
 from orchestrator.states import JobState
 from orchestrator.wake import poke
-from tests.daemon_harness import orch_home  # noqa: F401  (fixture)
+from daemon_harness import orch_home  # noqa: F401  (fixture)
 from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 
 
