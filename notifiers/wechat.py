@@ -4,7 +4,7 @@ All three answer errors with HTTP 200 and a code in the JSON body, so the body d
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field, SecretStr, field_validator
 

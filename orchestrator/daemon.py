@@ -9,15 +9,15 @@ from dataclasses import replace
 import os
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from . import executor
+from .accounting import accrue_interval, lost_steps_updates
 from .config import Config
 from .dispatch import fits, hold_reason
 from .errors import InvalidTransition
 from .gpus import managed_gpus
-from .lifecycle import change_state, outgoing_for, payload_for, write_run_spec
+from .lifecycle import change_state, outgoing_for, write_run_spec
 from .outcome import EX_OOM, decide, describe_exit
 from .paths import Home
 from .procs import read_json
@@ -236,7 +236,7 @@ class Daemon:
                     self.store.update(job.id, now, only_if_state=[JobState.RUNNING], intent=Intent.CANCEL.value)
 
     def check_budgets(self, now: float) -> None:
-        from .cost import budget_exceeded, total_budget_exceeded
+        from .cost import budget_exceeded
 
         running = self.store.jobs([JobState.RUNNING])
         total_reason = self.total_budget_reason()
@@ -353,44 +353,16 @@ class Daemon:
         return True
 
     def _account_lost_steps(self, job: Job, resume_step: Optional[int]) -> dict[str, Any]:
-        """Steps the previous attempt reached beyond the checkpoint this one resumes from had to
-        be recomputed: that is the preemption waste, in steps, seconds and money."""
-        attempts = self.store.attempts(job.id)
-        if not attempts:
-            return {}
-        prev = attempts[-1]
-        if prev.step_reached is None or prev.ended_at is None:
-            return {}
-        lost = max(0, prev.step_reached - (resume_step or 0))
-        if not lost:
-            return {}
-        done = prev.step_reached - (prev.resumed_from_step or 0)
-        step_s = (prev.ended_at - prev.started_at) / done if done > 0 else 0.0
-        rate = job.cost / job.run_seconds if job.run_seconds > 0 else 0.0
-        return {"steps_lost": job.steps_lost + lost, "waste_seconds": job.waste_seconds + lost * step_s,
-                "waste_cost": job.waste_cost + lost * step_s * rate}
+        return lost_steps_updates(job, self.store.attempts(job.id), resume_step)
 
     # -- cost --------------------------------------------------------------------------------
 
     def accrue(self, now: float) -> None:
-        from .cost import Pricing, split_interval
-
         last, self.last_accrual = self.last_accrual, now
         if last is None or now <= last:
             return
-        seconds = min(now - last, 60.0)  # a suspended machine or a stalled tick is not billed twice
-        running = self.store.jobs([JobState.RUNNING])
-        p = self.config.pricing
-        pricing = Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour)
-        try:
-            costs, idle = split_interval(seconds, [(j.id, j.gpus) for j in running], len(self.managed), pricing)
-        except ValueError as exc:
-            # Running jobs hold more GPUs than this daemon manages (the config changed under an
-            # adopted job): bill each job its own GPUs and the machine nothing idle, and say so.
-            log.warning("cost: %s; billing each job its own GPUs until they finish", exc)
-            hourly = {j.id: j.gpus * p.gpu_hour for j in running}
-            costs, idle = {k: v * seconds / 3600 for k, v in hourly.items()}, 0.0
-        self.store.accrue(now, seconds, {j.id: (costs.get(j.id, 0.0), j.gpus * seconds) for j in running}, idle)
+        # A suspended machine or a stalled tick is not billed twice: at most 60 s an interval.
+        accrue_interval(self.store, self.config, len(self.managed), min(now - last, 60.0), now)
 
     # -- queue drained -------------------------------------------------------------------------
 

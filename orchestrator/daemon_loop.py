@@ -44,7 +44,8 @@ class DaemonRuntime:
     def __init__(self, home: Home, config: Config, store: Store):
         from .hooks import HookRunner
         from .outbox import OutboxSender
-        from .preemption import NoticeWatcher, build_sources
+        from .notice_watch import NoticeWatcher
+        from .preemption import build_sources
 
         self.home, self.config, self.store = home, config, store
         self.hooks = HookRunner(config.hooks.model_extra or {}, log=logging.getLogger("orch.hooks"),

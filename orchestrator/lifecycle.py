@@ -4,7 +4,6 @@ transaction, so the event and its outbox rows commit with the state change or no
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence

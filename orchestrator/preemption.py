@@ -1,18 +1,14 @@
-"""Preemption notice sources (AWS IMDSv2, GCP metadata, Azure Scheduled Events, a sentinel file,
-the daemon's own signals) and the watcher the daemon polls off its dispatch path.
+"""Preemption notice sources: AWS IMDSv2, GCP metadata, Azure Scheduled Events and a sentinel
+file. (SIGTERM to the daemon itself is handled by daemon_loop; notice_watch.py polls these.)
 
 A source answers "is this machine about to go away?" with a Notice or None. When it cannot tell
 (metadata server unreachable, slow, 5xx, garbage) it raises SourceUnavailable: "I don't know" is
-never a notice, so a flaky metadata server cannot stop a healthy queue. NoticeWatcher turns the
-per-source answers into what the daemon acts on: notices that started with this poll, and whether
-one is still active (stop dispatching until it clears).
+never a notice, so a flaky metadata server cannot stop a healthy queue.
 """
 
 from __future__ import annotations
 
 import email.utils
-import logging
-import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -307,30 +303,6 @@ class FileSource:
         return Notice(self.name, PREEMPT, deadline, f"notice file {self.path} exists")
 
 
-class SignalSource:
-    """The daemon's own SIGTERM/SIGINT as a notice, so signals and metadata take one path.
-
-    The daemon's signal handler calls `trigger(signum)` (it only sets an attribute, which is safe
-    inside a handler); the next poll reports a preempt notice until `clear()`.
-    """
-
-    name = "signal"
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-
-    def trigger(self, signum: int) -> None:
-        self.signum = signum
-
-    def clear(self) -> None:
-        self.signum = None
-
-    def poll(self, now: float) -> Notice | None:
-        if self.signum is None:
-            return None
-        return Notice(self.name, PREEMPT, None, f"the daemon received signal {self.signum}")
-
-
 def build_sources(
     names: Sequence[str],
     *,
@@ -353,78 +325,3 @@ def build_sources(
         "file": lambda: FileSource(file_path),  # type: ignore[arg-type]
     }
     return [makers[name]() for name in dict.fromkeys(names)]
-
-
-class NoticeWatcher:
-    """Polls every source and remembers what each one last said.
-
-    poll_all(now) returns the notices that *started* with this poll (a source that keeps saying
-    "preempt" is reported once), so the daemon can act on the list directly. `notice_active` stays
-    true while any source still reports a stopping notice: the daemon does not dispatch meanwhile.
-    A failing source keeps its last known answer — an unreachable metadata server right after a
-    preemption notice does not mean the danger has passed — and is logged once per error streak.
-    """
-
-    def __init__(self, sources: Sequence[NoticeSource], *, log: logging.Logger | None = None):
-        self.sources = list(sources)
-        self.log = log or logging.getLogger("orch.preemption")
-        self._current: dict[str, Notice] = {}
-        self._failures: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def poll_all(self, now: float) -> list[Notice]:
-        started = []
-        for source in self.sources:
-            try:
-                notice = source.poll(now)
-            except Exception as exc:  # noqa: BLE001 - "cannot tell" must never stop the daemon
-                self._failed(source.name, exc)
-                continue
-            self._recovered(source.name)
-            if self._record(source.name, notice):
-                started.append(notice)
-        return started  # type: ignore[return-value]
-
-    @property
-    def active_notices(self) -> list[Notice]:
-        with self._lock:
-            return list(self._current.values())
-
-    @property
-    def notice_active(self) -> bool:
-        """True while a preempt/maintenance notice has not cleared: do not start new jobs."""
-        return any(n.stops_jobs for n in self.active_notices)
-
-    def close(self) -> None:
-        for source in self.sources:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
-
-    def _record(self, name: str, notice: Notice | None) -> bool:
-        """Store the source's answer; True if it is a notice the previous poll did not have."""
-        with self._lock:
-            previous = self._current.pop(name, None)
-            if notice is None:
-                if previous is not None and previous.stops_jobs:
-                    self.log.info("preemption source %s: notice cleared (%s)", name, previous.detail)
-                return False
-            self._current[name] = notice
-        return previous is None or previous.kind != notice.kind
-
-    def _failed(self, name: str, exc: Exception) -> None:
-        count = self._failures.get(name, 0) + 1
-        self._failures[name] = count
-        if count == 1:
-            self.log.warning(
-                "preemption source %s cannot be read (%s); treating it as no notice and polling on quietly",
-                name,
-                exc,
-            )
-        else:
-            self.log.debug("preemption source %s still unreadable (%d polls): %s", name, count, exc)
-
-    def _recovered(self, name: str) -> None:
-        count = self._failures.pop(name, 0)
-        if count:
-            self.log.info("preemption source %s answers again after %d failed polls", name, count)

@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 import pytest
 
 from orchestrator.errors import ConfigError
+from orchestrator.notice_watch import NoticeWatcher
 from orchestrator.preemption import (
     MAINTENANCE,
     PREEMPT,
@@ -24,8 +25,6 @@ from orchestrator.preemption import (
     FileSource,
     GcpSource,
     Notice,
-    NoticeWatcher,
-    SignalSource,
     SourceUnavailable,
     build_sources,
     parse_iso_utc,
@@ -452,15 +451,6 @@ def test_file_source_existence_is_a_notice(tmp_path: Path, content, deadline):
     notice = source.poll(NOW)
     assert (notice.source, notice.kind, notice.deadline) == ("file", PREEMPT, deadline)
     path.unlink()
-    assert source.poll(NOW) is None
-
-
-def test_signal_source_reports_until_cleared():
-    source = SignalSource()
-    assert source.poll(NOW) is None
-    source.trigger(15)
-    assert source.poll(NOW).detail == "the daemon received signal 15"
-    source.clear()
     assert source.poll(NOW) is None
 
 
