@@ -3,7 +3,9 @@ heavy: `python -m training.run` installs the early SIGTERM handler before torch 
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 
 EX_OK, EX_FAIL, EX_TEMPFAIL, EX_OOM = 0, 1, 75, 76
 
@@ -19,9 +21,25 @@ class EarlyStop(SystemExit):
         super().__init__(EX_TEMPFAIL)
 
 
-def _raise_early_stop(signum, frame):
+# True in `python -m training.run`: the process is ours, so an early SIGTERM ends it at once. An
+# exception raised from a signal handler lands wherever the main thread happens to be, and library
+# code with a bare `except:` (multiprocess's own import fallback, seen here) swallows it and
+# fails with an unrelated error instead of exiting 75.
+EXIT_AT_ONCE = False
+
+EARLY_MESSAGE = f"[orch] SIGTERM before training started; exiting {EX_TEMPFAIL} (nothing new to save)"
+
+
+def _early_stop(signum, frame):
+    if EXIT_AT_ONCE:
+        try:
+            sys.stderr.write(EARLY_MESSAGE + "\n")
+            sys.stderr.flush()
+            sys.stdout.flush()
+        finally:
+            os._exit(EX_TEMPFAIL)
     raise EarlyStop()
 
 
 def install_early_sigterm() -> None:
-    signal.signal(signal.SIGTERM, _raise_early_stop)
+    signal.signal(signal.SIGTERM, _early_stop)

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import sys
 
-from training.exits import EX_FAIL, EX_TEMPFAIL, EarlyStop, RunError, install_early_sigterm
+from training.exits import EARLY_MESSAGE, EX_FAIL, EX_TEMPFAIL, EarlyStop, RunError, install_early_sigterm
 
 # Installed before the heavy imports: they take seconds, and a default SIGTERM would exit -15.
 if __name__ == "__main__":
+    import training.exits
+
+    training.exits.EXIT_AT_ONCE = True
     install_early_sigterm()
 
 import argparse  # noqa: E402
@@ -37,8 +40,7 @@ def main(run_dir: str | Path, *, progress: bool = False) -> int:
             return subprocess.call(cmd, cwd=str(Path(__file__).resolve().parent.parent))
         return run_job(run_dir, progress=progress)
     except EarlyStop:
-        print(f"[orch] SIGTERM before training started; exiting {EX_TEMPFAIL} (nothing new to save)",
-              file=sys.stderr, flush=True)
+        print(EARLY_MESSAGE, file=sys.stderr, flush=True)
         return EX_TEMPFAIL
     except KeyboardInterrupt:
         print("[orch] interrupted", file=sys.stderr, flush=True)
