@@ -136,7 +136,9 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
             lines.append(f"    {c['path']}  ({c['bytes'] / 1e6:.1f} MB)")
     if d.get("result"):
         r = d["result"]
-        lines.append(f"  result:    best {r.get('best_metric')}  steps {r.get('steps')}  epochs {r.get('epochs')}"
+        best = r.get("best_metric")
+        best = f"{r['best_monitor']}={best:.4g}" if r.get("best_monitor") and isinstance(best, (int, float)) else best
+        lines.append(f"  result:    best {best}  steps {r.get('steps')}  epochs {r.get('epochs')}"
                      f"{'  (early stopped)' if r.get('early_stopped') else ''}")
     lines.append("  events:")
     for e in d["events"]:

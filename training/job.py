@@ -320,6 +320,16 @@ def _export(model, tokenizer, folder: Path) -> None:
     tokenizer.save_pretrained(str(folder))
 
 
+def _stopped_early(trainer, early) -> bool:
+    """EarlyStopping fired *and* cut training short: patience running out in the last epoch, when
+    training was ending anyway, is not an early stop."""
+    if early is None or early.stopping_reason.value == 0:
+        return False
+    epochs_left = trainer.max_epochs is None or trainer.max_epochs < 0 or trainer.current_epoch < trainer.max_epochs
+    steps_left = trainer.max_steps is None or trainer.max_steps < 0 or trainer.global_step < trainer.max_steps
+    return bool(epochs_left and steps_left)
+
+
 def _result(trainer, early, best, batch_size: int, accumulate: int, seconds: float) -> dict[str, Any]:
     metrics = {}
     for key, value in trainer.callback_metrics.items():
@@ -335,7 +345,7 @@ def _result(trainer, early, best, batch_size: int, accumulate: int, seconds: flo
         "best_checkpoint": best.best_model_path or None if best else None,
         "steps": int(trainer.global_step),
         "epochs": int(trainer.current_epoch),
-        "early_stopped": bool(early is not None and early.stopping_reason.value != 0),
+        "early_stopped": _stopped_early(trainer, early),
         "batch_size": batch_size,
         "accumulate_grad_batches": accumulate,
         "seconds": round(seconds, 2),
