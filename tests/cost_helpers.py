@@ -13,7 +13,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import tomli_w
 
@@ -21,11 +21,11 @@ from orchestrator.config import load_config
 from orchestrator.gpus import managed_gpus
 from orchestrator.lifecycle import submit_job
 from orchestrator.paths import Home
-from orchestrator.procs import is_alive, read_json
 from orchestrator.records import Job
 from orchestrator.states import JobState
 from orchestrator.store import Store
 from orchestrator.wake import poke
+from daemon_harness import kill_leftover_attempts, wait_for  # noqa: F401  (wait_for: re-exported to the cost tests)
 
 PY = sys.executable
 
@@ -51,17 +51,6 @@ code = b.get("exit", 0)
 per = b.get("exit_per_attempt", {}).get(os.environ.get("ORCH_ATTEMPT", ""))
 sys.exit(code if per is None else per)
 '''
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "", interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
-        time.sleep(interval)
 
 
 class Orch:
@@ -170,15 +159,7 @@ class Orch:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
-        for pid_file in self.home.runs.glob("*/attempt-*.pid"):
-            info = read_json(pid_file) or {}
-            for key in ("job", "supervisor"):
-                pid, started = info.get(f"{key}_pid"), info.get(f"{key}_start")
-                if pid and is_alive(pid, started):
-                    try:
-                        os.killpg(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
+        kill_leftover_attempts(self.home)
         self.store.close()
 
 

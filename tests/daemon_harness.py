@@ -84,7 +84,7 @@ sys.exit(b.get("exit", 0))
 '''
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05, what: str = "") -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "", interval: float = 0.05) -> Any:
     """Poll until `predicate()` is truthy and return its value; fail the test after `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
@@ -278,16 +278,22 @@ class OrchHome:
                 time.sleep(0.05)
             if is_alive(detached, started):
                 os.kill(detached, signal.SIGKILL)
-        for pid_file in self.home.runs.glob("*/attempt-*.pid"):
-            info = read_json(pid_file) or {}
-            for key in ("job", "supervisor"):
-                pid, started = info.get(f"{key}_pid"), info.get(f"{key}_start")
-                if pid and is_alive(pid, started):
-                    try:
-                        os.killpg(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
+        kill_leftover_attempts(self.home)
         self.store.close()
+
+
+def kill_leftover_attempts(home: Home) -> None:
+    """SIGKILL any job or supervisor still alive in `home`, identified by pid and start time from
+    attempt-<n>.pid: a failed test must not leave training processes behind."""
+    for pid_file in home.runs.glob("*/attempt-*.pid"):
+        info = read_json(pid_file) or {}
+        for key in ("job", "supervisor"):
+            pid, started = info.get(f"{key}_pid"), info.get(f"{key}_start")
+            if pid and is_alive(pid, started):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
 
 
 @pytest.fixture
