@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pytest
 from daemon_harness import OrchHome, orch_home, wait_for  # noqa: F401  (fixture)
-from test_preemption_sources import Fake, FakeAws, FakeAzure, FakeGcp, closed_port_url, serve  # noqa: F401
+from metadata_fakes import Fake, FakeAws, FakeAzure, FakeGcp, closed_port_url, serve  # noqa: F401
 
 from orchestrator.config import load_config
 from orchestrator.states import JobState
