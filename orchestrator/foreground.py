@@ -62,7 +62,10 @@ def run_foreground(home: Home, store: Store, config: Config, *, job_toml: Option
         if child.get("exit"):
             write_json_atomic(home.run_dir(job.id) / f"attempt-{job.attempt}.exit", child.pop("exit"))
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    # Ctrl-C, a closed terminal, or the daemon acting on `orch cancel` (it signals the process it
+    # knows for the attempt: this one) all mean "checkpoint and stop"; the job runs in its own
+    # process group, so it hears it only from us.
+    previous = {sig: signal.signal(sig, on_sigint) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         while True:
             code, sig, job = _one_attempt(home, store, config, job, gpu_ids, child)
@@ -93,7 +96,8 @@ def run_foreground(home: Home, store: Store, config: Config, *, job_toml: Option
             return code if code else 1
     finally:
         record_exit()
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _one_attempt(home: Home, store: Store, config: Config, job: Job, gpu_ids: list[int],

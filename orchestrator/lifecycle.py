@@ -137,6 +137,8 @@ def change_state(store: Store, config: Config, home: Home, job: Job, dst: JobSta
     if reason is not None:
         updates["reason"] = reason
     payload = payload_for(job, kind, config, home, reason=reason or "", state=dst, with_log=with_log)
+    if "attempt" in updates:  # a start: the message is about the attempt beginning now
+        payload["attempt"] = updates["attempt"]
     return store.transition(
         job.id, dst, kind, now, detail=detail or (reason or ""), expect=expect, updates=updates,
         begin_attempt=begin_attempt, end_attempt=end_attempt, outgoing=outgoing_for(config, kind, payload),

@@ -139,3 +139,43 @@ def test_orch_run_needs_a_file_or_resume(tmp_path):
     res = orch(tmp_path / "home", "run")
     assert res.returncode == 2
     assert "Traceback" not in res.stderr
+
+
+TRAPS_SIGTERM = r"""
+import os, signal, sys, time
+def on_term(signum, frame):
+    open(os.path.join(os.environ["ORCH_RUN_DIR"], "got-sigterm"), "w").close()
+    sys.exit(75)
+signal.signal(signal.SIGTERM, on_term)
+print("running", flush=True)
+time.sleep(120)
+"""
+
+
+def test_orch_cancel_reaches_a_foreground_job_through_the_daemon(tmp_path):
+    home = tmp_path / "home"
+    script = tmp_path / "traps.py"
+    script.write_text(TRAPS_SIGTERM)
+    job = tmp_path / "fg.toml"
+    job.write_text(f'gpus = 0\nretries = 0\ncommand = ["{sys.executable}", "{script}"]\n')
+    home.mkdir()
+    (home / "config.toml").write_text("[daemon]\ntick_seconds = 0.5\ngrace_seconds = 5\n")
+    assert orch(home, "daemon", "start").returncode == 0
+    env = {**os.environ, "ORCH_HOME": str(home)}
+    proc = subprocess.Popen([*ORCH, "run", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        wait_for(lambda: json.loads(orch(home, "status", "--json").stdout or "[]") and
+                 json.loads(orch(home, "status", "--json").stdout)[0]["state"] == "running", 30, "the job to run")
+        res = orch(home, "cancel", "1")
+        assert res.returncode == 0, res.stderr
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 75, err
+        assert (home / "runs" / "1" / "got-sigterm").exists()
+        shown = json.loads(orch(home, "show", "1", "--json").stdout)
+        assert shown["state"] == "cancelled"
+        assert [a["n"] for a in shown["attempts"]] == [1]  # the daemon did not start it a second time
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        orch(home, "daemon", "stop")
