@@ -71,7 +71,9 @@ def status_row(job: Job, home: Home, now: float, *, dep_states: dict[int, JobSta
     reason = job.reason
     if job.state is JobState.QUEUED:
         hold = hold_reason(job, dep_states, now)
-        reason = hold.reason if hold else (job.reason or "waiting for a free slot")
+        slot = (f"waiting for {job.gpus} free GPU{'s' if job.gpus > 1 else ''}" if job.gpus
+                else "waiting for a free CPU slot ([daemon] cpu_slots)")
+        reason = hold.reason if hold else (job.reason or slot)
     return {
         "id": job.id,
         "name": job.name,
