@@ -7,7 +7,6 @@ between resends it, and a row once accepted is never sent again."""
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -43,41 +42,41 @@ class OutboxSender:
     def deliver_due(self, now: float) -> int:
         """Send every row that is due and allowed now; return how many the providers accepted."""
         delivered = 0
-        # A channel that failed or must wait keeps its later rows back too: messages about one
-        # job must not arrive out of order ("succeeded" before "started"). So every pending row
-        # is read, due or not: a row still backing off from an earlier pass holds its channel.
-        held: set[str] = set()
-        for row in self.store.due_outbox(math.inf, limit=_BATCH):
-            if row.channel in held:
+        for channel in self.store.pending_channels():
+            delivered += self._deliver_channel(channel, now)
+        return delivered
+
+    def _deliver_channel(self, channel: str, now: float) -> int:
+        """A channel's rows in order until one fails or must wait: messages about one job must
+        not arrive out of order ("succeeded" before "started"), so a row still backing off from
+        an earlier pass holds the rows behind it. Read per channel, so a channel that is down
+        with a long backlog never delays the others."""
+        delivered = 0
+        notifier = self.notifiers.get(channel)
+        for row in self.store.pending_outbox_for(channel, limit=_BATCH):
+            if notifier is None:
+                self._give_up(row, now, f"channel '{channel}' is no longer configured in [[notifiers]]")
                 continue
             if row.next_try_at > now:
-                held.add(row.channel)
-                continue
-            notifier = self.notifiers.get(row.channel)
-            if notifier is None:
-                self._give_up(row, now, f"channel '{row.channel}' is no longer configured in [[notifiers]]")
-                continue
-            last = self.last_send.get(row.channel)
+                break
+            last = self.last_send.get(channel)
             if last is not None and now - last < notifier.min_interval_s:
-                held.add(row.channel)
-                continue
+                break
             try:
                 message = Message.from_dict(row.payload)
             except (TypeError, ValueError) as exc:
                 self._give_up(row, now, f"unreadable message in the outbox: {exc}")
                 continue
-            self.last_send[row.channel] = now
+            self.last_send[channel] = now
             try:
                 notifier.send(message)
             except NotifyError as exc:
-                held.add(row.channel)
                 self._failed(row, now, exc)
-                continue
+                break
             except Exception as exc:  # a bug in one channel must never stop the daemon
-                held.add(row.channel)
-                log.exception("notifier %s crashed on outbox row %d", row.channel, row.id)
-                self._failed(row, now, NotifyError(row.channel, f"{type(exc).__name__}: {exc}", retryable=True))
-                continue
+                log.exception("notifier %s crashed on outbox row %d", channel, row.id)
+                self._failed(row, now, NotifyError(channel, f"{type(exc).__name__}: {exc}", retryable=True))
+                break
             self.store.mark_delivered(row.id, now)
             delivered += 1
         return delivered

@@ -346,6 +346,23 @@ class Store:
         ).fetchall()
         return [OutboxRow.from_row(r) for r in rows]
 
+    def pending_channels(self) -> list[str]:
+        """Channels with undelivered rows (not given up), the one with the oldest row first."""
+        rows = self.db.execute(
+            """SELECT channel, MIN(id) AS oldest FROM outbox WHERE delivered_at IS NULL AND gave_up_at IS NULL
+               GROUP BY channel ORDER BY oldest"""
+        ).fetchall()
+        return [r["channel"] for r in rows]
+
+    def pending_outbox_for(self, channel: str, limit: int = 100) -> list[OutboxRow]:
+        """One channel's undelivered rows in the order they were written, due or not."""
+        rows = self.db.execute(
+            """SELECT * FROM outbox WHERE channel=? AND delivered_at IS NULL AND gave_up_at IS NULL
+               ORDER BY id LIMIT ?""",
+            (channel, limit),
+        ).fetchall()
+        return [OutboxRow.from_row(r) for r in rows]
+
     def pending_outbox(self) -> int:
         return self.db.execute(
             "SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL AND gave_up_at IS NULL"

@@ -196,3 +196,19 @@ def test_notify_error_is_what_channels_raise() -> None:
     (notifier,) = build_notifiers([{"type": "webhook", "url": "http://127.0.0.1:9/x"}], env={}, timeout_s=1)
     with pytest.raises(NotifyError):
         notifier.send(Message("failed"))
+
+
+def test_a_long_backlog_on_one_channel_never_delays_another(store: Any, provider: Any) -> None:
+    """A channel that was down for a day can hold more rows than one pass reads; the other
+    channels' messages must still go out in the same pass."""
+    provider.reply(200, OK)
+    job_id = queue(store, "wecom", now=0.0, event="started")
+    for _ in range(600):  # more than one pass reads of a channel
+        queue(store, "wecom", now=0.0, event="retrying", job_id=job_id)
+    queue(store, "hook", now=0.0, event="succeeded", job_id=job_id)
+    sender = OutboxSender(store, channels(provider))
+    # WeCom's spacing (20 a minute) lets one of its rows out per pass; the webhook is not held up.
+    assert sender.deliver_due(0.0) == 2
+    rows = store.outbox()
+    assert rows[-1].channel == "hook" and rows[-1].delivered_at == 0.0
+    assert [r.delivered_at for r in rows[:2]] == [0.0, None]
