@@ -41,6 +41,19 @@ _FEISHU_MAX_BODY_BYTES = 20 * 1024
 _FEISHU_THROTTLED = 11232
 
 
+class SignedBot(HttpChannel):
+    """A group robot whose URL may carry an optional signing secret (Feishu, DingTalk): signs with
+    the injected clock, so tests can check the signature independently."""
+
+    def __init__(self, config: Any, *, timeout_s: float = 10.0, clock: Callable[[], float] = time.time):
+        super().__init__(config, timeout_s=timeout_s)
+        self._clock = clock
+
+    def _target(self) -> str:
+        signed = ", signed" if self.config.secret else ""
+        return redact(secret(self.config.url)) + signed
+
+
 class FeishuConfig(ChannelConfig):
     url: SecretStr  # https://open.feishu.cn/open-apis/bot/v2/hook/<token> (the token is the secret)
     secret: SecretStr | None = None
@@ -55,20 +68,12 @@ class FeishuConfig(ChannelConfig):
         return value
 
 
-class FeishuNotifier(HttpChannel):
+class FeishuNotifier(SignedBot):
     type = "feishu"
     Config = FeishuConfig
     secret_keys = ("url", "secret")
     min_interval_s = 0.6  # 100 requests/min and 5/s per bot
     config: FeishuConfig
-
-    def __init__(self, config: FeishuConfig, *, timeout_s: float = 10.0, clock: Callable[[], float] = time.time):
-        super().__init__(config, timeout_s=timeout_s)
-        self._clock = clock
-
-    def _target(self) -> str:
-        signed = ", signed" if self.config.secret else ""
-        return redact(secret(self.config.url)) + signed
 
     def send(self, message: Message) -> None:
         # Plain text is the one type every bot accepts; Feishu text has no Markdown.
@@ -120,20 +125,12 @@ class DingTalkConfig(ChannelConfig):
         return value
 
 
-class DingTalkNotifier(HttpChannel):
+class DingTalkNotifier(SignedBot):
     type = "dingtalk"
     Config = DingTalkConfig
     secret_keys = ("url", "secret")
     min_interval_s = 3.0  # 20 messages per minute per robot; more mutes it for 10 minutes
     config: DingTalkConfig
-
-    def __init__(self, config: DingTalkConfig, *, timeout_s: float = 10.0, clock: Callable[[], float] = time.time):
-        super().__init__(config, timeout_s=timeout_s)
-        self._clock = clock
-
-    def _target(self) -> str:
-        signed = ", signed" if self.config.secret else ""
-        return redact(secret(self.config.url)) + signed
 
     def send(self, message: Message) -> None:
         payload = {"msgtype": "markdown", "markdown": {"title": message.title(), "text": message.markdown()}}
