@@ -33,7 +33,7 @@ GOAL_STATUS_S = 0.300
 PROBE = """
 import json, sys
 sys.argv = ["orch"] + json.loads(sys.argv[1])
-from orchestrator.cli import main
+from orchestrator.cli.app import main
 try:
     main()
 except SystemExit:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from orchestrator.config import load_config
 from orchestrator.lifecycle import submit_job
 from orchestrator.paths import Home
-from orchestrator.procs import read_json
+from orchestrator.contract import read_json
 from orchestrator.states import JobState
 from orchestrator.store import Store
 from orchestrator.wake import poke
@@ -62,7 +62,7 @@ class Bench:
     def start(self) -> int:
         out = open(self.root / "daemon.out", "wb")
         self.daemon = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", "--home", str(self.home.root), "daemon", "run"],
+            [sys.executable, "-m", "orchestrator.cli.app", "--home", str(self.home.root), "daemon", "run"],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         wait_for(lambda: self.home.log_file.exists() and "daemon started" in self.home.log_file.read_text(), 30,

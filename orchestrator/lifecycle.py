@@ -14,7 +14,7 @@ from .config import Config
 from .errors import InvalidTransition, SpecError
 from .jobspec import JobSpec, load_jobspec
 from .paths import Home
-from .procs import read_json
+from .contract import read_json
 from .provenance import git_state
 from .records import Job, Outgoing
 from .states import RETRYABLE, EventKind, JobState

@@ -7,10 +7,8 @@ import signal as _signal
 from dataclasses import dataclass
 from typing import Optional
 
+from .contract import EX_CHECKPOINTED, EX_OOM
 from .states import EventKind, Intent, JobState
-
-EX_CHECKPOINTED = 75  # EX_TEMPFAIL: interrupted after a durable checkpoint
-EX_OOM = 76
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Process identity on Linux: a pid alone can be recycled, so every process orch keeps track of
-is named by (pid, start time) read from /proc. Also: atomic small-file writes."""
+is named by (pid, start time) read from /proc."""
 
 from __future__ import annotations
 
@@ -50,30 +50,3 @@ def signal_group(pgid: Optional[int], sig: int = signal.SIGKILL) -> bool:
         return True
     except (ProcessLookupError, PermissionError):
         return False
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Temp file in the same folder, fsync, rename, fsync the folder: a reader sees the old
-    file or the new one, never half of one, even after a power cut."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    try:
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
-
-
-def read_json(path: Path) -> Optional[dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -15,7 +15,8 @@ import threading
 import time
 from pathlib import Path
 
-from .procs import signal_group, start_time, write_json_atomic
+from .contract import write_json_atomic
+from .procs import signal_group, start_time
 from .wake import poke
 
 

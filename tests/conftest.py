@@ -80,7 +80,7 @@ def cli(home: Path) -> Callable[..., Ran]:
     an exit code is re-raised, so a would-be traceback fails the test."""
     from typer.testing import CliRunner
 
-    from orchestrator.cli import app
+    from orchestrator.cli.app import app
 
     runner = CliRunner()
 

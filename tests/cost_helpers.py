@@ -110,7 +110,7 @@ class Orch:
     # -- CLI and daemon ----------------------------------------------------------------------
 
     def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-        return subprocess.run([PY, "-m", "orchestrator.cli", "--home", str(self.root), *args], capture_output=True,
+        return subprocess.run([PY, "-m", "orchestrator.cli.app", "--home", str(self.root), *args], capture_output=True,
                               text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=self.env())
 
     def cli_json(self, *args: str) -> Any:
@@ -129,7 +129,7 @@ class Orch:
     def start_daemon(self, timeout: float = 30.0) -> subprocess.Popen:
         before = self.log_text().count("daemon started")
         out = open(self.tmp / f"daemon-{len(self.daemons) + 1}.out", "wb")
-        proc = subprocess.Popen([PY, "-m", "orchestrator.cli", "--home", str(self.root), "daemon", "run"],
+        proc = subprocess.Popen([PY, "-m", "orchestrator.cli.app", "--home", str(self.root), "daemon", "run"],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, env=self.env())
         out.close()

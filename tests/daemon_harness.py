@@ -22,7 +22,8 @@ from orchestrator.config import load_config
 from orchestrator.gpus import managed_gpus
 from orchestrator.lifecycle import submit_job
 from orchestrator.paths import Home
-from orchestrator.procs import is_alive, read_json, start_time
+from orchestrator.contract import read_json
+from orchestrator.procs import is_alive, start_time
 from orchestrator.records import Job
 from orchestrator.states import JobState
 from orchestrator.store import Store
@@ -215,14 +216,14 @@ class OrchHome:
     # -- the CLI and the daemon ----------------------------------------------------------
 
     def cli(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(self.root), *args],
+        return subprocess.run([sys.executable, "-m", "orchestrator.cli.app", "--home", str(self.root), *args],
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
     def start_daemon(self, timeout: float = 20.0) -> subprocess.Popen:
         """`orch --home H daemon run` as a subprocess; returns once it has recovered and ticks."""
         before = self._started_count()
         out = open(self.tmp / f"daemon-{len(self.daemons) + 1}.out", "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--home", str(self.root), "daemon", "run"],
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.app", "--home", str(self.root), "daemon", "run"],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         self.daemons.append(proc)

@@ -314,8 +314,8 @@ def test_help_is_useful(orch):
 HEAVY = ("torch", "lightning", "pytorch_lightning", "transformers", "datasets")
 PROBE = """
 import json, os, sys
-import orchestrator.cli, orchestrator.daemon_loop, orchestrator.daemon, notifiers
-from orchestrator.cli import main
+import orchestrator.cli.app, orchestrator.daemon.runtime, orchestrator.daemon.tick, notifiers
+from orchestrator.cli.app import main
 for argv in (["submit", sys.argv[1], "--json"], ["status", "--json"], ["status", "--all"], ["show", "1", "--json"]):
     sys.argv = ["orch", *argv]
     try:

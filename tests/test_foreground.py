@@ -15,7 +15,7 @@ import pytest
 
 from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 
-ORCH = [sys.executable, "-m", "orchestrator.cli"]
+ORCH = [sys.executable, "-m", "orchestrator.cli.app"]
 
 
 def orch(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.hooks import HookResult, HookRunner, hook_env, run_hook, run_shutdown_command
+from orchestrator.daemon.hooks import HookResult, HookRunner, hook_env, run_hook, run_shutdown_command
 
 PY = sys.executable
 LOG = logging.getLogger("orch.test.hooks")

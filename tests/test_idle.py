@@ -11,7 +11,7 @@ import pytest
 
 from cost_helpers import PY, WebhookReceiver, orch_factory, wait_for
 from orchestrator.config import Config
-from orchestrator.daemon_loop import DaemonRuntime
+from orchestrator.daemon.runtime import DaemonRuntime
 from orchestrator.lifecycle import cancel_job
 from orchestrator.paths import Home
 from orchestrator.states import EventKind, JobState

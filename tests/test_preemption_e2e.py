@@ -19,7 +19,7 @@ from daemon_harness import OrchHome, wait_for
 
 from orchestrator.config import load_config
 from orchestrator.lifecycle import submit_job
-from orchestrator.procs import read_json
+from orchestrator.contract import read_json
 from orchestrator.states import JobState
 from orchestrator.wake import poke
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.notice_watch import NoticeWatcher
-from orchestrator.preemption import (
+from orchestrator.daemon.notice_watch import NoticeWatcher
+from orchestrator.daemon.preemption import (
     MAINTENANCE,
     PREEMPT,
     REBALANCE,
@@ -392,7 +392,7 @@ def test_daemon_side_modules_stay_light():
 
     heavy = ("torch", "lightning", "pytorch_lightning", "transformers", "datasets")
     code = (
-        "import sys, orchestrator.preemption, orchestrator.cost, orchestrator.hooks; "
+        "import sys, orchestrator.daemon.preemption, orchestrator.cost, orchestrator.daemon.hooks; "
         f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -12,7 +12,6 @@ rank 0 first)."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -25,9 +24,9 @@ import pytorch_lightning as pl
 import torch
 
 from . import rng
-from .checkpoints import notice_name
+from orchestrator.contract import EX_CHECKPOINTED as EX_TEMPFAIL, write_json_atomic
 
-EX_TEMPFAIL = 75
+from .checkpoints import notice_name
 
 
 class Preempted(SystemExit):
@@ -42,12 +41,6 @@ class Preempted(SystemExit):
 def _env_path(name: str) -> Optional[Path]:
     value = os.environ.get(name)
     return Path(value) if value else None
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _count(batch: Any) -> int:

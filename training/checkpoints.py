@@ -5,54 +5,33 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
+
+from orchestrator.contract import (  # noqa: F401 (names re-exported to the runner)
+    BEST_NAME, NOTICE_PREFIX, PERIODIC_PREFIX, TEMP_MARK, fsync_dir, notice_name, parse_checkpoint_name, periodic_name,
+    step_checkpoints,
+)
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
 log = logging.getLogger(__name__)
 
-PERIODIC_PREFIX = "step-"
-NOTICE_PREFIX = "notice-step-"
-BEST_NAME = "best.ckpt"
-TEMP_MARK = ".tmp-"
-_NAME = re.compile(r"^(notice-)?step-(\d{8,})\.ckpt$")
 # Keys every Lightning training checkpoint has; a file without them cannot resume a run.
 EXPECTED_KEYS = ("state_dict", "global_step", "epoch", "loops", "optimizer_states")
 
 
-def periodic_name(step: int) -> str:
-    return f"{PERIODIC_PREFIX}{step:08d}.ckpt"
-
-
-def notice_name(step: int) -> str:
-    return f"{NOTICE_PREFIX}{step:08d}.ckpt"
-
-
 def step_of(path: str | Path) -> Optional[int]:
     """The global step in a periodic or notice checkpoint's name; None for any other file."""
-    m = _NAME.match(Path(path).name)
-    return int(m.group(2)) if m else None
+    parsed = parse_checkpoint_name(path)
+    return parsed.step if parsed else None
 
 
 def is_notice(path: str | Path) -> bool:
-    return Path(path).name.startswith(NOTICE_PREFIX)
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    parsed = parse_checkpoint_name(path)
+    return bool(parsed and parsed.notice)
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
@@ -73,7 +52,7 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
         except OSError:
             pass
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def remove_orphan_temps(ckpt_dir: str | Path) -> list[Path]:
@@ -99,8 +78,7 @@ def list_checkpoints(ckpt_dir: str | Path) -> list[Path]:
     folder = Path(ckpt_dir)
     if not folder.is_dir():
         return []
-    found = [p for p in folder.iterdir() if step_of(p) is not None and p.is_file()]
-    return sorted(found, key=lambda p: (step_of(p), is_notice(p)), reverse=True)
+    return [p for p, _ in step_checkpoints(folder) if p.is_file()]
 
 
 def load_checkpoint_file(path: str | Path) -> dict[str, Any]:

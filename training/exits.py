@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-EX_OK, EX_FAIL, EX_TEMPFAIL, EX_OOM = 0, 1, 75, 76
+from orchestrator.contract import EX_CHECKPOINTED as EX_TEMPFAIL, EX_FAIL, EX_OK, EX_OOM  # noqa: F401 (re-exported)
 
 
 class RunError(Exception):

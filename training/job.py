@@ -239,7 +239,7 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         return EX_OK
     _export(model, tokenizer, run_dir / "model")
     result = _result(trainer, early, best, batch_size, accumulate, time.monotonic() - started)
-    from .callbacks import write_json_atomic
+    from orchestrator.contract import write_json_atomic
 
     write_json_atomic(run_dir / "result.json", result)
     say(f"done: {result['steps']} steps, {result['epochs']} epochs, metrics {result['metrics']}")

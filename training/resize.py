@@ -4,13 +4,11 @@ loader position) so the resumed epoch neither skips nor repeats a sample."""
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Optional
 
-BATCH_FILE = "batch.json"
+from orchestrator.contract import BATCH as BATCH_FILE, read_json, write_json_atomic
 
 
 def smallest_factor(n: int) -> int:
@@ -31,10 +29,7 @@ def shrink(batch_size: int, accumulate: int) -> Optional[tuple[int, int]]:
 
 
 def read_sizes(run_dir: Path) -> Optional[dict[str, Any]]:
-    path = Path(run_dir) / BATCH_FILE
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json(Path(run_dir) / BATCH_FILE)
 
 
 def record_shrink(run_dir: Path, *, batch_size: int, accumulate: int, new_batch: int, new_accumulate: int,
@@ -46,10 +41,7 @@ def record_shrink(run_dir: Path, *, batch_size: int, accumulate: int, new_batch:
         "to": {"batch_size": new_batch, "accumulate_grad_batches": new_accumulate},
     })
     data["batch_size"], data["accumulate_grad_batches"] = new_batch, new_accumulate
-    path = Path(run_dir) / BATCH_FILE
-    tmp = path.with_name(f".{BATCH_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(Path(run_dir) / BATCH_FILE, data)
     return data
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from notifiers import Message, NotifyError, build_notifiers
-from orchestrator import outbox
-from orchestrator.outbox import OutboxSender
+from orchestrator.daemon import outbox
+from orchestrator.daemon.outbox import OutboxSender
 from orchestrator.records import Outgoing
 from orchestrator.store import Store
 

@@ -12,17 +12,18 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from . import executor
-from .config import Config
-from .errors import InvalidTransition
-from .gpus import managed_gpus
-from .lifecycle import change_state, submit_job, write_run_spec
-from .outcome import EX_CHECKPOINTED, EX_OOM, describe_exit
-from .paths import Home
-from .procs import start_time, write_json_atomic
-from .records import Job
-from .states import RETRYABLE, EventKind, JobState
-from .store import Store
+from ..executors import local as executor
+from ..config import Config
+from ..errors import InvalidTransition
+from ..gpus import managed_gpus
+from ..lifecycle import change_state, submit_job, write_run_spec
+from ..outcome import EX_CHECKPOINTED, EX_OOM, describe_exit
+from ..paths import Home
+from ..contract import write_json_atomic
+from ..procs import start_time
+from ..records import Job
+from ..states import RETRYABLE, EventKind, JobState
+from ..store import Store
 
 
 def run_foreground(home: Home, store: Store, config: Config, *, job_toml: Optional[Path],
@@ -37,7 +38,7 @@ def run_foreground(home: Home, store: Store, config: Config, *, job_toml: Option
             raise InvalidTransition(job.id, job.state.value, "running",
                                     "only a queued, failed, cancelled or stopped job can be resumed")
         if job.state in RETRYABLE:
-            from .lifecycle import retry_job
+            from ..lifecycle import retry_job
 
             job = retry_job(store, config, home, job.id, time.time())
         print(f"resuming job {job.id} ({job.name}) here (Ctrl-C checkpoints and stops)", file=sys.stderr)

@@ -12,7 +12,7 @@ STATE_STYLE = {"queued": "yellow", "running": "cyan", "succeeded": "green", "fai
 
 def duration(seconds: Optional[float]) -> str:
     """One duration format everywhere: '45s', '12m', '3h 05m', '2d 4h', '-' when unknown."""
-    from .cost import format_duration
+    from ..cost import format_duration
 
     return format_duration(seconds)
 

@@ -11,19 +11,19 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Optional
 
-from . import executor
+from ..executors import local as executor
 from .accounting import accrue_interval, lost_steps_updates
-from .config import Config
-from .dispatch import fits, hold_reason
-from .errors import InvalidTransition
-from .gpus import managed_gpus
-from .lifecycle import change_state, outgoing_for, write_run_spec
-from .outcome import EX_OOM, decide, describe_exit
-from .paths import Home
-from .procs import read_json
-from .records import Job
-from .states import EventKind, Intent, JobState
-from .store import Store
+from ..config import Config
+from ..dispatch import fits, hold_reason
+from ..errors import InvalidTransition
+from ..gpus import managed_gpus
+from ..lifecycle import change_state, outgoing_for, write_run_spec
+from ..outcome import EX_OOM, decide, describe_exit
+from ..paths import Home
+from ..contract import read_json
+from ..records import Job
+from ..states import EventKind, Intent, JobState
+from ..store import Store
 
 log = logging.getLogger("orch.daemon")
 
@@ -156,7 +156,7 @@ class Daemon:
             reason = f"{job.reason}; {d.reason}"  # which notice (AWS, GCP, daemon stop...) and how it ended
         detail = reason if d.state is not JobState.SUCCEEDED else f"attempt {job.attempt}: {describe_exit(code, sig)}"
         if d.state is JobState.FAILED or d.charged:
-            from .lifecycle import log_tail
+            from ..lifecycle import log_tail
 
             tail = log_tail(run_dir, job.attempt, 10)
             if tail:
@@ -236,7 +236,7 @@ class Daemon:
                     self.store.update(job.id, now, only_if_state=[JobState.RUNNING], intent=Intent.CANCEL.value)
 
     def check_budgets(self, now: float) -> None:
-        from .cost import budget_exceeded
+        from ..cost import budget_exceeded
 
         running = self.store.jobs([JobState.RUNNING])
         total_reason = self.total_budget_reason()
@@ -249,7 +249,7 @@ class Daemon:
                 self._signal(job, Intent.BUDGET, now, reason)
 
     def total_budget_reason(self) -> Optional[str]:
-        from .cost import total_budget_exceeded
+        from ..cost import total_budget_exceeded
 
         if self.config.budget.total is None:
             return None
@@ -260,7 +260,7 @@ class Daemon:
         figure, so it is written once and not rewritten every tick."""
         if self.total_budget_reason() is None:
             return None
-        from .cost import format_money
+        from ..cost import format_money
 
         total = format_money(self.config.budget.total or 0.0, self.config.pricing.currency)
         return f"held: the total budget of {total} is spent; raise [budget] total in config.toml to go on"
@@ -344,7 +344,7 @@ class Daemon:
         except OSError as exc:
             log.error("job %s: cannot start its supervisor: %s", job.id, exc)
             # Write the exit record ourselves so the normal reap path decides (retry or fail).
-            from .procs import write_json_atomic
+            from ..contract import write_json_atomic
 
             write_json_atomic(run_dir / f"attempt-{n}.exit", {"code": 127, "signal": None, "started_at": now, "ended_at": now})
             return True

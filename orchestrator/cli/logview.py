@@ -10,8 +10,8 @@ from collections import deque
 from pathlib import Path
 from typing import Optional
 
-from .paths import Home
-from .store import Store
+from ..paths import Home
+from ..store import Store
 
 _ATTEMPT = re.compile(r"^attempt-(\d+)\.log$")
 

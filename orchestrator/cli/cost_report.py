@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import Config
-from .cost import format_duration, format_money
-from .store import Store
+from ..config import Config
+from ..cost import format_duration, format_money
+from ..store import Store
 
 
 def cost_data(store: Store, config: Config) -> dict[str, Any]:

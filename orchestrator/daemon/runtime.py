@@ -13,12 +13,12 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from .config import Config, build_channels, preemption_file
-from .daemon import Daemon
-from .daemon_control import DaemonLock
-from .paths import Home
-from .states import EventKind, JobState
-from .store import Store
+from ..config import Config, build_channels, preemption_file
+from .tick import Daemon
+from ..daemon_control import DaemonLock
+from ..paths import Home
+from ..states import EventKind, JobState
+from ..store import Store
 
 log = logging.getLogger("orch.daemon")
 
@@ -136,7 +136,7 @@ class DaemonRuntime:
     def run(self) -> int:
         from apscheduler.schedulers.background import BackgroundScheduler
 
-        from .wake import listen
+        from ..wake import listen
 
         self.daemon.recover(time.time())
         sock = listen(self.home.wake_socket)
@@ -224,7 +224,7 @@ class IdleShutdown:
             self.idle_since = now
             return
         if self.event_at is None and now - self.idle_since >= cfg.shutdown_after_minutes * 60:
-            from .lifecycle import outgoing_for
+            from ..lifecycle import outgoing_for
 
             payload = {"event": "idle_shutdown", "host": __import__("socket").gethostname(),
                        "reason": f"idle for {cfg.shutdown_after_minutes:g} min; running {cfg.shutdown_command}",

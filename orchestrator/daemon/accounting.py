@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional, Sequence
 
-from .config import Config
-from .cost import Pricing, split_interval
-from .records import Attempt, Job
-from .states import JobState
-from .store import Store
+from ..config import Config
+from ..cost import Pricing, split_interval
+from ..records import Attempt, Job
+from ..states import JobState
+from ..store import Store
 
 log = logging.getLogger("orch.daemon")
 

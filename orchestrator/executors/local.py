@@ -5,7 +5,6 @@ supervisor, checked by pid AND start time, and reads the exit from attempt-<n>.e
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -13,32 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from .gpus import visible_devices
-from .procs import is_alive, read_json, signal_group, signal_process, start_time
-
-_CKPT = re.compile(r"^(?:notice-)?step-(\d+)\.ckpt$")
-
+from ..gpus import visible_devices
+from ..contract import newest_checkpoint, read_json  # noqa: F401 (newest_checkpoint: the daemon's)
+from ..procs import is_alive, signal_group, signal_process, start_time
 
 @dataclass(frozen=True)
 class Launch:
     supervisor_pid: int
     supervisor_start: Optional[str]
     log_path: Path
-
-
-def newest_checkpoint(ckpt_dir: Path) -> tuple[Optional[Path], Optional[int]]:
-    """The newest checkpoint by the step in its name (never mtime), and that step. The job
-    validates it and falls back to an older one if it does not load."""
-    best: tuple[int, int, Optional[Path]] = (-1, -1, None)
-    if ckpt_dir.is_dir():
-        for path in ckpt_dir.iterdir():
-            m = _CKPT.match(path.name)
-            if m:
-                # A notice checkpoint at the same step is at least as fresh as a periodic one.
-                key = (int(m.group(1)), 1 if path.name.startswith("notice-") else 0, path)
-                if key[:2] > best[:2]:
-                    best = key
-    return (best[2], best[0]) if best[2] is not None else (None, None)
 
 
 def job_argv(spec: Mapping, run_dir: Path) -> tuple[list[str], Optional[str]]:

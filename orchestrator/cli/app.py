@@ -12,8 +12,8 @@ from typing import Any, List, Optional
 import typer
 from typer.core import TyperGroup
 
-from .errors import OrchError
-from .paths import Home
+from ..errors import OrchError
+from ..paths import Home
 
 
 class OrchGroup(TyperGroup):
@@ -49,7 +49,7 @@ class Ctx:
         return Home.locate(self.home_arg)
 
     def store(self):
-        from .store import Store
+        from ..store import Store
 
         home = self.home.ensure()
         return Store(home.db)
@@ -59,7 +59,7 @@ class Ctx:
         return self.home.config_path(self.config_arg)
 
     def config(self, *, build_notifiers: bool = False):
-        from .config import load_config
+        from ..config import load_config
 
         return load_config(self.config_path, required=self.config_arg is not None, build_notifiers=build_notifiers)
 
@@ -85,13 +85,13 @@ def main_options(
 
 
 def _daemon_pid(home: Home) -> Optional[int]:
-    from .daemon_control import running_pid
+    from ..daemon_control import running_pid
 
     return running_pid(home)
 
 
 def _poke(home: Home) -> bool:
-    from .wake import poke
+    from ..wake import poke
 
     return poke(home.wake_socket)
 
@@ -108,8 +108,8 @@ def submit(
     as_json: bool = typer.Option(False, "--json", help="Print {\"id\", \"name\", \"state\"} as JSON."),
 ) -> None:
     """Validate a job file and queue it."""
-    from .gpus import managed_gpus
-    from .lifecycle import submit_job
+    from ..gpus import managed_gpus
+    from ..lifecycle import submit_job
     from .when import parse_at
 
     now = time.time()
@@ -212,7 +212,7 @@ def logs(
 @app.command()
 def cancel(job_id: int = typer.Argument(...)) -> None:
     """Cancel a job: a queued one at once; a running one gets SIGTERM, a grace period, then SIGKILL."""
-    from .lifecycle import cancel_job
+    from ..lifecycle import cancel_job
 
     config = ctx.config()
     job, done = cancel_job(ctx.store(), config, ctx.home, job_id, time.time())
@@ -232,7 +232,7 @@ def retry(
     hours: Optional[float] = typer.Option(None, "--hours", help="A new max_hours for the job.", min=0.0),
 ) -> None:
     """Put a failed, cancelled or stopped job back in the queue; it resumes from its latest checkpoint."""
-    from .lifecycle import retry_job
+    from ..lifecycle import retry_job
 
     job = retry_job(ctx.store(), ctx.config(), ctx.home, job_id, time.time(), budget=budget, hours=hours)
     print(f"job {job.id} ({job.name}) queued again; it resumes from its latest checkpoint")
@@ -258,7 +258,7 @@ def cost(as_json: bool = typer.Option(False, "--json")) -> None:
 @daemon_app.command("run")
 def daemon_run(detached: bool = typer.Option(False, "--detached", hidden=True)) -> None:
     """Run the daemon in the foreground (for systemd, supervisord or tmux)."""
-    from .daemon_loop import run_daemon
+    from ..daemon.runtime import run_daemon
 
     raise typer.Exit(run_daemon(ctx.home.ensure(), ctx.config(build_notifiers=True), detached=detached))
 
@@ -266,7 +266,7 @@ def daemon_run(detached: bool = typer.Option(False, "--detached", hidden=True)) 
 @daemon_app.command("start")
 def daemon_start() -> None:
     """Start the daemon in the background; it survives the terminal closing."""
-    from .daemon_control import start_detached
+    from ..daemon_control import start_detached
 
     ctx.config(build_notifiers=True)  # refuse a bad config here, not silently in the log
     pid = start_detached(ctx.home.ensure(), ctx.config_arg)
@@ -276,7 +276,7 @@ def daemon_start() -> None:
 @daemon_app.command("stop")
 def daemon_stop(timeout: float = typer.Option(120.0, help="Seconds to wait for running jobs to checkpoint.")) -> None:
     """Stop the daemon: running jobs checkpoint and are queued again for later."""
-    from .daemon_control import stop
+    from ..daemon_control import stop
 
     pid = stop(ctx.home, timeout=timeout)
     print(f"daemon (pid {pid}) stopped")
@@ -285,7 +285,7 @@ def daemon_stop(timeout: float = typer.Option(120.0, help="Seconds to wait for r
 @daemon_app.command("status")
 def daemon_status(as_json: bool = typer.Option(False, "--json")) -> None:
     """Whether the daemon runs: pid and uptime."""
-    from .daemon_control import describe
+    from ..daemon_control import describe
 
     info = describe(ctx.home)
     if as_json:
@@ -313,12 +313,12 @@ def notify_test(channel: Optional[str] = typer.Option(None, "--channel", help="O
 @config_app.command("check")
 def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (default: the one orch uses).")) -> None:
     """Validate config.toml, including every notifier's keys and secrets."""
-    from .config import load_config
+    from ..config import load_config
 
     target = path or ctx.config_path
     if not target.exists():
         if path is not None or ctx.config_arg is not None:
-            from .errors import ConfigError
+            from ..errors import ConfigError
 
             raise ConfigError([f"{target}: no such file"])
         print(f"no config at {target}; the defaults apply (CPU slots 1, GPUs discovered, no pricing, no notifiers)")

@@ -8,20 +8,17 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from . import cost
-from .dispatch import hold_reason
-from .paths import Home
-from .records import Attempt, Job
-from .states import JobState
-from .store import Store
+from .. import cost
+from ..contract import PROGRESS, RESULT, parse_checkpoint_name, read_json
+from ..dispatch import hold_reason
+from ..paths import Home
+from ..records import Attempt, Job
+from ..states import JobState
+from ..store import Store
 
 
 def read_progress(run_dir: Path) -> Optional[dict[str, Any]]:
-    try:
-        data = json.loads((run_dir / "progress.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json(run_dir / PROGRESS)
 
 
 def step_rate(progress: Optional[dict[str, Any]], attempt: Optional[Attempt]) -> Optional[float]:
@@ -113,10 +110,8 @@ def list_checkpoints(run_dir: Path) -> list[dict[str, Any]]:
     out = []
     if folder.is_dir():
         for path in sorted(folder.glob("*.ckpt")):
-            step = None
-            digits = path.stem.rsplit("-", 1)[-1]
-            if digits.isdigit():
-                step = int(digits)
+            parsed = parse_checkpoint_name(path.name)
+            step = parsed.step if parsed else None
             try:
                 size = path.stat().st_size
             except OSError:
@@ -134,11 +129,7 @@ def show_data(store: Store, home: Home, job_id: int, now: Optional[float] = None
     data = status_row(job, home, now, dep_states=dep_states, attempt=attempts[-1] if attempts else None,
                       with_progress=True)
     run_dir = home.run_dir(job_id)
-    result = None
-    try:
-        result = json.loads((run_dir / "result.json").read_text())
-    except (OSError, ValueError):
-        pass
+    result = read_json(run_dir / RESULT)
     data.update({
         "spec": job.spec,
         "spec_path": job.spec_path,

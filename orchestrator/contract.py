@@ -1,0 +1,153 @@
+"""The job-process contract, in one place: the exit codes a job answers with, the ORCH_* names it
+is given, the files it writes into its run folder, the checkpoint names (with their one parser)
+and the atomic JSON write both sides use. Standard library only: `training/` imports it before
+torch, the supervisor sits beside every job with it, and the daemon never imports anything heavy.
+DESIGN.md ("The job-process contract") and SPEC.md ("The run folder") describe it for people."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, NamedTuple, Optional
+
+# -- exit codes --------------------------------------------------------------------------------
+
+EX_OK = 0
+EX_FAIL = 1
+EX_CHECKPOINTED = 75  # EX_TEMPFAIL: interrupted after a durable checkpoint; requeue and resume
+EX_OOM = 76  # out of GPU memory: run again at once with half the micro-batch, twice the accumulation
+
+# -- the environment a job is given ------------------------------------------------------------
+
+ENV_JOB_ID = "ORCH_JOB_ID"
+ENV_ATTEMPT = "ORCH_ATTEMPT"  # 1-based, never reset
+ENV_RUN_DIR = "ORCH_RUN_DIR"
+ENV_CKPT_DIR = "ORCH_CKPT_DIR"
+ENV_RESUME_FROM = "ORCH_RESUME_FROM"  # newest checkpoint by the step in its name, or ""
+
+# -- the run folder ----------------------------------------------------------------------------
+
+JOB_TOML = "job.toml"
+PROGRESS = "progress.json"
+RESULT = "result.json"
+BATCH = "batch.json"  # the OOM path's batch-size history (written by the runner)
+CHECKPOINTS = "checkpoints"
+MODEL = "model"
+METRICS_CSV = "metrics.csv"
+
+
+def attempt_log(n: int) -> str:
+    return f"attempt-{n}.log"
+
+
+def attempt_exit(n: int) -> str:
+    """`{"code", "signal", "started_at", "ended_at"}`, written by the attempt's supervisor."""
+    return f"attempt-{n}.exit"
+
+
+def attempt_pid(n: int) -> str:
+    """`{"supervisor_pid", "supervisor_start", "job_pid", "job_start", "started_at"}`."""
+    return f"attempt-{n}.pid"
+
+
+# -- checkpoint names ----------------------------------------------------------------------------
+
+PERIODIC_PREFIX = "step-"
+NOTICE_PREFIX = "notice-step-"
+BEST_NAME = "best.ckpt"
+TEMP_MARK = ".tmp-"  # a writer's temp file beside the checkpoint it is about to become
+_CHECKPOINT = re.compile(r"^(notice-)?step-(\d{8,})\.ckpt$")
+
+
+class CheckpointName(NamedTuple):
+    step: int
+    notice: bool
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Newest first by step; at equal steps a notice checkpoint is at least as fresh."""
+        return (self.step, int(self.notice))
+
+
+def periodic_name(step: int) -> str:
+    return f"{PERIODIC_PREFIX}{step:08d}.ckpt"
+
+
+def notice_name(step: int) -> str:
+    return f"{NOTICE_PREFIX}{step:08d}.ckpt"
+
+
+def parse_checkpoint_name(name: str | Path) -> Optional[CheckpointName]:
+    """The step (and whether it is a notice save) of a periodic or notice checkpoint's file name;
+    None for best.ckpt, temp files and anything else."""
+    m = _CHECKPOINT.match(Path(name).name)
+    return CheckpointName(int(m.group(2)), bool(m.group(1))) if m else None
+
+
+def step_checkpoints(ckpt_dir: Path) -> list[tuple[Path, CheckpointName]]:
+    """Periodic and notice checkpoints in a folder, newest first (by name, never mtime)."""
+    found = []
+    try:
+        entries = list(Path(ckpt_dir).iterdir())
+    except OSError:
+        return []
+    for path in entries:
+        parsed = parse_checkpoint_name(path.name)
+        if parsed is not None:
+            found.append((path, parsed))
+    found.sort(key=lambda item: item[1].order, reverse=True)
+    return found
+
+
+def newest_checkpoint(ckpt_dir: Path) -> tuple[Optional[Path], Optional[int]]:
+    """The newest checkpoint by the step in its name, and that step. The job validates it and
+    falls back to an older one if it does not load."""
+    found = step_checkpoints(ckpt_dir)
+    return (found[0][0], found[0][1].step) if found else (None, None)
+
+
+# -- small JSON files ------------------------------------------------------------------------------
+
+
+def fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Temp file in the same folder, fsync, rename, fsync the folder: a reader sees the old file or
+    the new one, never half of one, even after a power cut."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def read_json(path: Path) -> Optional[dict[str, Any]]:
+    """A JSON object from a file, or None when it is missing, torn or not an object."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
