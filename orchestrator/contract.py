@@ -26,6 +26,7 @@ ENV_ATTEMPT = "ORCH_ATTEMPT"  # 1-based, never reset
 ENV_RUN_DIR = "ORCH_RUN_DIR"
 ENV_CKPT_DIR = "ORCH_CKPT_DIR"
 ENV_RESUME_FROM = "ORCH_RESUME_FROM"  # newest checkpoint by the step in its name, or ""
+ENV_TENSORBOARD_DIR = "ORCH_TENSORBOARD_DIR"  # config [logging] tensorboard_dir; unset: none
 
 # -- the run folder ----------------------------------------------------------------------------
 
@@ -36,6 +37,8 @@ BATCH = "batch.json"  # the OOM path's batch-size history (written by the runner
 CHECKPOINTS = "checkpoints"
 MODEL = "model"
 METRICS_CSV = "metrics.csv"
+TENSORBOARD = "tensorboard"  # the runner's TensorBoard event files, one per attempt
+HEALTH = "health.json"  # training health (diverged, loss_flat), written by the runner, read by the daemon
 
 
 def attempt_log(n: int) -> str:
