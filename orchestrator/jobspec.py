@@ -49,6 +49,10 @@ class TrainSection(_Section):
     val_check_interval: Union[int, float] = 1.0
     gradient_clip_val: Optional[float] = Field(default=1.0, ge=0)
     deterministic: bool = False
+    # Training health: a `loss_flat` event when the loss fell by less than this fraction of its
+    # first steps' mean after that many steps (None: not watched). The job goes on.
+    flat_after_steps: Optional[int] = Field(default=None, gt=0)
+    flat_min_improvement: float = Field(default=0.02, ge=0, lt=1)
 
     @model_validator(mode="after")
     def _check_interval(self) -> "TrainSection":
