@@ -152,8 +152,7 @@ def cancel_job(store: Store, config: Config, home: Home, job_id: int, now: float
     if job.state is JobState.QUEUED:
         try:
             job = change_state(store, config, home, job, JobState.CANCELLED, EventKind.CANCELLED, now,
-                               reason="cancelled by the user while queued", expect=[JobState.QUEUED],
-                               updates={"finished_at": now})
+                               reason="cancelled by the user while queued", expect=[JobState.QUEUED])
             return job, True
         except InvalidTransition:
             job = store.get(job_id)  # the daemon started it meanwhile: fall through to a request
@@ -173,8 +172,7 @@ def retry_job(store: Store, config: Config, home: Home, job_id: int, now: float,
     if job.state not in RETRYABLE:
         why = "it is still active" if job.state.is_active else "it already succeeded"
         raise InvalidTransition(job_id, job.state.value, "queued", why)
-    updates: dict[str, Any] = {"failures": 0, "intent": "", "cancel_requested_at": None, "finished_at": None,
-                               "retry_after": None, "signalled_at": None}
+    updates: dict[str, Any] = {"failures": 0}
     detail = "orch retry"
     if budget is not None:
         updates["max_cost"] = budget

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .contract import EX_CHECKPOINTED, EX_OOM
-from .states import EventKind, Intent, JobState
+from .states import AttemptOutcome, EventKind, Intent, JobState
 
 
 @dataclass(frozen=True)
 class Decision:
     state: JobState
     event: EventKind
-    outcome: str  # the attempt's outcome, shown in `orch show`
+    outcome: AttemptOutcome  # the attempt's outcome, shown in `orch show`
     reason: str
     charged: bool = False  # spends one of the job's retries
     backoff: bool = False  # wait before the next attempt
@@ -35,28 +35,28 @@ def decide(intent: Intent, code: Optional[int], sig: Optional[int], *, has_resul
            failures: int, retries: int) -> Decision:
     how = describe_exit(code, sig)
     if code == 0 and has_result:
-        return Decision(JobState.SUCCEEDED, EventKind.SUCCEEDED, "succeeded", "")
+        return Decision(JobState.SUCCEEDED, EventKind.SUCCEEDED, AttemptOutcome.SUCCEEDED, "")
     if intent is Intent.CANCEL:
-        return Decision(JobState.CANCELLED, EventKind.CANCELLED, "cancelled", f"cancelled by the user ({how})")
+        return Decision(JobState.CANCELLED, EventKind.CANCELLED, AttemptOutcome.CANCELLED, f"cancelled by the user ({how})")
     if intent is Intent.BUDGET:
-        return Decision(JobState.STOPPED, EventKind.STOPPED, "stopped", "")
+        return Decision(JobState.STOPPED, EventKind.STOPPED, AttemptOutcome.STOPPED, "")
     if intent is Intent.PREEMPT:
-        return Decision(JobState.QUEUED, EventKind.PREEMPTED, "preempted",
+        return Decision(JobState.QUEUED, EventKind.PREEMPTED, AttemptOutcome.PREEMPTED,
                         f"preempted ({how}); queued to resume from its latest checkpoint")
     if code == 0:
         if is_command:
-            return Decision(JobState.SUCCEEDED, EventKind.SUCCEEDED, "succeeded", "")
-        return Decision(JobState.FAILED, EventKind.FAILED, "failed",
+            return Decision(JobState.SUCCEEDED, EventKind.SUCCEEDED, AttemptOutcome.SUCCEEDED, "")
+        return Decision(JobState.FAILED, EventKind.FAILED, AttemptOutcome.FAILED,
                         "the built-in runner exited 0 without writing result.json")
     if code == EX_CHECKPOINTED:
-        return Decision(JobState.QUEUED, EventKind.RETRYING, "checkpointed",
+        return Decision(JobState.QUEUED, EventKind.RETRYING, AttemptOutcome.CHECKPOINTED,
                         "the job checkpointed and asked to be resumed (exit 75); not charged to retries")
     if code == EX_OOM:
-        return Decision(JobState.QUEUED, EventKind.OOM, "oom",
+        return Decision(JobState.QUEUED, EventKind.OOM, AttemptOutcome.OOM,
                         "out of GPU memory: running again with half the micro-batch and twice the accumulation")
     if failures + 1 <= retries:
-        return Decision(JobState.QUEUED, EventKind.RETRYING, "failed",
+        return Decision(JobState.QUEUED, EventKind.RETRYING, AttemptOutcome.FAILED,
                         f"{how}; retry {failures + 1} of {retries}, resuming from the latest checkpoint",
                         charged=True, backoff=True)
     tried = f" after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
-    return Decision(JobState.FAILED, EventKind.FAILED, "failed", f"{how}{tried}", charged=True)
+    return Decision(JobState.FAILED, EventKind.FAILED, AttemptOutcome.FAILED, f"{how}{tried}", charged=True)

@@ -50,3 +50,22 @@ def signal_group(pgid: Optional[int], sig: int = signal.SIGKILL) -> bool:
         return True
     except (ProcessLookupError, PermissionError):
         return False
+
+
+def group_members(pgid: Optional[int]) -> list[int]:
+    """Live (non-zombie) processes whose process group is `pgid`, read from /proc."""
+    if not pgid:
+        return []
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        # fields[0] is the state, fields[2] the process group
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            members.append(int(entry))
+    return members

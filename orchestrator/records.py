@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Optional
 
-from .states import Intent, JobState
+from .states import AttemptOutcome, Intent, JobState
 
 
 @dataclass
@@ -48,6 +48,9 @@ class Job:
     steps_lost: int
     max_cost: Optional[float]
     max_hours: Optional[float]
+    uid: str  # global id: stays the same when the job is adopted on another machine
+    executor: str  # "local", "slurm": which executor runs its attempts
+    executor_ref: dict[str, Any]  # that executor's handle on the current attempt (local uses supervisor_*)
 
     @classmethod
     def from_row(cls, row: Any) -> "Job":
@@ -56,6 +59,7 @@ class Job:
         d["intent"] = Intent(d["intent"] or "")
         d["after_ids"] = json.loads(d["after_ids"] or "[]")
         d["gpu_ids"] = json.loads(d["gpu_ids"] or "[]")
+        d["executor_ref"] = json.loads(d.get("executor_ref") or "{}")
         d["git_dirty"] = None if d["git_dirty"] is None else bool(d["git_dirty"])
         return cls(**{k: d[k] for k in cls.__dataclass_fields__})
 
@@ -78,7 +82,7 @@ class Attempt:
     gpu_ids: list[int]
     exit_code: Optional[int]
     exit_signal: Optional[int]
-    outcome: str  # "", succeeded, failed, preempted, checkpointed, oom, cancelled, stopped, lost
+    outcome: AttemptOutcome
     resumed_from_step: Optional[int]
     step_reached: Optional[int]
 
@@ -86,6 +90,7 @@ class Attempt:
     def from_row(cls, row: Any) -> "Attempt":
         d = dict(row)
         d["gpu_ids"] = json.loads(d["gpu_ids"] or "[]")
+        d["outcome"] = AttemptOutcome(d["outcome"] or "")
         return cls(**{k: d[k] for k in cls.__dataclass_fields__})
 
 

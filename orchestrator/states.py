@@ -44,6 +44,23 @@ class Intent(str, Enum):
         return self.value
 
 
+class AttemptOutcome(str, Enum):
+    """How one attempt ended, as `orch show` lists it (the job's state is decided separately)."""
+
+    RUNNING = ""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    CHECKPOINTED = "checkpointed"  # exit 75 on its own: resumes, not charged
+    OOM = "oom"
+    CANCELLED = "cancelled"
+    STOPPED = "stopped"
+    LOST = "lost"  # no exit record and nothing left running
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class EventKind(str, Enum):
     SUBMITTED = "submitted"
     STARTED = "started"

@@ -9,6 +9,7 @@ import json
 import os
 import sqlite3
 import threading
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
@@ -17,7 +18,7 @@ from .errors import InvalidTransition, JobNotFound, OrchError
 from .records import Attempt, Event, Job, OutboxRow, Outgoing
 from .states import EventKind, JobState, ensure_allowed
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Forward migrations: MIGRATIONS[n] takes a database at version n to n + 1.
 MIGRATIONS: dict[int, str] = {
@@ -59,15 +60,44 @@ MIGRATIONS: dict[int, str] = {
     CREATE INDEX outbox_pending ON outbox(delivered_at, gave_up_at, next_try_at);
     CREATE TABLE ledger(key TEXT PRIMARY KEY, value REAL NOT NULL);
     """,
+    # A global id (local integer ids collide across machines: the mirror and `orch adopt` name
+    # jobs by it) and the executor's handle for attempts that are not a local supervisor.
+    1: """
+    ALTER TABLE jobs ADD COLUMN uid TEXT;
+    UPDATE jobs SET uid = lower(hex(randomblob(16))) WHERE uid IS NULL;
+    CREATE UNIQUE INDEX jobs_by_uid ON jobs(uid);
+    ALTER TABLE jobs ADD COLUMN executor TEXT NOT NULL DEFAULT 'local';
+    ALTER TABLE jobs ADD COLUMN executor_ref TEXT NOT NULL DEFAULT '{}';
+    UPDATE attempts SET outcome = 'cancelled' WHERE outcome = 'interrupted';
+    """,
 }
 
 # Columns callers may set besides the state; anything else is a programming error.
 _UPDATABLE = frozenset(
     """priority after_ids not_before retries failures attempt intent cancel_requested_at reason
     started_at finished_at supervisor_pid supervisor_start gpu_ids signalled_at retry_after
-    cost run_seconds gpu_seconds waste_seconds waste_cost steps_lost max_cost max_hours""".split()
+    cost run_seconds gpu_seconds waste_seconds waste_cost steps_lost max_cost max_hours executor executor_ref""".split()
 )
-_JSON_COLUMNS = frozenset({"after_ids", "gpu_ids"})
+_JSON_COLUMNS = frozenset({"after_ids", "gpu_ids", "executor_ref"})
+
+
+def implied_columns(src: JobState, dst: JobState, now: float, job_attempt: int,
+                    begin: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The columns a transition resets, written here once instead of at every call site:
+    starting an attempt clears the last one's request and reason; leaving `running` forgets the
+    attempt's processes and GPUs; the queue holds no intent; a finished job has its end time."""
+    cols: dict[str, Any] = {}
+    if dst is JobState.RUNNING:
+        cols.update(attempt=begin["n"] if begin else job_attempt + 1, gpu_ids=(begin or {}).get("gpu_ids", []),
+                    intent="", cancel_requested_at=None, signalled_at=None, retry_after=None, reason="",
+                    finished_at=None, supervisor_pid=None, supervisor_start=None, executor_ref={})
+    if src is JobState.RUNNING and dst is not JobState.RUNNING:
+        cols.update(supervisor_pid=None, supervisor_start=None, executor_ref={}, gpu_ids=[], signalled_at=None)
+    if dst is JobState.QUEUED:
+        cols.update(intent="", cancel_requested_at=None, signalled_at=None, finished_at=None, retry_after=None)
+    if dst.is_terminal:
+        cols.update(finished_at=now, retry_after=None)
+    return cols
 
 
 class Store:
@@ -156,6 +186,8 @@ class Store:
         max_hours: Optional[float] = None,
         detail: str = "",
         outgoing: Iterable[Outgoing] = (),
+        uid: Optional[str] = None,
+        executor: str = "local",
     ) -> Job:
         with self._tx() as db:
             for dep in after_ids:
@@ -163,17 +195,23 @@ class Store:
                     raise JobNotFound(dep)
             cur = db.execute(
                 """INSERT INTO jobs(name, state, priority, gpus, kind, spec_json, spec_path, after_ids,
-                   not_before, retries, git_commit, git_dirty, submitted_at, updated_at, max_cost, max_hours)
-                   VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+                   not_before, retries, git_commit, git_dirty, submitted_at, updated_at, max_cost, max_hours, uid,
+                   executor)
+                   VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
                 (name, JobState.QUEUED.value, priority, gpus, kind, json.dumps(spec), spec_path,
                  json.dumps(list(after_ids)), not_before, retries, git_commit,
-                 None if git_dirty is None else int(git_dirty), now, now, max_cost, max_hours),
+                 None if git_dirty is None else int(git_dirty), now, now, max_cost, max_hours,
+                 uid or uuid.uuid4().hex, executor),
             )
             job_id = cur.lastrowid
             # Messages are built before the id exists; stamp it in.
             outgoing = [Outgoing(o.channel, {**o.payload, "job_id": job_id}) for o in outgoing]
             self._event(db, job_id, EventKind.SUBMITTED, detail, now, outgoing)
             return self._get(db, job_id)
+
+    def by_uid(self, uid: str) -> Optional[Job]:
+        row = self.db.execute("SELECT * FROM jobs WHERE uid=?", (uid,)).fetchone()
+        return Job.from_row(row) if row is not None else None
 
     def get(self, job_id: int) -> Job:
         return self._get(self.db, job_id)
@@ -237,7 +275,10 @@ class Store:
             if expect is not None and job.state not in set(expect):
                 raise InvalidTransition(job_id, job.state.value, dst.value)
             ensure_allowed(job_id, job.state, dst)
-            fields = {"state": dst.value, "updated_at": now, **self._columns(updates or {})}
+            implied = implied_columns(job.state, dst, now, job.attempt, begin_attempt)
+            if dst is JobState.RUNNING and job.started_at is None:
+                implied["started_at"] = now
+            fields = {"state": dst.value, "updated_at": now, **self._columns({**implied, **(updates or {})})}
             sets = ", ".join(f"{k}=?" for k in fields)
             cur = db.execute(
                 f"UPDATE jobs SET {sets} WHERE id=? AND state=?", (*fields.values(), job_id, job.state.value)

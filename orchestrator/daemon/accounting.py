@@ -1,14 +1,12 @@
-"""The daemon's bookkeeping of money and lost work: one accounting interval split among the
-running jobs (SPEC's one formula, from cost.py) and the steps a resume had to recompute."""
+"""The daemon's bookkeeping of money: one accounting interval split among the running jobs
+(SPEC's one formula, from cost.py), the rest idle."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Sequence
 
 from ..config import Config
 from ..cost import Pricing, split_interval
-from ..records import Attempt, Job
 from ..states import JobState
 from ..store import Store
 
@@ -28,22 +26,3 @@ def accrue_interval(store: Store, config: Config, managed_gpus: int, seconds: fl
         log.warning("cost: %s; billing each job its own GPUs until they finish", exc)
         costs, idle = {j.id: j.gpus * p.gpu_hour * seconds / 3600 for j in running}, 0.0
     store.accrue(now, seconds, {j.id: (costs.get(j.id, 0.0), j.gpus * seconds) for j in running}, idle)
-
-
-def lost_steps_updates(job: Job, attempts: Sequence[Attempt], resume_step: Optional[int]) -> dict[str, Any]:
-    """Steps the previous attempt reached beyond the checkpoint the next one resumes from had to
-    be recomputed: that is the preemption waste, in steps, seconds (at the previous attempt's mean
-    step time) and money (at the job's own mean rate)."""
-    if not attempts:
-        return {}
-    prev = attempts[-1]
-    if prev.step_reached is None or prev.ended_at is None:
-        return {}
-    lost = max(0, prev.step_reached - (resume_step or 0))
-    if not lost:
-        return {}
-    done = prev.step_reached - (prev.resumed_from_step or 0)
-    step_s = (prev.ended_at - prev.started_at) / done if done > 0 else 0.0
-    rate = job.cost / job.run_seconds if job.run_seconds > 0 else 0.0
-    return {"steps_lost": job.steps_lost + lost, "waste_seconds": job.waste_seconds + lost * step_s,
-            "waste_cost": job.waste_cost + lost * step_s * rate}

@@ -13,12 +13,13 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Optional
 
+from ..attempts import grace_for
 from ..config import Config, build_channels, preemption_file
-from .tick import Daemon
 from ..daemon_control import DaemonLock
 from ..paths import Home
 from ..states import EventKind, JobState
 from ..store import Store
+from .tick import Daemon
 
 log = logging.getLogger("orch.daemon")
 
@@ -179,7 +180,7 @@ class DaemonRuntime:
         d.stopping = True
         signalled = d.preempt_all(time.time(), "the daemon is stopping")
         # A job's own grace_seconds may be longer than the config's: wait for the longest.
-        grace = max([d.grace_for(j) for j in d.store.jobs([JobState.RUNNING])], default=self.config.daemon.grace_seconds)
+        grace = max([grace_for(j, self.config) for j in d.store.jobs([JobState.RUNNING])], default=self.config.daemon.grace_seconds)
         if signalled:
             log.info("stopping: waiting up to %.0fs for %d job(s) to checkpoint", grace, len(signalled))
         deadline = time.monotonic() + grace + 5

@@ -1,2 +1,18 @@
 """How attempts run: the interface the daemon's tick uses (base.py) and its implementations
 (local.py: a supervisor process per attempt on this machine)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..paths import Home
+    from .base import Executor
+
+
+def build_executor(config: "Config", home: "Home") -> "Executor":
+    """The executor config.toml asks for ([executor] kind; local by default)."""
+    from .local import LocalExecutor
+
+    return LocalExecutor(home)

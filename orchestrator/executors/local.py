@@ -1,106 +1,134 @@
-"""Start, signal and poll job processes on this machine. Each attempt runs under its own
-supervisor (orchestrator/supervisor.py) in a new session; the daemon only ever signals the
-supervisor, checked by pid AND start time, and reads the exit from attempt-<n>.exit."""
+"""The local executor: each attempt runs under its own supervisor (orchestrator/supervisor.py) in
+a new session on this machine. The daemon only ever signals the supervisor, checked by pid AND
+start time, and reads the exit from attempt-<n>.exit, which the supervisor writes even when no
+daemon runs."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
-from ..gpus import visible_devices
-from ..contract import newest_checkpoint, read_json  # noqa: F401 (newest_checkpoint: the daemon's)
-from ..procs import is_alive, signal_group, signal_process, start_time
+from ..paths import Home
+from ..contract import attempt_exit, attempt_log, attempt_pid, read_json
+from ..procs import group_members, is_alive, signal_group, signal_process, start_time
+from ..records import Job
+from .base import AttemptLaunch
 
-@dataclass(frozen=True)
-class Launch:
-    supervisor_pid: int
-    supervisor_start: Optional[str]
-    log_path: Path
+log = logging.getLogger("orch.executor.local")
 
-
-def job_argv(spec: Mapping, run_dir: Path) -> tuple[list[str], Optional[str]]:
-    """(argv, cwd) for a job: its own command, or the built-in runner on the run folder."""
-    if spec.get("command"):
-        return list(spec["command"]), spec.get("workdir")
-    return [sys.executable, "-m", "training.run", str(run_dir)], str(run_dir)
+# How long a lost attempt's process group may take to die before the next attempt starts anyway
+# (with a line in the daemon log): a dying process on a GPU still holds its memory.
+GROUP_EXIT_WAIT_S = 30.0
 
 
-def job_env(base: Mapping[str, str], *, job_id: int, attempt: int, run_dir: Path, gpu_ids: Sequence[int],
-            resume_from: Optional[Path], extra: Mapping[str, str]) -> dict[str, str]:
-    env = dict(base)
-    env.update(extra)
-    env.update({
-        "ORCH_JOB_ID": str(job_id),
-        "ORCH_ATTEMPT": str(attempt),
-        "ORCH_RUN_DIR": str(run_dir),
-        "ORCH_CKPT_DIR": str(run_dir / "checkpoints"),
-        "ORCH_RESUME_FROM": str(resume_from) if resume_from else "",
-        "CUDA_VISIBLE_DEVICES": visible_devices(gpu_ids),
-        "PYTHONUNBUFFERED": "1",
-    })
-    return env
+class LocalExecutor:
+    name = "local"
 
+    def __init__(self, home: Home, python: str = sys.executable):
+        self.home = home
+        self.python = python
 
-def start(*, run_dir: Path, attempt: int, argv: Sequence[str], cwd: Optional[str], env: Mapping[str, str],
-          grace_s: float, wake: Optional[Path]) -> Launch:
-    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (run_dir / "checkpoints").mkdir(exist_ok=True)
-    log_path = run_dir / f"attempt-{attempt}.log"
-    sup = [sys.executable, "-m", "orchestrator.supervisor", "--run-dir", str(run_dir), "--attempt", str(attempt),
-           "--grace", str(grace_s)]
-    if cwd:
-        sup += ["--cwd", cwd]
-    if wake:
-        sup += ["--wake", str(wake)]
-    with open(log_path, "ab", buffering=0) as log:
-        proc = subprocess.Popen(
-            [*sup, "--", *argv], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=dict(env), start_new_session=True, close_fds=True,
-        )
-    return Launch(proc.pid, start_time(proc.pid), log_path)
+    # -- start -----------------------------------------------------------------------------
 
+    def start(self, launch: AttemptLaunch) -> dict[str, Any]:
+        run_dir = launch.run_dir
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        sup = [self.python, "-m", "orchestrator.supervisor", "--run-dir", str(run_dir),
+               "--attempt", str(launch.attempt), "--grace", str(launch.grace_s)]
+        if launch.cwd:
+            sup += ["--cwd", launch.cwd]
+        sup += ["--wake", str(self.home.wake_socket)]
+        with open(run_dir / attempt_log(launch.attempt), "ab", buffering=0) as out:
+            proc = subprocess.Popen(
+                [*sup, "--", *launch.argv], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env=dict(launch.env), start_new_session=True, close_fds=True,
+            )
+        return {"supervisor_pid": proc.pid, "supervisor_start": start_time(proc.pid)}
 
-def read_exit(run_dir: Path, attempt: int) -> Optional[dict]:
-    return read_json(run_dir / f"attempt-{attempt}.exit")
+    # -- watching --------------------------------------------------------------------------
 
+    def refresh(self, jobs: Sequence[Job], now: float) -> None:
+        """Collect exited supervisors we started, so they do not linger as zombies."""
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
 
-def supervisor_alive(pid: Optional[int], started: Optional[str]) -> bool:
-    return is_alive(pid, started)
+    def adopt(self, job: Job) -> Optional[dict[str, Any]]:
+        """The supervisor names itself in attempt-<n>.pid, so a job whose pid the daemon never
+        recorded is adopted, not run twice."""
+        info = self._pid_file(job)
+        pid, started = info.get("supervisor_pid"), info.get("supervisor_start")
+        if not is_alive(pid, started):
+            return None
+        return {"supervisor_pid": pid, "supervisor_start": started}
 
+    def alive(self, job: Job) -> bool:
+        return is_alive(job.supervisor_pid, job.supervisor_start)
 
-def terminate(pid: Optional[int], started: Optional[str]) -> bool:
-    """Ask the supervisor to SIGTERM the job's group; it SIGKILLs after the grace itself."""
-    return signal_process(pid, started, signal.SIGTERM)
+    def exit(self, job: Job) -> Optional[dict[str, Any]]:
+        return read_json(self.home.run_dir(job.id) / attempt_exit(job.attempt)) if job.attempt else None
 
+    # -- signals -----------------------------------------------------------------------------
 
-def kill(run_dir: Path, attempt: int, pid: Optional[int], started: Optional[str]) -> bool:
-    """SIGKILL the job's group now: through the supervisor if it lives, else directly."""
-    if signal_process(pid, started, signal.SIGUSR1):
-        return True
-    return kill_orphan(run_dir, attempt)
+    def terminate(self, job: Job) -> bool:
+        """Ask the supervisor to SIGTERM the job's group; it SIGKILLs after the grace itself."""
+        return signal_process(job.supervisor_pid, job.supervisor_start, signal.SIGTERM)
 
+    def kill(self, job: Job) -> bool:
+        """SIGKILL the job's group now: through the supervisor if it lives, else directly."""
+        if signal_process(job.supervisor_pid, job.supervisor_start, signal.SIGUSR1):
+            return True
+        return self._kill_job_group(job)
 
-def kill_orphan(run_dir: Path, attempt: int) -> bool:
-    """The supervisor is gone but the job may not be (someone killed only the supervisor): kill
-    the job's process group, identified by pid and start time, so it never runs twice."""
-    info = read_json(run_dir / f"attempt-{attempt}.pid") or {}
-    pid, started = info.get("job_pid"), info.get("job_start")
-    if pid and is_alive(pid, started):
-        return signal_group(pid, signal.SIGKILL)
-    return False
-
-
-def reap_children() -> None:
-    """Collect exited supervisors we started, so they do not linger as zombies."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
+    def clear_lost(self, job: Job) -> None:
+        """The supervisor is gone but the job may not be (someone killed only the supervisor):
+        kill the job's process group, identified by pid and start time, and wait until every
+        member has exited, so the next attempt never runs beside the old one."""
+        if not job.attempt:
             return
-        if pid == 0:
+        info = self._pid_file(job)
+        pgid, started = info.get("job_pid"), info.get("job_start")
+        if not pgid:
             return
+        if is_alive(pgid, started):
+            signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + GROUP_EXIT_WAIT_S
+        waited = time.monotonic()
+        while group_members(pgid):
+            if time.monotonic() > deadline:
+                log.warning("job %s: attempt %s's processes (group %s) still exist after %.0fs of SIGKILL; "
+                            "starting the next attempt anyway", job.id, job.attempt, pgid, GROUP_EXIT_WAIT_S)
+                return
+            signal_group(pgid, signal.SIGKILL)
+            time.sleep(0.05)
+        if time.monotonic() - waited > 2.0:
+            log.info("job %s: attempt %s's processes took %.1fs to exit after SIGKILL", job.id, job.attempt,
+                     time.monotonic() - waited)
+
+    def _kill_job_group(self, job: Job) -> bool:
+        info = self._pid_file(job)
+        pid, started = info.get("job_pid"), info.get("job_start")
+        return bool(pid and is_alive(pid, started) and signal_group(pid, signal.SIGKILL))
+
+    # -- looking -----------------------------------------------------------------------------
+
+    def log_paths(self, job: Job) -> list[Path]:
+        return [self.home.run_dir(job.id) / attempt_log(job.attempt)] if job.attempt else []
+
+    def describe(self, job: Job) -> Optional[str]:
+        return None
+
+    def _pid_file(self, job: Job) -> dict[str, Any]:
+        return (read_json(self.home.run_dir(job.id) / attempt_pid(job.attempt)) if job.attempt else None) or {}
+

@@ -1,0 +1,67 @@
+"""The tick's requests step: a user's cancel, a spent budget, and the backstop for a job that
+outlived its grace. The daemon records why it signals (the intent) before it signals, so the
+reap step can decide with SPEC's table whatever the exit code."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Optional
+
+from ..attempts import grace_for
+from ..cost import budget_exceeded, format_money, total_budget_exceeded
+from ..records import Job
+from ..states import Intent, JobState
+
+if TYPE_CHECKING:
+    from .tick import Daemon
+
+log = logging.getLogger("orch.daemon")
+
+
+def signal_job(d: "Daemon", job: Job, intent: Intent, now: float, reason: str) -> None:
+    if d.store.set_intent_once(job.id, intent.value, now):
+        d.store.update(job.id, now, only_if_state=[JobState.RUNNING], signalled_at=now, reason=reason)
+        log.info("job %s: SIGTERM (%s): %s", job.id, intent.value, reason)
+        d.executor.terminate(job)
+
+
+def apply_cancels(d: "Daemon", now: float) -> None:
+    for job in d.store.jobs([JobState.RUNNING]):
+        if job.cancel_requested_at is not None and job.intent is not Intent.CANCEL:
+            if job.intent is Intent.NONE:
+                signal_job(d, job, Intent.CANCEL, now, "cancelled by the user")
+            else:  # already being stopped for another reason: the user's word wins the outcome
+                d.store.update(job.id, now, only_if_state=[JobState.RUNNING], intent=Intent.CANCEL.value)
+
+
+def check_budgets(d: "Daemon", now: float) -> None:
+    total_reason = total_budget_reason(d)
+    for job in d.store.jobs([JobState.RUNNING]):
+        if job.intent is not Intent.NONE:
+            continue
+        reason = total_reason or budget_exceeded(job.cost, job.run_seconds / 3600, job.max_cost, job.max_hours,
+                                                 currency=d.config.pricing.currency)
+        if reason:
+            signal_job(d, job, Intent.BUDGET, now, reason)
+
+
+def total_budget_reason(d: "Daemon") -> Optional[str]:
+    if d.config.budget.total is None:
+        return None
+    return total_budget_exceeded(d.store.total_cost(), d.config.budget.total, currency=d.config.pricing.currency)
+
+
+def total_budget_hold(d: "Daemon") -> Optional[str]:
+    """Why queued jobs wait while the total budget is spent. Worded without the running figure,
+    so it is written once and not rewritten every tick."""
+    if total_budget_reason(d) is None:
+        return None
+    total = format_money(d.config.budget.total or 0.0, d.config.pricing.currency)
+    return f"held: the total budget of {total} is spent; raise [budget] total in config.toml to go on"
+
+
+def escalate(d: "Daemon", now: float) -> None:
+    """The supervisor SIGKILLs after the grace by itself; this is the daemon's backstop."""
+    for job in d.store.jobs([JobState.RUNNING]):
+        if job.signalled_at is not None and now - job.signalled_at > grace_for(job, d.config) + 5:
+            d.executor.kill(job)

@@ -1,0 +1,74 @@
+"""The tick's dispatch step: which queued jobs start now (dispatch.py decides; this applies it),
+each through the same begin step as `orch run`, then handed to the executor."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..attempts import begin_attempt
+from ..contract import attempt_exit, write_json_atomic
+from ..dispatch import fits, hold_reason
+from ..records import Job
+from ..states import EventKind, JobState
+from .requests import total_budget_hold
+
+if TYPE_CHECKING:
+    from .tick import Daemon
+
+log = logging.getLogger("orch.daemon")
+
+
+def dispatch(d: "Daemon", now: float) -> list[int]:
+    queue = d.store.queue_order()
+    if not queue:
+        return []
+    running = d.store.jobs([JobState.RUNNING])
+    used = {g for j in running for g in j.gpu_ids}
+    free_gpus = [g for g in d.managed if g not in used]
+    free_cpu = d.config.daemon.cpu_slots - sum(1 for j in running if j.gpus == 0)
+    dep_states = d.store.states_of({dep for j in queue for dep in j.after_ids})
+    budget_reason = total_budget_hold(d)
+    started = []
+    gpus_reserved = False  # a GPU job ahead in the queue is waiting for GPUs to free up
+    for job in queue:
+        hold = hold_reason(job, dep_states, now, budget_reason=budget_reason, notice_active=d.notice_active)
+        if hold is not None:
+            if hold.fail:
+                d.change(job, JobState.FAILED, EventKind.FAILED, now, reason=hold.reason, with_log=False)
+            elif budget_reason and hold.reason == budget_reason and job.reason != budget_reason:
+                d.store.update(job.id, now, only_if_state=[JobState.QUEUED], reason=budget_reason)
+            continue
+        if job.gpus > len(d.managed):
+            d.change(job, JobState.FAILED, EventKind.FAILED, now,
+                     reason=f"asks for {job.gpus} GPUs but this daemon manages {len(d.managed)} "
+                            "(config [daemon] gpus, else nvidia-smi)")
+            continue
+        if job.gpus > 0 and gpus_reserved:
+            continue  # GPUs freed meanwhile are kept for it, or it could starve behind later jobs
+        if not fits(job, free_gpus, free_cpu):
+            gpus_reserved = gpus_reserved or 0 < job.gpus <= len(d.managed)
+            continue
+        gpu_ids = sorted(free_gpus)[: job.gpus]
+        if start(d, job, gpu_ids, now):
+            started.append(job.id)
+            free_gpus = [g for g in free_gpus if g not in gpu_ids]
+            free_cpu -= 1 if job.gpus == 0 else 0
+    return started
+
+
+def start(d: "Daemon", job: Job, gpu_ids: list[int], now: float) -> bool:
+    begun = begin_attempt(d.store, d.config, d.home, job, gpu_ids, now, environ=d.environ)
+    if begun is None:
+        return False
+    d.changed(job, begun.job, EventKind.RESUMED if begun.resume_step is not None else EventKind.STARTED)
+    try:
+        handle = d.executor.start(begun.launch)
+    except OSError as exc:
+        log.error("job %s: cannot start attempt %s: %s", job.id, begun.launch.attempt, exc)
+        # Write the exit record ourselves so the normal reap path decides (retry or fail).
+        write_json_atomic(begun.launch.run_dir / attempt_exit(begun.launch.attempt),
+                          {"code": 127, "signal": None, "started_at": now, "ended_at": now})
+        return True
+    d.store.update(job.id, now, only_if_state=[JobState.RUNNING], **handle)
+    return True

@@ -1,0 +1,68 @@
+"""The executor seam: how the daemon's tick starts, watches, signals and reaps attempts without
+knowing where they run. `local` runs a supervisor process per attempt on this machine; a cluster
+executor (Slurm) implements the same methods. Every executor keeps the job-process contract
+(orchestrator/contract.py), so resume, cost and notifications work the same everywhere.
+
+An attempt is named by the job record: its id, `attempt` (the number), its run folder, and the
+handle the executor returned from `start` (stored on the job row by the tick)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Protocol, Sequence
+
+from ..records import Job
+
+
+@dataclass(frozen=True)
+class AttemptLaunch:
+    """What `start` needs: the command and environment built from the contract (attempts.py)."""
+
+    job_id: int
+    attempt: int
+    run_dir: Path
+    argv: list[str]
+    cwd: Optional[str]
+    env: dict[str, str]
+    grace_s: float
+    gpu_ids: list[int] = field(default_factory=list)
+    spec: dict[str, Any] = field(default_factory=dict)
+
+
+class Executor(Protocol):
+    name: str
+
+    def start(self, launch: AttemptLaunch) -> dict[str, Any]:
+        """Start the attempt. Returns the job-row columns that name it (its handle), which the
+        tick stores as they are. Raises OSError when it cannot be started at all."""
+
+    def refresh(self, jobs: Sequence[Job], now: float) -> None:
+        """Once per tick, before the other calls: one batched look at every tracked attempt
+        (a cluster queue query; local: collect exited children)."""
+
+    def adopt(self, job: Job) -> Optional[dict[str, Any]]:
+        """A running job whose handle was never recorded (the daemon died between start and
+        record): the handle, if the attempt can still be found; else None."""
+
+    def alive(self, job: Job) -> bool:
+        """The attempt may still run (pending counts as alive). Never False on "cannot tell"."""
+
+    def exit(self, job: Job) -> Optional[dict[str, Any]]:
+        """The attempt's exit record `{"code", "signal", "started_at", "ended_at"}`, or None."""
+
+    def terminate(self, job: Job) -> bool:
+        """"Checkpoint now, then exit": SIGTERM to the job's processes, SIGKILL after its grace."""
+
+    def kill(self, job: Job) -> bool:
+        """Stop the attempt now, without a checkpoint (the grace is over)."""
+
+    def clear_lost(self, job: Job) -> None:
+        """The attempt is lost (no exit record, no supervisor): make sure none of its processes
+        outlives the requeue, waiting (bounded) until they are gone."""
+
+    def log_paths(self, job: Job) -> list[Path]:
+        """The attempt's log files (one per rank where there are several)."""
+
+    def describe(self, job: Job) -> Optional[str]:
+        """A short word on where the attempt is, for `orch status` (e.g. "PENDING (Resources)")."""
