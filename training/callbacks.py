@@ -177,30 +177,43 @@ class OrchCallback(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
+        step_end = time.perf_counter()  # the optimizer step and the LR scheduler step are done
         if self.first_step_at is None:
             self.first_step_at = time.time()
         self._window_samples += _count(batch) * trainer.world_size
-        self._heartbeat(trainer)
         # One collective per batch, at the same point on every rank.
         stop = trainer.strategy.reduce_boolean_decision(self.sigterm_received, all=False)
-        if not stop:
-            return
-        at_step_boundary = ((batch_idx + 1) % trainer.accumulate_grad_batches == 0
-                            or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
+        at_step_boundary = stop and ((batch_idx + 1) % trainer.accumulate_grad_batches == 0
+                                     or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
         if not at_step_boundary:
-            return  # finish the gradient accumulation first
-        self.save_notice(trainer)
+            self._heartbeat(trainer)  # (mid-accumulation: finish the gradient accumulation first)
+            return
+        # The notice checkpoint first: nothing else (progress.json and its fsync, retention) sits
+        # between the end of the step and the durable file.
+        self.save_notice(trainer, step_end=step_end)
+        self._write_progress(trainer, force=True)
         trainer.should_stop = True
         raise Preempted(self.notice_checkpoint, trainer.global_rank)
 
-    def save_notice(self, trainer: pl.Trainer) -> str:
+    def save_notice(self, trainer: pl.Trainer, step_end: Optional[float] = None) -> str:
+        start = time.perf_counter()
         folder = self.ckpt_dir or Path(trainer.default_root_dir) / "checkpoints"
         path = str(folder / notice_name(trainer.global_step))
         trainer.save_checkpoint(path, weights_only=False)  # every rank calls it: it ends with a barrier
+        took = time.perf_counter() - (step_end if step_end is not None else start)
         self.notice_checkpoint = path
+        checkpoint_io = getattr(trainer.strategy, "checkpoint_io", None)
         if trainer.global_rank == 0:
-            print(f"[orch] SIGTERM: saved {path} at step {trainer.global_step}; exiting {EX_TEMPFAIL} to be resumed",
-                  file=sys.stderr, flush=True)
+            parts = dict(getattr(checkpoint_io, "last_save", None) or {})
+            detail = ""
+            if parts:
+                detail = (f" ({parts['bytes'] / 1e6:.0f} MB; write {parts['write_s']:.2f} s, fsync {parts['fsync_s']:.2f} s,"
+                          f" rename {parts['rename_s']:.2f} s)")
+            print(f"[orch] SIGTERM: saved {path} at step {trainer.global_step} in {took:.2f} s{detail}; "
+                  f"exiting {EX_TEMPFAIL} to be resumed", file=sys.stderr, flush=True)
+            prune = getattr(checkpoint_io, "prune", None)
+            if callable(prune):
+                prune()  # retention after the file is durable and reported
         return path
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -34,17 +35,23 @@ def is_notice(path: str | Path) -> bool:
     return bool(parsed and parsed.notice)
 
 
-def atomic_torch_save(obj: Any, path: str | Path) -> None:
+def atomic_torch_save(obj: Any, path: str | Path) -> dict[str, float]:
     """torch.save to a temp file beside `path`, fsync, rename over it, fsync the folder: a kill at
-    any instant leaves either the old file or the new one, never a torn one."""
+    any instant leaves either the old file or the new one, never a torn one. Returns where the time
+    went (seconds: write = serialise into the page cache, fsync = the file's data to disk, rename =
+    rename + fsync of the folder) and the file's size."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{TEMP_MARK}{os.getpid()}-{path.name}")
+    t0 = time.perf_counter()
     try:
         with open(tmp, "wb") as fh:
             torch.save(obj, fh)
             fh.flush()
+            t1 = time.perf_counter()
             os.fsync(fh.fileno())
+            t2 = time.perf_counter()
+            size = fh.tell()
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -53,6 +60,7 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
             pass
         raise
     fsync_dir(path.parent)
+    return {"write_s": t1 - t0, "fsync_s": t2 - t1, "rename_s": time.perf_counter() - t2, "bytes": float(size)}
 
 
 def remove_orphan_temps(ckpt_dir: str | Path) -> list[Path]:
@@ -81,14 +89,18 @@ def list_checkpoints(ckpt_dir: str | Path) -> list[Path]:
     return [p for p, _ in step_checkpoints(folder) if p.is_file()]
 
 
-def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
-    return torch.load(path, map_location="cpu", weights_only=True)
+def load_checkpoint_file(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
 
 
 def checkpoint_problem(path: str | Path) -> Optional[str]:
-    """Why `path` cannot resume a run, or None when it loads and has the expected keys."""
+    """Why `path` cannot resume a run, or None when it loads and has the expected keys.
+    Loaded with mmap: the zip directory and the pickle are read and checked, the tensor bytes are
+    not (a full load does not check them either: torch keeps no checksum it verifies on load), so
+    a resumed attempt reads the checkpoint once, in Lightning's restore, instead of twice
+    (BERT-base + AdamW: 0.03-0.1 s instead of 0.5-1.8 s)."""
     try:
-        ckpt = load_checkpoint_file(path)
+        ckpt = load_checkpoint_file(path, mmap=True)
     except Exception as exc:  # truncated zip, pickle error, permission: all mean "unusable"
         return f"does not load ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
     if not isinstance(ckpt, dict):
@@ -142,11 +154,23 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def __init__(self, keep: Optional[int] = None):
         super().__init__()
         self.keep = keep
+        self.last_save: dict[str, float] = {}  # atomic_torch_save's timings of the latest save
+        self._prune_pending: Optional[Path] = None
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
-        atomic_torch_save(checkpoint, path)
+        self.last_save = atomic_torch_save(checkpoint, path)
         if self.keep is not None and step_of(path) is not None:
-            prune_checkpoints(Path(path).parent, self.keep)
+            if is_notice(path):
+                # Deleting the previous notice file (1.3 GB for BERT-base + AdamW: ~0.2 s) does not
+                # make this one more durable: OrchCallback calls prune() once the save is reported.
+                self._prune_pending = Path(path).parent
+            else:
+                prune_checkpoints(Path(path).parent, self.keep)
+
+    def prune(self) -> list[Path]:
+        """Retention deferred by a notice save; a no-op when nothing is pending."""
+        folder, self._prune_pending = self._prune_pending, None
+        return prune_checkpoints(folder, self.keep) if folder is not None and self.keep is not None else []
 
     def remove_checkpoint(self, path: Any) -> None:
         try:
