@@ -157,10 +157,13 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     atexit.register(reap_loader_workers)
     import pytorch_lightning as pl
     import torch
-    from pytorch_lightning.loggers import CSVLogger
     from transformers import AutoTokenizer
 
+    from orchestrator.contract import parse_checkpoint_name
+
     from .callbacks import Preempted
+    from .health import Diverged, HealthCallback
+    from .run_logs import RateAndLR, run_loggers
     from .checkpoints import AtomicCheckpointIO
     from .data import DataError, TextClassificationData
     from .module import TransformerClassifier
@@ -209,6 +212,10 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     has_val = "validation" in data.splits
     orch_cb, early, best, callbacks = build_callbacks(spec, ckpt_dir, has_val=has_val, progress=progress)
     callbacks.append(FinalCheckpoint(ckpt_dir))
+    callbacks += [HealthCallback(run_dir, ckpt_dir, flat_after_steps=train.flat_after_steps,
+                                 flat_min_improvement=train.flat_min_improvement,
+                                 attempt=os.environ.get("ORCH_ATTEMPT", "")), RateAndLR()]
+    resume_name = parse_checkpoint_name(resume) if resume else None
     val_interval = train.val_check_interval
     if isinstance(val_interval, int):
         val_interval *= factor  # counted in micro-batches, which shrank after an OOM
@@ -222,7 +229,7 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         limit_val_batches=None if has_val else 0,
         gradient_clip_val=train.gradient_clip_val or None, deterministic=train.deterministic,
         callbacks=callbacks, plugins=[AtomicCheckpointIO(keep=spec.checkpoint.keep)],
-        logger=CSVLogger(save_dir=str(run_dir), name="", version="", flush_logs_every_n_steps=50),
+        logger=run_loggers(run_dir, resume_step=resume_name.step if resume_name else None, job_name=spec.name or "job"),
         log_every_n_steps=10, num_sanity_val_steps=0, use_distributed_sampler=False,
         enable_progress_bar=progress, enable_model_summary=progress,
     )
@@ -233,6 +240,8 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         return EX_TEMPFAIL if rank0 else EX_OK
     except torch.cuda.OutOfMemoryError as exc:
         return _out_of_memory(trainer, run_dir, batch_size, accumulate, exc, record_shrink, shrink)
+    except Diverged as exc:  # health.json tells the daemon; the exit is a plain failure
+        raise RunError(str(exc)) from None
     install_early_sigterm()  # Lightning restored its pre-fit handlers; keep "SIGTERM = exit 75" after fit
 
     if not rank0:
