@@ -8,16 +8,15 @@ from dataclasses import asdict, dataclass
 from dataclasses import fields as dataclass_fields
 from typing import Any, Protocol, runtime_checkable
 
+from orchestrator.cost import format_duration
 from orchestrator.errors import ConfigError
+from orchestrator.states import DEFAULT_NOTIFY_EVENTS, SUBSCRIBABLE
 
 from .redaction import redact
 
-# The event kinds a notifier may subscribe to (SPEC.md "Event kinds").
-EVENT_KINDS = (
-    "submitted", "started", "succeeded", "failed", "retrying", "preempted", "resumed", "oom",
-    "stopped", "cancelled", "notice", "queue_drained", "idle_shutdown",
-)
-DEFAULT_EVENTS = frozenset({"succeeded", "failed", "stopped", "preempted", "idle_shutdown"})
+# The event kinds a notifier may subscribe to, and its default: the daemon's vocabulary, one source.
+EVENT_KINDS = SUBSCRIBABLE
+DEFAULT_EVENTS = DEFAULT_NOTIFY_EVENTS
 
 # How each event reads after "job 7 sst2-bert ..." (or after "orch on HOST ..." without a job).
 _HEADLINE = {
@@ -152,15 +151,6 @@ class Message:
         if self.log_lines():
             parts.append("<p><b>Last log lines:</b></p><pre>" + esc("\n".join(self.log_lines())) + "</pre>")
         return "<html><body>" + "".join(parts) + "</body></html>"
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
 
 
 def truncate_utf8(text: str, max_bytes: int, marker: str = "\n…(truncated)") -> str:

@@ -10,10 +10,9 @@ from typing import Any, Literal, Mapping, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError
-from .states import EventKind
+from .states import DEFAULT_NOTIFY_EVENTS, EventKind
 from .tomlfile import problems_from, read_toml
 
-DEFAULT_EVENTS = ("succeeded", "failed", "stopped", "preempted", "idle_shutdown")
 EVENT_NAMES = frozenset(k.value for k in EventKind)
 
 
@@ -74,14 +73,49 @@ class HooksSection(BaseModel):
     model_config = ConfigDict(extra="allow")
     timeout_seconds: float = Field(default=60.0, gt=0)
 
-    def argv_for(self, event: str) -> list[str]:
-        return list((self.model_extra or {}).get(f"on_{event}") or [])
-
 
 class NotifySection(_Section):
     give_up_after_hours: float = Field(default=24.0, gt=0)
     retry_base_seconds: float = Field(default=5.0, ge=0)
     retry_max_seconds: float = Field(default=600.0, gt=0)
+
+
+class StorageSection(_Section):
+    """[storage]: mirror every job to object storage or a network disk so `orch adopt` can resume it
+    on another machine (README: "Surviving the loss of the machine"). Credentials come only from
+    the environment or the instance role, never from this file."""
+
+    url: Optional[str] = None  # s3://bucket/prefix, gs://bucket/prefix, az://account/container/prefix, file:///path
+    endpoint: Optional[str] = None  # S3-compatible services (Aliyun OSS, Tencent COS, MinIO): https://host[:port]
+    region: Optional[str] = None  # S3 region (else AWS_REGION / AWS_DEFAULT_REGION, else us-east-1)
+    virtual_hosted_style: bool = False  # bucket.endpoint/key requests (Aliyun OSS requires them)
+    credentials: Literal["env", "instance"] = "env"  # "instance": the machine's role (EC2, GCE), no variables
+    keep: int = Field(default=3, ge=1)  # remote checkpoints kept per job (the newest; notice ones count)
+    part_size_mb: int = Field(default=16, ge=5, le=5120)  # multipart upload part size
+    concurrency: int = Field(default=4, ge=1, le=64)  # parts in flight for a background upload
+    notice_concurrency: int = Field(default=16, ge=1, le=128)  # parts in flight for the notice checkpoint
+    notice_deadline_seconds: float = Field(default=105.0, gt=0)  # a stopping daemon waits this long for uploads
+    stale_after_minutes: float = Field(default=10.0, gt=0)  # `orch adopt` refuses a job whose owner is fresher
+    heartbeat_seconds: float = Field(default=60.0, gt=0)  # how often the owner renews its lease
+    throttle_seconds: float = Field(default=30.0, ge=0)  # progress, metrics and logs at most this often
+    data_max_mb: float = Field(default=2048.0, ge=0)  # local data files up to this size travel with the job
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        from .storage.url import parse_storage_url
+
+        parse_storage_url(v)  # raises ValueError naming the problem
+        return v
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not (v.startswith("http://") or v.startswith("https://")):
+            raise ValueError(f"must start with http:// or https:// (got {v!r})")
+        return v
 
 
 class Config(_Section):
@@ -93,6 +127,7 @@ class Config(_Section):
     hooks: HooksSection = HooksSection()
     notify: NotifySection = NotifySection()
     notifiers: list[dict[str, Any]] = []
+    storage: StorageSection = StorageSection()
 
     # Set by load_config, not read from the file.
     path: Optional[Path] = Field(default=None, exclude=True)
@@ -103,14 +138,17 @@ class Config(_Section):
         out = []
         for raw in self.notifiers:
             name = str(raw.get("name") or raw.get("type") or "")
-            events = raw.get("events") or DEFAULT_EVENTS
+            events = raw.get("events") or DEFAULT_NOTIFY_EVENTS
             out.append((name, frozenset(str(e) for e in events)))
         return out
 
 
 def _hook_problems(raw: dict[str, Any], label: str) -> list[str]:
-    problems = []
-    for key, value in (raw.get("hooks") or {}).items():
+    problems: list[str] = []
+    hooks = raw.get("hooks")
+    if not isinstance(hooks, dict):  # pydantic says "hooks: must be a table"
+        return problems
+    for key, value in hooks.items():
         if key == "timeout_seconds":
             continue
         if not key.startswith("on_") or key[3:] not in EVENT_NAMES:
@@ -153,6 +191,10 @@ def load_config(path: Optional[Path] = None, *, required: bool = False, build_no
                 build_channels(config, env=env)
             except ConfigError as exc:
                 problems += exc.problems
+            if config.storage.url:  # [storage] credentials are checked where secrets are
+                from .storage.url import credential_problems
+
+                problems += [f"{label}: {p}" for p in credential_problems(config.storage, os.environ if env is None else env)]
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
     assert config is not None

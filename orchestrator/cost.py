@@ -1,13 +1,13 @@
-"""Money and time: SPEC's one cost formula, GPU-hours, preemption waste, ETA and projected cost,
-budget checks, and how amounts are printed. Pure functions over numbers; the daemon passes
+"""Money and time: SPEC's one cost formula, spot savings, ETA and projected cost, budget checks,
+and the one way amounts and durations are printed. Pure functions over numbers; the daemon passes
 pricing, intervals and clocks in, and the store keeps the running totals.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Hashable, Sequence
 
 JobId = Hashable
 
@@ -26,10 +26,6 @@ class Pricing:
     def machine_hour(self, managed_gpus: int) -> float:
         """What one hour of daemon uptime costs, busy or not."""
         return self.instance_hour + self.gpu_hour * managed_gpus
-
-    @property
-    def is_free(self) -> bool:
-        return self.gpu_hour == 0 and self.instance_hour == 0
 
 
 # --- the one formula ------------------------------------------------------------------------
@@ -79,41 +75,6 @@ def split_interval(
     return costs, (0.0 if abs(idle) < 1e-12 * max(1.0, machine_rate * hours) else idle)
 
 
-@dataclass(frozen=True)
-class JobCharge:
-    cost: float
-    gpu_seconds: float
-    seconds: float
-
-
-@dataclass(frozen=True)
-class IntervalCharge:
-    """Everything one accounting tick adds: per job, the idle remainder, and the machine total."""
-
-    jobs: dict[Any, JobCharge]
-    idle_cost: float
-    total: float
-
-
-def charge_interval(
-    seconds: float, running: Sequence[tuple[JobId, int]], managed_gpus: int, pricing: Pricing
-) -> IntervalCharge:
-    """split_interval plus GPU-seconds and run time, so the daemon makes one call per tick."""
-    costs, idle = split_interval(seconds, running, managed_gpus, pricing)
-    gpus = {job_id: g for job_id, g in running}
-    jobs = {job_id: JobCharge(cost, gpu_seconds(seconds, gpus[job_id]), seconds) for job_id, cost in costs.items()}
-    return IntervalCharge(jobs, idle, seconds / 3600.0 * pricing.machine_hour(managed_gpus))
-
-
-def gpu_seconds(seconds: float, gpus: int) -> float:
-    """GPU-time a job held: the unit GPU-hours in `orch cost` are made of."""
-    return max(0.0, seconds) * gpus
-
-
-def gpu_hours(gpu_secs: float) -> float:
-    return gpu_secs / 3600.0
-
-
 def average_hourly_rate(cost: float, seconds: float) -> float | None:
     """What a job has actually paid per hour so far (it varies for CPU jobs as the mix changes)."""
     return cost / (seconds / 3600.0) if seconds > 0 else None
@@ -126,89 +87,7 @@ def spot_savings(gpu_hours_used: float, pricing: Pricing) -> float | None:
     return gpu_hours_used * (pricing.on_demand_gpu_hour - pricing.gpu_hour)
 
 
-# --- waste ------------------------------------------------------------------------------------
-
-
-def steps_lost(last_step_seen: int, resumed_from_step: int) -> int:
-    """Steps that must be computed again after a resume: progress beyond the checkpoint."""
-    return max(0, last_step_seen - resumed_from_step)
-
-
-def waste(steps_lost: int, mean_step_s: float, job_hourly_rate: float) -> tuple[float, float]:
-    """(seconds, cost) of recomputation after a resume: SPEC's `waste`."""
-    seconds = max(0, steps_lost) * max(0.0, mean_step_s)
-    return seconds, seconds / 3600.0 * job_hourly_rate
-
-
-# --- progress, ETA and projection --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Progress:
-    """RUN_DIR/progress.json as the daemon reads it (written by the job, times in Unix seconds)."""
-
-    step: int
-    total_steps: int | None
-    updated_at: float
-    samples_per_s: float | None = None
-    epoch: int | None = None
-    metrics: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Progress":
-        """Parse progress.json; ValueError if a required field is missing or of the wrong type."""
-        try:
-            total = data.get("total_steps")
-            speed = data.get("samples_per_s")
-            epoch = data.get("epoch")
-            metrics = data.get("metrics") or {}
-            return cls(
-                step=int(data["step"]),
-                total_steps=int(total) if total is not None else None,
-                updated_at=float(data["updated_at"]),
-                samples_per_s=float(speed) if speed is not None else None,
-                epoch=int(epoch) if epoch is not None else None,
-                metrics=dict(metrics),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"progress.json is not readable progress: {exc}") from exc
-
-
-class StepRateTracker:
-    """Steps per second, smoothed: an exponential moving average over (time, step) observations.
-
-    Pass the job's own `updated_at` as `now`, so re-reading an unchanged progress.json adds
-    nothing. Samples are taken between step changes and weighted by the time they span
-    (alpha = 1 - exp(-dt / time_constant_s)), so irregular polling does not bias the rate. A step
-    that goes backwards (resumed from an older checkpoint) restarts the baseline, keeping the
-    rate; call `reset()` when a new attempt starts so the queued time is not counted as slowness.
-    """
-
-    def __init__(self, time_constant_s: float = 120.0):
-        self.time_constant_s = time_constant_s
-        self._rate: float | None = None
-        self._last: tuple[float, int] | None = None
-
-    def observe(self, now: float, step: int) -> None:
-        if self._last is None or step < self._last[1]:
-            self._last = (now, step)
-            return
-        last_t, last_step = self._last
-        dt, ds = now - last_t, step - last_step
-        if dt <= 0 or ds == 0:
-            return
-        sample = ds / dt
-        alpha = 1.0 - math.exp(-dt / self.time_constant_s)
-        self._rate = sample if self._rate is None else self._rate + alpha * (sample - self._rate)
-        self._last = (now, step)
-
-    def rate(self) -> float | None:
-        """Steps per second, or None before two distinct steps have been seen."""
-        return self._rate
-
-    def reset(self) -> None:
-        """Forget the baseline (a new attempt), keep the rate (same job, same hardware)."""
-        self._last = None
+# --- ETA and projection --------------------------------------------------------------------------
 
 
 def eta_seconds(step: int, total_steps: int | None, rate: float | None) -> float | None:
@@ -224,9 +103,6 @@ class Projection:
 
     cost: float
     upper_bound: bool
-
-    def label(self, currency: str = "") -> str:
-        return ("≤ " if self.upper_bound else "≈ ") + format_money(self.cost, currency)
 
 
 def projected_cost(
@@ -271,11 +147,6 @@ def format_money(amount: float, currency: str = "") -> str:
     """2.25, "CNY" -> "2.25 CNY"; no currency configured -> "2.25"."""
     text = f"{amount:.2f}"
     return f"{text} {currency}" if currency else text
-
-
-def format_hours(hours: float) -> str:
-    """GPU-hours and runtime in reports: 2 decimals, the unit spelled out."""
-    return f"{hours:.2f} h"
 
 
 def format_duration(seconds: float | None) -> str:

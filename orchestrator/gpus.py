@@ -44,13 +44,6 @@ def managed_gpus(setting: Union[str, Sequence[int]], discovered: Optional[Iterab
     return sorted(set(int(i) for i in setting))
 
 
-def allocate(wanted: int, free: Sequence[int]) -> Optional[list[int]]:
-    """Lowest-numbered free GPUs for a job, or None if not enough are free."""
-    if wanted > len(free):
-        return None
-    return sorted(free)[:wanted]
-
-
 def visible_devices(gpu_ids: Sequence[int]) -> str:
     # An empty value hides every GPU from a gpus=0 job, so it cannot grab one by accident.
     return ",".join(str(i) for i in gpu_ids)

@@ -66,9 +66,6 @@ class TrainSection(_Section):
         return self
 
 
-MONITORS = ("val_loss", "val_acc", "val_f1", "train_loss")
-
-
 class EarlyStoppingSection(_Section):
     monitor: Literal["val_loss", "val_acc", "val_f1", "train_loss"] = "val_loss"
     mode: Optional[Literal["min", "max"]] = None  # None: min for a loss, max otherwise

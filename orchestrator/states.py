@@ -78,9 +78,20 @@ class EventKind(str, Enum):
     # Not state changes, but part of a job's history in `orch show`.
     CANCEL_REQUESTED = "cancel_requested"
     NOTIFY_FAILED = "notify_failed"
+    ADOPTED = "adopted"  # `orch adopt` took the job over from another machine's mirror
+    MIRROR_FAILED = "mirror_failed"  # [storage] unreachable: uploads wait and retry; training goes on
+    MIRROR_RECOVERED = "mirror_recovered"
+    LEASE_LOST = "lease_lost"  # another machine adopted the job: stopped here, its manifest left alone
 
     def __str__(self) -> str:
         return self.value
+
+
+# History-only kinds: part of `orch show`, never a notification or hook.
+HISTORY_ONLY = frozenset({EventKind.CANCEL_REQUESTED, EventKind.NOTIFY_FAILED})
+# What a notifier or hook may subscribe to, and what a channel gets when it names no events.
+SUBSCRIBABLE = tuple(k.value for k in EventKind if k not in HISTORY_ONLY)
+DEFAULT_NOTIFY_EVENTS = frozenset({"succeeded", "failed", "stopped", "preempted", "idle_shutdown"})
 
 
 Q, R = JobState.QUEUED, JobState.RUNNING

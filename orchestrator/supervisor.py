@@ -16,8 +16,11 @@ import time
 from pathlib import Path
 
 from .contract import write_json_atomic
-from .procs import signal_group, start_time
+from .procs import group_members, signal_group, start_time
 from .wake import poke
+
+# How long the job's leftover processes may take to die after the SIGKILL (as executors/local.py).
+GROUP_EXIT_WAIT_S = 30.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     # Leftovers in the job's group (dataloader workers, a backgrounded child) must not outlive it:
     # a requeued attempt would otherwise run beside them.
     if state["job"] is not None:
-        signal_group(state["job"].pid, signal.SIGKILL)
+        _clear_group(state["job"].pid)
     ended_at = time.time()
     how = f"exit code {code}" if sig is None else f"signal {sig} ({_signame(sig)})"
     print(f"[orch] attempt {n} ended after {ended_at - started_at:.1f}s: {how}", flush=True)
@@ -90,6 +93,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.wake:
         poke(args.wake)
     return 0
+
+
+def _clear_group(pgid: int, wait_s: float = GROUP_EXIT_WAIT_S) -> None:
+    """SIGKILL what is left of the job's group and wait (bounded) until every member is gone:
+    the exit record lets the daemon start the next attempt, which must not run beside a dying
+    worker (on a GPU it still holds its memory)."""
+    signal_group(pgid, signal.SIGKILL)
+    began = time.monotonic()
+    while group_members(pgid):
+        if time.monotonic() - began > wait_s:
+            print(f"[orch] the job's processes (group {pgid}) still exist {wait_s:.0f}s after SIGKILL; "
+                  "ending the attempt anyway", flush=True)
+            return
+        signal_group(pgid, signal.SIGKILL)
+        time.sleep(0.02)
+    if time.monotonic() - began > 2.0:
+        print(f"[orch] the job's processes took {time.monotonic() - began:.1f}s to exit after SIGKILL", flush=True)
 
 
 def _signame(sig: int) -> str:

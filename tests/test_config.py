@@ -163,8 +163,8 @@ on_queue_drained = []
     assert config.daemon.gpus == [0, 1]
     assert config.pricing.currency == "CNY" and config.pricing.gpu_hour == pytest.approx(1.98)
     assert config.preemption.sources == ["aws", "file"]
-    assert config.hooks.argv_for("succeeded") == ["echo", "ok"]
-    assert config.hooks.argv_for("failed") == []
+    assert config.hooks.model_extra["on_succeeded"] == ["echo", "ok"]
+    assert "on_failed" not in config.hooks.model_extra
     assert config.path == path
 
 

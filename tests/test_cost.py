@@ -1,4 +1,5 @@
-"""SPEC's one cost formula and what is built on it: waste, ETA, projection, budgets, formatting."""
+"""SPEC's one cost formula and what is built on it: spot savings, waste, ETA, projection, budgets,
+formatting."""
 
 from __future__ import annotations
 
@@ -7,28 +8,25 @@ import random
 
 import pytest
 
+from orchestrator.attempts import lost_steps_updates
+from orchestrator.cli.render import projected
 from orchestrator.cost import (
     Pricing,
-    Progress,
     Projection,
-    StepRateTracker,
     average_hourly_rate,
     budget_exceeded,
-    charge_interval,
     eta_seconds,
     format_duration,
-    format_hours,
     format_money,
-    gpu_hours,
-    gpu_seconds,
     job_hourly_rates,
     projected_cost,
     split_interval,
     spot_savings,
-    steps_lost,
     total_budget_exceeded,
-    waste,
 )
+from orchestrator.records import Attempt
+from orchestrator.states import AttemptOutcome
+from orchestrator.store import Store
 
 EXAMPLE = Pricing(currency="CNY", gpu_hour=2.0, instance_hour=0.5)
 
@@ -107,18 +105,9 @@ def test_negative_interval_is_refused():
         split_interval(-1, [], 2, EXAMPLE)
 
 
-def test_charge_interval_adds_gpu_seconds_and_runtime():
-    charge = charge_interval(1800, [(7, 2), (8, 0)], 4, EXAMPLE)
-    assert charge.jobs[7].gpu_seconds == 3600 and charge.jobs[7].seconds == 1800
-    assert charge.jobs[8].gpu_seconds == 0
-    assert charge.total == pytest.approx(0.5 * EXAMPLE.machine_hour(4))
-    assert charge.jobs[7].cost + charge.jobs[8].cost + charge.idle_cost == pytest.approx(charge.total)
-
-
 def test_hourly_rates_and_gpu_hours():
     rates, machine = job_hourly_rates([(1, 1)], 2, EXAMPLE)
     assert rates == {1: 2.25} and machine == 4.5
-    assert gpu_hours(gpu_seconds(5400, 2)) == 3.0
     assert average_hourly_rate(1.125, 1800) == 2.25
     assert average_hourly_rate(0.0, 0) is None
 
@@ -138,66 +127,7 @@ def test_spot_savings(pricing, expected):
 # --- waste ----------------------------------------------------------------------------------
 
 
-def test_waste_is_lost_steps_times_mean_step_time_at_the_job_rate():
-    lost = steps_lost(last_step_seen=1250, resumed_from_step=1000)
-    assert lost == 250
-    seconds, cost = waste(lost, mean_step_s=0.72, job_hourly_rate=2.25)
-    assert seconds == pytest.approx(180.0)
-    assert cost == pytest.approx(0.1125)
-
-
-def test_no_waste_when_resuming_at_the_last_step():
-    assert steps_lost(1000, 1000) == 0
-    assert waste(0, 0.5, 2.25) == (0.0, 0.0)
-
-
 # --- progress, ETA, projection --------------------------------------------------------------
-
-
-def test_progress_from_progress_json():
-    p = Progress.from_dict(
-        {"step": 40, "total_steps": 100, "epoch": 0, "metrics": {"loss": 0.3}, "samples_per_s": 120.5, "updated_at": 17.0}
-    )
-    assert (p.step, p.total_steps, p.epoch, p.samples_per_s, p.updated_at) == (40, 100, 0, 120.5, 17.0)
-    assert p.metrics == {"loss": 0.3}
-    assert Progress.from_dict({"step": 1, "updated_at": 2}).total_steps is None
-
-
-@pytest.mark.parametrize("data", [{}, {"step": "x", "updated_at": 1}, {"step": 1}, {"step": 1, "updated_at": None}])
-def test_progress_rejects_garbage(data):
-    with pytest.raises(ValueError):
-        Progress.from_dict(data)
-
-
-def test_step_rate_is_smoothed_over_time():
-    tracker = StepRateTracker(time_constant_s=60)
-    assert tracker.rate() is None
-    t0 = 1000.0
-    for i in range(0, 301, 5):  # 2 steps/s, observed every 5 s
-        tracker.observe(t0 + i, 2 * i)
-    assert tracker.rate() == pytest.approx(2.0)
-    tracker.observe(t0 + 305, 2 * 300 + 5)  # one slow interval (1 step/s) moves it a little
-    assert 1.8 < tracker.rate() < 2.0
-
-
-def test_step_rate_ignores_rereads_of_the_same_progress():
-    tracker = StepRateTracker()
-    tracker.observe(100.0, 10)
-    tracker.observe(100.0, 10)
-    tracker.observe(110.0, 30)
-    tracker.observe(110.0, 30)
-    assert tracker.rate() == pytest.approx(2.0)
-
-
-def test_step_rate_survives_a_resume_from_an_older_checkpoint():
-    tracker = StepRateTracker()
-    tracker.observe(0.0, 0)
-    tracker.observe(10.0, 20)
-    tracker.reset()  # new attempt after an hour in the queue
-    tracker.observe(3600.0, 15)
-    assert tracker.rate() == pytest.approx(2.0)
-    tracker.observe(3610.0, 35)
-    assert tracker.rate() == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize(
@@ -209,20 +139,44 @@ def test_eta_seconds(step, total, rate, expected):
 
 
 def test_projected_cost_with_injected_times():
-    tracker = StepRateTracker()
-    tracker.observe(1_000.0, 0)
-    tracker.observe(1_600.0, 300)  # 0.5 steps/s
-    eta = eta_seconds(300, 2100, tracker.rate())
+    eta = eta_seconds(300, 2100, 0.5)  # 0.5 steps/s
     assert eta == pytest.approx(3600.0)
     projection = projected_cost(cost_so_far=0.25, eta_s=eta, hourly_rate=2.25)
     assert projection == Projection(pytest.approx(2.5), upper_bound=False)
-    assert projection.label("CNY") == "≈ 2.50 CNY"
+    assert projected({"projected_cost": projection.cost}, "CNY") == "≈ 2.50 CNY"
 
 
 def test_projection_with_early_stopping_is_an_upper_bound():
     projection = projected_cost(1.0, 3600, 1.0, early_stopping=True)
-    assert projection.upper_bound and projection.label("CNY") == "≤ 2.00 CNY"
+    assert projection.upper_bound
+    row = {"projected_cost": projection.cost, "projection_is_upper_bound": projection.upper_bound}
+    assert projected(row, "CNY") == "≤ 2.00 CNY"
     assert projected_cost(1.0, None, 1.0) is None
+
+
+# --- waste ----------------------------------------------------------------------------------
+
+
+def _attempt(n, started, ended, resumed_from, reached):
+    return Attempt(job_id=1, n=n, started_at=started, ended_at=ended, gpu_ids=[], exit_code=None, exit_signal=None,
+                   outcome=AttemptOutcome.LOST, resumed_from_step=resumed_from, step_reached=reached)
+
+
+def test_waste_is_lost_steps_times_mean_step_time_at_the_job_rate(tmp_path):
+    store = Store(tmp_path / "orch.db")
+    job = store.submit(name="w", kind="command", gpus=1, priority=0, retries=0, spec={}, spec_path="", now=0.0)
+    store.update(job.id, 1.0, cost=2.25, run_seconds=3600.0)
+    # 1250 steps in 900 s (0.72 s a step) from step 0; the next attempt resumes from 1000.
+    updates = lost_steps_updates(store.get(job.id), [_attempt(1, 100.0, 1000.0, None, 1250)], resume_step=1000)
+    assert updates["steps_lost"] == 250
+    assert updates["waste_seconds"] == pytest.approx(180.0)
+    assert updates["waste_cost"] == pytest.approx(0.1125)  # 180 s at the job's 2.25 an hour
+
+
+def test_no_waste_when_resuming_at_the_last_step(tmp_path):
+    store = Store(tmp_path / "orch.db")
+    job = store.submit(name="w", kind="command", gpus=1, priority=0, retries=0, spec={}, spec_path="", now=0.0)
+    assert lost_steps_updates(job, [_attempt(1, 0.0, 10.0, None, 1000)], resume_step=1000) == {}
 
 
 # --- budgets ----------------------------------------------------------------------------------
@@ -270,5 +224,3 @@ def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
 
 
-def test_format_hours():
-    assert format_hours(1.5) == "1.50 h"

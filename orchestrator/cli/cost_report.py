@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import Config
-from ..cost import format_duration, format_money
+from ..cost import Pricing, format_duration, format_money, spot_savings
 from ..store import Store
 
 
@@ -37,9 +37,12 @@ def cost_data(store: Store, config: Config) -> dict[str, Any]:
         "note": "counted only while a daemon runs; time with no daemon is not billed here",
     }
     p = config.pricing
-    if p.on_demand_gpu_hour is not None and p.gpu_hour:
-        data["on_demand_equivalent"] = round(data["gpu_hours"] * p.on_demand_gpu_hour, 6)
-        data["savings"] = round(data["gpu_hours"] * (p.on_demand_gpu_hour - p.gpu_hour), 6)
+    pricing = Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour, spot=p.spot,
+                      on_demand_gpu_hour=p.on_demand_gpu_hour)
+    savings = spot_savings(data["gpu_hours"], pricing)
+    if savings is not None:
+        data["on_demand_equivalent"] = round(data["gpu_hours"] * (p.on_demand_gpu_hour or 0.0), 6)
+        data["savings"] = round(savings, 6)
     return data
 
 

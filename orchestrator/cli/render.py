@@ -6,22 +6,20 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
+from ..cost import format_duration, format_money
+
 STATE_STYLE = {"queued": "yellow", "running": "cyan", "succeeded": "green", "failed": "red",
                "cancelled": "magenta", "stopped": "magenta"}
 
 
 def duration(seconds: Optional[float]) -> str:
-    """One duration format everywhere: '45s', '12m', '3h 05m', '2d 4h', '-' when unknown."""
-    from ..cost import format_duration
-
+    """One duration format everywhere (cost.format_duration): '45s', '12m', '3h 05m', '2d 4h'."""
     return format_duration(seconds)
 
 
 def money(value: Optional[float], currency: str = "") -> str:
-    if value is None:
-        return "-"
-    text = f"{value:,.2f}"
-    return f"{text} {currency}".strip()
+    """One money format everywhere (cost.format_money); '-' when unknown."""
+    return "-" if value is None else format_money(value, currency)
 
 
 def clock(ts: Optional[float]) -> str:

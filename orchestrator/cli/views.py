@@ -37,14 +37,6 @@ def step_rate(progress: Optional[dict[str, Any]], attempt: Optional[Attempt]) ->
     return done / elapsed
 
 
-def eta_seconds(progress: Optional[dict[str, Any]], attempt: Optional[Attempt]) -> Optional[float]:
-    """Remaining seconds at this attempt's own pace. Early stopping can only make it smaller."""
-    rate = step_rate(progress, attempt)
-    if rate is None or progress is None:
-        return None
-    return cost.eta_seconds(progress["step"], progress["total_steps"], rate)
-
-
 def projection(job: Job, eta: Optional[float]) -> Optional[cost.Projection]:
     """Cost so far plus the ETA at what the job has paid per hour so far; an upper bound when
     early stopping may end it sooner."""

@@ -12,6 +12,8 @@ from typing import Any
 
 from notifiers import Message, Notifier, NotifyError, redact
 
+from ..cost import format_duration
+
 log = logging.getLogger("orch.outbox")
 
 # How many pending rows one pass reads. Rows of a channel that must wait are skipped, not
@@ -96,7 +98,7 @@ class OutboxSender:
             delay = max(delay, exc.retry_after)  # the provider knows better than our schedule
         next_try_at = now + delay
         if next_try_at - row.created_at > self.max_age_s:
-            self._give_up(row, now, f"still failing after {_age(now - row.created_at)}: {error}")
+            self._give_up(row, now, f"still failing after {format_duration(now - row.created_at)}: {error}")
             return
         log.info("notification %d via %s failed, retrying in %.0f s: %s", row.id, row.channel, delay, error)
         self.store.mark_retry(row.id, now, next_try_at, error)
@@ -109,26 +111,3 @@ class OutboxSender:
         self.store.mark_gave_up(row.id, now, error)
 
 
-def _age(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:.0f} s"
-
-
-# Spacing memory for the function form below: one daemon, one outbox.
-_LAST_SEND: dict[str, float] = {}
-
-
-def deliver_due(
-    store: Any,
-    notifiers: Mapping[str, Notifier],
-    now: float,
-    *,
-    max_age_s: float = 86400,
-    base_backoff_s: float = 5,
-    max_backoff_s: float = 600,
-) -> int:
-    """Function form of OutboxSender.deliver_due, remembering send times across calls."""
-    sender = OutboxSender(
-        store, notifiers, max_age_s=max_age_s, base_backoff_s=base_backoff_s,
-        max_backoff_s=max_backoff_s, last_send=_LAST_SEND,
-    )
-    return sender.deliver_due(now)

@@ -1,0 +1,312 @@
+"""The one client wrapper for every store orch mirrors to: obstore (pinned in pyproject) gives
+one API for s3://, gs://, az:// and file://, atomic puts (a partial object is never visible),
+multipart uploads with a set concurrency, and conditional writes. Everything else in orch talks
+to storage only through `Remote`, so errors come out as StorageError with a short message that
+never holds a credential.
+
+Conditional writes: S3/GCS/Azure use the store's own (If-None-Match / If-Match on the ETag).
+obstore's local-file store has no update-if-match, so for file:// the compare and the write
+happen under an flock on a lock file beside the objects (one machine, or a network disk whose
+locks work across machines, like AutoDL's autodl-fs)."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import os
+import re
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional
+
+from ..errors import OrchError
+from .url import StorageURL, parse_storage_url
+
+LOCKS = ".orch-locks"  # file:// only: lock files for conditional writes (never listed as objects)
+_SECRETY = re.compile(r"(?i)(signature|credential|x-amz-security-token|sig|token|key)=[^&\s\"']+")
+
+
+class StorageError(OrchError):
+    """The store could not be reached or refused a request (retryable unless `permanent`)."""
+
+    def __init__(self, message: str, *, permanent: bool = False):
+        self.permanent = permanent
+        super().__init__(message)
+
+
+class Conflict(StorageError):
+    """A conditional write lost: the object exists already, or changed since it was read."""
+
+
+def _short(exc: BaseException) -> str:
+    """One line of a store error, with anything that looks like a signature or token masked."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return _SECRETY.sub(r"\1=***", text)[:300]
+
+
+def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> tuple[str, int]:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(chunk)
+            if not block:
+                break
+            h.update(block)
+            size += len(block)
+    return h.hexdigest(), size
+
+
+class Remote:
+    """A store at [storage] url. Keys are relative to the URL's prefix."""
+
+    def __init__(self, storage: Any, env: Optional[Mapping[str, str]] = None):
+        self.settings = storage
+        self.url: StorageURL = parse_storage_url(storage.url)
+        self.part_size = int(storage.part_size_mb) * 1024 * 1024
+        self.concurrency = int(storage.concurrency)
+        self.store = self._build(storage, os.environ if env is None else env)
+
+    def __repr__(self) -> str:
+        return f"Remote({self.url.raw})"
+
+    def _build(self, storage: Any, env: Mapping[str, str]) -> Any:
+        from obstore.store import from_url
+
+        client = {"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=600)}
+        retry = {"max_retries": 2, "retry_timeout": timedelta(seconds=20),
+                 "backoff": {"init_backoff": timedelta(milliseconds=200), "max_backoff": timedelta(seconds=5),
+                             "base": 2}}
+        if self.url.scheme == "file":
+            Path(self.url.prefix).mkdir(parents=True, exist_ok=True)
+            return from_url("file://" + self.url.prefix, mkdir=True)
+        kwargs: dict[str, Any] = {}
+        if self.url.scheme == "s3":
+            if storage.endpoint:
+                kwargs["endpoint"] = storage.endpoint.rstrip("/")
+                if storage.endpoint.startswith("http://"):
+                    client["allow_http"] = True
+            region = storage.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+            kwargs["region"] = region or "us-east-1"
+            if storage.virtual_hosted_style:
+                kwargs["virtual_hosted_style_request"] = True
+        elif storage.endpoint and storage.endpoint.startswith("http://"):
+            client["allow_http"] = True
+        try:
+            return from_url(self.url.raw, client_options=client, retry_config=retry, **kwargs)
+        except Exception as exc:  # obstore's config errors
+            raise StorageError(f"[storage] url {self.url.raw}: {_short(exc)}", permanent=True) from None
+
+    # -- objects --------------------------------------------------------------------------
+
+    def put_file(self, key: str, path: Path, *, concurrency: Optional[int] = None, create: bool = False) -> dict:
+        """Upload a local file (multipart above the part size). `create`: only if the key is new."""
+        return asyncio.run(self.put_file_async(key, path, concurrency=concurrency, create=create))
+
+    async def put_file_async(self, key: str, path: Path, *, concurrency: Optional[int] = None,
+                             create: bool = False) -> dict:
+        import obstore
+
+        size = Path(path).stat().st_size
+        try:
+            if create:
+                # A conditional put is one request (no multipart): used for small objects only.
+                if size <= self.part_size:
+                    return await obstore.put_async(self.store, key, Path(path), mode="create")
+                if await self.exists_async(key):
+                    raise Conflict(f"{self.where(key)} exists already")
+            return await obstore.put_async(self.store, key, Path(path), chunk_size=self.part_size,
+                                           max_concurrency=concurrency or self.concurrency,
+                                           use_multipart=size > self.part_size)
+        except StorageError:
+            raise
+        except Exception as exc:
+            raise self._error("upload", key, exc) from None
+
+    def put_bytes(self, key: str, data: bytes) -> dict:
+        import obstore
+
+        try:
+            return obstore.put(self.store, key, data, use_multipart=False)
+        except Exception as exc:
+            raise self._error("write", key, exc) from None
+
+    def get_bytes(self, key: str) -> Optional[bytes]:
+        """The object, or None when there is none."""
+        got = self.get_with_etag(key)
+        return None if got is None else got[0]
+
+    def get_with_etag(self, key: str) -> Optional[tuple[bytes, Optional[str]]]:
+        import obstore
+
+        try:
+            result = obstore.get(self.store, key)
+            return bytes(result.bytes()), result.meta.get("e_tag")
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            if type(exc).__name__ == "NotFoundError":
+                return None
+            raise self._error("read", key, exc) from None
+
+    def download(self, key: str, dest: Path) -> tuple[str, int]:
+        """Stream an object to `dest` (through a temp file, fsynced and renamed into place);
+        returns its sha256 and size. Raises StorageError, FileNotFoundError when it is missing."""
+        import obstore
+
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".tmp-{os.getpid()}-{dest.name}")
+        h = hashlib.sha256()
+        size = 0
+        try:
+            result = obstore.get(self.store, key)
+            with open(tmp, "wb") as f:
+                for chunk in result.stream(min_chunk_size=8 * 1024 * 1024):
+                    view = memoryview(chunk)
+                    h.update(view)
+                    f.write(view)
+                    size += len(view)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, dest)
+        except FileNotFoundError:
+            tmp.unlink(missing_ok=True)
+            raise
+        except Exception as exc:
+            tmp.unlink(missing_ok=True)
+            if type(exc).__name__ == "NotFoundError":
+                raise FileNotFoundError(self.where(key)) from None
+            raise self._error("download", key, exc) from None
+        return h.hexdigest(), size
+
+    def exists(self, key: str) -> bool:
+        return asyncio.run(self.exists_async(key))
+
+    async def exists_async(self, key: str) -> bool:
+        import obstore
+
+        try:
+            await obstore.head_async(self.store, key)
+            return True
+        except FileNotFoundError:
+            return False
+        except Exception as exc:
+            if type(exc).__name__ == "NotFoundError":
+                return False
+            raise self._error("look up", key, exc) from None
+
+    def delete(self, key: str) -> None:
+        import obstore
+
+        try:
+            obstore.delete(self.store, key)
+        except FileNotFoundError:
+            return
+        except Exception as exc:
+            if type(exc).__name__ == "NotFoundError":
+                return
+            raise self._error("delete", key, exc) from None
+
+    def list(self, prefix: str) -> list[dict[str, Any]]:
+        import obstore
+
+        try:
+            out = []
+            for batch in obstore.list(self.store, prefix=prefix):
+                out += [m for m in batch if not m["path"].startswith(LOCKS)]
+            return out
+        except Exception as exc:
+            raise self._error("list", prefix, exc) from None
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        """The 'folders' directly under `prefix` (without it and without a trailing slash)."""
+        import obstore
+
+        try:
+            found = obstore.list_with_delimiter(self.store, prefix=prefix)
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise self._error("list", prefix, exc) from None
+        base = prefix.rstrip("/") + "/" if prefix else ""
+        return [p[len(base):].strip("/") if p.startswith(base) else p.strip("/") for p in found["common_prefixes"]]
+
+    # -- the conditional write the manifest relies on ---------------------------------------
+
+    def cas_put(self, key: str, data: bytes, etag: Optional[str]) -> str:
+        """Write `data` only if the object is still the version `etag` names (None: only if there is
+        no object yet). Returns the new ETag; raises Conflict when someone else wrote first."""
+        import obstore
+
+        if self.url.scheme == "file":
+            with self._file_lock(key):
+                current = self._local_etag(key)
+                if current != etag:
+                    raise Conflict(f"{self.where(key)} changed since it was read"
+                                   if etag else f"{self.where(key)} exists already")
+                try:
+                    obstore.put(self.store, key, data, use_multipart=False)
+                except Exception as exc:
+                    raise self._error("write", key, exc) from None
+                new = self._local_etag(key)
+                assert new is not None
+                return new
+        mode: Any = "create" if etag is None else {"e_tag": etag}
+        try:
+            result = obstore.put(self.store, key, data, mode=mode, use_multipart=False)
+        except Exception as exc:
+            name = type(exc).__name__
+            if name in ("AlreadyExistsError", "PreconditionError"):
+                raise Conflict(f"{self.where(key)} " + ("exists already" if etag is None else "changed since it was read")) from None
+            if name == "NotSupportedError" or "not yet implemented" in str(exc):
+                raise StorageError(f"{self.where(key)}: this store has no conditional writes ({_short(exc)})",
+                                   permanent=True) from None
+            raise self._error("write", key, exc) from None
+        if result.get("e_tag"):
+            return result["e_tag"]
+        got = self.get_with_etag(key)
+        return (got[1] if got else None) or ""
+
+    def _local_etag(self, key: str) -> Optional[str]:
+        import obstore
+
+        try:
+            return obstore.head(self.store, key).get("e_tag")
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            if type(exc).__name__ == "NotFoundError":
+                return None
+            raise self._error("look up", key, exc) from None
+
+    @contextmanager
+    def _file_lock(self, key: str) -> Iterator[None]:
+        folder = Path(self.url.prefix) / LOCKS
+        folder.mkdir(parents=True, exist_ok=True)
+        name = hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock"
+        fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def where(self, key: str) -> str:
+        base = self.url.raw.rstrip("/")
+        return f"{base}/{key}"
+
+    def _error(self, what: str, key: str, exc: BaseException) -> StorageError:
+        name = type(exc).__name__
+        permanent = name in ("PermissionDeniedError", "UnauthenticatedError", "InvalidPathError",
+                             "UnknownConfigurationKeyError")
+        return StorageError(f"cannot {what} {self.where(key)}: {_short(exc)}", permanent=permanent)
+
+
+def build_remote(storage: Any, env: Optional[Mapping[str, str]] = None) -> Remote:
+    return Remote(storage, env)
