@@ -33,6 +33,8 @@ _HEADLINE = {
     "notice": "got a preemption notice",
     "queue_drained": "has nothing left to run",
     "idle_shutdown": "is idle and powering the machine off",
+    "diverged": "diverged: its loss became NaN or infinite",
+    "loss_flat": "has a flat training loss",
     "test": "says hello: notifications work",  # `orch notify test`; not a subscribable event
 }
 
@@ -43,6 +45,9 @@ _NEXT_STEP = {
     "retrying": "Nothing to do yet: it resumes from its latest checkpoint. `orch logs {id}` shows why.",
     "preempted": "Nothing to do: it resumes from its latest checkpoint when the daemon runs again.",
     "oom": "Nothing to do: it runs again with half the micro-batch and twice the accumulation.",
+    "diverged": "Lower [train] learning_rate (or set gradient_clip_val) and submit it again; the checkpoints "
+                "from before the divergence stay in its run folder.",
+    "loss_flat": "It goes on training. Look at its curve (`orch dashboard`); `orch cancel {id}` if it will not learn.",
 }
 
 _LOG_TAIL_LINES = 30
@@ -70,6 +75,20 @@ class Message:
     gpu_hours: float | None = None
     waste_s: float | None = None
     waste_cost: float | None = None
+    # The run's metrics.csv, set by the outbox on end-of-job messages: channels that can show a
+    # picture attach its loss curve (curve_png); the others ignore it.
+    curve_csv: str = ""
+
+    def curve_png(self) -> bytes | None:
+        """The loss curve as a small PNG, or None (no metrics.csv, no loss column)."""
+        if not self.curve_csv:
+            return None
+        from .curve import loss_curve_png
+
+        try:
+            return loss_curve_png(self.curve_csv)
+        except (OSError, ValueError):
+            return None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -93,8 +93,17 @@ class EmailNotifier(Channel):
         mail["To"] = ", ".join(self.config.to)
         mail["Date"] = formatdate(localtime=True)
         mail["Message-ID"] = make_msgid(domain=self.config.host)
+        png = message.curve_png()  # end-of-job messages: the loss curve, inline in the HTML part
+        html = message.html()
+        cid = make_msgid(domain="orch.local")
+        if png:
+            html = html.replace("</body>", f'<p><img src="cid:{cid[1:-1]}" alt="loss curve" width="480" height="240"></p>'
+                                "</body>", 1)
         mail.set_content(message.text())
-        mail.add_alternative(message.html(), subtype="html")
+        mail.add_alternative(html, subtype="html")
+        if png:
+            mail.get_payload()[1].add_related(png, maintype="image", subtype="png", cid=cid, filename="loss-curve.png",
+                                              disposition="inline")
         return mail
 
     def _tls_context(self) -> ssl.SSLContext:

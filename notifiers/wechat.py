@@ -3,12 +3,15 @@ All three answer errors with HTTP 200 and a code in the JSON body, so the body d
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import logging
 import re
 from typing import Any
 
 from pydantic import Field, SecretStr, field_validator
 
-from .base import Message, truncate_utf8
+from .base import Message, NotifyError, truncate_utf8
 from .channel import HttpChannel
 from .config import ChannelConfig, check_http_url, query_param, secret
 from .redaction import redact
@@ -79,6 +82,9 @@ class ServerChanNotifier(HttpChannel):
 
 _WECOM_MARKDOWN_MAX_BYTES = 4096
 _WECOM_RETRYABLE = {-1: None, 45009: 60.0}  # -1 system busy; 45009 api freq out of limit
+_WECOM_IMAGE_MAX_BYTES = 2 * 1024 * 1024  # before base64; JPG or PNG
+
+log = logging.getLogger("orch.notify")
 
 
 class WeComConfig(ChannelConfig):
@@ -112,6 +118,19 @@ class WeComNotifier(HttpChannel):
         payload = {"msgtype": "markdown", "markdown": {"content": content}}
         response, body = self.post_json(secret(self.config.url), payload)
         check_errcode(self, response, body, _WECOM_RETRYABLE)
+        png = message.curve_png()
+        if png and len(png) <= _WECOM_IMAGE_MAX_BYTES:
+            self._send_image(png)
+
+    def _send_image(self, png: bytes) -> None:
+        """The loss curve as a second message (WeCom's image type: base64 + md5 of the raw bytes).
+        Best effort: the text was delivered, and resending it for a picture would duplicate it."""
+        image = {"msgtype": "image", "image": {"base64": base64.b64encode(png).decode(), "md5": hashlib.md5(png).hexdigest()}}
+        try:
+            response, body = self.post_json(secret(self.config.url), image)
+            check_errcode(self, response, body, _WECOM_RETRYABLE)
+        except NotifyError as exc:
+            log.warning("%s: the loss-curve picture was not delivered (the text was): %s", self.name, exc)
 
 
 def check_errcode(channel: HttpChannel, response: Any, body: Any, retryable: dict[int, float | None]) -> None:

@@ -18,6 +18,7 @@ from .contract import (
 from .errors import InvalidTransition
 from .executors.base import AttemptLaunch
 from .gpus import visible_devices
+from .health import diverged_decision, divergence, record_diverged
 from .lifecycle import change_state, log_tail, write_run_spec
 from .outcome import Decision, decide, describe_exit
 from .paths import Home
@@ -189,6 +190,9 @@ def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info
         d = replace(d, reason=f"out of GPU memory at step {shrink.get('step')}: running again in a fresh process with "
                               f"batch {shrink['from']['batch_size']} -> {shrink['to']['batch_size']}, accumulation "
                               f"{shrink['from']['accumulate_grad_batches']} -> {shrink['to']['accumulate_grad_batches']}")
+    diverged = divergence(home, job) if job.intent is Intent.NONE and d.state is not JobState.SUCCEEDED else None
+    if diverged is not None:  # the runner's health.json: failed at once, never retried into the same NaN
+        d = diverged_decision(diverged)
     updates: dict[str, Any] = {"failures": job.failures + int(d.charged)}
     if d.state is JobState.QUEUED:
         stalls = stalled_resumes(home, store, job) if d.outcome is AttemptOutcome.CHECKPOINTED else 0
@@ -214,6 +218,8 @@ def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info
                            with_log=d.state is JobState.FAILED)
     except InvalidTransition:
         return None
+    if diverged is not None:
+        record_diverged(store, config, home, new, diverged, now)
     return Settled(new, d)
 
 

@@ -78,10 +78,14 @@ class EventKind(str, Enum):
     # Not state changes, but part of a job's history in `orch show`.
     CANCEL_REQUESTED = "cancel_requested"
     NOTIFY_FAILED = "notify_failed"
+    HANG = "hang"  # the watchdog saw no progress: stacks dumped, the attempt stopped and retried
+    DISK_FULL = "disk_full"  # a checkpoint write found the disk full
     ADOPTED = "adopted"  # `orch adopt` took the job over from another machine's mirror
     MIRROR_FAILED = "mirror_failed"  # [storage] unreachable: uploads wait and retry; training goes on
     MIRROR_RECOVERED = "mirror_recovered"
     LEASE_LOST = "lease_lost"  # another machine adopted the job: stopped here, its manifest left alone
+    DIVERGED = "diverged"  # the loss became NaN/inf: beside the `failed` transition, naming the step
+    LOSS_FLAT = "loss_flat"  # [train] flat_after_steps: the loss has not improved; the job goes on
 
     def __str__(self) -> str:
         return self.value
@@ -91,7 +95,7 @@ class EventKind(str, Enum):
 HISTORY_ONLY = frozenset({EventKind.CANCEL_REQUESTED, EventKind.NOTIFY_FAILED})
 # What a notifier or hook may subscribe to, and what a channel gets when it names no events.
 SUBSCRIBABLE = tuple(k.value for k in EventKind if k not in HISTORY_ONLY)
-DEFAULT_NOTIFY_EVENTS = frozenset({"succeeded", "failed", "stopped", "preempted", "idle_shutdown"})
+DEFAULT_NOTIFY_EVENTS = frozenset({"succeeded", "failed", "stopped", "preempted", "idle_shutdown", "loss_flat"})
 
 
 Q, R = JobState.QUEUED, JobState.RUNNING

@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, MutableMapping
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from notifiers import Message, Notifier, NotifyError, redact
 
+from ..contract import METRICS_CSV
 from ..cost import format_duration
+from ..paths import Home
 
 log = logging.getLogger("orch.outbox")
 
 # How many pending rows one pass reads. Rows of a channel that must wait are skipped, not
 # refetched, so this bounds how far one busy channel can push the others back.
 _BATCH = 500
+
+# The messages that end a job carry its loss curve where the channel can show a picture.
+_CURVE_EVENTS = frozenset({"succeeded", "failed", "stopped", "diverged"})
 
 
 class OutboxSender:
@@ -33,8 +39,12 @@ class OutboxSender:
         base_backoff_s: float = 5,
         max_backoff_s: float = 600,
         last_send: MutableMapping[str, float] | None = None,
+        runs_dir: Optional[Path] = None,
     ):
         self.store = store
+        # Where the jobs' run folders are (default: beside the store's database, as Home lays it out).
+        db = getattr(store, "path", None)
+        self.runs_dir = runs_dir or (Home(Path(db).parent).runs if db else None)
         self.notifiers = notifiers
         self.max_age_s = max_age_s
         self.base_backoff_s = base_backoff_s
@@ -69,6 +79,7 @@ class OutboxSender:
             except (TypeError, ValueError) as exc:
                 self._give_up(row, now, f"unreadable message in the outbox: {exc}")
                 continue
+            self._attach_curve(message)
             self.last_send[channel] = now
             try:
                 notifier.send(message)
@@ -82,6 +93,12 @@ class OutboxSender:
             self.store.mark_delivered(row.id, now)
             delivered += 1
         return delivered
+
+    def _attach_curve(self, message: Message) -> None:
+        if message.event in _CURVE_EVENTS and message.job_id is not None and self.runs_dir is not None:
+            csv = self.runs_dir / str(message.job_id) / METRICS_CSV
+            if csv.is_file():
+                message.curve_csv = str(csv)
 
     def backoff_s(self, tries: int) -> float:
         """Delay after the (tries + 1)-th failed try: base, 2×base, 4×base, ... capped."""

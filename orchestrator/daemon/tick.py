@@ -64,6 +64,7 @@ class Daemon:
         with self.lock:
             self.executor.refresh(self.store.jobs([JobState.RUNNING]), now)
             self.reap(now)
+            self.watch_health(now)
             self.apply_cancels(now)
             self.check_budgets(now)
             self.escalate(now)
@@ -77,6 +78,13 @@ class Daemon:
 
     def apply_cancels(self, now: float) -> None:
         requests.apply_cancels(self, now)
+
+    def watch_health(self, now: float) -> None:
+        """A running job's runner reported a flat loss (health.json): one `loss_flat` event."""
+        from ..health import record_loss_flat
+
+        for job in record_loss_flat(self.store, self.config, self.home, now):
+            self.on_event(EventKind.LOSS_FLAT.value, job)
 
     def check_budgets(self, now: float) -> None:
         requests.check_budgets(self, now)
