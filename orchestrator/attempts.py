@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional, Sequence
 from .config import Config
 from .contract import (
     BATCH, CHECKPOINTS, ENV_ATTEMPT, ENV_CKPT_DIR, ENV_JOB_ID, ENV_RESUME_FROM, ENV_RUN_DIR, EX_OOM, JOB_TOML,
-    PROGRESS, RESULT, newest_checkpoint, read_json,
+    ENV_TENSORBOARD_DIR, PROGRESS, RESULT, newest_checkpoint, read_json,
 )
 from .errors import InvalidTransition
 from .executors.base import AttemptLaunch
@@ -90,6 +90,8 @@ def begin_attempt(store: Store, config: Config, home: Home, job: Job, gpu_ids: l
     argv, cwd = job_argv(started.spec, run_dir)
     env = job_env(environ, job_id=job.id, attempt=n, run_dir=run_dir, gpu_ids=gpu_ids, resume_from=resume_path,
                   extra=started.spec.get("env") or {})
+    if config.logging.tensorboard_dir:  # the runner links its TensorBoard folder there
+        env[ENV_TENSORBOARD_DIR] = str(Path(config.logging.tensorboard_dir).expanduser())
     launch = AttemptLaunch(job_id=job.id, attempt=n, run_dir=run_dir, argv=argv, cwd=cwd, env=env,
                            grace_s=grace_for(started, config), gpu_ids=list(gpu_ids), spec=started.spec)
     return Begun(started, launch, resume_step)

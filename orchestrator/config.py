@@ -118,6 +118,12 @@ class StorageSection(_Section):
         return v
 
 
+class LoggingSection(_Section):
+    # Also show each built-in job's TensorBoard files under <dir>/<job name>-<id> (a symlink to the
+    # run folder's tensorboard/), e.g. "/root/tf-logs" for AutoDL's panel. None: the run folder only.
+    tensorboard_dir: Optional[str] = None
+
+
 class Config(_Section):
     daemon: DaemonSection = DaemonSection()
     pricing: PricingSection = PricingSection()
@@ -128,6 +134,7 @@ class Config(_Section):
     notify: NotifySection = NotifySection()
     notifiers: list[dict[str, Any]] = []
     storage: StorageSection = StorageSection()
+    logging: LoggingSection = LoggingSection()
 
     # Set by load_config, not read from the file.
     path: Optional[Path] = Field(default=None, exclude=True)
