@@ -252,6 +252,17 @@ def cost(as_json: bool = typer.Option(False, "--json")) -> None:
         print(cost_table(data))
 
 
+@app.command()
+def dashboard(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; anything but loopback needs the token printed at start."),
+    port: int = typer.Option(8787, "--port", min=0, max=65535, help="Port (0: any free one)."),
+) -> None:
+    """A read-only local web page: the queue, each job's curves and events, the bill."""
+    from .dashboard.server import serve
+
+    serve(ctx.home, ctx.config(), host=host, port=port)
+
+
 # -- daemon -----------------------------------------------------------------------------
 
 
