@@ -1,31 +1,20 @@
-"""Helpers for the cost, budget, hook and idle tests: a temp $ORCH_HOME with a config.toml, a
-small command job that follows the job-process contract, a real `orch daemon run` subprocess,
-a loopback webhook receiver, and polling with a timeout."""
+"""Helpers for the cost, budget, hook and idle tests, on top of the one daemon harness
+(daemon_harness.OrchHome): a config from a whole dict, a small command job that follows the
+job-process contract (checkpoint, progress, SIGTERM -> notice checkpoint + 75), and a loopback
+webhook receiver."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Optional
 
 import tomli_w
 
-from orchestrator.config import load_config
-from orchestrator.gpus import managed_gpus
-from orchestrator.lifecycle import submit_job
-from orchestrator.paths import Home
-from orchestrator.records import Job
-from orchestrator.states import JobState
-from orchestrator.store import Store
-from orchestrator.wake import poke
-from daemon_harness import kill_leftover_attempts, wait_for  # noqa: F401  (wait_for: re-exported to the cost tests)
+from daemon_harness import OrchHome, wait_for  # noqa: F401  (wait_for: re-exported to the cost tests)
 
 PY = sys.executable
 
@@ -53,114 +42,28 @@ sys.exit(code if per is None else per)
 '''
 
 
-class Orch:
-    """One $ORCH_HOME: its config.toml, store, jobs and daemons (all stopped by `cleanup`)."""
+class Orch(OrchHome):
+    """An OrchHome configured from a whole config dict, with the cost tests' command jobs."""
 
     def __init__(self, tmp: Path, config: dict[str, Any]):
-        self.tmp = tmp
-        self.root = tmp / "home"
-        self.home = Home(self.root).ensure()
-        self.script = tmp / "job.py"
-        self.script.write_text(JOB_SCRIPT)
-        self.daemons: list[subprocess.Popen] = []
-        self.write_config(config)
-        self.store = Store(self.home.db)
+        cfg = json.loads(json.dumps(config))
+        cfg["daemon"] = {"tick_seconds": 0.25, "grace_seconds": 10, **cfg.get("daemon", {})}
+        super().__init__(tmp, cfg)
+        self.cost_script = tmp / "cost_job.py"
+        self.cost_script.write_text(JOB_SCRIPT)
 
     def write_config(self, config: dict[str, Any]) -> None:
-        cfg = json.loads(json.dumps(config))
-        daemon = {"tick_seconds": 0.25, "grace_seconds": 10, "gpus": [], **cfg.get("daemon", {})}
-        cfg["daemon"] = daemon
-        (self.root / "config.toml").write_text(tomli_w.dumps(cfg))
-        self.config = load_config(self.root / "config.toml", required=True)
-
-    # -- jobs ------------------------------------------------------------------------------
+        self.configure(config)
 
     def command_job(self, name: str, *, gpus: int = 0, retries: int = 0, budget: Optional[dict] = None,
                     **behaviour: Any) -> Path:
         spec: dict[str, Any] = {"name": name, "gpus": gpus, "retries": retries,
-                                "command": [PY, str(self.script), json.dumps(behaviour)]}
+                                "command": [PY, str(self.cost_script), json.dumps(behaviour)]}
         if budget:
             spec["budget"] = budget
         path = self.tmp / f"{name}.toml"
         path.write_text(tomli_w.dumps(spec))
         return path
-
-    def submit(self, path: Path, *, not_before: Optional[float] = None) -> int:
-        """What `orch submit` does, in-process (saves a CLI start-up): submit_job + a poke."""
-        job = submit_job(self.store, self.config, self.home, path, now=time.time(), not_before=not_before,
-                         machine_gpus=len(managed_gpus(self.config.daemon.gpus)))
-        poke(self.home.wake_socket)
-        return job.id
-
-    def job(self, job_id: int) -> Job:
-        return self.store.get(job_id)
-
-    def wait_state(self, job_id: int, *states: JobState, timeout: float = 30.0) -> Job:
-        wait_for(lambda: self.job(job_id).state in states, timeout,
-                 f"job {job_id} to become {'/'.join(s.value for s in states)} (is {self.job(job_id).state.value});"
-                 f" daemon log:\n{self.log_tail()}")
-        return self.job(job_id)
-
-    def log_tail(self, n: int = 20) -> str:
-        try:
-            return "\n".join(self.home.log_file.read_text().splitlines()[-n:])
-        except OSError:
-            return ""
-
-    # -- CLI and daemon ----------------------------------------------------------------------
-
-    def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-        return subprocess.run([PY, "-m", "orchestrator.cli.app", "--home", str(self.root), *args], capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=self.env())
-
-    def cli_json(self, *args: str) -> Any:
-        out = self.cli(*args, "--json")
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                    "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"})
-        env.pop("ORCH_HOME", None)
-        env.pop("ORCH_CONFIG", None)
-        return env
-
-    def start_daemon(self, timeout: float = 30.0) -> subprocess.Popen:
-        before = self.log_text().count("daemon started")
-        out = open(self.tmp / f"daemon-{len(self.daemons) + 1}.out", "wb")
-        proc = subprocess.Popen([PY, "-m", "orchestrator.cli.app", "--home", str(self.root), "daemon", "run"],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=self.env())
-        out.close()
-        self.daemons.append(proc)
-        wait_for(lambda: self.log_text().count("daemon started") > before or proc.poll() is not None, timeout,
-                 "the daemon to start")
-        assert proc.poll() is None, (self.tmp / f"daemon-{len(self.daemons)}.out").read_text()
-        return proc
-
-    def log_text(self) -> str:
-        try:
-            return self.home.log_file.read_text()
-        except OSError:
-            return ""
-
-    def stop_daemon(self, proc: subprocess.Popen, timeout: float = 30.0) -> int:
-        proc.send_signal(signal.SIGTERM)
-        return proc.wait(timeout)
-
-    def cleanup(self) -> None:
-        for proc in self.daemons:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.daemons:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        kill_leftover_attempts(self.home)
-        self.store.close()
 
 
 class WebhookReceiver:

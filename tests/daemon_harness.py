@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
+import tomli_w
 
 from orchestrator.config import load_config
 from orchestrator.gpus import managed_gpus
@@ -116,7 +117,7 @@ def session_members(sid: int) -> list[int]:
 class OrchHome:
     """One $ORCH_HOME with its config, jobs, daemons and helpers."""
 
-    def __init__(self, tmp: Path, **daemon: Any):
+    def __init__(self, tmp: Path, config: Optional[dict[str, Any]] = None, **daemon: Any):
         self.tmp = tmp
         self.root = tmp / "home"
         self.home = Home(self.root).ensure()
@@ -126,15 +127,18 @@ class OrchHome:
         self.jobs_dir.mkdir()
         self.daemons: list[subprocess.Popen] = []
         self.extra_pids: list[tuple[int, Optional[str]]] = []
-        self.configure(**daemon)
+        self.configure(config, **daemon)
         self.store = Store(self.home.db)
 
     # -- config and jobs -----------------------------------------------------------------
 
-    def configure(self, **daemon: Any) -> None:
-        settings = {"tick_seconds": 0.5, "grace_seconds": 3, "retry_backoff_seconds": 0.2, "gpus": [], **daemon}
-        lines = ["[daemon]"] + [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
-        (self.root / "config.toml").write_text("\n".join(lines) + "\n")
+    def configure(self, config: Optional[dict[str, Any]] = None, **daemon: Any) -> None:
+        """Write config.toml: `config` as a whole (any sections), its [daemon] on top of the
+        harness's fast defaults, and `daemon` keys on top of that."""
+        cfg = json.loads(json.dumps(config or {}))
+        cfg["daemon"] = {"tick_seconds": 0.5, "grace_seconds": 3, "retry_backoff_seconds": 0.2, "gpus": [],
+                         **cfg.get("daemon", {}), **daemon}
+        (self.root / "config.toml").write_text(tomli_w.dumps(cfg))
         self.config = load_config(self.root / "config.toml", required=True)
 
     def job_file(self, name: str, *, gpus: int = 0, retries: int = 0, priority: Optional[int] = None,
@@ -156,11 +160,12 @@ class OrchHome:
         path.write_text("\n".join(lines) + "\n")
         return path
 
-    def submit(self, name: str, *, priority: Optional[int] = None, after: tuple[int, ...] = (),
-               not_before: Optional[float] = None, **job: Any) -> int:
+    def submit(self, job: str | Path, *, priority: Optional[int] = None, after: tuple[int, ...] = (),
+               not_before: Optional[float] = None, **behaviour: Any) -> int:
         """What `orch submit` does, in-process (a CLI process costs ~0.4 s of CPU): the real
-        submit_job on the real store, then a poke on the wake socket."""
-        path = self.job_file(name, **job)
+        submit_job on the real store, then a poke on the wake socket. `job` is a job file, or the
+        name of a JOB_SCRIPT job made with `behaviour`."""
+        path = job if isinstance(job, Path) else self.job_file(job, **behaviour)
         submitted = submit_job(self.store, self.config, self.home, path, now=time.time(), priority=priority,
                                after=after, not_before=not_before,
                                machine_gpus=len(managed_gpus(self.config.daemon.gpus)))
@@ -178,7 +183,7 @@ class OrchHome:
     def state(self, job_id: int) -> JobState:
         return self.store.get(job_id).state
 
-    def wait_state(self, job_id: int, *states: JobState, timeout: float = 20.0) -> Job:
+    def wait_state(self, job_id: int, *states: JobState, timeout: float = 30.0) -> Job:
         wait_for(lambda: self.state(job_id) in states, timeout,
                  what=f"job {job_id} to become {'/'.join(s.value for s in states)} (it is {self.state(job_id).value}; "
                       f"daemon log tail: {self.log_tail()})")
@@ -215,16 +220,31 @@ class OrchHome:
 
     # -- the CLI and the daemon ----------------------------------------------------------
 
-    def cli(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "orchestrator.cli.app", "--home", str(self.root), *args],
-                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    def env(self) -> dict[str, str]:
+        """The environment for the CLI and the daemon: offline, one thread, no outside home."""
+        env = dict(os.environ)
+        env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                    "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"})
+        env.pop("ORCH_HOME", None)
+        env.pop("ORCH_CONFIG", None)
+        return env
+
+    def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(self.root), *args],
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=self.env())
+
+    def cli_json(self, *args: str) -> Any:
+        out = self.cli(*args, "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
 
     def start_daemon(self, timeout: float = 20.0) -> subprocess.Popen:
         """`orch --home H daemon run` as a subprocess; returns once it has recovered and ticks."""
         before = self._started_count()
         out = open(self.tmp / f"daemon-{len(self.daemons) + 1}.out", "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.app", "--home", str(self.root), "daemon", "run"],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--home", str(self.root), "daemon", "run"],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=self.env())
         out.close()
         self.daemons.append(proc)
         wait_for(lambda: self._started_count() > before or proc.poll() is not None, timeout,
@@ -233,10 +253,13 @@ class OrchHome:
         return proc
 
     def _started_count(self) -> int:
+        return self.log_text().count("daemon started")
+
+    def log_text(self) -> str:
         try:
-            return self.home.log_file.read_text().count("daemon started")
+            return self.home.log_file.read_text()
         except OSError:
-            return 0
+            return ""
 
     def daemon_output(self, proc: subprocess.Popen) -> str:
         idx = self.daemons.index(proc) + 1

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon_harness import wait_for
 from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 
 ORCH = [sys.executable, "-m", "orchestrator.cli.app"]
@@ -21,16 +22,6 @@ ORCH = [sys.executable, "-m", "orchestrator.cli.app"]
 def orch(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "ORCH_HOME": str(home), "HF_HUB_OFFLINE": "1"}
     return subprocess.run([*ORCH, *args], capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture(scope="module")

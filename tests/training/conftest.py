@@ -18,6 +18,7 @@ import pytest
 import tomli_w
 
 from orchestrator.jobspec import JobSpec
+from daemon_harness import wait_for  # noqa: F401  (the one wait_for; tests here import it from conftest)
 from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -157,16 +158,6 @@ def run_job(start_job) -> Callable[..., tuple[int, str]]:
         return code, job.output()
 
     return run
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def read_progress(run_dir: Path) -> Optional[dict]:
