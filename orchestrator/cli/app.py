@@ -38,6 +38,8 @@ config_app = typer.Typer(no_args_is_help=True, help="Check config.toml.")
 app.add_typer(daemon_app, name="daemon")
 app.add_typer(notify_app, name="notify")
 app.add_typer(config_app, name="config")
+storage_app = typer.Typer(no_args_is_help=True, help="Check the [storage] mirror.")
+app.add_typer(storage_app, name="storage")
 
 
 class Ctx:
@@ -152,8 +154,12 @@ def status(
     """The queue: id, name, state, attempt, progress, ETA, runtime, cost."""
     from .views import status_rows
 
+    from ..storage.status import add_lag_notes
+
     home = ctx.home
-    rows = status_rows(ctx.store(), home, time.time(), include_all=show_all)
+    store = ctx.store()
+    rows = status_rows(store, home, time.time(), include_all=show_all)
+    add_lag_notes(store, rows)  # [storage]: a note when the mirror lags
     if as_json:
         emit_json(rows)
         return
@@ -187,7 +193,9 @@ def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, 
     from .render import show_text
     from .views import show_data
 
-    data = show_data(ctx.store(), ctx.home, job_id)
+    store = ctx.store()
+    data = show_data(store, ctx.home, job_id)
+    data["mirror"] = _mirror_view(store, job_id)
     if as_json:
         emit_json(data)
     else:
@@ -337,6 +345,46 @@ def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (
     config = load_config(target, required=True, build_notifiers=True)
     names = [n for n, _ in config.routes()]
     print(f"{target}: ok" + (f" (notifiers: {', '.join(names)})" if names else ""))
+
+
+def _mirror_view(store: Any, job_id: int) -> Optional[dict]:
+    if ctx.config_arg is None and not ctx.config_path.exists():
+        return None
+    try:
+        config = ctx.config()
+    except OrchError:
+        return None
+    from ..storage.status import mirror_view
+
+    return mirror_view(store, config, store.get(job_id))
+
+
+# -- storage / adopt --------------------------------------------------------------------
+
+
+@app.command()
+def adopt(
+    url: str = typer.Argument(..., help="The mirror: s3://bucket/prefix, gs://, az://, file:///folder."),
+    job: List[str] = typer.Option([], "--job", help="A job's global id (or a prefix of it, or its name); repeatable."),
+    all_jobs: bool = typer.Option(False, "--all", help="Every unfinished job (queued, running, stopped) in the mirror."),
+    force: bool = typer.Option(False, "--force", help="Adopt even if its owner's heartbeat is fresh."),
+) -> None:
+    """Take unfinished jobs over from another machine's mirror and queue them to resume here."""
+    from .adopt import run_adopt
+
+    raise typer.Exit(run_adopt(ctx.home.ensure(), ctx.config(), ctx.store(), url, jobs=job, take_all=all_jobs,
+                               force=force))
+
+
+@storage_app.command("check")
+def storage_check(
+    url: Optional[str] = typer.Argument(None, help="Another URL than [storage] url."),
+    mb: float = typer.Option(64.0, "--mb", help="Size of the timed probe upload, MB.", min=1.0),
+) -> None:
+    """Write, read, conditionally write and delete a probe object; time an upload."""
+    from .storage_check import check_storage
+
+    raise typer.Exit(check_storage(ctx.home.ensure(), ctx.config(), url, mb, print))
 
 
 def main() -> None:

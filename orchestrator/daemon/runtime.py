@@ -66,6 +66,9 @@ class DaemonRuntime:
         self.deliver_lock = threading.Lock()
         self.idle = IdleShutdown(self)
         self.scheduler: Any = None
+        from .mirror import build_mirror
+
+        self.mirror = build_mirror(self)  # [storage]: the uploader; None without a url
 
     def _on_event(self, kind: str, job: Any) -> None:
         info = None
@@ -103,12 +106,16 @@ class DaemonRuntime:
             if notice.stops_jobs:
                 log.warning("preemption notice from %s: %s; checkpointing every running job", notice.source, notice.detail)
                 self.daemon.preempt_all(now, f"preemption notice ({notice.source}): {notice.detail}")
+                if self.mirror is not None:
+                    self.mirror.on_notice()
                 if self.config.preemption.on_notice == "exit":
                     self.exit_after_notice = True
         was = self.daemon.notice_active
         self.daemon.notice_active = self.watcher.notice_active
         if was and not self.daemon.notice_active:
             log.info("preemption notice cleared; dispatching again")
+            if self.mirror is not None:
+                self.mirror.urgent = False
         if notices:
             self.poke()
 
@@ -154,6 +161,8 @@ class DaemonRuntime:
             sched.add_job(self.deliver, "interval", seconds=1.0, id="outbox", next_run_time=now)
         self.scheduler = sched
         sched.start()
+        if self.mirror is not None:
+            self.mirror.start()
         log.info("daemon started: home %s, GPUs %s, CPU slots %s", self.home.root, self.daemon.managed or "none",
                  self.config.daemon.cpu_slots)
         while not self.stop_event.wait(0.5):
@@ -178,6 +187,9 @@ class DaemonRuntime:
         resume. A job still running after that is adopted or requeued by the next daemon."""
         d = self.daemon
         d.stopping = True
+        began = time.monotonic()
+        if self.mirror is not None:
+            self.mirror.on_notice()
         signalled = d.preempt_all(time.time(), "the daemon is stopping")
         # A job's own grace_seconds may be longer than the config's: wait for the longest.
         grace = max([grace_for(j, self.config) for j in d.store.jobs([JobState.RUNNING])], default=self.config.daemon.grace_seconds)
@@ -190,6 +202,10 @@ class DaemonRuntime:
                 break
             time.sleep(0.1)
         d.tick(time.time())
+        if self.mirror is not None:  # the notice checkpoints mirrored (up to the deadline), leases released
+            self.mirror.drain(began + self.config.storage.notice_deadline_seconds)
+            self.mirror.stop()
+            self.mirror.release_all()
         self.deliver()
         self.hooks.wait_idle(10)
         self.hooks.close(5)

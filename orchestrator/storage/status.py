@@ -1,0 +1,46 @@
+"""The mirror as `orch status` and `orch show` see it: read from the local store only (never the
+network), so both stay fast whether the store is up or not."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+
+def mirror_view(store: Any, config: Any, job: Any) -> Optional[dict[str, Any]]:
+    """`orch show --json`'s "mirror": where, the newest mirrored checkpoint's step, uploads still
+    queued, when the last one finished, and the store's error if it is down."""
+    if not config.storage.url:
+        return None
+    row = store.mirror_state(job.id) or {}
+    pending = store.uploads_pending(job.id)
+    return {"url": config.storage.url, "step": row.get("step"), "pending": len(pending),
+            "uploaded_at": row.get("uploaded_at"), "manifest_at": row.get("manifest_at"),
+            "error": row.get("error") or None, "lease_lost_to": row.get("lost") or None}
+
+
+def lag_notes(store: Any) -> dict[int, str]:
+    """job id -> a short note for `orch status` when its mirror lags (uploads waiting or the store down)."""
+    notes: dict[int, str] = {}
+    pending: dict[int, int] = {}
+    for row in store.uploads_pending():
+        pending[row["job_id"]] = pending.get(row["job_id"], 0) + 1
+    for job_id, row in store.mirror_states().items():
+        if row["lost"]:
+            notes[job_id] = f"mirror: adopted by {row['lost']}"
+        elif row["error"]:
+            since = time.time() - (row["error_since"] or time.time())
+            notes[job_id] = f"mirror lagging {since:.0f}s ({pending.get(job_id, 0)} upload(s) waiting; store unreachable)"
+    for job_id, n in pending.items():
+        notes.setdefault(job_id, f"mirror: {n} upload(s) waiting")
+    return notes
+
+
+def add_lag_notes(store: Any, rows: list[dict[str, Any]]) -> None:
+    """Append the mirror's lag to each lagging job's NOTE in `orch status` (and `"mirror_lag"` in --json)."""
+    notes = lag_notes(store)
+    for row in rows:
+        note = notes.get(row["id"])
+        row["mirror_lag"] = note
+        if note:
+            row["reason"] = f"{row['reason']}; {note}" if row.get("reason") else note
