@@ -124,6 +124,30 @@ class LoggingSection(_Section):
     tensorboard_dir: Optional[str] = None
 
 
+class ExecutorSection(_Section):
+    kind: Literal["local", "slurm"] = "local"  # where attempts run: this machine, or a Slurm cluster ([slurm])
+
+
+class SlurmSection(_Section):
+    """[slurm]: how orch submits attempts when [executor] kind = "slurm" (see README)."""
+
+    partition: Optional[str] = None  # sbatch --partition (a job.toml [slurm] partition overrides it)
+    account: Optional[str] = None  # sbatch --account
+    qos: Optional[str] = None  # sbatch --qos
+    time: Optional[str] = None  # walltime per attempt, Slurm's format ("4:00:00", "1-00:00:00", minutes)
+    warn_before: int = Field(default=120, ge=0)  # seconds before the walltime the tasks get SIGTERM (0: no warning)
+    gres: str = "gpu"  # GPUs are asked as --gres=<gres>:<gpus per node> (e.g. "gpu:a100")
+    cpus_per_gpu: Optional[int] = Field(default=None, ge=1)  # CPUs per GPU (per rank of the built-in runner)
+    cpus_per_task: Optional[int] = Field(default=None, ge=1)  # CPUs of a job with gpus = 0
+    mem_per_gpu: Optional[str] = None  # sbatch --mem-per-gpu ("32G")
+    extra_args: list[str] = []  # more sbatch flags, verbatim
+    poll_seconds: float = Field(default=10.0, gt=0)  # one batched squeue per this many seconds
+    slurm_conf: Optional[str] = None  # SLURM_CONF for every Slurm command (None: Slurm's default)
+    accounting: Literal["auto", "on", "off"] = "auto"  # sacct for jobs squeue forgot (auto: if the cluster has it)
+    shared_dirs: list[str] = []  # folders the nodes see although not on NFS/Lustre/GPFS/BeeGFS/CephFS
+    max_gpus: int = Field(default=64, ge=0)  # GPUs orch keeps submitted at once; CPU jobs: [daemon] cpu_slots
+
+
 class Config(_Section):
     daemon: DaemonSection = DaemonSection()
     pricing: PricingSection = PricingSection()
@@ -135,6 +159,8 @@ class Config(_Section):
     notifiers: list[dict[str, Any]] = []
     storage: StorageSection = StorageSection()
     logging: LoggingSection = LoggingSection()
+    executor: ExecutorSection = ExecutorSection()
+    slurm: SlurmSection = SlurmSection()
 
     # Set by load_config, not read from the file.
     path: Optional[Path] = Field(default=None, exclude=True)

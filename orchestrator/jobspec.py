@@ -88,6 +88,14 @@ class BudgetSection(_Section):
     max_hours: Optional[float] = Field(default=None, gt=0)
 
 
+class SlurmJobSection(_Section):
+    """[slurm] in job.toml: this job's own partition, walltime and extra sbatch flags (Slurm executor)."""
+
+    partition: Optional[str] = Field(default=None, min_length=1)
+    time: Optional[str] = Field(default=None, min_length=1)
+    extra_args: list[str] = []
+
+
 _BUILTIN_SECTIONS = ("model", "data", "train", "early_stopping")
 
 
@@ -112,6 +120,7 @@ def kind_problem(keys: set[str]) -> Optional[str]:
 class JobSpec(_Section):
     name: Optional[str] = Field(default=None, min_length=1, max_length=100)
     gpus: int = Field(default=1, ge=0, le=64)
+    nodes: int = Field(default=1, ge=1, le=1024)  # Slurm executor: `gpus` is then per node
     priority: int = 0
     retries: int = Field(default=2, ge=0, le=1000)
     grace_seconds: Optional[float] = Field(default=None, gt=0)  # default: config [daemon]
@@ -124,6 +133,7 @@ class JobSpec(_Section):
     checkpoint: CheckpointSection = CheckpointSection()
     budget: BudgetSection = BudgetSection()
     env: dict[str, str] = {}
+    slurm: Optional[SlurmJobSection] = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> "JobSpec":

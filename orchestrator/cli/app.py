@@ -119,7 +119,8 @@ def submit(
     config = ctx.config()
     store = ctx.store()
     job = submit_job(store, config, ctx.home, job_toml, now=now, priority=priority, after=after,
-                     not_before=not_before, machine_gpus=len(managed_gpus(config.daemon.gpus)))
+                     not_before=not_before, machine_gpus=config.slurm.max_gpus if config.executor.kind == "slurm"
+                     else len(managed_gpus(config.daemon.gpus)))
     running = _poke(ctx.home)
     if as_json:
         emit_json({"id": job.id, "name": job.name, "state": job.state.value})

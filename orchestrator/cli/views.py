@@ -63,6 +63,9 @@ def status_row(job: Job, home: Home, now: float, *, dep_states: dict[int, JobSta
         slot = (f"waiting for {job.gpus} free GPU{'s' if job.gpus > 1 else ''}" if job.gpus
                 else "waiting for a free CPU slot ([daemon] cpu_slots)")
         reason = hold.reason if hold else (job.reason or slot)
+    # where a cluster executor says the attempt is (e.g. "Slurm 12: PENDING (Resources)"), from the row
+    where = (job.executor_ref or {}).get("where") if running else None
+    reason = reason or where or ""
     return {
         "id": job.id,
         "name": job.name,
@@ -79,6 +82,7 @@ def status_row(job: Job, home: Home, now: float, *, dep_states: dict[int, JobSta
         "projection_is_upper_bound": None if projected is None else projected.upper_bound,
         "priority": job.priority,
         "reason": reason,
+        "where": where,
         "submitted_at": job.submitted_at,
     }
 

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import logging
+from typing import Callable, Optional
 
 from ..config import Config
+from ..records import Job
 from ..cost import Pricing, split_interval
 from ..states import JobState
 from ..store import Store
@@ -13,11 +15,20 @@ from ..store import Store
 log = logging.getLogger("orch.daemon")
 
 
-def accrue_interval(store: Store, config: Config, managed_gpus: int, seconds: float, now: float) -> None:
-    """Bill `seconds` of daemon uptime: each running job its share, the rest idle."""
+def accrue_interval(store: Store, config: Config, managed_gpus: int, seconds: float, now: float, *,
+                    billable: Optional[Callable[[Job], bool]] = None) -> None:
+    """Bill `seconds` of daemon uptime: each running job its share, the rest idle.
+
+    With `billable` (a cluster executor: Slurm), only the jobs it names are charged (a job
+    Slurm still holds PENDING costs nothing), each its own GPUs x gpu_hour, and the cluster
+    has no idle cost of ours."""
     running = store.jobs([JobState.RUNNING])
     p = config.pricing
     pricing = Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour)
+    if billable is not None:
+        running = [j for j in running if billable(j)]
+        pricing = Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=0.0)
+        managed_gpus = sum(j.gpus for j in running)
     try:
         costs, idle = split_interval(seconds, [(j.id, j.gpus) for j in running], managed_gpus, pricing)
     except ValueError as exc:

@@ -1,5 +1,5 @@
 """How attempts run: the interface the daemon's tick uses (base.py) and its implementations
-(local.py: a supervisor process per attempt on this machine)."""
+(local.py: a supervisor process per attempt on this machine; slurm.py: one sbatch per attempt)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ if TYPE_CHECKING:
 
 def build_executor(config: "Config", home: "Home") -> "Executor":
     """The executor config.toml asks for ([executor] kind; local by default)."""
+    if config.executor.kind == "slurm":
+        from .slurm import SlurmExecutor
+
+        return SlurmExecutor(home, config.slurm)
     from .local import LocalExecutor
 
     return LocalExecutor(home)

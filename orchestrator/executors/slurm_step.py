@@ -1,0 +1,140 @@
+"""What runs on the Slurm nodes (standard library only; it sits beside every job).
+
+`python -m orchestrator.executors.slurm_step batch ...` is the batch script's one command, on the
+job's first node. It plays the local supervisor's part: it runs the job under `srun`, then writes
+attempt-<n>.exit into the (shared) run folder, so settle_attempt decides exactly as on one machine
+(75 requeue and resume, 76 the OOM path, anything else a retry).
+
+It does NOT forward signals. Measured (slurm-facts.md): `scancel --signal=TERM <id>`, preemption
+(GraceTime) and `--signal=TERM@N` deliver SIGTERM to the srun tasks themselves on every node; a
+SIGTERM to the srun client instead makes srun kill the tasks without a checkpoint. So this wrapper
+catches SIGTERM and friends and keeps going (it must outlive srun to write the exit record), and
+SIGUSR2 (sent by orch with `scancel --batch`) only means "a stop was asked": if srun has not
+started yet it is not started at all.
+
+`... slurm_step task --log-dir D --attempt N [--cwd C] -- argv` runs once per rank under srun:
+rank 0 appends to attempt-<n>.log, rank r > 0 to attempt-<n>.rank-<r>.log, then it execs argv."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..contract import attempt_exit, attempt_log, write_json_atomic
+
+SLURM_INFO = "attempt-{n}.slurm.json"
+
+
+def rank_log(n: int, rank: int) -> str:
+    return attempt_log(n) if rank == 0 else f"attempt-{n}.rank-{rank}.log"
+
+
+def batch(args: argparse.Namespace, command: list[str]) -> int:
+    run_dir: Path = args.run_dir
+    n = args.attempt
+    state = {"stop": False, "srun": None}
+
+    def note(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if signum == signal.SIGUSR2:
+            state["stop"] = True
+        if signum != signal.SIGCONT:
+            print(f"[orch] batch step got {name}" + (" (the job's tasks get their own signal from Slurm)"
+                                                     if state["srun"] is not None else ""), flush=True)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
+        signal.signal(sig, note)
+    started_at = time.time()
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    write_json_atomic(run_dir / SLURM_INFO.format(n=n), {
+        "slurm_job_id": job_id, "batch_host": os.environ.get("SLURMD_NODENAME") or os.uname().nodename,
+        "nodes": os.environ.get("SLURM_JOB_NODELIST", ""), "wrapper_pid": os.getpid(), "started_at": started_at,
+    })
+    print(f"[orch] attempt {n} started {time.strftime('%Y-%m-%d %H:%M:%S')} as Slurm job {job_id} on "
+          f"{os.environ.get('SLURM_JOB_NODELIST', '?')}: {' '.join(command)}", flush=True)
+    step = os.environ.get("ORCH_SRUN", "srun")
+    srun = [step, "--kill-on-bad-exit=1", f"--nodes={args.nodes}", f"--ntasks-per-node={args.ntasks_per_node}",
+            sys.executable, "-m", "orchestrator.executors.slurm_step", "task", "--log-dir", str(run_dir),
+            "--attempt", str(n)] + (["--cwd", args.cwd] if args.cwd else []) + ["--", *command]
+    code, sig = None, None
+    if state["stop"]:
+        print("[orch] a stop was asked before the job started; not starting it", flush=True)
+        code, sig = None, signal.SIGTERM.value
+    else:
+        try:
+            proc = subprocess.Popen(srun, stdin=subprocess.DEVNULL)
+            state["srun"] = proc
+            while True:
+                try:
+                    rc = proc.wait()
+                    break
+                except InterruptedError:  # pragma: no cover (PEP 475 retries)
+                    continue
+            code, sig = split_returncode(rc)
+        except OSError as exc:
+            print(f"[orch] cannot start srun: {exc}", flush=True)
+            code = 127
+    ended_at = time.time()
+    how = f"exit code {code}" if sig is None else f"signal {sig}"
+    print(f"[orch] attempt {n} ended after {ended_at - started_at:.1f}s: {how}", flush=True)
+    write_json_atomic(run_dir / attempt_exit(n), {"code": code, "signal": sig, "started_at": started_at,
+                                                  "ended_at": ended_at, "slurm_job_id": job_id})
+    return 0
+
+
+def split_returncode(rc: int) -> tuple:
+    """srun's status -> (code, signal). srun reports a task killed by a signal as 128+sig (or
+    Python's negative status when srun itself was killed)."""
+    if rc < 0:
+        return None, -rc
+    if 128 < rc <= 128 + 64:
+        return None, rc - 128
+    return rc, None
+
+
+def task(args: argparse.Namespace, command: list[str]) -> int:
+    rank = int(os.environ.get("SLURM_PROCID", "0"))
+    path = Path(args.log_dir) / rank_log(args.attempt, rank)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    if args.cwd:
+        os.chdir(args.cwd)
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        print(f"[orch] rank {rank}: cannot start {command[0]}: {exc}", file=sys.stderr, flush=True)
+        return 127
+    return 0  # pragma: no cover
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="orchestrator.executors.slurm_step")
+    sub = parser.add_subparsers(dest="mode", required=True)
+    b = sub.add_parser("batch")
+    b.add_argument("--run-dir", required=True, type=Path)
+    b.add_argument("--attempt", required=True, type=int)
+    b.add_argument("--nodes", type=int, default=1)
+    b.add_argument("--ntasks-per-node", type=int, default=1)
+    b.add_argument("--cwd", default=None)
+    b.add_argument("command", nargs=argparse.REMAINDER)
+    t = sub.add_parser("task")
+    t.add_argument("--log-dir", required=True)
+    t.add_argument("--attempt", required=True, type=int)
+    t.add_argument("--cwd", default=None)
+    t.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given")
+    return batch(args, command) if args.mode == "batch" else task(args, command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The Slurm tests run against a REAL private Slurm: one cluster per test session (munged,
+slurmctld and two slurmd "n1"/"n2" on this host, in a temp folder, no systemd), and a real orch
+daemon per test whose config says `[executor] kind = "slurm"`. Skipped, with the reason, where
+Slurm cannot be installed or started (not root, no apt-get): scripts/system-deps.sh installs it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from daemon_harness import OrchHome, orch_home, wait_for  # noqa: F401  (fixture)
+from orchestrator.config import load_config
+from slurm_cluster import SlurmCluster, why_unusable
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[SlurmCluster]:
+    why = why_unusable()
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster(grace=15)
+    try:
+        cluster.start()
+    except Exception as exc:  # pragma: no cover (a machine where slurmctld cannot run)
+        cluster.stop()
+        pytest.skip(f"the private Slurm cluster did not start: {exc}")
+    yield cluster
+    cluster.stop()
+    shutil.rmtree(cluster.base, ignore_errors=True)
+
+
+@pytest.fixture
+def slurm_home(orch_home, slurm) -> Callable[..., OrchHome]:
+    """slurm_home(**slurm_keys) -> an OrchHome whose config runs attempts on the private cluster."""
+
+    def make(daemon: dict[str, Any] | None = None, **keys: Any) -> OrchHome:
+        slurm.cancel_all()
+        h = orch_home(**{"cpu_slots": 4, "grace_seconds": 20, **(daemon or {})})
+        settings = {"slurm_conf": str(slurm.conf), "poll_seconds": 0.5, "partition": "low",
+                    "shared_dirs": [str(h.tmp)], "warn_before": 0, **keys}
+        text = (h.root / "config.toml").read_text()
+        text += '\n[executor]\nkind = "slurm"\n\n[slurm]\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
+        (h.root / "config.toml").write_text(text)
+        h.config = load_config(h.root / "config.toml", required=True)
+        h.slurm = slurm
+        return h
+
+    return make
+
+
+def slurm_id(h: OrchHome, job_id: int) -> str:
+    return wait_for(lambda: h.job(job_id).executor_ref.get("slurm_job_id"), 20, what=f"job {job_id}'s Slurm id")
+
+
+def squeue_state(slurm: SlurmCluster, sid: str) -> str:
+    r = slurm.run("squeue", "-h", "-t", "all", "-j", sid, "-o", "%T", check=False)
+    return r.stdout.strip()
+
+
+def orch_cli(h: OrchHome, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli.app", "--home", str(h.root), *args],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)

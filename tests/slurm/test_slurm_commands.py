@@ -1,0 +1,86 @@
+"""Command jobs through a real orch daemon on a real private Slurm: success, what `orch status`
+and `orch show` report, and `orch cancel` of a running and of a pending Slurm job."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conftest import orch_cli, slurm_id, squeue_state
+from daemon_harness import wait_for
+from orchestrator.states import JobState
+
+pytestmark = pytest.mark.slow
+
+
+def test_command_job_runs_to_success_and_status_shows_slurm(slurm_home):
+    h = slurm_home()
+    d = h.start_daemon()
+    job = h.submit("hello", hold="hello", print=["printed by the job"])
+    sid = slurm_id(h, job)
+    rec = h.wait_record("hello", "start", timeout=30)
+    assert rec["env"]["ORCH_ATTEMPT"] == "1" and rec["env"]["ORCH_JOB_ID"] == str(job)
+    # while it runs, `orch status` says where: the Slurm id, RUNNING, the node
+    wait_for(lambda: "RUNNING on n" in (h.job(job).executor_ref.get("where") or ""), 15, what="the RUNNING state")
+    st = orch_cli(h, "status", "--json")
+    row = [r for r in json.loads(st.stdout) if r["id"] == job][0]
+    assert row["state"] == "running" and row["where"].startswith(f"Slurm {sid}: RUNNING on n"), row
+    assert f"Slurm {sid}: RUNNING on n" in orch_cli(h, "status").stdout
+    h.release("hello")
+    done = h.wait_state(job, JobState.SUCCEEDED, timeout=30)
+    assert done.attempt == 1
+    assert squeue_state(h.slurm, sid) == "COMPLETED"
+    log = (h.run_dir(job) / "attempt-1.log").read_text()
+    assert "printed by the job" in log and f"as Slurm job {sid}" in log
+    sbatch = (h.run_dir(job) / "attempt-1.sbatch").read_text()
+    assert "--no-requeue" in sbatch and "--open-mode=append" in sbatch and "--partition=low" in sbatch
+    show = orch_cli(h, "show", str(job), "--json")
+    data = json.loads(show.stdout)
+    assert data["state"] == "succeeded" and data["attempts"][0]["exit_code"] == 0, data
+    assert "hello" in orch_cli(h, "status", "--all").stdout
+    assert h.stop_daemon(d) == 0
+
+
+def test_cancel_running_slurm_job_signals_the_task_and_never_requeues(slurm_home):
+    h = slurm_home()
+    h.start_daemon()
+    job = h.submit("busy", hold="never", on_term=75, notice_ckpt=3, retries=3)
+    sid = slurm_id(h, job)
+    h.wait_record("busy", "start", timeout=30)
+    r = orch_cli(h, "cancel", str(job))
+    assert r.returncode == 0, r.stderr
+    done = h.wait_state(job, JobState.CANCELLED, timeout=40)
+    assert h.records("busy", "sigterm"), "the task itself got SIGTERM (scancel --signal=TERM)"
+    assert (h.run_dir(job) / "checkpoints" / "notice-step-00000003.ckpt").exists()
+    assert done.attempt == 1
+    assert h.exit_record(job, 1)["code"] == 75
+    time.sleep(2)  # nothing resubmits it
+    assert h.job(job).attempt == 1 and h.job(job).state is JobState.CANCELLED
+    r = h.slurm.run("squeue", "-h", "-t", "all", "-n", f"orch-{job}.2", "-o", "%i", check=False)
+    assert not r.stdout.strip()
+    assert squeue_state(h.slurm, sid) in ("COMPLETED", "CANCELLED")
+
+
+def test_cancel_pending_slurm_job_is_at_once(slurm_home):
+    h = slurm_home()
+    h.start_daemon()
+    # both nodes busy in the high partition: orch's job waits in Slurm's queue
+    blocker = h.slurm.run("sbatch", "--parsable", "-p", "high", "-N2", "--wrap", "sleep 120").stdout.strip()
+    try:
+        job = h.submit("waits", hold="never")
+        sid = slurm_id(h, job)
+        wait_for(lambda: "PENDING" in (h.job(job).executor_ref.get("where") or ""), 20, what="PENDING")
+        row = [r for r in json.loads(orch_cli(h, "status", "--json").stdout) if r["id"] == job][0]
+        assert row["state"] == "running" and f"Slurm {sid}: PENDING (" in row["where"], row
+        assert h.job(job).cost == 0.0
+        t0 = time.monotonic()
+        assert orch_cli(h, "cancel", str(job)).returncode == 0
+        h.wait_state(job, JobState.CANCELLED, timeout=10)
+        took = time.monotonic() - t0
+        assert took < 5, took
+        assert squeue_state(h.slurm, sid) == "CANCELLED"
+        assert not h.records("waits"), "it never ran"
+    finally:
+        h.slurm.run("scancel", blocker, check=False)
