@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One run that proves orch's GPU paths, offline, on one GPU, in under 8 minutes:
+#
+#   bash scripts/gpu-check.sh OUT                 # on a GPU machine
+#   bash scripts/gpu-check.sh --cpu OUT           # the CPU rehearsal (CI), tiny sizes
+#   bash scripts/gpu-check.sh [--only a,c] [--budget-s 450] [--keep] [--work DIR] OUT
+#
+# Writes OUT/report.json, OUT/summary.md and OUT/logs.tar.gz; exits 1 if a section failed, 2 on
+# bad usage or a missing dependency. See README.md ("GPU check") for what each figure means.
+#
+# Dependencies: the machine's own python3 with torch, Lightning and transformers is used as it is,
+# never replaced. If wheels/ (from scripts/fetch-wheels.sh) is here, the wheels this machine lacks
+# (pydantic, datasets, APScheduler, torchdata, ...) are installed into .gpucheck-site/ with
+# `pip install --no-index --no-deps --target` and put first on PYTHONPATH; nothing is downloaded.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+PY=${PYTHON:-python3}
+WHEELS=${GPUCHECK_WHEELS:-$ROOT/wheels}
+SITE=${GPUCHECK_SITE:-$ROOT/.gpucheck-site}
+
+if [ "$#" -eq 0 ] || [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  [ "$#" -eq 0 ] && exit 2 || exit 0
+fi
+
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+if compgen -G "$WHEELS/*.whl" > /dev/null; then
+  # the planner runs on the machine's own packages (PYTHONPATH without the private folder)
+  "$PY" -m training.gpucheck.wheels install "$WHEELS" "$SITE"
+  export PYTHONPATH="$SITE:$PYTHONPATH" GPUCHECK_WHEELS_PLAN="$SITE/gpucheck-wheels.json"
+fi
+
+missing=$("$PY" - <<'EOF'
+import importlib
+gone = []
+for name in ("torch", "pytorch_lightning", "transformers", "datasets", "pydantic", "apscheduler", "torchdata",
+             "typer", "tomli_w", "safetensors"):
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        gone.append(f"{name} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+print("; ".join(gone))
+EOF
+)
+if [ -n "$missing" ]; then
+  echo "gpu-check: cannot import: $missing" >&2
+  echo "gpu-check: on a machine with network run 'bash scripts/fetch-wheels.sh' and bring wheels/ along" >&2
+  exit 2
+fi
+
+exec "$PY" -m training.gpucheck "$@"
