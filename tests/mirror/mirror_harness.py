@@ -26,8 +26,9 @@ resume = os.environ.get("ORCH_RESUME_FROM") or ""
 step = int(os.path.basename(resume).split("-")[-1].split(".")[0]) if resume else 0
 def save(name):
     tmp = os.path.join(ck, ".tmp-" + name)
+    size = b["big"] if b.get("big_from") and step >= b["big_from"] else b["size"]
     with open(tmp, "wb") as f:
-        f.write(os.urandom(b["size"]))
+        f.write(os.urandom(size))
         f.flush(); os.fsync(f.fileno())
     os.replace(tmp, os.path.join(ck, name))
 def progress():

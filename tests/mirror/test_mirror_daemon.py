@@ -60,3 +60,152 @@ def test_manifest_names_only_uploaded_checkpoints_and_retention_never_deletes_a_
     assert m["owner"]["released"] is True and m["attempts"][0]["outcome"] == "succeeded"
     show = json.loads(h.cli("show", str(job_id), "--json").stdout)
     assert show["mirror"]["step"] == 8 and show["mirror"]["pending"] == 0 and show["mirror"]["error"] is None
+
+
+def _kill_home(h) -> None:
+    """SIGKILL every orch process of a home: its daemons, supervisors and jobs (the machine is gone)."""
+    for proc in h.daemons:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    kill_leftover_attempts(h.home)
+
+
+def test_adopt_refuses_a_live_owner_two_machines_cannot_both_adopt_and_the_old_owner_cannot_write(
+        store_url, homes, tmp_path):
+    url, endpoint = store_url
+    a = storage_home(tmp_path / "a", url, endpoint, stale_after_minutes=0.1)
+    homes.append(a)
+    a.start_daemon()
+    job_id = ckpt_job(a, "lease", steps=400, every=0.1, ckpt_every=5)
+    uid = a.job(job_id).uid
+    remote = remote_for(a)
+    wait_manifest(remote, uid, lambda m: m["checkpoints"] and m["state"] == "running")
+
+    b = storage_home(tmp_path / "b", url, endpoint, stale_after_minutes=0.1)
+    homes.append(b)
+    refused = b.cli("adopt", url, "--all")
+    assert refused.returncode == 1 and "still owned by host" in refused.stderr and "heartbeat is" in refused.stderr, refused
+    assert b.store.by_uid(uid) is None
+
+    _kill_home(a)  # the machine is lost; its heartbeat goes stale after 6 s
+    adopted = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", url, "--all")), 30,
+                       interval=0.5, what="adoption once the lease is stale")
+    assert "adopted" in adopted.stdout and "sha256 verified" in adopted.stdout, adopted
+    job_b = b.store.by_uid(uid)
+    assert job_b.state is JobState.QUEUED and job_b.attempt == 1
+    attempts = b.store.attempts(job_b.id)
+    assert attempts[-1].outcome == "lost" and attempts[-1].step_reached >= 5
+    assert manifest(remote, uid)["owner"]["home_id"] == (b.root / "mirror-id").read_text().strip()
+
+    c = storage_home(tmp_path / "c", url, endpoint, stale_after_minutes=0.1)
+    homes.append(c)
+    second = c.cli("adopt", url, "--job", uid[:8])
+    assert second.returncode == 1 and "still owned by host" in second.stderr, second
+
+    # The old owner comes back (its disk survived): it must not overwrite the manifest.
+    before = manifest(remote, uid)
+    a.start_daemon()
+    wait_for(lambda: "lease_lost" in a.event_kinds(job_id), 20, what=f"A to see it lost the lease: {a.log_tail()}")
+    a.wait_state(job_id, JobState.STOPPED, JobState.CANCELLED, timeout=30)
+    time.sleep(1.5)  # a heartbeat interval: A must stay silent
+    after = manifest(remote, uid)
+    assert after["owner"] == before["owner"], "the old owner overwrote the manifest"
+
+
+def test_corrupt_newest_checkpoint_is_rejected_by_name_and_adoption_falls_back(store_url, homes, tmp_path):
+    url, endpoint = store_url
+    a = storage_home(tmp_path / "a", url, endpoint, keep=3)
+    homes.append(a)
+    a.start_daemon()
+    job_id = ckpt_job(a, "corrupt", steps=400, every=0.1, ckpt_every=4)
+    uid = a.job(job_id).uid
+    remote = remote_for(a)
+    m = wait_manifest(remote, uid, lambda m: len(m["checkpoints"]) >= 2, what="two mirrored checkpoints")
+    a.cli("daemon", "stop")  # a clean stop: checkpoints, mirrors, releases the lease
+    for proc in a.daemons:
+        proc.wait(30)
+    m = wait_manifest(remote, uid, lambda m: m["owner"]["released"], what="the lease released")
+    newest, older = m["checkpoints"][0], m["checkpoints"][1]
+    remote.put_bytes(newest["key"], b"not a checkpoint")  # bit rot, a bad copy, a tampered object
+
+    b = storage_home(tmp_path / "b", url, endpoint)
+    homes.append(b)
+    ran = b.cli("adopt", url, "--job", uid)  # released: no wait for staleness
+    assert ran.returncode == 0, ran
+    assert f"rejected {remote.where(newest['key'])}" in ran.stderr, ran.stderr
+    assert f"resuming from step {older['step']}" in ran.stdout, ran.stdout
+    job_b = b.store.by_uid(uid)
+    ckpts = sorted(p.name for p in (b.run_dir(job_b.id) / "checkpoints").iterdir())
+    assert ckpts == [older["name"]], ckpts
+    assert any("rejected" in e.detail for e in b.store.events(job_b.id))
+
+
+def test_storage_down_never_pauses_training_one_warning_then_uploads_catch_up(s3_env, homes, tmp_path):
+    from conftest import S3Server, _free_port  # noqa: F401  (a server of its own: this test stops it)
+    from moto.server import ThreadedMotoServer
+
+    server = S3Server()
+    port = int(server.endpoint.rsplit(":", 1)[1])
+    bucket = server.bucket()
+    url = f"s3://{bucket}/orch"
+    h = storage_home(tmp_path / "a", url, server.endpoint)
+    homes.append(h)
+    h.start_daemon()
+    job_id = ckpt_job(h, "down", steps=400, every=0.1, ckpt_every=3)
+    uid = h.job(job_id).uid
+    remote = remote_for(h)
+    wait_manifest(remote, uid, lambda m: m["checkpoints"], what="a first mirrored checkpoint")
+    server.stop()
+    try:
+        step_at_stop = json.loads((h.run_dir(job_id) / "progress.json").read_text())["step"]
+        t0 = time.monotonic()
+        wait_for(lambda: "mirror_failed" in [e.kind for e in h.store.events()], 20, what="the mirror_failed event")
+        status = h.cli("status")
+        assert "mirror lagging" in status.stdout, status.stdout
+        show = json.loads(h.cli("show", str(job_id), "--json").stdout)
+        assert show["mirror"]["error"], show["mirror"]
+        time.sleep(max(0.0, 4 - (time.monotonic() - t0)))
+        elapsed = time.monotonic() - t0
+        step_now = json.loads((h.run_dir(job_id) / "progress.json").read_text())["step"]
+        # 0.1 s a step: the job must keep its pace while uploads fail (allow for a loaded CI machine)
+        assert step_now - step_at_stop >= 0.5 * elapsed / 0.1, (step_at_stop, step_now, elapsed)
+    finally:
+        server.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.server.start()
+    wait_manifest(remote, uid, lambda m: m["checkpoints"][0]["step"] > step_now, timeout=30,
+                  what="uploads to catch up after the store came back")
+    wait_for(lambda: "mirror_recovered" in [e.kind for e in h.store.events()], 10, what="mirror_recovered")
+    assert [e.kind for e in h.store.events()].count("mirror_failed") == 1
+    h.cleanup()
+    homes.remove(h)
+    server.stop()
+
+
+def test_sigkill_in_the_middle_of_an_upload_leaves_the_manifest_on_complete_checkpoints(s3_server, s3_env, homes,
+                                                                                       tmp_path):
+    url, endpoint = f"s3://{s3_server.bucket()}/orch", s3_server.endpoint
+    a = storage_home(tmp_path / "a", url, endpoint, concurrency=1)
+    homes.append(a)
+    a.start_daemon()
+    job_id = ckpt_job(a, "midway", steps=4, every=0.3, ckpt_every=2, big_from=4, big=160 * 1024 * 1024,
+                      release=str(tmp_path / "never"))
+    uid = a.job(job_id).uid
+    remote = remote_for(a)
+    wait_manifest(remote, uid, lambda m: m["checkpoints"] and m["checkpoints"][0]["step"] == 2, what="step 2 mirrored")
+    wait_for(lambda: "queued step-00000004.ckpt" in a.home.log_file.read_text(), 30, interval=0.02,
+             what="the big upload to start")
+    time.sleep(0.3)  # past the sha256, inside the put
+    assert "uploaded step-00000004.ckpt" not in a.home.log_file.read_text(), "the upload finished too fast to test"
+    _kill_home(a)
+    m = manifest(remote, uid)
+    assert [c["step"] for c in m["checkpoints"]] == [2], m["checkpoints"]
+    assert not any("step-00000004" in meta["path"] for meta in remote.list(f"jobs/{uid}")), "a partial object is visible"
+
+    b = storage_home(tmp_path / "b", url, endpoint)
+    homes.append(b)
+    ran = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", url, "--all")), 30,
+                   interval=0.5, what="adoption once the lease is stale")
+    assert "resuming from step 2" in ran.stdout, ran
+    job_b = b.store.by_uid(uid)
+    assert b.store.attempts(job_b.id)[-1].step_reached == 4  # the lost steps: 4 reached, 2 mirrored
