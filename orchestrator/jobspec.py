@@ -53,6 +53,8 @@ class TrainSection(_Section):
     # first steps' mean after that many steps (None: not watched). The job goes on.
     flat_after_steps: Optional[int] = Field(default=None, gt=0)
     flat_min_improvement: float = Field(default=0.02, ge=0, lt=1)
+    # Hang watchdog: no new step for this long -> stacks dumped, SIGTERM, grace, SIGKILL, retry (None: off).
+    hang_minutes: Optional[float] = Field(default=None, gt=0, le=10080)
 
     @model_validator(mode="after")
     def _check_interval(self) -> "TrainSection":
@@ -95,7 +97,6 @@ class SlurmJobSection(_Section):
     time: Optional[str] = Field(default=None, min_length=1)
     extra_args: list[str] = []
 
-
 _BUILTIN_SECTIONS = ("model", "data", "train", "early_stopping")
 
 
@@ -124,6 +125,7 @@ class JobSpec(_Section):
     priority: int = 0
     retries: int = Field(default=2, ge=0, le=1000)
     grace_seconds: Optional[float] = Field(default=None, gt=0)  # default: config [daemon]
+    watchdog_minutes: Optional[float] = Field(default=None, gt=0, le=10080)  # any job writing progress.json
     command: Optional[list[str]] = Field(default=None, min_length=1)
     workdir: Optional[str] = None
     model: Optional[ModelSection] = None

@@ -20,6 +20,10 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
 log = logging.getLogger(__name__)
 
+# Test-only fault seam: seconds to sleep between writing a checkpoint's temp file and its rename
+# (the chaos test kills jobs while a .tmp- file exists). No effect unless set.
+FAULT_SLOW_SAVE = "ORCH_FAULT_SLOW_SAVE_S"
+
 # Keys every Lightning training checkpoint has; a file without them cannot resume a run.
 EXPECTED_KEYS = ("state_dict", "global_step", "epoch", "loops", "optimizer_states")
 
@@ -48,6 +52,8 @@ def atomic_torch_save(obj: Any, path: str | Path) -> dict[str, float]:
         with open(tmp, "wb") as fh:
             torch.save(obj, fh)
             fh.flush()
+            if os.environ.get(FAULT_SLOW_SAVE):  # test-only: widen the window a kill mid-write needs
+                time.sleep(float(os.environ[FAULT_SLOW_SAVE]))
             t1 = time.perf_counter()
             os.fsync(fh.fileno())
             t2 = time.perf_counter()

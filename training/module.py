@@ -16,6 +16,7 @@ from .resize import rescale_checkpoint
 FAULT_OOM_ABOVE_BATCH = "ORCH_FAULT_OOM_ABOVE_BATCH"
 FAULT_OOM_AT_STEP = "ORCH_FAULT_OOM_AT_STEP"
 FAULT_SLOW_STEP = "ORCH_FAULT_SLOW_STEP_S"  # sleep per training step: gives signal tests a window
+FAULT_HANG_AT_STEP = "ORCH_FAULT_HANG_AT_STEP"  # test-only: attempt 1 blocks forever at this step (hang watchdog tests)
 TRACE_SAMPLES = "ORCH_TRACE_SAMPLES"  # a file: one JSON line per trained micro-batch (sample accounting)
 
 
@@ -49,6 +50,7 @@ class TransformerClassifier(pl.LightningModule):
         self._oom_above = int(os.environ.get(FAULT_OOM_ABOVE_BATCH, "0") or 0)
         self._oom_at_step = int(os.environ.get(FAULT_OOM_AT_STEP, "0") or 0)
         self._slow_step = float(os.environ.get(FAULT_SLOW_STEP, "0") or 0)
+        self._hang_at = (os.environ.get(FAULT_HANG_AT_STEP) or "") if os.environ.get("ORCH_ATTEMPT", "1") == "1" else ""
         self._trace = os.environ.get(TRACE_SAMPLES)
 
     def forward(self, **batch: torch.Tensor):
@@ -62,6 +64,9 @@ class TransformerClassifier(pl.LightningModule):
             )
         if self._slow_step:
             time.sleep(self._slow_step)
+        if self._hang_at and self.global_step >= int(self._hang_at):
+            while True:  # a stuck collective or data loader, as the hang watchdog sees it
+                time.sleep(3600)
         loss = self(**batch).loss
         if self._trace:
             self._trace_batch(batch)

@@ -14,6 +14,11 @@ if __name__ == "__main__":
 
     training.exits.EXIT_AT_ONCE = True
     install_early_sigterm()
+    import faulthandler
+    import signal as _signal
+
+    # The daemon's hang watchdog sends SIGUSR1: every thread's Python stack goes to stderr (the log).
+    faulthandler.register(_signal.SIGUSR1, all_threads=True, chain=False)
 
 import argparse  # noqa: E402
 import os  # noqa: E402

@@ -22,7 +22,7 @@ from ..paths import Home
 from ..records import Job
 from ..states import EventKind, Intent, JobState
 from ..store import Store
-from . import reap, requests, spawn
+from . import reap, requests, spawn, watchdog
 from .accounting import accrue_interval
 
 log = logging.getLogger("orch.daemon")
@@ -67,6 +67,7 @@ class Daemon:
         with self.lock:
             self.executor.refresh(self.store.jobs([JobState.RUNNING]), now)
             self.reap(now)
+            watchdog.check(self, now)  # hung jobs: stacks, SIGTERM, retry (daemon/watchdog.py)
             self.watch_health(now)
             self.apply_cancels(now)
             self.check_budgets(now)

@@ -61,6 +61,11 @@ class Executor(Protocol):
         """The attempt is lost (no exit record, no supervisor): make sure none of its processes
         outlives the requeue, waiting (bounded) until they are gone."""
 
+    def dump_stacks(self, job: Job) -> str:
+        """The hang watchdog: write the attempt's Python stacks into its log, without stopping it
+        (the built-in runner dumps on SIGUSR1 via faulthandler; other jobs through py-spy when it
+        is installed). Returns a few words on what was done, for the `hang` event."""
+
     def log_paths(self, job: Job) -> list[Path]:
         """The attempt's log files (one per rank where there are several)."""
 

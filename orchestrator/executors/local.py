@@ -121,6 +121,32 @@ class LocalExecutor:
         pid, started = info.get("job_pid"), info.get("job_start")
         return bool(pid and is_alive(pid, started) and signal_group(pid, signal.SIGKILL))
 
+    def dump_stacks(self, job: Job) -> str:
+        """Built-in runner: SIGUSR1 to the job's main process (faulthandler writes every thread's
+        stack to its stderr, the attempt log). Any other job: `py-spy dump` if installed, appended
+        to the log; never SIGUSR1, whose default action would kill a program that did not ask."""
+        info = self._pid_file(job)
+        pid, started = info.get("job_pid"), info.get("job_start")
+        if not is_alive(pid, started):
+            return "no stack dump: the job's process is gone"
+        if job.kind != "command":
+            return ("Python stacks dumped into the log (SIGUSR1, faulthandler)"
+                    if signal_process(pid, started, signal.SIGUSR1) else "no stack dump: the signal failed")
+        import shutil
+
+        spy = shutil.which("py-spy")
+        if not spy:
+            return "no stack dump: py-spy is not installed (pip install py-spy)"
+        try:
+            out = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+            text = out.stdout + out.stderr
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"no stack dump: py-spy failed ({exc})"
+        for path in self.log_paths(job)[:1]:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(f"[orch] py-spy dump of pid {pid}:\n{text}\n")
+        return "Python stacks dumped into the log (py-spy)"
+
     # -- looking -----------------------------------------------------------------------------
 
     def log_paths(self, job: Job) -> list[Path]:
