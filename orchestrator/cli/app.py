@@ -166,6 +166,7 @@ def status(
         return
     if not rows:
         print("no jobs" + ("" if show_all else " queued or running (`orch status --all` shows finished ones)"))
+        _say_draining(home)
         return
     import os
     import shutil
@@ -177,6 +178,14 @@ def status(
                        width=shutil.get_terminal_size().columns if tty else None))
     if _daemon_pid(home) is None and any(r["state"] in ("queued", "running") for r in rows):
         err("note: no daemon is running; `orch daemon start` runs the queue")
+    _say_draining(home)
+
+
+def _say_draining(home: Home) -> None:
+    from ..drain import requested
+
+    if requested(home) is not None and _daemon_pid(home) is not None:
+        err("note: the daemon is draining: running jobs finish, nothing new starts, then it exits")
 
 
 def _currency() -> str:
@@ -302,6 +311,44 @@ def daemon_stop(timeout: float = typer.Option(120.0, help="Seconds to wait for r
     print(f"daemon (pid {pid}) stopped")
 
 
+@daemon_app.command("drain")
+def daemon_drain(wait: bool = typer.Option(False, "--wait", help="Block until the daemon has exited."),
+                 timeout: float = typer.Option(0.0, help="With --wait: give up after this many seconds (0: never).")) -> None:
+    """Finish the running jobs, start nothing new, then exit (maintenance, moving to another machine)."""
+    from ..daemon_control import running_pid
+    from ..drain import request
+    from ..errors import DaemonError
+
+    home = ctx.home
+    pid = running_pid(home)
+    if pid is None:
+        raise DaemonError(f"no daemon is running for {home.root}; nothing to drain")
+    request(home)
+    _poke(home)
+    print(f"daemon (pid {pid}) draining: running jobs finish, nothing new starts, then it exits"
+          " (`orch daemon start` runs the queue again)")
+    if wait:
+        deadline = time.monotonic() + timeout if timeout > 0 else None
+        while running_pid(home) is not None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise DaemonError(f"the daemon (pid {pid}) is still draining after {timeout:g}s")
+            time.sleep(0.2)
+        print(f"daemon (pid {pid}) drained and exited")
+
+
+@app.command()
+def doctor(as_json: bool = typer.Option(False, "--json", help="A JSON list of findings.")) -> None:
+    """Check the daemon, store, running jobs, processes, disk, config, notifiers and clock; say how to fix."""
+    from .doctor import BAD, render, run_checks
+
+    findings = run_checks(ctx.home, ctx.config_path, ctx.config_arg is not None)
+    if as_json:
+        emit_json([f.as_dict() for f in findings])
+    else:
+        print(render(findings))
+    raise typer.Exit(1 if any(f.level == BAD for f in findings) else 0)
+
+
 @daemon_app.command("status")
 def daemon_status(as_json: bool = typer.Option(False, "--json")) -> None:
     """Whether the daemon runs: pid and uptime."""
@@ -313,7 +360,10 @@ def daemon_status(as_json: bool = typer.Option(False, "--json")) -> None:
     elif info["running"]:
         from .render import duration
 
-        print(f"daemon running: pid {info['pid']}, up {duration(info['uptime_s'])}, home {info['home']}")
+        from ..drain import requested
+
+        draining = " (draining: running jobs finish, nothing new starts)" if requested(ctx.home) is not None else ""
+        print(f"daemon running: pid {info['pid']}, up {duration(info['uptime_s'])}, home {info['home']}{draining}")
     else:
         print(f"no daemon running for {info['home']}")
         raise typer.Exit(1)

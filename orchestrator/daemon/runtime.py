@@ -80,6 +80,12 @@ class DaemonRuntime:
     # -- scheduled work ------------------------------------------------------------------------
 
     def tick(self) -> None:
+        from ..drain import requested
+
+        draining = requested(self.home) is not None
+        if draining and not self.daemon.stopping:
+            log.info("drain requested: the running jobs finish, nothing new starts, then the daemon exits")
+        self.daemon.stopping = self.daemon.stopping or draining  # no dispatch from now on
         # A wake that arrives while a tick runs is not lost: run again until none is pending.
         for _ in range(10):
             self.wake_pending.clear()
@@ -90,6 +96,12 @@ class DaemonRuntime:
                 log.exception("tick failed; the daemon goes on")
             if not self.wake_pending.is_set():
                 break
+        if draining and self.daemon.running_count() == 0 and not self.stop_event.is_set():
+            from ..drain import clear
+
+            log.info("drained: no job is running; exiting")
+            clear(self.home)
+            self.stop_event.set()
         if self.exit_after_notice and self.daemon.running_count() == 0:
             log.info("preemption notice: every job checkpointed and requeued; exiting as [preemption] on_notice = 'exit'")
             self.stop_event.set()
@@ -144,7 +156,12 @@ class DaemonRuntime:
     def run(self) -> int:
         from apscheduler.schedulers.background import BackgroundScheduler
 
+        from ..drain import clear, requested
         from ..wake import listen
+
+        if requested(self.home) is not None:
+            log.info("a drain request left by an earlier daemon is dropped: this one runs the queue")
+            clear(self.home)
 
         self.daemon.recover(time.time())
         sock = listen(self.home.wake_socket)
