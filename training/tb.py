@@ -5,7 +5,7 @@ mark TensorBoard reads as "discard every event from this step on": how a resumed
 a run instead of restarting it). Standard library only; the reader is here for tests and tools.
 
 Wire format, from tensorflow/core/util/event.proto and summary.proto:
-  Event:   1 wall_time (double), 2 step (int64), 3 file_version (string), 5 summary, 6 session_log
+  Event:   1 wall_time (double), 2 step (int64), 3 file_version (string), 5 summary, 7 session_log
   Summary: 1 value (repeated Value);  Value: 1 tag (string), 2 simple_value (float)
   SessionLog: 1 status (enum: START = 1)
 """
@@ -93,7 +93,7 @@ def encode_event(*, wall_time: float, step: int = 0, file_version: Optional[str]
             for tag, value in scalars.items())
         out += _length_delimited(5, values)
     if session_start:
-        out += _length_delimited(6, _key(1, 0) + _varint(SESSION_START))
+        out += _length_delimited(7, _key(1, 0) + _varint(SESSION_START))
     return out
 
 
@@ -215,7 +215,7 @@ def decode_event(data: bytes) -> Event:
                         number = struct.unpack("<f", v)[0]
                 if number is not None:
                     scalars[tag] = number
-        elif field == 6 and wire == 2:
+        elif field == 7 and wire == 2:
             start = any(f == 1 and v == SESSION_START for f, _, v in _fields(value))
     return Event(wall_time, step, version, scalars, start)
 

@@ -1,0 +1,204 @@
+// The dashboard's three pages (#/ queue, #/job/ID, #/bill), refreshed by polling the read-only
+// JSON API. Everything is built with textContent: job names and log lines are never parsed as HTML.
+"use strict";
+(function () {
+  const main = document.getElementById("main");
+  const statusEl = document.getElementById("status");
+  let timer = null, generation = 0;
+
+  function h(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "text") node.textContent = v;
+      else if (k === "onclick") node.addEventListener("click", v);
+      else node.setAttribute(k, String(v));
+    }
+    for (const c of children) if (c !== null && c !== undefined) node.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
+    return node;
+  }
+
+  const money = (v, cur) => v === null || v === undefined ? "—" : v.toFixed(v >= 100 ? 0 : 2) + (cur ? " " + cur : "");
+  function dur(s) {
+    if (s === null || s === undefined) return "—";
+    s = Math.round(s);
+    const hh = Math.floor(s / 3600), mm = Math.floor((s % 3600) / 60), ss = s % 60;
+    return hh ? `${hh}h${String(mm).padStart(2, "0")}m` : mm ? `${mm}m${String(ss).padStart(2, "0")}s` : `${ss}s`;
+  }
+  const when = (t) => t ? new Date(t * 1000).toLocaleString() : "—";
+  const stateBadge = (s) => h("span", { class: `state state-${s}`, text: s });
+
+  async function getJSON(path) {
+    const r = await fetch(path, { credentials: "same-origin", cache: "no-store" });
+    const body = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
+    if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
+    return body;
+  }
+
+  function setNav(which) {
+    for (const id of ["nav-queue", "nav-bill"]) document.getElementById(id).classList.toggle("active", id === "nav-" + which);
+  }
+
+  // replaceChildren would write a null argument as the text "null".
+  const put = (...nodes) => main.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined));
+
+  function showError(err) {
+    main.replaceChildren(h("p", { class: "error", text: String(err.message || err) }));
+  }
+
+  // -- the queue ---------------------------------------------------------------------------
+  function progressCell(r) {
+    if (r.step === null || r.step === undefined) return h("td", { text: "—" });
+    const total = r.total_steps;
+    const bar = h("span", { class: "bar" }, h("span"));
+    if (total) bar.firstChild.style.width = Math.min(100, 100 * r.step / total).toFixed(1) + "%";
+    return h("td", {}, total ? bar : null, `${r.step}${total ? " / " + total : ""}`);
+  }
+
+  function renderQueue(data) {
+    const cur = data.currency;
+    const active = data.jobs.filter((j) => j.state === "queued" || j.state === "running");
+    const rows = data.jobs.map((r) => {
+      const projected = r.projected_cost === null ? "—" : (r.projection_is_upper_bound ? "≤ " : "") + money(r.projected_cost, cur);
+      const tr = h("tr", { class: "job-row", "data-job-id": r.id, "data-state": r.state, onclick: () => { location.hash = `#/job/${r.id}`; } },
+        h("td", { class: "num" }, h("a", { href: `#/job/${r.id}`, text: String(r.id) })),
+        h("td", { text: r.name }),
+        h("td", {}, stateBadge(r.state)),
+        h("td", { class: "num", text: r.attempt ? String(r.attempt) : "—" }),
+        progressCell(r),
+        h("td", { class: "num", text: r.eta_s === null ? "—" : dur(r.eta_s) }),
+        h("td", { class: "num", text: dur(r.runtime_s) }),
+        h("td", { class: "num", text: money(r.cost, cur) }),
+        h("td", { class: "num", text: projected }),
+        h("td", { class: "reason", text: r.state === "queued" || r.state === "failed" || r.state === "stopped" ? (r.reason || "") : "" }));
+      return tr;
+    });
+    const table = h("table", { id: "queue" },
+      h("thead", {}, h("tr", {}, ...["id", "name", "state", "attempt", "progress", "ETA", "runtime", "cost", "projected", "why"]
+        .map((t, i) => h("th", { class: [0, 3, 5, 6, 7, 8].includes(i) ? "num" : null, text: t })))),
+      h("tbody", {}, ...rows));
+    const daemon = data.daemon_pid ? `daemon running (pid ${data.daemon_pid})` : "no daemon running: `orch daemon start` runs the queue";
+    put(
+      h("h1", { text: "Queue" }),
+      h("p", { class: "muted", id: "summary", text: `${active.length} queued or running, ${data.jobs.length} in all · ${daemon}` }),
+      data.jobs.length ? table : h("p", { class: "muted", text: "No jobs yet: `orch submit job.toml`." }));
+  }
+
+  // -- a job ---------------------------------------------------------------------------------
+  function groupCharts(metrics) {
+    const cols = metrics.columns || [];
+    const groups = [];
+    const losses = cols.filter((c) => /loss/.test(c));
+    const scores = cols.filter((c) => !/loss/.test(c) && /^val_|^test_/.test(c));
+    if (losses.length) groups.push(["Loss", losses]);
+    if (scores.length) groups.push(["Validation metrics", scores]);
+    if (cols.includes("lr")) groups.push(["Learning rate", ["lr"]]);
+    if (cols.includes("samples_per_s")) groups.push(["Samples per second", ["samples_per_s"]]);
+    const used = new Set(groups.flatMap((g) => g[1]));
+    for (const c of cols) if (!used.has(c)) groups.push([c, [c]]);
+    return groups;
+  }
+
+  function kv(k, v) { return h("div", { class: "kv" }, h("div", { class: "k", text: k }), h("div", { class: "v", text: v })); }
+
+  function renderJob(d) {
+    const cur = d.currency;
+    const charts = h("div", { class: "charts", id: "charts", "data-rows": d.metrics.rows });
+    for (const [title, cols] of groupCharts(d.metrics)) {
+      charts.appendChild(window.OrchChart.line({ title, xLabel: "step", markers: d.markers,
+        series: cols.map((c) => ({ name: c, points: d.metrics.series[c] || [] })) }));
+    }
+    const events = h("table", { id: "events" }, h("thead", {}, h("tr", {}, h("th", { text: "when" }), h("th", { text: "event" }), h("th", { text: "detail" }))),
+      h("tbody", {}, ...d.events.slice().reverse().map((e) => h("tr", { class: `ev-${e.kind}`, "data-kind": e.kind },
+        h("td", { text: when(e.at) }), h("td", { class: "event-kind", text: e.kind }), h("td", {}, h("pre", { class: "reason", text: e.detail }))))));
+    const attempts = h("table", { id: "attempts" }, h("thead", {}, h("tr", {}, ...["#", "started", "ran", "resumed from", "reached", "outcome", "exit"].map((t) => h("th", { text: t })))),
+      h("tbody", {}, ...d.attempts.map((a) => h("tr", { "data-outcome": a.outcome },
+        h("td", { text: String(a.n) }), h("td", { text: when(a.started_at) }),
+        h("td", { text: a.ended_at ? dur(a.ended_at - a.started_at) : "running" }),
+        h("td", { text: a.resumed_from_step === null ? "—" : String(a.resumed_from_step) }),
+        h("td", { text: a.step_reached === null ? "—" : String(a.step_reached) }),
+        h("td", { text: a.outcome || "running" }),
+        h("td", { text: a.signal ? `signal ${a.signal}` : a.exit_code === null ? "—" : String(a.exit_code) })))));
+    const ckpts = h("table", { id: "checkpoints" }, h("thead", {}, h("tr", {}, h("th", { text: "checkpoint" }), h("th", { class: "num", text: "step" }), h("th", { class: "num", text: "MB" }))),
+      h("tbody", {}, ...d.checkpoints.map((c) => h("tr", {}, h("td", { text: c.path.split("/").pop() }),
+        h("td", { class: "num", text: c.step === null ? "—" : String(c.step) }), h("td", { class: "num", text: (c.bytes / 1e6).toFixed(1) })))));
+    const progress = d.step === null || d.step === undefined ? "—" : `${d.step}${d.total_steps ? " / " + d.total_steps : ""}`;
+    put(
+      h("h1", {}, `Job ${d.id} · ${d.name} `, stateBadge(d.state)),
+      d.reason ? h("p", { class: "reason", text: d.reason }) : null,
+      h("div", { class: "grid" }, kv("attempt", String(d.attempt || "—")), kv("progress", progress),
+        kv("ETA", d.eta_s === null ? "—" : dur(d.eta_s)), kv("cost so far", money(d.cost, cur)),
+        kv("projected", d.projected_cost === null ? "—" : money(d.projected_cost, cur)),
+        kv("steps lost", String(d.steps_lost || 0)), kv("waste", money(d.waste_cost, cur) + " · " + dur(d.waste_s)),
+        kv("GPU-hours", d.gpu_hours.toFixed(3))),
+      h("h2", { text: "Curves" }),
+      d.metrics.rows ? charts : h("p", { class: "muted", id: "charts", "data-rows": 0, text: "No metrics.csv rows yet (the built-in runner logs every 10 steps)." }),
+      h("h2", { text: "Attempts" }), attempts,
+      h("h2", { text: "Events" }), events,
+      h("h2", { text: "Checkpoints" }), d.checkpoints.length ? ckpts : h("p", { class: "muted", text: "none" }),
+      h("h2", { text: `Log (attempt ${d.attempt || "—"}, last lines)` }), h("pre", { class: "log", id: "log", text: d.log_tail || "(empty)" }));
+  }
+
+  // -- the bill ------------------------------------------------------------------------------
+  function renderBill(d) {
+    const cur = d.currency;
+    const rows = d.jobs.map((j) => h("tr", { "data-job-id": j.id },
+      h("td", { class: "num" }, h("a", { href: `#/job/${j.id}`, text: String(j.id) })), h("td", { text: j.name }), h("td", {}, stateBadge(j.state)),
+      h("td", { class: "num", text: dur(j.runtime_s) }), h("td", { class: "num", text: j.gpu_hours.toFixed(3) }),
+      h("td", { class: "num", text: money(j.cost, cur) }), h("td", { class: "num", text: money(j.waste, cur) }),
+      h("td", { class: "num", text: j.steps_lost ? String(j.steps_lost) : "—" }),
+      h("td", { class: "num", text: j.budget_left === null ? "—" : money(j.budget_left, cur) })));
+    const table = h("table", { id: "bill" }, h("thead", {}, h("tr", {}, ...["id", "name", "state", "runtime", "GPU-h", "cost", "preemption waste", "steps redone", "budget left"]
+      .map((t, i) => h("th", { class: i > 2 ? "num" : null, text: t })))), h("tbody", {}, ...rows));
+    const tl = d.timeline;
+    const chart = tl.series.length ? window.OrchChart.line({ title: "Cost over time (cumulative)", time: true, xLabel: "time",
+      width: 1100, height: 300,
+      series: tl.series.map((s) => ({ name: s.name, points: s.points })) }) : h("p", { class: "muted", text: "Nothing billed yet." });
+    put(
+      h("h1", { text: "The bill" }),
+      h("div", { class: "grid" }, kv("total", money(d.total, cur)), kv("jobs", money(d.jobs_cost, cur)), kv("idle", money(d.idle_cost, cur)),
+        kv("preemption waste", money(d.waste, cur)), kv("GPU-hours", d.gpu_hours.toFixed(3)),
+        kv("budget left", d.budget_left === null ? "no [budget] total" : money(d.budget_left, cur)),
+        d.savings !== undefined ? kv("spot savings", money(d.savings, cur)) : null),
+      h("h2", { text: "Over time" }), chart,
+      h("p", { class: "muted", text: "Each job's cost is spread over its attempts; the idle cost over the gaps between them (the totals are exact). " + d.note.charAt(0).toUpperCase() + d.note.slice(1) + "." }),
+      h("h2", { text: "By job" }), table);
+  }
+
+  // -- routing and polling ---------------------------------------------------------------------
+  function route() {
+    const hash = location.hash || "#/";
+    const m = hash.match(/^#\/job\/(\d+)/);
+    if (m) return { page: "job", path: `/api/job/${m[1]}`, render: renderJob, every: 3000, nav: "queue" };
+    if (hash.startsWith("#/bill")) return { page: "bill", path: "/api/bill", render: renderBill, every: 5000, nav: "bill" };
+    return { page: "queue", path: "/api/queue", render: renderQueue, every: 2000, nav: "queue" };
+  }
+
+  async function refresh(r, gen) {
+    try {
+      const data = await getJSON(r.path);
+      if (gen !== generation) return;
+      const y = window.scrollY;
+      r.render(data);
+      window.scrollTo(0, y);
+      document.body.setAttribute("data-page", r.page);
+      document.body.setAttribute("data-loaded", "1");
+      statusEl.textContent = "updated " + new Date().toLocaleTimeString();
+    } catch (err) {
+      if (gen === generation) { showError(err); statusEl.textContent = "not updated: " + err.message; }
+    }
+    if (gen === generation) timer = setTimeout(() => refresh(r, gen), r.every);
+  }
+
+  function start() {
+    clearTimeout(timer);
+    generation += 1;
+    const r = route();
+    setNav(r.nav);
+    document.body.removeAttribute("data-loaded");
+    refresh(r, generation);
+  }
+
+  window.addEventListener("hashchange", start);
+  start();
+})();

@@ -1,0 +1,141 @@
+"""Fast checks of issue 14's parts, without training: the TensorBoard writer's framing and
+resume cut, the PNG writer, the daemon's health.json reading, the dashboard's read-only store,
+and that the daemon never loads the event writer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from training import tb
+
+
+def test_crc32c_and_record_framing_match_the_tfrecord_format():
+    assert tb.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    assert tb.crc32c(b"") == 0
+    framed = tb.frame(b"abc")
+    assert len(framed) == 8 + 4 + 3 + 4 and framed[12:15] == b"abc"
+
+
+def test_events_round_trip_and_a_resumed_writer_cuts_from_its_step(tmp_path):
+    first = tb.EventFileWriter(tmp_path, suffix="attempt-1")
+    first.add_scalars({"loss": 1.0, "lr": 0.1}, step=10)
+    first.add_scalars({"loss": 0.5}, step=20)
+    first.add_scalars({"loss": 0.25, "bad": "x"}, step=30)  # steps 20+ are redone by attempt 2
+    first.close()
+    time.sleep(1.01)  # the file name carries the second it was made in
+    second = tb.EventFileWriter(tmp_path, purge_step=20, suffix="attempt-2")
+    second.add_scalars({"loss": 0.4}, step=20)
+    second.add_scalars({"loss": float("nan")}, step=40)
+    second.close()
+    series = tb.read_scalars(tmp_path)
+    assert [s for s, _ in series["loss"]] == [10, 20, 40]
+    assert series["loss"][1][1] == pytest.approx(0.4) and series["lr"] == [(10, pytest.approx(0.1))]
+    assert tb.same_value(series["loss"][2][1], float("nan"))
+    events = [tb.decode_event(r) for r in tb.read_records(tb.event_files(tmp_path)[0])]
+    assert events[0].file_version == "brain.Event:2" and "bad" not in events[-1].scalars
+
+
+def test_a_torn_last_record_ends_the_file_quietly(tmp_path):
+    w = tb.EventFileWriter(tmp_path)
+    w.add_scalars({"loss": 1.0}, step=1)
+    w.close()
+    path = tb.event_files(tmp_path)[0]
+    path.write_bytes(path.read_bytes() + tb.frame(b"x" * 40)[:-10])  # a writer killed mid-record
+    assert tb.read_scalars(tmp_path) == {"loss": [(1, 1.0)]}
+
+
+def test_the_tensorboard_package_reads_our_files_when_it_is_installed(tmp_path):
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    w = tb.EventFileWriter(tmp_path)
+    w.add_scalars({"train_loss": 0.75}, step=9)
+    w.close()
+    acc = event_accumulator.EventAccumulator(str(tmp_path))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("train_loss")] == [(9, 0.75)]
+
+
+def test_the_loss_curve_png_decodes_and_is_none_without_a_loss(tmp_path):
+    import zlib
+
+    from notifiers.curve import draw_curves, loss_curve_png
+
+    csv = tmp_path / "metrics.csv"
+    csv.write_text("epoch,step,train_loss,val_loss\n0,9,0.9,\n0,9,,0.8\n0,19,0.5,\n0,19,,nan\n")
+    png = loss_curve_png(csv)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    idat = png.index(b"IDAT")
+    length = int.from_bytes(png[idat - 4:idat], "big")
+    assert len(zlib.decompress(png[idat + 4:idat + 4 + length])) == 240 * (1 + 480 * 3)
+    assert loss_curve_png(tmp_path / "missing.csv") is None
+    assert draw_curves({"val_acc": [[1, 0.5]]}) is None
+
+
+def test_the_daemon_records_a_flat_loss_once_and_a_divergence_fails_without_retry(tmp_path):
+    from orchestrator.config import Config
+    from orchestrator.contract import HEALTH, write_json_atomic
+    from orchestrator.health import divergence, diverged_decision, record_loss_flat
+    from orchestrator.lifecycle import change_state
+    from orchestrator.paths import Home
+    from orchestrator.states import EventKind, JobState
+    from orchestrator.store import Store
+
+    home = Home(tmp_path / "home").ensure()
+    store = Store(home.db)
+    job = store.submit(name="j", kind="builtin", gpus=0, priority=0, retries=3, spec={}, spec_path="", now=1.0)
+    job = change_state(store, Config(), home, job, JobState.RUNNING, EventKind.STARTED, 2.0, expect=[JobState.QUEUED],
+                       updates={"attempt": 1}, begin_attempt={"n": 1, "gpu_ids": []})
+    run_dir = home.run_dir(job.id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    assert record_loss_flat(store, Config(), home, 3.0) == []
+    flat = {"step": 100, "baseline": 0.7, "recent": 0.69, "improvement": 0.014, "min_improvement": 0.02, "window": 10}
+    write_json_atomic(run_dir / HEALTH, {"loss_flat": flat})
+    assert [j.id for j in record_loss_flat(store, Config(), home, 4.0)] == [job.id]
+    write_json_atomic(run_dir / HEALTH, {"loss_flat": flat, "flat_checked_at": 100})  # rewritten: still once
+    assert record_loss_flat(store, Config(), home, 5.0) == []
+    assert len(store.events(job.id, kinds=["loss_flat"])) == 1
+    assert divergence(home, job) is None
+    write_json_atomic(run_dir / HEALTH, {"diverged": {"step": 37, "what": "the training loss became nan",
+                                                      "attempt": "1", "checkpoint": "step-00000030.ckpt"}})
+    info = divergence(home, store.get(job.id))
+    d = diverged_decision(info)
+    assert d.state is JobState.FAILED and "at step 37" in d.reason and "step-00000030.ckpt" in d.reason
+    write_json_atomic(run_dir / HEALTH, {"diverged": {"step": 37, "what": "nan", "attempt": "0"}})
+    assert divergence(home, store.get(job.id)) is None  # an older attempt's record
+    store.close()
+
+
+def test_the_dashboard_store_is_read_only(tmp_path):
+    from orchestrator.cli.dashboard.data import ReadOnlyStore
+    from orchestrator.errors import OrchError
+    from orchestrator.paths import Home
+    from orchestrator.store import Store
+
+    home = Home(tmp_path / "home").ensure()
+    with pytest.raises(OrchError, match="no orch state"):
+        ReadOnlyStore(home.db).jobs()
+    assert not home.db.exists()  # looking created nothing
+    Store(home.db).close()
+    ro = ReadOnlyStore(home.db)
+    assert ro.jobs() == []
+    with pytest.raises(OrchError, match="read-only"):
+        ro.submit(name="x", kind="command", gpus=0, priority=0, retries=0, spec={}, spec_path="", now=1.0)
+    import sqlite3
+
+    with pytest.raises(sqlite3.OperationalError):
+        ro.db.execute("CREATE TABLE t(x)")
+
+
+def test_the_daemon_and_the_dashboard_never_import_the_event_writer_or_torch():
+    code = ("import sys; import orchestrator.daemon.tick, orchestrator.daemon.outbox, orchestrator.cli.dashboard.server;"
+            "import notifiers.email, notifiers.wechat, notifiers.curve;"
+            "bad = [m for m in ('training.tb', 'training.run_logs', 'torch', 'pytorch_lightning') if m in sys.modules];"
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.replace("'", '"')) == []
