@@ -23,7 +23,21 @@ def say(msg: str) -> None:
 
 
 def _is_rank_zero() -> bool:
+    if under_srun():
+        return int(os.environ["SLURM_PROCID"]) == 0
     return int(os.environ.get("LOCAL_RANK", "0")) == 0 and int(os.environ.get("NODE_RANK", "0")) == 0
+
+
+def under_srun() -> bool:
+    """A task of an `srun` step (orch's Slurm executor runs one rank per GPU per node this way)."""
+    return "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ and "SLURM_NTASKS" in os.environ
+
+
+def srun_geometry() -> tuple[int, int]:
+    """(tasks per node, nodes) of the srun step: Lightning's devices and num_nodes."""
+    nodes = int(os.environ.get("SLURM_NNODES") or os.environ.get("SLURM_JOB_NUM_NODES") or 1)
+    per_node = os.environ.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
+    return (int(per_node) if per_node.isdigit() else max(1, int(os.environ["SLURM_NTASKS"]) // nodes)), nodes
 
 
 def load_spec(run_dir: Path) -> JobSpec:
@@ -64,7 +78,13 @@ def plan_devices(spec: JobSpec) -> dict[str, Any]:
             notes.append('precision "16-mixed" needs CUDA; running in "32" on the CPU')
             precision = "32"
     plan["precision"] = "32-true" if precision == "32" else precision
-    plan["strategy"] = "ddp" if plan["devices"] > 1 else "auto"
+    plan["num_nodes"] = 1
+    if under_srun():
+        # Slurm started every rank (orch's Slurm executor: nodes x gpus tasks); Lightning joins them
+        # through its SLURMEnvironment, with the geometry it validates against.
+        plan["devices"], plan["num_nodes"] = srun_geometry()
+    plan["world"] = plan["devices"] * plan["num_nodes"]
+    plan["strategy"] = "ddp" if plan["world"] > 1 else "auto"
     plan["notes"] = notes
     return plan
 
@@ -205,7 +225,7 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
             spec.model.name_or_path, num_labels, learning_rate=train.learning_rate, weight_decay=train.weight_decay,
             warmup_ratio=train.warmup_ratio, gradient_checkpointing=spec.model.gradient_checkpointing,
             label_names=data.label_names, batch_size=batch_size,
-            total_steps=total_steps(len(data.splits["train"]), plan["devices"], batch_size, accumulate, train))
+            total_steps=total_steps(len(data.splits["train"]), plan["world"], batch_size, accumulate, train))
     except OSError as exc:
         raise RunError(f"cannot load the model {spec.model.name_or_path!r}: {str(exc).splitlines()[0]}") from None
 
@@ -221,14 +241,14 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         val_interval *= factor  # counted in micro-batches, which shrank after an OOM
     trainer = pl.Trainer(
         default_root_dir=str(run_dir),
-        accelerator=plan["accelerator"], devices=plan["devices"], strategy=plan["strategy"],
+        accelerator=plan["accelerator"], devices=plan["devices"], num_nodes=plan["num_nodes"], strategy=plan["strategy"],
         precision=plan["precision"], accumulate_grad_batches=accumulate,
         max_epochs=train.max_epochs if train.max_epochs is not None else -1,
         max_steps=train.max_steps if train.max_steps is not None else -1,
         val_check_interval=val_interval if has_val else None,
         limit_val_batches=None if has_val else 0,
         gradient_clip_val=train.gradient_clip_val or None, deterministic=train.deterministic,
-        callbacks=callbacks, plugins=[AtomicCheckpointIO(keep=spec.checkpoint.keep)],
+        callbacks=callbacks, plugins=[AtomicCheckpointIO(keep=spec.checkpoint.keep), *slurm_plugins()],
         logger=run_loggers(run_dir, resume_step=resume_name.step if resume_name else None, job_name=spec.name or "job"),
         log_every_n_steps=10, num_sanity_val_steps=0, use_distributed_sampler=False,
         enable_progress_bar=progress, enable_model_summary=progress,
@@ -253,6 +273,18 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     write_json_atomic(run_dir / "result.json", result)
     say(f"done: {result['steps']} steps, {result['epochs']} epochs, metrics {result['metrics']}")
     return EX_OK
+
+
+def slurm_plugins() -> list:
+    """Under srun: Lightning's SLURMEnvironment with its auto-requeue OFF (no SIGUSR1 handler, no
+    `scontrol requeue` of its own): orch alone requeues, by submitting the next attempt after the
+    job's exit 75, so ORCH_ATTEMPT stays orch's count. MASTER_ADDR in the environment, if set,
+    names the rank-0 host (Lightning reads it before the node list)."""
+    if not under_srun():
+        return []
+    from pytorch_lightning.plugins.environments import SLURMEnvironment
+
+    return [SLURMEnvironment(auto_requeue=False)]
 
 
 def FinalCheckpoint(ckpt_dir: Path):
@@ -284,12 +316,25 @@ def reap_loader_workers() -> None:
 
 
 def _quiet_known_warnings() -> None:
-    """Warnings that are expected in this runner and would only alarm a user reading the log."""
+    """Warnings that are expected in this runner and would only alarm a user reading the log, and
+    Lightning's advertising: its "💡 Tip" lines and its hint to use `srun` on a machine that has
+    Slurm (orch launches the job itself; under orch's Slurm executor it already runs under srun)."""
+    import logging
     import warnings
 
     for pattern in (".*set_vital.*", ".*LeafSpec.*", ".*Experiment logs directory.*", ".*exists and is not empty.*",
-                    ".*does not have many workers.*", ".*recommended to use `self.log.*sync_dist=True.*", ".*is smaller than the logging interval.*"):
+                    ".*does not have many workers.*", ".*recommended to use `self.log.*sync_dist=True.*", ".*is smaller than the logging interval.*",
+                    ".*The `srun` command is available on your system but is not used.*"):
         warnings.filterwarnings("ignore", message=pattern)
+
+    def no_adverts(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip")
+
+    for name in ("pytorch_lightning", "lightning_fabric", "lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        logger.addFilter(no_adverts)
+        for handler in logger.handlers:
+            handler.addFilter(no_adverts)
 
 
 def _wait_for_other_ranks(trainer, timeout: float = 20.0) -> None:
