@@ -139,3 +139,42 @@ def test_the_daemon_and_the_dashboard_never_import_the_event_writer_or_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.replace("'", '"')) == []
+
+
+def test_the_wecom_robot_gets_the_curve_as_an_image_message_after_the_text(tmp_path):
+    import base64
+    import hashlib
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from notifiers import Message, build_notifiers
+
+    bodies: list[dict] = []
+
+    class Robot(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            answer = json.dumps({"errcode": 0, "errmsg": "ok"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Robot)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/cgi-bin/webhook/send?key=693a91f6-7xxx-4bc4-97a0-0ec2sifa5aaa"
+        (robot,) = build_notifiers([{"type": "wecom", "url": url}], label="test", env={})
+        csv = tmp_path / "metrics.csv"
+        csv.write_text("epoch,step,train_loss\n0,9,0.9\n0,19,0.5\n")
+        robot.send(Message(event="succeeded", job_id=3, job_name="x", state="succeeded", curve_csv=str(csv)))
+        robot.send(Message(event="preempted", job_id=3, job_name="x", state="queued"))  # no curve_csv: text only
+    finally:
+        server.shutdown()
+    assert [b["msgtype"] for b in bodies] == ["markdown", "image", "markdown"]
+    png = base64.b64decode(bodies[1]["image"]["base64"])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and bodies[1]["image"]["md5"] == hashlib.md5(png).hexdigest()
