@@ -65,6 +65,24 @@ def test_cpu_rehearsal_passes_every_section_and_writes_the_report(tmp_path):
         assert by_key["daemon_idle"]["figures"]["gpu_idle_s"] > 0
 
 
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_on_a_gpu_every_section_passes(tmp_path):
+    """The real thing, where a CUDA GPU is visible (never in CI): about 6-8 minutes."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(SCRIPT), str(out)], cwd=str(REPO), env=_env(GPUCHECK_WHEELS=str(REPO / "wheels")),
+                          capture_output=True, text=True, timeout=880)
+    report = json.loads((out / "report.json").read_text())
+    assert report["mode"] == "gpu"
+    failed = {s["key"]: s["reason"] for s in report["sections"] if s["status"] != "pass"}
+    assert not failed, (failed, done.stderr[-3000:])
+    assert done.returncode == 0
+
+
 def test_a_failing_section_fails_the_run_and_a_skip_keeps_its_reason(tmp_path, monkeypatch):
     from training.gpucheck import check, sections
     from training.gpucheck.check import Skip
