@@ -8,7 +8,6 @@ resume from the newest periodic checkpoint, report the steps it lost, and still 
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
