@@ -140,10 +140,18 @@ def plan(wheels: Path, project: Optional[Iterable[str]] = None,
     from packaging.requirements import Requirement
     from packaging.version import Version
 
+    from packaging.tags import sys_tags
+    from packaging.utils import parse_wheel_filename
+
+    supported = set(sys_tags())
     files = sorted(Path(wheels).glob("*.whl"))
     by_name: dict[str, Path] = {}
+    foreign = []
     for f in files:
         name, _ = wheel_name_version(f)
+        if not supported & set(parse_wheel_filename(f.name)[3]):
+            foreign.append(f.name)  # built for another Python or platform (pydantic-core cp312 on 3.11)
+            continue
         if name in by_name:
             raise SystemExit(f"two wheels of {name} in {wheels}: {by_name[name].name} and {f.name}; keep one")
         by_name[name] = f
@@ -188,7 +196,7 @@ def plan(wheels: Path, project: Optional[Iterable[str]] = None,
             unmet.append(f"{who} wants {req.name}{req.specifier}; this machine has {have}"
                          + (" (protected: the machine's copy is kept)" if is_protected(name) else ""))
     return {"install": {by_name[n].name: why for n, why in sorted(chosen.items())},
-            "unmet": sorted(set(unmet)), "wheels_available": len(files)}
+            "unmet": sorted(set(unmet)), "wheels_available": len(files), "not_for_this_python": foreign}
 
 
 def install(wheels: Path, target: Path) -> dict:
