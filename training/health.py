@@ -1,7 +1,11 @@
 """Training health, watched from inside the runner: a loss that becomes NaN or infinite stops the
-job before the bad step touches the weights, and no checkpoint with non-finite weights is ever
-written (so the newest checkpoint is the last good one); a training loss that has not improved
-by `flat_min_improvement` after `flat_after_steps` steps is reported once and training goes on.
+job at the end of that very step, before any checkpoint of it, and no checkpoint with non-finite
+weights is ever written (so the newest checkpoint is the last good one); a training loss that has
+not improved by `flat_min_improvement` after `flat_after_steps` steps is reported once and
+training goes on.
+
+The loss is read at the end of each batch, where Lightning itself reads the progress-bar metrics
+back from the device anyway: checking it there adds no host-device synchronisation of its own.
 
 Both land in RUN_DIR/health.json (contract.HEALTH), which the daemon reads: it marks a diverged
 attempt `failed` (no retry: resuming would diverge again) and records a `loss_flat` event."""
@@ -57,6 +61,7 @@ class HealthCallback(pl.Callback):
         self.attempt = attempt
         self.window = max(1, min(50, (flat_after_steps or 0) // 10))
         self.diverged = False
+        self._batch_step = 0  # the optimizer step the current batch belongs to (1-based)
         self._losses: list[tuple[int, float]] = []  # (optimizer step it belongs to, loss), this attempt
         self._state: dict[str, Any] = {}
 
@@ -75,14 +80,20 @@ class HealthCallback(pl.Callback):
             self._save(trainer)  # an older attempt's divergence; this one starts healthy
 
     # -- divergence ----------------------------------------------------------------------------
-    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
-        value = float(loss.detach()) * trainer.accumulate_grad_batches  # one host sync per micro-batch
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+        self._batch_step = trainer.global_step + 1
+
+    def _check_loss(self, trainer: pl.Trainer, outputs: Any) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if not isinstance(loss, torch.Tensor):
+            return
+        value = float(loss.detach()) * trainer.accumulate_grad_batches  # Lightning divided it
         bad = not math.isfinite(value)
         # Every rank decides together: a rank that stopped alone would hang the others' all-reduce.
         if trainer.strategy.reduce_boolean_decision(bad, all=False):
-            step = trainer.global_step + 1  # the optimizer step this loss was computed for
-            self._diverge(trainer, step, f"the training loss became {value if bad else 'non-finite on another rank'}")
-        self._losses.append((trainer.global_step + 1, value))
+            what = f"the training loss became {value}" if bad else "the training loss became non-finite on another rank"
+            self._diverge(trainer, self._batch_step, what)
+        self._losses.append((self._batch_step, value))
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
         # A step with a finite loss can still leave inf/NaN weights; such a file must never
@@ -103,6 +114,9 @@ class HealthCallback(pl.Callback):
     # -- a flat loss -----------------------------------------------------------------------------
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
+        # Runs before the checkpoint callbacks' own on_train_batch_end (Lightning orders those
+        # last), so a NaN step raises before a periodic save of it is even attempted.
+        self._check_loss(trainer, outputs)
         n = self.flat_after_steps
         if not n or trainer.global_rank != 0 or "flat_checked_at" in self._state:
             self._losses = self._losses[-10 * self.window:]
