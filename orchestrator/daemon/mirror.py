@@ -171,6 +171,8 @@ class Mirror:
             for job in jobs:  # finished ones too: the final checkpoint may be written just before the end
                 self.scan(job, now)
             self.upload_pending()
+            if self.stopping.is_set():
+                return  # past the deadline: the manifests stay where they were (release_all follows)
             for job in jobs:
                 self.sync_job(job, time.time())
         except StorageError as exc:
@@ -213,9 +215,13 @@ class Mirror:
                 return
             if row["next_try_at"] > time.time():
                 continue
-            if self.urgent and not row["notice"] and self.store.jobs([JobState.RUNNING]):
+            if self._should_yield(row):
                 continue  # jobs are writing their notice checkpoints: keep the link for those
             self._upload(row)
+
+    def _should_yield(self, row: dict[str, Any]) -> bool:
+        """A periodic upload gives way while a notice stands and jobs are still writing notice checkpoints."""
+        return self.stopping.is_set() or (self.urgent and not row["notice"] and bool(self.store.jobs([JobState.RUNNING])))
 
     def _upload(self, row: dict[str, Any]) -> None:
         now = time.time()
@@ -229,16 +235,18 @@ class Mirror:
         except FileNotFoundError:
             self.store.upload_finish(row["id"], now, dropped="deleted locally before it was uploaded")
             return
+        if self._should_yield(row):  # a notice arrived while hashing: it stays queued
+            log.info("mirror: job %s: upload of %s gives way to a notice checkpoint", row["job_id"], row["name"])
+            return
         key = mf.checkpoint_key(row["uid"], row["name"], sha)
         notice = bool(row["notice"])
         concurrency = self.s.notice_concurrency if (notice or self.urgent) else self.s.concurrency
         started = time.monotonic()
         try:
             self._run_cancellable(row, self.remote.put_file_async(key, path, concurrency=concurrency))
-        except asyncio.CancelledError:
-            log.info("mirror: job %s: upload of %s dropped for a notice checkpoint", row["job_id"], row["name"])
-            if not self.store.uploads_pending(row["job_id"]) or self.stopping.is_set():
-                return  # it stays queued and goes again after the notice checkpoint
+        except asyncio.CancelledError:  # it stays queued: it goes again later unless a newer one supersedes it
+            why = "the daemon stopped (notice_deadline_seconds)" if self.stopping.is_set() else "a notice checkpoint"
+            log.info("mirror: job %s: upload of %s dropped for %s", row["job_id"], row["name"], why)
             return
         except StorageError as exc:
             delay = min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2 ** min(row["tries"], 10))
@@ -258,6 +266,8 @@ class Mirror:
             task = loop.create_task(coro)
             with self._current_lock:
                 self._current = (loop, task, row)
+            if self._should_yield(row):  # a notice between the check and now
+                task.cancel()
             return loop.run_until_complete(task)
         finally:
             with self._current_lock:

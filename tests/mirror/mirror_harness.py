@@ -27,6 +27,8 @@ step = int(os.path.basename(resume).split("-")[-1].split(".")[0]) if resume else
 def save(name):
     tmp = os.path.join(ck, ".tmp-" + name)
     size = b["big"] if b.get("big_from") and step >= b["big_from"] else b["size"]
+    if name.startswith("notice-") and b.get("notice_size"):
+        size = b["notice_size"]
     with open(tmp, "wb") as f:
         f.write(os.urandom(size))
         f.flush(); os.fsync(f.fileno())
