@@ -87,3 +87,16 @@ def test_config_errors_exit_2(tmp_path: Path, orch):
     cfg.write_text('[storage]\nurl = "s3://bucket-x/p"\n')
     ran = orch("--config", cfg, "config", "check", env={"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""})
     assert ran.rc == 2 and "storage.url" in ran.err and "AWS_ACCESS_KEY_ID" in ran.err, ran
+
+
+def test_storage_check_against_the_loopback_server(s3_server, s3_env, tmp_path: Path, orch):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[storage]\nurl = "s3://{s3_server.bucket()}/orch"\nendpoint = "{s3_server.endpoint}"\n')
+    ran = orch("--config", cfg, "storage", "check", "--mb", "6", env=s3_env)
+    assert ran.rc == 0, ran
+    for line in ("conditional create: ok", "read back: ok", "conditional update: ok", "upload of 6 MB", "delete: ok",
+                 "aborts incomplete multipart uploads"):
+        assert line in ran.out, ran.out
+    assert "orch-test-secret" not in ran.out + ran.err
+    missing = orch("--config", cfg, "storage", "check", "s3://orch-no-such-bucket/p", env=s3_env)
+    assert missing.rc == 1 and "FAILED" in missing.out and "Traceback" not in missing.err, missing
