@@ -18,6 +18,7 @@ from .contract import (
 from .errors import InvalidTransition
 from .executors.base import AttemptLaunch
 from .gpus import visible_devices
+from .diskfull import disk_full, disk_full_decision, record_disk_full
 from .health import diverged_decision, divergence, record_diverged
 from .lifecycle import change_state, log_tail, write_run_spec
 from .outcome import Decision, decide, describe_exit
@@ -195,6 +196,9 @@ def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info
     diverged = divergence(home, job) if job.intent is Intent.NONE and d.state is not JobState.SUCCEEDED else None
     if diverged is not None:  # the runner's health.json: failed at once, never retried into the same NaN
         d = diverged_decision(diverged)
+    full = disk_full(home, job) if job.intent is Intent.NONE and d.state is not JobState.SUCCEEDED else None
+    if full is not None and diverged is None:  # the runner's disk_full.json: failed until space is freed
+        d = disk_full_decision(full, job.id)
     updates: dict[str, Any] = {"failures": job.failures + int(d.charged)}
     if d.state is JobState.QUEUED:
         stalls = stalled_resumes(home, store, job) if d.outcome is AttemptOutcome.CHECKPOINTED else 0
@@ -222,6 +226,8 @@ def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info
         return None
     if diverged is not None:
         record_diverged(store, config, home, new, diverged, now)
+    elif full is not None:
+        record_disk_full(store, config, home, new, full, now)
     return Settled(new, d)
 
 

@@ -39,6 +39,7 @@ MODEL = "model"
 METRICS_CSV = "metrics.csv"
 TENSORBOARD = "tensorboard"  # the runner's TensorBoard event files, one per attempt
 HEALTH = "health.json"  # training health (diverged, loss_flat), written by the runner, read by the daemon
+DISK_FULL = "disk_full.json"  # a checkpoint write found the disk full: needed vs free bytes (runner -> daemon)
 
 
 def attempt_log(n: int) -> str:

@@ -3,8 +3,12 @@ name so the daemon can pick one without torch), integrity checks, retention."""
 
 from __future__ import annotations
 
+import errno
+import io
 import logging
 import os
+import shutil
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -16,6 +20,8 @@ from orchestrator.contract import (  # noqa: F401 (names re-exported to the runn
     BEST_NAME, NOTICE_PREFIX, PERIODIC_PREFIX, TEMP_MARK, fsync_dir, notice_name, parse_checkpoint_name, periodic_name,
     step_checkpoints,
 )
+from orchestrator.contract import DISK_FULL as DISK_FULL_FILE, write_json_atomic
+from training.exits import RunError
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
 log = logging.getLogger(__name__)
@@ -67,6 +73,55 @@ def atomic_torch_save(obj: Any, path: str | Path) -> dict[str, float]:
         raise
     fsync_dir(path.parent)
     return {"write_s": t1 - t0, "fsync_s": t2 - t1, "rename_s": time.perf_counter() - t2, "bytes": float(size)}
+
+
+class DiskFull(RunError):
+    """A checkpoint write found the disk full. The temp file is gone, the previous checkpoint intact."""
+
+
+class _Counter(io.RawIOBase):
+    """A sink that only counts: how big the checkpoint that did not fit is."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self.n += len(b)
+        return len(b)
+
+
+def disk_full(obj: Any, path: Path, *, certain: bool = False) -> Optional[DiskFull]:
+    """Measure what the failed checkpoint needed; if the disk is full (`certain`, or the checkpoint
+    is bigger than the free space), write RUN_DIR/disk_full.json for the daemon (the temp file was
+    removed, so this small file fits) and return the error to raise; else None."""
+    folder = path.parent
+    counter = _Counter()
+    try:
+        torch.save(obj, counter)
+    except Exception:  # a measurement only
+        pass
+    try:
+        free: Optional[int] = shutil.disk_usage(folder).free
+    except OSError:
+        free = None
+    if not certain and (free is None or counter.n <= free):
+        return None
+    previous = next((p.name for p in list_checkpoints(folder) if p.name != path.name), None)
+    info = {"attempt": os.environ.get("ORCH_ATTEMPT", ""), "name": path.name, "folder": str(folder),
+            "needed_bytes": counter.n, "free_bytes": free, "step": step_of(path), "previous": previous,
+            "at": time.time()}
+    run_dir = Path(os.environ.get("ORCH_RUN_DIR") or folder.parent)
+    try:
+        write_json_atomic(run_dir / DISK_FULL_FILE, info)
+    except OSError as exc:
+        print(f"[orch] could not write {DISK_FULL_FILE}: {exc}", file=sys.stderr, flush=True)
+    free_text = f"{free / 1e6:.1f} MB" if free is not None else "an unknown amount"
+    kept = f"{previous} is intact" if previous else "there is no earlier checkpoint"
+    return DiskFull(f"disk full: saving {path.name} needed {counter.n / 1e6:.1f} MB but {folder} has {free_text} free; "
+                    f"the write was abandoned cleanly and {kept}")
 
 
 def remove_orphan_temps(ckpt_dir: str | Path) -> list[Path]:
@@ -164,7 +219,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self._prune_pending: Optional[Path] = None
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
-        self.last_save = atomic_torch_save(checkpoint, path)
+        try:
+            self.last_save = atomic_torch_save(checkpoint, path)
+        except (OSError, RuntimeError) as exc:
+            # torch's zip writer reports ENOSPC as a RuntimeError ("unexpected pos ..."): a failed
+            # write is a full disk when the errno says so, or when the checkpoint does not fit.
+            full = disk_full(checkpoint, Path(path), certain=isinstance(exc, OSError)
+                             and exc.errno in (errno.ENOSPC, errno.EDQUOT))
+            if full is None:
+                raise
+            raise full from None
         if self.keep is not None and step_of(path) is not None:
             if is_notice(path):
                 # Deleting the previous notice file (1.3 GB for BERT-base + AdamW: ~0.2 s) does not

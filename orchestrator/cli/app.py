@@ -27,6 +27,41 @@ class OrchGroup(TyperGroup):
             text = str(exc)
             print(text if exc.exit_code == 2 else f"orch: {text}", file=sys.stderr)
             raise typer.Exit(exc.exit_code) from None
+        except Exception as exc:
+            if not _disk_full(exc):
+                raise
+            # SQLite rolls the transaction back: the store is as it was, only this request failed.
+            root = _state_root()
+            print(f"orch: the disk holding {root} is full ({exc}); nothing was recorded. Free space "
+                  f"(`df -h {root}`, `orch doctor`) and try again", file=sys.stderr)
+            raise typer.Exit(1) from None
+
+
+def _state_root() -> Path:
+    return Home.locate(ctx.home_arg).root  # the module's Ctx (OrchGroup.invoke's `ctx` is click's)
+
+
+def _disk_full(exc: Optional[BaseException]) -> bool:
+    """ENOSPC, or SQLite's "database or disk is full" — also when a failed ROLLBACK on the full
+    disk replaced it with "disk I/O error" (the original is then the exception's context)."""
+    import errno
+    import sqlite3
+
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
+            return True
+        if isinstance(exc, sqlite3.OperationalError) and "disk I/O error" in str(exc):
+            import shutil
+
+            try:  # opening the WAL on a full disk fails this way: tell it by the free space
+                return shutil.disk_usage(_state_root()).free < (1 << 20)
+            except OSError:
+                return False
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 app = typer.Typer(cls=OrchGroup, add_completion=False, no_args_is_help=True, rich_markup_mode=None,

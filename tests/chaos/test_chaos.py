@@ -25,6 +25,10 @@ from orchestrator.states import JobState
 pytestmark = pytest.mark.slow
 
 DEFAULT_SEED = 1313
+# ORCH_CHAOS_SEED=N replays one schedule; ORCH_CHAOS_SEEDS=1,2,3 runs several against one set of
+# reference runs (how the closing note's extra seeds were run).
+SEEDS = [int(x) for x in os.environ.get("ORCH_CHAOS_SEEDS", "").split(",") if x.strip()] \
+    or [int(os.environ.get("ORCH_CHAOS_SEED") or DEFAULT_SEED)]
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +53,8 @@ def references(workload, tmp_path_factory) -> dict[str, dict[str, Any]]:
         h.cleanup()
 
 
-def test_chaos_every_job_ends_exactly_as_if_nothing_happened(workload, references, tmp_path):
-    seed = int(os.environ.get("ORCH_CHAOS_SEED") or DEFAULT_SEED)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_chaos_every_job_ends_exactly_as_if_nothing_happened(workload, references, tmp_path, seed):
     faults = schedule(seed)
     h = make_home(tmp_path / "chaos", chaos=True)
     watcher = AttemptWatcher(h.home.runs)
