@@ -1,0 +1,71 @@
+"""No two attempts of one job alive at once, watched in /proc: a requeued attempt starts only once
+every process of the previous one is gone — after its supervisor was SIGKILLed (the daemon's
+clear_lost kills the job's group and waits), and after the job's leader exited while its children
+lived on (the supervisor kills the group and waits before it writes the exit record)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+import pytest
+from chaos_harness import AttemptWatcher
+from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
+
+from orchestrator.procs import is_alive, start_time
+from orchestrator.states import JobState
+
+pytestmark = pytest.mark.slow
+
+FAMILY = r'''
+import json, os, signal, subprocess, sys, time
+folder, mode = sys.argv[1], sys.argv[2]
+attempt = os.environ["ORCH_ATTEMPT"]
+if attempt != "1":
+    sys.exit(0)
+kids = [subprocess.Popen([sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"]) for _ in range(3)]
+with open(os.path.join(folder, f"kids-{mode}.json"), "w") as f:
+    json.dump([k.pid for k in kids], f)
+if mode == "leader_exits":
+    os._exit(1)  # the children stay behind in the job's process group
+time.sleep(600)
+'''
+
+
+def test_the_next_attempt_waits_for_every_process_of_the_last(orch_home):
+    h = orch_home(cpu_slots=2, retry_backoff_seconds=0.0)
+    script = h.tmp / "family.py"
+    script.write_text(FAMILY)
+    watcher = AttemptWatcher(h.home.runs, interval=0.005)
+    watcher.start()
+    try:
+        h.start_daemon()
+        ids = {mode: h.submit(mode, retries=1, command=[sys.executable, str(script), str(h.tmp), mode])
+               for mode in ("supervisor_killed", "leader_exits")}
+
+        # 1. The leader exits, its children linger: the exit record only once they are gone.
+        exit_file = h.run_dir(ids["leader_exits"]) / "attempt-1.exit"
+        kids_file = h.tmp / "kids-leader_exits.json"
+        wait_for(kids_file.exists, 20, what="the children of leader_exits")
+        kids = json.loads(kids_file.read_text())
+        starts = {pid: start_time(pid) for pid in kids}
+        wait_for(exit_file.exists, 20, interval=0.001, what="attempt 1's exit record")
+        assert not [p for p in kids if starts[p] and is_alive(p, starts[p])], "children outlived the exit record"
+
+        # 2. The supervisor is SIGKILLed: the daemon clears the job's group before the requeue.
+        job_id = ids["supervisor_killed"]
+        kids_file = h.tmp / "kids-supervisor_killed.json"
+        wait_for(kids_file.exists, 20, what="the children of supervisor_killed")
+        pids = h.attempt_pids(job_id, 1)
+        os.kill(pids["supervisor_pid"], signal.SIGKILL)
+        for job_id in ids.values():
+            h.wait_state(job_id, JobState.SUCCEEDED, timeout=30)
+        assert [a.outcome for a in h.store.attempts(ids["supervisor_killed"])] == ["lost", "succeeded"]
+        assert [a.outcome for a in h.store.attempts(ids["leader_exits"])] == ["failed", "succeeded"]
+    finally:
+        watcher.stop()
+    assert watcher.seen, "the watcher saw no job process"
+    assert not watcher.overlaps, watcher.overlaps[:3]
