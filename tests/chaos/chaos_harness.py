@@ -336,7 +336,7 @@ def summary(h: OrchHome, ids: dict[str, int]) -> str:
     lines = []
     for name, job_id in ids.items():
         job = h.job(job_id)
-        outcomes = [a.outcome for a in h.store.attempts(job_id)]
+        outcomes = [str(a.outcome) for a in h.store.attempts(job_id)]
         lines.append(f"  {name}: {job.state.value} after {job.attempt} attempts {outcomes}; {job.reason}")
     return "\n".join(lines)
 
