@@ -248,7 +248,7 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         val_check_interval=val_interval if has_val else None,
         limit_val_batches=None if has_val else 0,
         gradient_clip_val=train.gradient_clip_val or None, deterministic=train.deterministic,
-        callbacks=callbacks, plugins=[AtomicCheckpointIO(keep=spec.checkpoint.keep), *slurm_plugins()],
+        callbacks=callbacks, plugins=[checkpoint_io(spec, AtomicCheckpointIO), *slurm_plugins()],
         logger=run_loggers(run_dir, resume_step=resume_name.step if resume_name else None, job_name=spec.name or "job"),
         log_every_n_steps=10, num_sanity_val_steps=0, use_distributed_sampler=False,
         enable_progress_bar=progress, enable_model_summary=progress,
@@ -285,6 +285,15 @@ def slurm_plugins() -> list:
     from pytorch_lightning.plugins.environments import SLURMEnvironment
 
     return [SLURMEnvironment(auto_requeue=False)]
+
+
+def checkpoint_io(spec: JobSpec, atomic: Any) -> Any:
+    """[checkpoint] background (default): periodic saves written off the step (training/snapshot.py)."""
+    if spec.checkpoint.background:
+        from .snapshot import BackgroundCheckpointIO
+
+        return BackgroundCheckpointIO(keep=spec.checkpoint.keep)
+    return atomic(keep=spec.checkpoint.keep)
 
 
 def FinalCheckpoint(ckpt_dir: Path):
@@ -329,6 +338,9 @@ def _quiet_known_warnings() -> None:
 
     def no_adverts(record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("💡 Tip")
+
+    import lightning_fabric  # noqa: F401  (each adds its stderr handler on import: filter those)
+    import pytorch_lightning  # noqa: F401
 
     for name in ("pytorch_lightning", "lightning_fabric", "lightning.pytorch", "lightning.fabric"):
         logger = logging.getLogger(name)

@@ -35,6 +35,9 @@ def test_quickstart_reaches_its_accuracy(tmp_path, run_job, hf_cache):
     code, out = run_job(run, timeout=180)
     elapsed = time.monotonic() - started
     assert code == 0, out
+    # Lightning's advertising ("💡 Tip: ... litlogger/litmodels") and its `srun` hint stay out of job logs.
+    assert "Tip:" not in out and "litlogger" not in out and "litmodels" not in out, out
+    assert "The `srun` command is available" not in out, out
     result = read_result(run)
     assert result["metrics"]["val_acc"] >= 0.9, result
     assert result["best_metric"] >= 0.9
