@@ -89,8 +89,9 @@ def hang(d: "Daemon", job: Job, step: Optional[int], stuck_s: float, now: float)
     reason = (f"hang: no progress for {stuck_s / 60:.1f} min, stuck {where} (watchdog "
               f"{limit_minutes(job):g} min); stacks dumped into its log, stopping it to retry from its newest checkpoint")
     _log_line(d, job, f"[orch] watchdog: {reason}")
+    dump = getattr(d.executor, "dump_stacks", None)
     try:
-        dumped = d.executor.dump_stacks(job)
+        dumped = dump(job) if dump else f"no stack dump: the {d.executor.name} executor cannot take one"
     except Exception as exc:  # never let a dump failure keep a hung job on the bill
         dumped = f"no stack dump ({type(exc).__name__}: {exc})"
     log.warning("job %s (%s): %s; %s", job.id, job.name, reason, dumped)

@@ -134,7 +134,8 @@ class LocalExecutor:
                     if signal_process(pid, started, signal.SIGUSR1) else "no stack dump: the signal failed")
         import shutil
 
-        spy = shutil.which("py-spy")
+        beside = Path(self.python).with_name("py-spy")  # installed into the same environment as orch
+        spy = shutil.which("py-spy") or (str(beside) if beside.exists() else None)
         if not spy:
             return "no stack dump: py-spy is not installed (pip install py-spy)"
         try:
