@@ -108,6 +108,7 @@ def test_a_checkpoint_that_does_not_fit_fails_cleanly_and_the_previous_one_resum
     log = (h.run_dir(job_id) / "attempt-1.log").read_text(errors="replace")
     assert job.state is JobState.FAILED, (job.reason, log[-2000:])
     assert job.attempt == 1, ("a full disk is not retried into the same full disk", job.reason, log[-3000:])
+    print(f"\nfull disk: {job.reason}")
     assert job.reason.startswith("disk full: saving step-00000008.ckpt needed"), job.reason
     needed_mb = float(job.reason.split("needed ")[1].split(" MB")[0])
     free_mb = float(job.reason.split("had ")[1].split(" MB free")[0])

@@ -35,6 +35,10 @@ def progress(step):
 
 if attempt == 1 and mode == "silent":
     time.sleep(600)  # stuck before its first step: a download or a data loader that never returns
+if attempt == 1 and mode == "silent75":  # the same, but SIGTERM exits 75 as the runner does before training
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(75))
+    time.sleep(600)
 for step in range(1, 4):
     progress(step)
     time.sleep(0.1)
@@ -59,11 +63,11 @@ def with_hang_notifier(h) -> None:
     h.config = load_config(config, required=True)
 
 
-def command_job(h, name: str, mode: str) -> int:
+def command_job(h, name: str, mode: str, retries: int = 1) -> int:
     script = h.tmp / "progress_job.py"
     script.write_text(PROGRESS_JOB)
     path = h.jobs_dir / f"{name}.toml"
-    path.write_text(f'name = "{name}"\ngpus = 0\nretries = 1\nwatchdog_minutes = 0.04\ngrace_seconds = 2\n'
+    path.write_text(f'name = "{name}"\ngpus = 0\nretries = {retries}\nwatchdog_minutes = 0.04\ngrace_seconds = 2\n'
                     f'command = {json.dumps([sys.executable, str(script), mode])}\n')
     job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0)
     poke(h.home.wake_socket)
@@ -78,6 +82,11 @@ def test_command_jobs_that_stop_advancing_or_never_start_are_stopped_and_retried
     silent = command_job(h, "silent", "silent")
     for job_id in (stuck, silent):
         h.wait_state(job_id, JobState.SUCCEEDED, timeout=60)
+    # A hung attempt that exits 75 on SIGTERM is charged all the same: with no retry left, failed.
+    silent75 = command_job(h, "silent75", "silent75", retries=0)
+    job = h.wait_state(silent75, JobState.FAILED, timeout=60)
+    assert "hung in attempt 1 and no retries are left" in job.reason, job.reason
+    assert [a.outcome for a in h.store.attempts(silent75)] == ["checkpointed"]
     for job_id, where in ((stuck, "stuck at step 3"), (silent, "stuck before its first step")):
         job = h.job(job_id)
         attempts = h.store.attempts(job_id)
@@ -128,6 +137,9 @@ def test_a_builtin_job_whose_step_blocks_gets_its_stacks_dumped_and_resumes(orch
     hangs = [e for e in h.store.events(job_id) if e.kind == "hang"]
     assert len(hangs) == 1 and "stuck at step 3" in hangs[0].detail, hangs
     assert "faulthandler" in hangs[0].detail
+    attempts = h.store.attempts(job_id)
+    print(f"\nhang: {hangs[0].detail}\n  detected {hangs[0].at - attempts[0].started_at:.1f}s after attempt 1 began; "
+          f"attempt 1 ended {attempts[0].ended_at - hangs[0].at:.1f}s after the hang event")
     # faulthandler's dump: the blocked frame, in the runner's training step.
     assert "in training_step" in log1 and "training/module.py" in log1, log1[-3000:]
     attempts = h.store.attempts(job_id)

@@ -21,7 +21,7 @@ from ..attempts import attempt_started_at, grace_for
 from ..contract import PROGRESS, read_json
 from ..lifecycle import outgoing_for, payload_for
 from ..records import Job
-from ..states import EventKind, Intent, JobState
+from ..states import AttemptOutcome, EventKind, Intent, JobState
 
 if TYPE_CHECKING:
     from .tick import Daemon
@@ -57,6 +57,7 @@ def attempt_step(d: "Daemon", job: Job, began: float) -> tuple[Optional[int], fl
 
 
 def check(d: "Daemon", now: float) -> None:
+    charge_checkpointed_hangs(d, now)
     seen: dict[tuple[int, int], Seen] = d.__dict__.setdefault("watchdog_seen", {})
     running = d.store.jobs([JobState.RUNNING])
     live = {(j.id, j.attempt) for j in running}
@@ -103,8 +104,31 @@ def hang(d: "Daemon", job: Job, step: Optional[int], stuck_s: float, now: float)
     # No intent: the attempt ends as a failure (charged, retried with backoff), so a job that hangs
     # every time runs out of retries instead of looping. signalled_at arms the escalate backstop.
     d.store.update(job.id, now, only_if_state=[JobState.RUNNING], signalled_at=now, reason=reason)
+    d.__dict__.setdefault("watchdog_hung", {})[job.id] = job.attempt
     d.executor.terminate(job)
     log.info("job %s: SIGTERM (hang); SIGKILL after %.0fs", job.id, grace_for(job, d.config))
+
+
+def charge_checkpointed_hangs(d: "Daemon", now: float) -> None:
+    """A hung attempt that answered the SIGTERM with exit 75 (the runner before training starts:
+    a stuck download or tokenization) was requeued uncharged; a hang spends a retry all the same,
+    or a job that hangs every time would run (and bill) forever."""
+    hung: dict[int, int] = d.__dict__.get("watchdog_hung") or {}
+    for job_id, n in list(hung.items()):
+        job = d.store.get(job_id)
+        if job.state is JobState.RUNNING and job.attempt == n:
+            continue  # still ending
+        del hung[job_id]
+        attempt = next((a for a in d.store.attempts(job_id) if a.n == n), None)
+        if job.state is not JobState.QUEUED or attempt is None or attempt.outcome is not AttemptOutcome.CHECKPOINTED:
+            continue  # charged already (failed), or settled some other way
+        if job.failures + 1 > job.retries:
+            d.change(job, JobState.FAILED, EventKind.FAILED, now, reason=f"hung in attempt {n} and no retries are left "
+                     f"({job.retries}); see `orch logs {job_id}` for its stacks")
+        else:
+            d.store.update(job_id, now, only_if_state=[JobState.QUEUED], failures=job.failures + 1)
+            log.info("job %s: attempt %s hung: charged to its retries (%s of %s)", job_id, n, job.failures + 1,
+                     job.retries)
 
 
 def _log_line(d: "Daemon", job: Job, text: str) -> None:
