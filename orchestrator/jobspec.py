@@ -83,6 +83,9 @@ class CheckpointSection(_Section):
     every_n_steps: Optional[int] = Field(default=None, gt=0)
     every_minutes: Optional[float] = Field(default=10.0, gt=0)
     keep: int = Field(default=3, ge=1)
+    # Periodic checkpoints: the step blocks only for a snapshot of the state; a background thread
+    # writes it (training/snapshot.py). false: written inside the step, as notice checkpoints are.
+    background: bool = True
 
 
 class BudgetSection(_Section):

@@ -1,0 +1,165 @@
+"""The mirror's cost: a BERT-base + AdamW checkpoint (~1.3 GB) pushed to an S3-compatible server
+on loopback (moto's server, in this process's threads) through orch's uploader vs a bare obstore
+put of the same file to the same server at the same concurrency, arms alternated after a warm-up.
+
+- upload ratio: bare put time / orch time (goal >= 0.9). orch's path is the daemon's: sha256 of
+  the file, the put under its content-named key, the uploads-queue bookkeeping in SQLite, and the
+  manifest naming it (the commit point).
+- notice -> mirrored: the same path at notice_concurrency, against AWS's 105 s window.
+- adopt: `orch adopt` on a fresh home (download + sha256 verify + import), the part of "adopt ->
+  first resumed step" that grows with the checkpoint (the job's own start-up is the same as any
+  resume: see benchmarks/preemption.py).
+
+    python benchmarks/mirror.py [--reps 2] [--concurrency 4] [--part-mb 16] [--ckpt PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def make_checkpoint(path: Path) -> None:
+    """A Lightning-shaped checkpoint of BERT-base (random init) with AdamW state after one step."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(num_labels=2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    out = model(input_ids=torch.randint(0, 1000, (2, 16)), labels=torch.tensor([0, 1]))
+    out.loss.backward()
+    opt.step()
+    torch.save({"state_dict": model.state_dict(), "optimizer_states": [opt.state_dict()], "global_step": 1,
+                "epoch": 0, "loops": {}}, path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--part-mb", type=int, default=16)
+    ap.add_argument("--ckpt", type=Path, default=None)
+    args = ap.parse_args()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1")
+
+    import obstore
+    from moto.server import ThreadedMotoServer
+
+    from orchestrator.config import Config, StorageSection
+    from orchestrator.daemon.mirror import Mirror
+    from orchestrator.paths import Home
+    from orchestrator.storage import manifest as mf
+    from orchestrator.store import Store
+
+    tmp = Path(tempfile.mkdtemp(prefix="orch-bench-mirror-"))
+    ckpt = args.ckpt or tmp / "step-00000001.ckpt"
+    if not ckpt.exists():
+        t = time.monotonic()
+        make_checkpoint(ckpt)
+        print(f"made {ckpt.name}: {ckpt.stat().st_size / 1e9:.2f} GB in {time.monotonic() - t:.0f} s", flush=True)
+    size = ckpt.stat().st_size
+
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/orch-bench", method="PUT")).read()
+    storage = StorageSection(url="s3://orch-bench/m", endpoint=endpoint, part_size_mb=args.part_mb,
+                             concurrency=args.concurrency, notice_concurrency=args.concurrency)
+    config = Config(storage=storage)
+    home = Home(tmp / "home").ensure()
+    store = Store(home.db)
+    job = store.submit(name="bench", kind="command", gpus=0, priority=0, retries=0, spec={"command": ["true"]},
+                       spec_path="", now=time.time())
+    run_ckpts = home.run_dir(job.id) / "checkpoints"
+    run_ckpts.mkdir(parents=True, exist_ok=True)
+    mirror = Mirror(home, config, store)
+    bare = mirror.remote.store
+
+    def bare_put(i: int) -> float:
+        t = time.monotonic()
+        obstore.put(bare, f"bare/{i}.ckpt", ckpt, chunk_size=args.part_mb * 1024 * 1024,
+                    max_concurrency=args.concurrency)
+        took = time.monotonic() - t
+        obstore.delete(bare, f"bare/{i}.ckpt")
+        return took
+
+    def orch_put(i: int, notice: bool = False) -> float:
+        name = (f"notice-step-{i:08d}.ckpt" if notice else f"step-{i:08d}.ckpt")
+        target = run_ckpts / name
+        if not target.exists():
+            os.link(ckpt, target)
+        t = time.monotonic()
+        mirror.scan(store.get(job.id), time.time())  # queue it, as the daemon's pass does
+        mirror.upload_pending()
+        mirror.sync_job(store.get(job.id), time.time())  # the manifest naming it: now it is mirrored
+        took = time.monotonic() - t
+        row = store.mirror_state(job.id)
+        assert row["checkpoints"][0]["name"] == name, row["checkpoints"]
+        target.unlink()
+        return took
+
+    # warm-up: one of each (page cache, connections, moto's first multipart)
+    bare_put(0)
+    orch_put(1)
+    bares, orchs = [], []
+    for rep in range(args.reps):
+        for arm in (("bare", "orch") if rep % 2 == 0 else ("orch", "bare")):
+            if arm == "bare":
+                bares.append(bare_put(rep + 10))
+            else:
+                orchs.append(orch_put(rep + 10))
+            print(f"rep {rep} {arm}: {(bares if arm == 'bare' else orchs)[-1]:.2f} s", flush=True)
+    notice_s = orch_put(99, notice=True)
+    print(f"notice checkpoint mirrored in {notice_s:.2f} s", flush=True)
+
+    # adopt on a fresh home: download + verify + import (`orch adopt` as a user runs it)
+    fresh = tmp / "fresh"
+    cfg = tmp / "config.toml"
+    cfg.write_text(f'[storage]\nurl = "s3://orch-bench/m"\nendpoint = "{endpoint}"\npart_size_mb = {args.part_mb}\n')
+    # the uploader's manifest names the notice checkpoint; release the lease so adopt needs no wait
+    mirror.release_all()
+    t = time.monotonic()
+    ran = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(fresh), "--config", str(cfg), "adopt",
+                          "s3://orch-bench/m", "--all"], capture_output=True, text=True, env=os.environ)
+    adopt_s = time.monotonic() - t
+    print(ran.stdout.strip(), ran.stderr.strip(), flush=True)
+
+    ratio = statistics.median(bares) / statistics.median(orchs)
+    report = {
+        "checkpoint_gb": round(size / 1e9, 3),
+        "bare_put_s": [round(x, 2) for x in bares],
+        "orch_mirrored_s": [round(x, 2) for x in orchs],
+        "upload_ratio_bare_over_orch": round(ratio, 3),
+        "orch_mb_per_s": round(size / 1e6 / statistics.median(orchs), 1),
+        "notice_to_mirrored_s": round(notice_s, 2),
+        "notice_deadline_s": 105,
+        "adopt_fresh_home_s": round(adopt_s, 2),
+        "adopt_rc": ran.returncode,
+        "concurrency": args.concurrency,
+        "part_mb": args.part_mb,
+    }
+    print(json.dumps(report, indent=1))
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
