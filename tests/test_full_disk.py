@@ -88,11 +88,11 @@ def test_a_checkpoint_that_does_not_fit_fails_cleanly_and_the_previous_one_resum
     spec = {
         "name": "big", "gpus": 0, "retries": 2,
         "model": {"name_or_path": str(model)}, "data": {"train": str(train), "max_length": 32, "num_workers": 0},
-        "train": {"max_steps": 12, "batch_size": 8, "precision": "32", "seed": 3},
+        "train": {"max_steps": 8, "batch_size": 8, "precision": "32", "seed": 3},
         "checkpoint": {"every_n_steps": 4, "keep": 3},
         "env": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                 "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"), "OMP_NUM_THREADS": "1",
-                "ORCH_FAULT_SLOW_STEP_S": "0.4"},
+                "ORCH_FAULT_SLOW_STEP_S": "0.25"},
     }
     path = h.jobs_dir / "big.toml"
     path.write_bytes(tomli_w.dumps(spec).encode())

@@ -123,6 +123,8 @@ class AttemptWatcher(threading.Thread):
         self.stop_flag = threading.Event()
         self.overlaps: list[dict[str, Any]] = []
         self.seen: dict[str, set[str]] = {}
+        self.first: dict[tuple[str, str], float] = {}  # (job, attempt) -> first / last time seen alive
+        self.last: dict[tuple[str, str], float] = {}
         self.scans = 0
 
     def scan(self) -> dict[str, dict[str, list[int]]]:
@@ -151,8 +153,12 @@ class AttemptWatcher(threading.Thread):
 
     def run(self) -> None:
         while not self.stop_flag.is_set():
+            now = time.time()
             for job, attempts in self.scan().items():
                 self.seen.setdefault(job, set()).update(attempts)
+                for attempt in attempts:
+                    self.first.setdefault((job, attempt), now)
+                    self.last[(job, attempt)] = now
                 if len(attempts) > 1:
                     self.overlaps.append({"t": time.time(), "job": job, "attempts": attempts})
             self.scans += 1
@@ -161,6 +167,16 @@ class AttemptWatcher(threading.Thread):
     def stop(self) -> None:
         self.stop_flag.set()
         self.join(5)
+
+    def handovers(self) -> list[float]:
+        """Seconds between the last sight of an attempt's processes and the first of the next one's
+        (the watcher's polling interval bounds the precision)."""
+        gaps = []
+        for (job, attempt), first in self.first.items():
+            prev = (job, str(int(attempt) - 1)) if attempt.isdigit() else None
+            if prev in self.last:
+                gaps.append(first - self.last[prev])
+        return sorted(gaps)
 
 
 # -- the schedule -------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ ORCH_CHAOS_SEED=N replays a schedule; on failure the seed and the fault history 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,10 @@ def test_chaos_every_job_ends_exactly_as_if_nothing_happened(workload, reference
         for name, job_id in chaos.ids.items():
             different = differing_tensors(references[name], exported_weights(h.run_dir(job_id)))
             assert not different, f"{name}: {len(different)} tensors differ from the uninterrupted run, e.g. {different[:3]}"
-        print(f"\nchaos seed {seed}: {len(fired)} faults\n{chaos.history()}\n{summary(h, chaos.ids)}")
+        gaps = watcher.handovers()
+        closest = f"; closest hand-over between attempts {gaps[0] * 1000:.0f} ms" if gaps else ""
+        print(f"\nchaos seed {seed}: {len(fired)} faults in {time.time() - chaos.t0:.0f}s{closest}\n{chaos.history()}\n"
+              f"{summary(h, chaos.ids)}")
     except BaseException as exc:
         watcher.stop()
         history = chaos.history() if chaos else ""
