@@ -296,15 +296,6 @@ def checkpoint_io(spec: JobSpec, atomic: Any) -> Any:
     return atomic(keep=spec.checkpoint.keep)
 
 
-def checkpoint_io(spec: JobSpec, atomic: Any) -> Any:
-    """[checkpoint] background (default): periodic saves written off the step (training/snapshot.py)."""
-    if spec.checkpoint.background:
-        from .snapshot import BackgroundCheckpointIO
-
-        return BackgroundCheckpointIO(keep=spec.checkpoint.keep)
-    return atomic(keep=spec.checkpoint.keep)
-
-
 def FinalCheckpoint(ckpt_dir: Path):
     """Saves step-<final>.ckpt when training ends (before Lightning shuts the loaders down), so a
     crash during export is retried from the end, not from the last periodic checkpoint."""
