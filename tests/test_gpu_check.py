@@ -85,7 +85,7 @@ def test_on_a_gpu_every_section_passes(tmp_path):
 
 def test_a_failing_section_fails_the_run_and_a_skip_keeps_its_reason(tmp_path, monkeypatch):
     from training.gpucheck import check, sections
-    from training.gpucheck.check import Skip
+    from training.gpucheck.frame import Skip
 
     def good(ctx, sec):
         sec.check("fine", True)
