@@ -119,6 +119,33 @@ def fix_epoch_end_loader_state(checkpoint: dict[str, Any]) -> None:
     fit["state_dict"]["combined_loader"] = [st if _rewind_to_next_epoch(st) else {} for st in loader_states]
 
 
+def _gather_rank_rng(trainer: Optional[pl.Trainer]) -> Optional[dict[str, Any]]:
+    """Under DDP every rank's torch (and CUDA) generator, gathered into the checkpoint rank 0
+    writes: the ranks' dropout streams differ, and restoring rank 0's on all of them made a
+    resumed DDP run drift from an uninterrupted one. Every rank saves a checkpoint together
+    (save_checkpoint is collective), so this gather runs on all of them at once."""
+    if trainer is None or trainer.world_size <= 1:
+        return None
+    strategy = trainer.strategy
+    device = strategy.root_device
+    out: dict[str, Any] = {"world_size": trainer.world_size}
+    # clone: each rank's own storage (a view into the gathered tensor would be saved with offsets)
+    out["torch"] = [t.cpu().clone() for t in strategy.all_gather(torch.get_rng_state().to(device)).unbind(0)]
+    if device.type == "cuda":
+        out["cuda"] = [t.cpu().clone() for t in strategy.all_gather(torch.cuda.get_rng_state(device).to(device)).unbind(0)]
+    return out
+
+
+def _restore_rank_rng(state: Optional[dict[str, Any]], trainer: pl.Trainer) -> None:
+    if not state or state.get("world_size") != trainer.world_size:
+        return  # another world size: every rank keeps rank 0's stream (the old behaviour)
+    rank = trainer.global_rank
+    torch.set_rng_state(state["torch"][rank].to(torch.uint8).contiguous().clone())
+    device = trainer.strategy.root_device
+    if "cuda" in state and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"][rank].to(torch.uint8).contiguous().clone(), device)
+
+
 class OrchCallback(pl.Callback):
     def __init__(self, run_dir: Optional[str | Path] = None, ckpt_dir: Optional[str | Path] = None, *,
                  progress_every_s: Optional[float] = None, log_every_s: Optional[float] = None, handle_sigint: bool = False):
@@ -133,6 +160,8 @@ class OrchCallback(pl.Callback):
         self._prev_handler: Any = None
         self._prev_sigint: Any = None
         self._pending_rng: Optional[dict[str, Any]] = None
+        self._pending_rank_rng: Optional[dict[str, Any]] = None
+        self._trainer: Optional[pl.Trainer] = None  # for the per-rank RNG gather in state_dict
         self._last_write = 0.0
         self._last_log = 0.0
         self._window_start = time.monotonic()
@@ -174,6 +203,8 @@ class OrchCallback(pl.Callback):
             # load would otherwise consume the restored stream.
             rng.restore(self._pending_rng)
             self._pending_rng = None
+            _restore_rank_rng(self._pending_rank_rng, trainer)
+            self._pending_rank_rng = None
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -238,10 +269,18 @@ class OrchCallback(pl.Callback):
 
     # -- RNG state in every checkpoint -----------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": rng.capture()}
+        state: dict[str, Any] = {"rng": rng.capture()}
+        per_rank = _gather_rank_rng(self._trainer)
+        if per_rank is not None:
+            state["rank_rng"] = per_rank
+        return state
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._trainer = trainer
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending_rng = state_dict.get("rng")
+        self._pending_rank_rng = state_dict.get("rank_rng")
 
     # -- progress ------------------------------------------------------------------------------
     def _heartbeat(self, trainer: pl.Trainer) -> None:

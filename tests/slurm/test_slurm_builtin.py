@@ -76,6 +76,23 @@ def reference_run(folder: Path, spec: dict[str, Any]) -> subprocess.Popen:
                             stdout=open(folder / "run.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
+@pytest.fixture(scope="session")
+def single_reference(bert, tmp_path_factory):
+    """The single-node job's uninterrupted weights, computed once (outside Slurm) beside the first
+    test that needs them; `single_reference()` waits for it and returns its run folder."""
+    folder = tmp_path_factory.mktemp("reference") / "run"
+    proc = reference_run(folder, spec_dict(bert, "reference"))
+
+    def wait() -> Path:
+        assert proc.wait(300) == 0, (folder / "run.log").read_text()[-2000:]
+        return folder
+
+    yield wait
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+
+
 def weights(run_dir: Path) -> dict:
     from safetensors.torch import load_file
 
@@ -96,11 +113,10 @@ def progress_step(h: OrchHome, job: int) -> int:
     return int(p.get("step") or 0)
 
 
-def test_builtin_job_preempted_by_slurm_resumes_to_identical_weights(slurm_home, bert, tmp_path):
+def test_builtin_job_preempted_by_slurm_resumes_to_identical_weights(slurm_home, bert, single_reference):
     h = slurm_home()
     h.start_daemon()
     spec = spec_dict(bert, "bert-preempt")
-    ref = reference_run(tmp_path / "reference", spec)
     job = submit_builtin(h, spec)
     sid = slurm_id(h, job)
     at = random.Random().randint(5, 120)
@@ -109,7 +125,6 @@ def test_builtin_job_preempted_by_slurm_resumes_to_identical_weights(slurm_home,
     # a job in the high partition wants exactly that node: Slurm preempts ours (GraceTime 15 s)
     high = h.slurm.run("sbatch", "--parsable", "-p", "high", "-w", node, "--wrap", "sleep 1").stdout.strip()
     done = h.wait_state(job, JobState.SUCCEEDED, timeout=240)
-    assert ref.wait(240) == 0, (tmp_path / "reference" / "run.log").read_text()[-2000:]
     attempts = h.store.attempts(job)
     assert len(attempts) == 2, [(a.n, a.exit_code, a.outcome) for a in attempts]
     first = h.exit_record(job, 1)
@@ -121,7 +136,59 @@ def test_builtin_job_preempted_by_slurm_resumes_to_identical_weights(slurm_home,
     assert "SIGTERM: saved" in log1, log1[-3000:]
     assert h.exit_record(job, 2)["slurm_job_id"] != sid  # the next attempt is a new submission
     assert h.slurm.run("squeue", "-h", "-t", "all", "-j", high, "-o", "%T").stdout.strip() == "COMPLETED"
-    assert_same_weights(h.run_dir(job), tmp_path / "reference")
+    assert_same_weights(h.run_dir(job), single_reference())
     data = json.loads(orch_cli(h, "show", str(job), "--json").stdout)
     assert data["state"] == "succeeded" and data["steps_lost"] == 0 and data["result"]["steps"] == 200, data["result"]
     print(f"preempted at step >= {at}; resumed from {attempts[1].resumed_from_step}; notices {notices}")
+
+
+def test_two_node_ddp_job_preempted_resumes_to_the_uninterrupted_two_node_weights(slurm_home, bert):
+    """nodes = 2, gpus = 0: one gloo rank per node (n1, n2) under srun. The uninterrupted
+    reference is the same job through orch and Slurm, run first (higher priority)."""
+    h = slurm_home()
+    h.start_daemon()
+    ref = submit_builtin(h, spec_dict(bert, "ddp-reference", nodes=2, priority=10))
+    job = submit_builtin(h, spec_dict(bert, "ddp-preempt", nodes=2))
+    h.wait_state(ref, JobState.SUCCEEDED, timeout=180)
+    sid = slurm_id(h, job)
+    at = random.Random().randint(5, 60)
+    wait_for(lambda: progress_step(h, job) >= at, 180, what=f"step {at}")
+    assert sorted(h.job(job).executor_ref.get("nodes") or []) == ["n1", "n2"], h.job(job).executor_ref
+    h.slurm.run("sbatch", "--parsable", "-p", "high", "-N2", "--wrap", "sleep 1")
+    done = h.wait_state(job, JobState.SUCCEEDED, timeout=240)
+    attempts = h.store.attempts(job)
+    assert len(attempts) == 2, [(a.n, a.exit_code, a.outcome) for a in attempts]
+    assert h.exit_record(job, 1)["code"] == 75 and h.exit_record(job, 1)["slurm_job_id"] == sid
+    assert attempts[1].resumed_from_step is not None and attempts[1].resumed_from_step >= at
+    assert done.steps_lost == 0
+    run = h.run_dir(job)
+    assert (run / "attempt-1.rank-1.log").exists() and (run / "attempt-2.rank-1.log").exists()
+    assert "SIGTERM: saved" in (run / "attempt-1.log").read_text()
+    assert_same_weights(run, h.run_dir(ref))
+    result = read_json(run / "result.json")
+    assert result["steps"] == 100, result
+
+
+def test_walltime_warning_checkpoints_and_the_next_submission_finishes(slurm_home, bert, single_reference):
+    """job.toml [slurm] time = "1" (minute), [slurm] warn_before = 30: Slurm sends the tasks SIGTERM
+    before the walltime (`--signal=TERM@30`), the job saves and exits 75, orch submits the next
+    attempt with a fresh walltime; no attempt reaches TIMEOUT, and the weights are exact."""
+    h = slurm_home(warn_before=30)
+    h.start_daemon()
+    spec = spec_dict(bert, "bert-walltime", slurm={"time": "1"})
+    spec["env"]["ORCH_FAULT_SLOW_STEP_S"] = "0.15"  # 200 steps: ~30 s of training, plus start-up
+    job = submit_builtin(h, spec)
+    done = h.wait_state(job, JobState.SUCCEEDED, timeout=300)
+    attempts = h.store.attempts(job)
+    codes = [h.exit_record(job, a.n)["code"] for a in attempts]
+    assert len(attempts) >= 2 and codes[-1] == 0 and all(c == 75 for c in codes[:-1]), codes
+    sbatch = (h.run_dir(job) / "attempt-1.sbatch").read_text()
+    assert "--time=1" in sbatch and "--signal=TERM@30" in sbatch
+    logs = "".join((h.run_dir(job) / f"attempt-{a.n}.log").read_text() for a in attempts)
+    assert "SIGTERM: saved" in logs
+    sids = [h.exit_record(job, a.n)["slurm_job_id"] for a in attempts]
+    states = h.slurm.run("squeue", "-h", "-t", "all", "-j", ",".join(sids), "-o", "%T").stdout.split()
+    assert "TIMEOUT" not in states, states
+    assert done.steps_lost == 0
+    assert_same_weights(h.run_dir(job), single_reference())
+    print(f"walltime: {len(attempts)} attempts, resumed from {[a.resumed_from_step for a in attempts]}")
