@@ -10,7 +10,12 @@ put of the same file to the same server at the same concurrency, arms alternated
   first resumed step" that grows with the checkpoint (the job's own start-up is the same as any
   resume: see benchmarks/preemption.py).
 
+- periodic checkpoint blocking time (`--blocking`): how long the training step is held by a
+  periodic save written in the background (training/snapshot.py: the snapshot) vs today's
+  synchronous save (serialise + fsync + rename), same state, arms alternated (goal <= 0.25).
+
     python benchmarks/mirror.py [--reps 2] [--concurrency 4] [--part-mb 16] [--ckpt PATH]
+    python benchmarks/mirror.py --blocking [--reps 3] [--ckpt PATH]
 """
 
 from __future__ import annotations
@@ -46,8 +51,44 @@ def make_checkpoint(path: Path) -> None:
                 "epoch": 0, "loops": {}}, path)
 
 
+def blocking(ckpt: Path, reps: int) -> None:
+    import torch
+
+    from training.checkpoints import AtomicCheckpointIO
+    from training.snapshot import BackgroundCheckpointIO
+
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)  # the live state of a training job
+    out = Path(tempfile.mkdtemp(prefix="orch-bench-blocking-"))
+    sync_io, bg_io = AtomicCheckpointIO(keep=1), BackgroundCheckpointIO(keep=1)
+    sync_s, bg_s, bg_write_s = [], [], []
+    for rep in range(reps + 1):  # the first of each is a warm-up
+        for arm in (("sync", "bg") if rep % 2 == 0 else ("bg", "sync")):
+            path = out / arm / f"step-{rep + 1:08d}.ckpt"
+            t = time.perf_counter()
+            if arm == "sync":
+                sync_io.save_checkpoint(state, path)
+                took = time.perf_counter() - t
+            else:
+                bg_io.save_checkpoint(state, path)
+                took = time.perf_counter() - t
+                t2 = time.perf_counter()
+                bg_io.wait()  # not blocking in training: the next interval; waited here so arms do not overlap
+                took_write = time.perf_counter() - t2
+            if rep:
+                (sync_s if arm == "sync" else bg_s).append(took)
+                if arm == "bg":
+                    bg_write_s.append(took_write)
+            print(f"rep {rep} {arm}: blocked {took:.2f} s", flush=True)
+    ratio = statistics.median(bg_s) / statistics.median(sync_s)
+    print(json.dumps({"checkpoint_gb": round(ckpt.stat().st_size / 1e9, 3), "sync_save_s": [round(x, 2) for x in sync_s],
+                      "background_blocked_s": [round(x, 3) for x in bg_s],
+                      "background_write_after_s": [round(x, 2) for x in bg_write_s],
+                      "blocking_ratio_background_over_sync": round(ratio, 3)}, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--blocking", action="store_true")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--part-mb", type=int, default=16)
@@ -72,6 +113,9 @@ def main() -> None:
         make_checkpoint(ckpt)
         print(f"made {ckpt.name}: {ckpt.stat().st_size / 1e9:.2f} GB in {time.monotonic() - t:.0f} s", flush=True)
     size = ckpt.stat().st_size
+    if args.blocking:
+        blocking(ckpt, args.reps)
+        return
 
     import socket
 

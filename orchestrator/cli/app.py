@@ -454,12 +454,13 @@ def adopt(
     job: List[str] = typer.Option([], "--job", help="A job's global id (or a prefix of it, or its name); repeatable."),
     all_jobs: bool = typer.Option(False, "--all", help="Every unfinished job (queued, running, stopped) in the mirror."),
     force: bool = typer.Option(False, "--force", help="Adopt even if its owner's heartbeat is fresh."),
+    maps: List[str] = typer.Option([], "--map", help="OLD=NEW: look for input files under OLD at NEW (repeatable)."),
 ) -> None:
     """Take unfinished jobs over from another machine's mirror and queue them to resume here."""
     from .adopt import run_adopt
 
     raise typer.Exit(run_adopt(ctx.home.ensure(), ctx.config(), ctx.store(), url, jobs=job, take_all=all_jobs,
-                               force=force))
+                               force=force, maps=maps))
 
 
 @storage_app.command("check")

@@ -68,6 +68,8 @@ class Mirror:
         self._current_lock = threading.Lock()
         self._written: dict[int, tuple[Any, ...]] = {}  # job id -> what its last manifest said
         self._files_seen: dict[tuple[int, str], tuple[float, int]] = {}
+        self._data: dict[int, list[dict[str, Any]]] = {}  # job id -> its input files (storage/datafiles.py)
+        self._hashes: dict[tuple[str, float, int], str] = {}
         self._busy = threading.Event()  # a pass is running
 
     # -- thread ----------------------------------------------------------------------------------
@@ -292,6 +294,8 @@ class Mirror:
         if row is not None and row["lost"]:
             return
         self.sync_files(job, now, row)
+        if job.kind == "builtin" and job.id not in self._data:
+            self._data[job.id] = self.upload_inputs(job)
         if job.state in TERMINAL and self.store.uploads_pending(job.id):
             return  # the last manifest names the last checkpoint: written once that is uploaded
         if job.state is JobState.SUCCEEDED and (row is None or not row["final"]):
@@ -313,7 +317,7 @@ class Mirror:
         manifest = mf.build_manifest(
             job, self.store.attempts(job.id), home_id=self.home_id, checkpoints=row["checkpoints"],
             batch=read_json(run_dir / BATCH), progress=read_json(run_dir / PROGRESS), result=result, model=model,
-            released=released, now=now)
+            data_files=self._data.get(job.id), released=released, now=now)
         key = mf.manifest_key(job.uid)
         try:
             etag = self.remote.cas_put(key, mf.dump(manifest), row.get("etag"))
@@ -378,6 +382,19 @@ class Mirror:
             self.remote.put_bytes(mf.file_key(job.uid, name), path.read_bytes())
             self._files_seen[(job.id, name)] = seen
         self.store.mirror_set(job.id, job.uid, files_at=now)
+
+    def upload_inputs(self, job: Job) -> list[dict[str, Any]]:
+        """The job's local data files and model folder, fingerprinted, and uploaded once
+        (content-addressed) when their total is within [storage] data_max_mb."""
+        from ..storage import datafiles
+
+        entries = datafiles.collect(job.spec, int(self.s.data_max_mb * 1e6), self._hashes)
+        sent = datafiles.upload(self.remote, entries)
+        if entries:
+            total = sum(e["bytes"] for e in entries) / 1e6
+            travels = "uploaded" if entries[0].get("key") else "fingerprinted only (above data_max_mb)"
+            log.info("mirror: job %s: %d input file(s), %.1f MB, %s (%d new)", job.id, len(entries), total, travels, sent)
+        return entries
 
     def upload_outputs(self, job: Job) -> None:
         run_dir = self.home.run_dir(job.id)

@@ -99,12 +99,23 @@ def select(candidates: list[Candidate], wanted: list[str], take_all: bool) -> li
     return chosen
 
 
+def parse_maps(values: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for v in values:
+        old, sep, new = v.partition("=")
+        if not sep or not old.startswith("/") or not new.startswith("/"):
+            raise UsageError(f"--map {v}: give OLD=NEW, two absolute folders (an input under OLD is looked for under NEW)")
+        out.append((old, new))
+    return out
+
+
 def adopt_jobs(home: Home, config: Config, store: Store, url: Optional[str], *, wanted: list[str], take_all: bool,
                force: bool, say: Callable[[str], None], warn: Callable[[str], None],
-               now: Optional[float] = None) -> tuple[list[Adopted], list[str]]:
+               now: Optional[float] = None, maps: Optional[list[str]] = None) -> tuple[list[Adopted], list[str]]:
     """Returns (adopted jobs, refusals). Raises OrchError for a store that cannot be read."""
     if not wanted and not take_all:
         raise UsageError("say which jobs: --job ID (repeatable) or --all")
+    mapping = parse_maps(maps or [])
     section = storage_for(config, url)
     remote = Remote(section)
     home_id = mf.home_identity(home)
@@ -120,7 +131,8 @@ def adopt_jobs(home: Home, config: Config, store: Store, url: Optional[str], *, 
     for cand in chosen:
         t = time.time() if now is None else now
         try:
-            result = adopt_one(home, store, remote, section, cand, home_id, force=force, now=t, warn=warn)
+            result = adopt_one(home, store, remote, section, cand, home_id, force=force, now=t, warn=warn,
+                               mapping=mapping)
         except Refused as exc:
             refused.append(str(exc))
             warn(f"refused: {exc}")
@@ -141,7 +153,9 @@ class Refused(OrchError):
 
 
 def adopt_one(home: Home, store: Store, remote: Remote, section: Any, cand: Candidate, home_id: str, *, force: bool,
-              now: float, warn: Callable[[str], None]) -> Adopted:
+              now: float, warn: Callable[[str], None], mapping: Optional[list[tuple[str, str]]] = None) -> Adopted:
+    from . import datafiles
+
     m = cand.manifest
     label = f"job {cand.uid[:12]} ({m.get('name')})"
     local = store.by_uid(cand.uid)
@@ -154,7 +168,11 @@ def adopt_one(home: Home, store: Store, remote: Remote, section: Any, cand: Cand
     if holder and not force:
         raise Refused(f"{label} is still owned by {holder}; stop its daemon there (`orch daemon stop` releases it), "
                       "wait until the heartbeat is stale, or adopt with --force if that machine is gone")
-    # Take the lease before anything else: of two machines adopting at once, one write wins.
+    inputs = list(m.get("data_files") or [])
+    found, to_fetch, problems = datafiles.plan(inputs, mapping or [])
+    if problems:
+        raise Refused(f"{label}: its input files are not on this machine:\n  " + "\n  ".join(problems))
+    # Take the lease before downloading anything: of two machines adopting at once, one write wins.
     taken = dict(m, owner=mf.owner(home_id, now=now, by="adopt"), written_at=now)
     key = mf.manifest_key(cand.uid)
     try:
@@ -163,6 +181,13 @@ def adopt_one(home: Home, store: Store, remote: Remote, section: Any, cand: Cand
         raise Refused(f"{label}: its manifest changed while adopting (another machine adopted it or its owner wrote "
                       "it); run `orch adopt` again to see who owns it") from None
 
+    for role in to_fetch:  # inputs that travelled: into $ORCH_HOME/data/, verified
+        try:
+            found[role] = datafiles.fetch(remote, inputs, role, home.root / "data", warn)
+        except (ValueError, FileNotFoundError) as exc:
+            raise Refused(f"{label}: {exc}") from None
+        warn(f"{label}: {role} downloaded to {found[role]}")
+    m = dict(m, spec=datafiles.rewrite(m.get("spec") or {}, found))
     # Import first (a new local id), then fetch the checkpoint into its run folder.
     attempts = _attempts(m, now)
     job = store.import_job(m, state=JobState.QUEUED, reason="adopted from another machine; queued to resume",
