@@ -132,6 +132,12 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
         lines.append("  checkpoints:")
         for c in d["checkpoints"]:
             lines.append(f"    {c['path']}  ({c['bytes'] / 1e6:.1f} MB)")
+    mirror = d.get("mirror")
+    if mirror:
+        lines.append(f"  mirror:    {mirror['url']}   step {mirror['step'] if mirror['step'] is not None else '-'}"
+                     f"   pending {mirror['pending']}   uploaded {clock(mirror.get('uploaded_at'))}"
+                     + (f"   ERROR {mirror['error']}" if mirror.get("error") else "")
+                     + (f"   adopted by {mirror['lease_lost_to']}" if mirror.get("lease_lost_to") else ""))
     if d.get("result"):
         r = d["result"]
         best = r.get("best_metric")

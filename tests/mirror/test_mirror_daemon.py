@@ -61,6 +61,8 @@ def test_manifest_names_only_uploaded_checkpoints_and_retention_never_deletes_a_
     assert m["owner"]["released"] is True and m["attempts"][0]["outcome"] == "succeeded"
     show = json.loads(h.cli("show", str(job_id), "--json").stdout)
     assert show["mirror"]["step"] == 8 and show["mirror"]["pending"] == 0 and show["mirror"]["error"] is None
+    text = h.cli("show", str(job_id)).stdout
+    assert f"mirror:    {url}   step 8   pending 0" in text, text
 
 
 def _kill_home(h) -> None:
