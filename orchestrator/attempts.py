@@ -18,8 +18,8 @@ from .contract import (
 from .errors import InvalidTransition
 from .executors.base import AttemptLaunch
 from .gpus import visible_devices
-from .diskfull import disk_full, disk_full_decision, record_disk_full
-from .health import diverged_decision, divergence, record_diverged
+from .diskfull import disk_full, disk_full_decision, disk_full_text
+from .health import diverged_decision, diverged_text, divergence
 from .lifecycle import change_state, log_tail, write_run_spec
 from .outcome import Decision, decide, describe_exit
 from .paths import Home
@@ -124,6 +124,7 @@ def lost_steps_updates(job: Job, attempts: Sequence[Attempt], resume_step: Optio
 class Settled:
     job: Job  # the job after the transition
     decision: Decision
+    also: tuple[EventKind, ...] = ()  # events recorded beside the decision's (their hooks run too)
 
 
 def attempt_started_at(store: Store, job: Job) -> float:
@@ -218,17 +219,18 @@ def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info
         tail = log_tail(run_dir, job.attempt, 10)
         if tail:
             detail += "\nlast log lines:\n" + tail
+    also: list[tuple[EventKind, str]] = []
+    if diverged is not None:
+        also.append((EventKind.DIVERGED, diverged_text(diverged)))
+    elif full is not None:
+        also.append((EventKind.DISK_FULL, disk_full_text(full)))
     try:
         new = change_state(store, config, home, job, d.state, d.event, now, detail=detail, reason=reason,
                            expect=[JobState.RUNNING], updates=updates, end_attempt=end,
-                           with_log=d.state is JobState.FAILED)
+                           with_log=d.state is JobState.FAILED, also=also)
     except InvalidTransition:
         return None
-    if diverged is not None:
-        record_diverged(store, config, home, new, diverged, now)
-    elif full is not None:
-        record_disk_full(store, config, home, new, full, now)
-    return Settled(new, d)
+    return Settled(new, d, tuple(kind for kind, _ in also))
 
 
 def lose_attempt(store: Store, config: Config, home: Home, job: Job, now: float) -> Optional[Settled]:

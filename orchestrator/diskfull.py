@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .config import Config
 from .contract import DISK_FULL, read_json
-from .lifecycle import outgoing_for, payload_for
 from .outcome import Decision
 from .paths import Home
 from .records import Job
 from .states import AttemptOutcome, EventKind, JobState
-from .store import Store
 
 
 def disk_full(home: Home, job: Job) -> Optional[dict[str, Any]]:
@@ -42,10 +39,3 @@ def disk_full_decision(info: dict[str, Any], job_id: int) -> Decision:
     return Decision(JobState.FAILED, EventKind.FAILED, AttemptOutcome.FAILED,
                     disk_full_text(info) + f". Free space there (or lower [checkpoint] keep), then `orch retry {job_id}`",
                     charged=True)
-
-
-def record_disk_full(store: Store, config: Config, home: Home, job: Job, info: dict[str, Any], now: float) -> None:
-    detail = disk_full_text(info)
-    payload = payload_for(job, EventKind.DISK_FULL, config, home, reason=detail, state=JobState.FAILED)
-    store.record_event(job.id, EventKind.DISK_FULL, now, detail=detail,
-                       outgoing=outgoing_for(config, EventKind.DISK_FULL, payload))

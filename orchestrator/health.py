@@ -47,15 +47,6 @@ def diverged_decision(info: dict[str, Any]) -> Decision:
                     charged=True)
 
 
-def record_diverged(store: Store, config: Config, home: Home, job: Job, info: dict[str, Any], now: float) -> None:
-    """The `diverged` event beside the `failed` transition (channels that subscribe to it get
-    their own message; the `failed` one already names the step)."""
-    detail = diverged_text(info)
-    payload = payload_for(job, EventKind.DIVERGED, config, home, reason=detail, state=JobState.FAILED)
-    store.record_event(job.id, EventKind.DIVERGED, now, detail=detail,
-                       outgoing=outgoing_for(config, EventKind.DIVERGED, payload))
-
-
 # health.json's (mtime, size) per job when last looked at: a tick reads a file only when it changed.
 _SEEN: dict[int, tuple[float, int]] = {}
 

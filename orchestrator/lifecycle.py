@@ -131,17 +131,20 @@ def _submitted_outgoing(config: Config, home: Home, spec: JobSpec, now: float) -
 def change_state(store: Store, config: Config, home: Home, job: Job, dst: JobState, kind: EventKind, now: float, *,
                  detail: str = "", reason: Optional[str] = None, expect: Optional[Iterable[JobState]] = None,
                  updates: Optional[dict[str, Any]] = None, begin_attempt: Optional[dict[str, Any]] = None,
-                 end_attempt: Optional[dict[str, Any]] = None, with_log: bool = False) -> Job:
-    """store.transition plus the outbox rows the event's subscribers want."""
+                 end_attempt: Optional[dict[str, Any]] = None, with_log: bool = False,
+                 also: Sequence[tuple[EventKind, str]] = ()) -> Job:
+    """store.transition plus the outbox rows the event's subscribers want; `also` names further
+    events (kind, detail) recorded with it in the same transaction, each with its own messages."""
     updates = dict(updates or {})
     if reason is not None:
         updates["reason"] = reason
     payload = payload_for(job, kind, config, home, reason=reason or "", state=dst, with_log=with_log)
     if "attempt" in updates:  # a start: the message is about the attempt beginning now
         payload["attempt"] = updates["attempt"]
+    extra = [(k, d, outgoing_for(config, k, payload_for(job, k, config, home, reason=d, state=dst))) for k, d in also]
     return store.transition(
         job.id, dst, kind, now, detail=detail or (reason or ""), expect=expect, updates=updates,
-        begin_attempt=begin_attempt, end_attempt=end_attempt, outgoing=outgoing_for(config, kind, payload),
+        begin_attempt=begin_attempt, end_attempt=end_attempt, outgoing=outgoing_for(config, kind, payload), also=extra,
     )
 
 

@@ -283,10 +283,12 @@ class Store:
         begin_attempt: Optional[dict[str, Any]] = None,
         end_attempt: Optional[dict[str, Any]] = None,
         outgoing: Iterable[Outgoing] = (),
+        also: Iterable[tuple[EventKind | str, str, Iterable[Outgoing]]] = (),
     ) -> Job:
         """Move a job to `dst` if the table allows it (and, with `expect`, only from those states),
-        set `updates`, start/end an attempt row, and append the event and its outbox rows — all in
-        one transaction. Raises InvalidTransition when the job is not where the caller thought."""
+        set `updates`, start/end an attempt row, and append the event and its outbox rows, then any
+        events `also` names (kind, detail, outbox rows: a `diverged` beside a `failed`) — all in one
+        transaction. Raises InvalidTransition when the job is not where the caller thought."""
         dst = JobState(dst)
         with self._tx() as db:
             job = self._get(db, job_id)
@@ -313,6 +315,8 @@ class Store:
                      begin_attempt.get("resumed_from_step")),
                 )
             self._event(db, job_id, kind, detail, now, outgoing)
+            for also_kind, also_detail, also_outgoing in also:
+                self._event(db, job_id, also_kind, also_detail, now, also_outgoing)
             return self._get(db, job_id)
 
     def update(self, job_id: int, now: float, *, only_if_state: Optional[Iterable[JobState]] = None, **updates: Any) -> bool:

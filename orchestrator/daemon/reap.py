@@ -33,6 +33,8 @@ def reap(d: "Daemon", now: float) -> None:
             settled = settle_attempt(d.store, d.config, d.home, job, exit_info, now)
         if settled is not None:
             d.changed(job, settled.job, settled.decision.event, settled.job.reason)
+            for kind in settled.also:
+                d.on_event(kind.value, settled.job)
 
 
 def adopt_unrecorded(d: "Daemon", job: Job, now: float) -> Job:

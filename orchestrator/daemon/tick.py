@@ -36,9 +36,9 @@ class Daemon:
         self.environ = dict(os.environ if environ is None else environ)
         self.managed = managed_gpus(config.daemon.gpus) if gpu_ids is None else list(gpu_ids)
         self.executor: Executor = executor or build_executor(config, home)
-        slots = getattr(self.executor, "gpu_slots", None)  # a cluster executor: the GPUs orch may hold there
+        slots = self.executor.gpu_slots()  # a cluster executor: the GPUs orch may hold there
         if gpu_ids is None and slots is not None:
-            self.managed = slots()
+            self.managed = slots
         self.on_event = on_event or (lambda kind, job: None)  # hooks, after the transition commits
         self.lock = threading.RLock()  # tick, the preemption watcher and shutdown take turns
         self.notice_active = False
@@ -127,7 +127,7 @@ class Daemon:
             return
         # A suspended machine or a stalled tick is not billed twice: at most 60 s an interval.
         accrue_interval(self.store, self.config, len(self.managed), min(now - last, 60.0), now,
-                        billable=getattr(self.executor, "billable", None))
+                        billable=self.executor.billable)
 
     # -- queue drained -------------------------------------------------------------------------
 

@@ -156,6 +156,12 @@ class LocalExecutor:
     def describe(self, job: Job) -> Optional[str]:
         return None
 
+    def gpu_slots(self) -> Optional[list[int]]:
+        return None  # this machine's GPUs, as the daemon discovers them
+
+    def billable(self, job: Job) -> bool:
+        return True  # a local attempt holds its share of the machine from its start
+
     def _pid_file(self, job: Job) -> dict[str, Any]:
         return (read_json(self.home.run_dir(job.id) / attempt_pid(job.attempt)) if job.attempt else None) or {}
 
