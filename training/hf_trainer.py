@@ -26,6 +26,7 @@ from orchestrator.contract import TEMP_MARK, fsync_dir, notice_name, periodic_na
 
 from . import heartbeat
 from .heartbeat import Preempted, Progress, StopFlag, say
+from .torch_loop import protect_dataloader_workers
 
 TRAINER_STATE = "trainer_state.json"
 CHECKPOINT_PREFIX = "checkpoint-"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR
@@ -128,6 +129,7 @@ class OrchTrainerCallback(TrainerCallback):
     # -- start and end -------------------------------------------------------------------------
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         self.stop.install()
+        protect_dataloader_workers()
         if args.save_only_model:
             say("save_only_model=True: checkpoints hold no optimizer, scheduler or RNG state, so a resume is not exact")
         if self.ckpt_dir is not None and state.is_world_process_zero:

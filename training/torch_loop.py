@@ -19,8 +19,10 @@ are kept) and `notice-step-XXXXXXXX.ckpt` (on SIGTERM), so the daemon picks the 
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
+import signal
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
@@ -67,6 +69,56 @@ def restore_rng(state: Mapping[str, Any]) -> None:
         else:  # a different GPU count: each device gets the first saved state
             for i in range(torch.cuda.device_count()):
                 torch.cuda.set_rng_state(saved[0], i)
+
+
+# -- DataLoader workers -------------------------------------------------------------------------------
+
+class WorkerIgnoresSigterm:
+    """A DataLoader `worker_init_fn` (wrapping yours) that makes the worker ignore SIGTERM. orch
+    signals the job's whole process group; a worker killed by it makes the main process raise
+    "DataLoader worker is killed by signal" from a signal handler, anywhere, before it can save.
+    A class, not a closure, so a spawn/forkserver worker can unpickle it."""
+
+    def __init__(self, inner: Any = None):
+        self.inner = inner
+
+    def __call__(self, worker_id: int) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if self.inner is not None:
+            self.inner(worker_id)
+
+
+def protect_dataloader_workers() -> None:
+    """From now on, in this process, every DataLoader's workers ignore SIGTERM (the main process
+    decides when to stop: after the checkpoint), and are killed at exit (multiprocessing's own
+    exit hook would SIGTERM them and wait forever)."""
+    from torch.utils.data import DataLoader
+
+    if getattr(DataLoader.__iter__, "_orch_protected", False):
+        return
+    original = DataLoader.__iter__
+
+    def __iter__(self: DataLoader) -> Any:
+        if self.num_workers > 0 and not isinstance(self.worker_init_fn, WorkerIgnoresSigterm):
+            self.worker_init_fn = WorkerIgnoresSigterm(self.worker_init_fn)
+        return original(self)
+
+    __iter__._orch_protected = True  # type: ignore[attr-defined]
+    DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+    atexit.register(_kill_loader_workers)
+
+
+def _kill_loader_workers() -> None:
+    import multiprocessing
+
+    children = multiprocessing.active_children()
+    if not children:
+        return
+    # torch's SIGCHLD handler raises for a worker it still tracks; at exit that is only noise
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for child in children:
+        child.kill()
+        child.join(timeout=5)
 
 
 # -- checkpoint files --------------------------------------------------------------------------------
@@ -121,6 +173,7 @@ class OrchLoop:
         self._pending_rng: Optional[dict[str, Any]] = None
         self.stop = StopFlag(handle_sigint=handle_sigint)
         self.stop.install()
+        protect_dataloader_workers()
         self.progress = Progress(self.run_dir, every_s=progress_every_s)
         self._remove_orphan_temps()
         self.progress.write(self.step, self.total_steps, self.epoch)

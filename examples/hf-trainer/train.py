@@ -50,6 +50,7 @@ def main() -> None:
     p.add_argument("--save-steps", type=int, default=25)
     p.add_argument("--max-length", type=int, default=32)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     args = p.parse_args()
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -62,7 +63,7 @@ def main() -> None:
         output_dir=str(out / "trainer"), num_train_epochs=args.epochs, per_device_train_batch_size=args.batch_size,
         gradient_accumulation_steps=args.grad_accum, learning_rate=1e-3, warmup_steps=5, seed=args.seed,
         save_strategy="steps", save_steps=args.save_steps, save_total_limit=2, eval_strategy="epoch",
-        logging_steps=5, report_to="none", disable_tqdm=True, dataloader_num_workers=0,
+        logging_steps=5, report_to="none", disable_tqdm=True, dataloader_num_workers=args.workers,
     )
     trainer = Trainer(model=model, args=training_args, train_dataset=train, eval_dataset=dev,
                       data_collator=DataCollatorWithPadding(tokenizer),

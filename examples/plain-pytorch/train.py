@@ -43,6 +43,7 @@ def main() -> None:
     p.add_argument("--save-every", type=int, default=25)
     p.add_argument("--max-length", type=int, default=32)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     args = p.parse_args()
 
     torch.manual_seed(args.seed)
@@ -52,7 +53,7 @@ def main() -> None:
     train = load_rows(Path(args.data) / "train.jsonl", tokenizer, args.max_length)
     order = torch.Generator()
     loader = DataLoader(train, batch_size=args.batch_size, shuffle=True, generator=order,
-                        collate_fn=DataCollatorWithPadding(tokenizer))
+                        num_workers=args.workers, collate_fn=DataCollatorWithPadding(tokenizer))
     total = args.epochs * len(loader)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     warmup = 5

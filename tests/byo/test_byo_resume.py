@@ -48,7 +48,9 @@ def job_toml(folder: Path, workload: Path, framework: str, name: str) -> Path:
         "command": [sys.executable, str(REPO / "examples" / framework / "train.py"), "--model",
                     str(workload / "tiny-bert"), "--data", str(workload / "data"), "--batch-size", str(BATCH),
                     "--epochs", str(EPOCHS), "--max-length", "32"]
-                   + (["--save-steps", str(SAVE_EVERY)] if framework == "hf-trainer" else ["--save-every", str(SAVE_EVERY)]),
+                   # the Trainer job with two DataLoader workers: the group's SIGTERM reaches them too
+                   + (["--save-steps", str(SAVE_EVERY), "--workers", "2"] if framework == "hf-trainer"
+                      else ["--save-every", str(SAVE_EVERY)]),
         "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                 "OMP_NUM_THREADS": "1", "ORCH_PROGRESS_EVERY_S": "0.05", "ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S)},
     }
