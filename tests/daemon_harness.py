@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import pytest
 import tomli_w
@@ -29,6 +29,9 @@ from orchestrator.records import Job
 from orchestrator.states import JobState
 from orchestrator.store import Store
 from orchestrator.wake import poke
+
+if TYPE_CHECKING:
+    from orchestrator.daemon.tick import Daemon
 
 JOB_SCRIPT = r'''
 import json, os, signal, sys, time
@@ -237,6 +240,22 @@ class OrchHome:
         out = self.cli(*args, "--json")
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
+
+    def local_daemon(self) -> "Daemon":
+        """The daemon's steps in this process, with real supervisors and jobs: a test calls
+        `tick()` itself, so "nothing happens for a few ticks" needs no fixed sleep."""
+        from orchestrator.daemon.tick import Daemon
+
+        d = Daemon(self.home, self.config, self.store, environ=self.env())
+        d.recover(time.time())
+        return d
+
+    def tick_until(self, d: "Daemon", predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
+        """Tick `d` until `predicate` holds (what the daemon's loop does, without its clock)."""
+        def ticked() -> Any:
+            d.tick()
+            return predicate()
+        return wait_for(ticked, timeout, what=what, interval=0.1)
 
     def start_daemon(self, timeout: float = 20.0) -> subprocess.Popen:
         """`orch --home H daemon run` as a subprocess; returns once it has recovered and ticks."""

@@ -45,15 +45,16 @@ def test_queued_jobs_start_by_priority_then_submit_order(orch_home):
 
 def test_two_cpu_slots_run_two_jobs_at_once_and_never_three(orch_home):
     h = orch_home(cpu_slots=2)
-    h.start_daemon()
+    d = h.local_daemon()
     ids = [h.submit(f"j{i}", hold="go", sleep=0.3) for i in range(5)]
-    wait_for(lambda: len(h.records(event="start")) >= 2, 20, what="two jobs to start")
-    time.sleep(1.0)  # ticks with three jobs queued and both slots busy: none of them may start
+    h.tick_until(d, lambda: len(h.records(event="start")) >= 2, 20, what="two jobs to start")
+    for _ in range(5):  # ticks with three jobs queued and both slots busy: none of them may start
+        d.tick()
     assert len(h.records(event="start")) == 2
     assert sorted(h.state(i).value for i in ids) == ["queued"] * 3 + ["running"] * 2
     h.release("go")
     for i in ids:
-        h.wait_state(i, JobState.SUCCEEDED, timeout=30)
+        h.tick_until(d, lambda: h.state(i) is JobState.SUCCEEDED, 30, what=f"job {i} to succeed")
     intervals = [(h.wait_record(f"j{n}", "start")["t"], h.wait_record(f"j{n}", "end")["t"]) for n in range(5)]
     assert max_overlap(intervals) == 2
     # The supervisors' own view (attempt-1.exit) agrees: never three attempts alive together.
@@ -63,16 +64,17 @@ def test_two_cpu_slots_run_two_jobs_at_once_and_never_three(orch_home):
 
 def test_after_a_dependency_succeeds_the_dependent_runs_after_it(orch_home):
     h = orch_home(cpu_slots=2)  # a free slot: only the dependency holds the dependent back
-    h.start_daemon()
+    d = h.local_daemon()
     dep = h.submit("dep", hold="dep")
     child = h.submit("child", after=(dep,))
-    h.wait_state(dep, JobState.RUNNING)
-    time.sleep(1.2)  # a few ticks with a free slot: the dependent must still wait
+    h.tick_until(d, lambda: h.state(dep) is JobState.RUNNING, what="the dependency to start")
+    for _ in range(5):  # ticks with a free slot: the dependent must still wait
+        d.tick()
     assert h.state(child) is JobState.QUEUED
     status = json.loads(h.cli("status", "--json").stdout)
     assert next(r for r in status if r["id"] == child)["reason"] == f"waiting for job {dep} to succeed"
     h.release("dep")
-    h.wait_state(child, JobState.SUCCEEDED)
+    h.tick_until(d, lambda: h.state(child) is JobState.SUCCEEDED, what="the dependent to succeed")
     assert h.wait_record("child")["t"] >= h.wait_record("dep", "end")["t"]
     assert h.store.attempts(child)[0].started_at >= h.exit_record(dep, 1)["ended_at"]
 
@@ -112,20 +114,20 @@ def test_at_holds_a_job_until_its_time(orch_home):
 
 def test_gpu_slots_from_config_are_handed_out_without_nvidia_smi(orch_home):
     h = orch_home(gpus=[0, 1])
-    h.start_daemon()
+    d = h.local_daemon()
     a = h.submit("a", gpus=1, hold="a")
     b = h.submit("b", gpus=1, hold="b")
     both = h.submit("both", gpus=2)
-    h.wait_state(a, JobState.RUNNING)
-    h.wait_state(b, JobState.RUNNING)
+    h.tick_until(d, lambda: h.state(a) is JobState.RUNNING and h.state(b) is JobState.RUNNING, what="a and b to run")
     seen = {h.wait_record("a")["env"]["CUDA_VISIBLE_DEVICES"], h.wait_record("b")["env"]["CUDA_VISIBLE_DEVICES"]}
     assert seen == {"0", "1"}
     h.release("a")
-    h.wait_state(a, JobState.SUCCEEDED)
-    time.sleep(1.0)  # ticks with one GPU free: the 2-GPU job must keep waiting
+    h.tick_until(d, lambda: h.state(a) is JobState.SUCCEEDED, what="a to succeed")
+    for _ in range(5):  # ticks with one GPU free: the 2-GPU job must keep waiting
+        d.tick()
     assert h.state(both) is JobState.QUEUED
     h.release("b")
-    h.wait_state(both, JobState.SUCCEEDED)
+    h.tick_until(d, lambda: h.state(both) is JobState.SUCCEEDED, what="the 2-GPU job to succeed")
     assert h.wait_record("both")["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert h.store.attempts(both)[0].gpu_ids == [0, 1]
     assert h.store.attempts(both)[0].started_at >= h.exit_record(b, 1)["ended_at"]
@@ -133,21 +135,21 @@ def test_gpu_slots_from_config_are_handed_out_without_nvidia_smi(orch_home):
 
 def test_a_waiting_multi_gpu_job_is_not_overtaken_by_later_single_gpu_jobs(orch_home):
     h = orch_home(gpus=[0, 1])
-    h.start_daemon()
+    d = h.local_daemon()
     a = h.submit("a", gpus=1, hold="a")
     b = h.submit("b", gpus=1, hold="b")
-    h.wait_state(a, JobState.RUNNING)
-    h.wait_state(b, JobState.RUNNING)
+    h.tick_until(d, lambda: h.state(a) is JobState.RUNNING and h.state(b) is JobState.RUNNING, what="a and b to run")
     both = h.submit("both", gpus=2, priority=5)
     small = h.submit("small", gpus=1, hold="small")  # lower priority, submitted later
     h.release("a")
-    h.wait_state(a, JobState.SUCCEEDED)
+    h.tick_until(d, lambda: h.state(a) is JobState.SUCCEEDED, what="a to succeed")
     cpu = h.submit("cpu", gpus=0)  # a CPU job is never held back by GPU jobs waiting for GPUs
-    h.wait_state(cpu, JobState.SUCCEEDED)
-    time.sleep(1.0)  # ticks with GPU 0 free: it is kept for the 2-GPU job, not handed to "small"
+    h.tick_until(d, lambda: h.state(cpu) is JobState.SUCCEEDED, what="the CPU job to succeed")
+    for _ in range(5):  # ticks with GPU 0 free: it is kept for the 2-GPU job, not handed to "small"
+        d.tick()
     assert h.state(small) is JobState.QUEUED and h.state(both) is JobState.QUEUED
     h.release("b")
-    h.wait_state(both, JobState.SUCCEEDED)
+    h.tick_until(d, lambda: h.state(both) is JobState.SUCCEEDED, what="the 2-GPU job to succeed")
     h.release("small")
-    h.wait_state(small, JobState.SUCCEEDED)
+    h.tick_until(d, lambda: h.state(small) is JobState.SUCCEEDED, what="small to succeed")
     assert h.store.attempts(small)[0].started_at >= h.store.attempts(both)[0].started_at
