@@ -55,3 +55,17 @@ def test_notice_saves_are_synchronous_and_retention_still_applies(tmp_path: Path
     assert io.last_save["bytes"] > 0
     io.wait()
     assert sorted(p.name for p in tmp_path.glob("*.ckpt")) == ["notice-step-00000025.ckpt", "step-00000020.ckpt"]
+
+
+def test_the_next_snapshot_reuses_the_host_buffers_and_each_file_holds_its_own_state(tmp_path: Path):
+    io = BackgroundCheckpointIO(keep=3)
+    live = _state()
+    io.save_checkpoint(live, tmp_path / "step-00000010.ckpt")
+    first = dict(io._buffers)
+    live["state_dict"]["w"].add_(1.0)
+    io.save_checkpoint(live, tmp_path / "step-00000020.ckpt")  # waits for the first write, then reuses
+    assert all(io._buffers[k] is first[k] for k in first)
+    io.teardown()
+    a = load_checkpoint_file(tmp_path / "step-00000010.ckpt")
+    b = load_checkpoint_file(tmp_path / "step-00000020.ckpt")
+    assert torch.equal(b["state_dict"]["w"], a["state_dict"]["w"] + 1.0)
