@@ -11,7 +11,7 @@ from .assets import long_rows, write_rows
 from .frame import Ctx, Proc, Section
 
 
-def ran_as(precision: str, log: str) -> str:
+def precision_ran_as(precision: str, log: str) -> str:
     return "32" if f'precision "{precision}" needs CUDA; running in "32"' in log else precision
 
 

@@ -78,6 +78,8 @@ class Section:
     notes: list[str] = field(default_factory=list)
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
+        if ok and len(detail) > 200:
+            detail = ""  # a passing check's long detail (a log tail) is noise; the logs are in logs.tar.gz
         self.checks.append({"name": name, "ok": bool(ok), "detail": detail})
         return bool(ok)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .assets import loss_curve
-from .common import finite_weights, lightning_precision, on_device, ran_as, train_data
+from .common import finite_weights, lightning_precision, on_device, precision_ran_as, train_data
 from .frame import Ctx, Section, free_run, read_json
 
 
@@ -42,7 +42,7 @@ def precision_runs(ctx: Ctx, sec: Section) -> None:
         first, last = (statistics.fmean(losses[:q]), statistics.fmean(losses[-q:])) if finite else (math.nan, math.nan)
         sec.check(f"{precision}: the loss falls (last quarter < 0.9 x first quarter)", finite and last < 0.9 * first,
                   f"{first:.4f} -> {last:.4f}")
-        ran_as = ran_as(precision, log)
+        ran_as = precision_ran_as(precision, log)
         amp = next((line.strip() for line in log.splitlines() if "Automatic Mixed Precision" in line
                     or "bfloat16 Automatic" in line), None)
         runs[precision] = {"run": str(run), "ran_as": ran_as, "samples_per_s": clock.get("samples_per_s")}
