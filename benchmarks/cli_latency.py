@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from orchestrator.paths import Home
-from orchestrator.states import EventKind, JobState
+from orchestrator.records import AttemptEnd, AttemptStart
+from orchestrator.states import AttemptOutcome, EventKind, JobState
 from orchestrator.store import Store
 
 HEAVY = ("torch", "lightning", "pytorch_lightning", "transformers", "datasets")
@@ -79,11 +80,11 @@ def fill(home: Home, n_jobs: int, seed: int = 7) -> dict[str, int]:
                 store.transition(job.id, JobState.CANCELLED, EventKind.CANCELLED, t + 1)
             else:
                 store.transition(job.id, JobState.RUNNING, EventKind.STARTED, t + 1,
-                                 updates={"attempt": 1, "started_at": t + 1}, begin_attempt={"n": 1})
+                                 updates={"attempt": 1, "started_at": t + 1}, begin_attempt=AttemptStart(1))
                 if state is not JobState.RUNNING:
                     store.transition(job.id, state, EventKind(state.value), t + 2,
                                      updates={"finished_at": t + 2, "run_seconds": 1.0, "cost": 0.01},
-                                     end_attempt={"ended_at": t + 2, "exit_code": 0, "outcome": state.value})
+                                     end_attempt=AttemptEnd(t + 2, AttemptOutcome(state.value), exit_code=0))
                 else:
                     run_dir = home.run_dir(job.id)
                     run_dir.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from .health import diverged_decision, diverged_text, divergence
 from .lifecycle import change_state, log_tail, write_run_spec
 from .outcome import Decision, decide, describe_exit
 from .paths import Home
-from .records import Attempt, Job
+from .records import Attempt, AttemptEnd, AttemptStart, Job
 from .states import AttemptOutcome, EventKind, Intent, JobState
 from .store import Store
 
@@ -85,7 +85,7 @@ def begin_attempt(store: Store, config: Config, home: Home, job: Job, gpu_ids: l
     try:
         started = change_state(store, config, home, job, JobState.RUNNING, kind, now, detail=detail,
                                expect=[job.state], updates=lost_steps_updates(job, store.attempts(job.id), resume_step),
-                               begin_attempt={"n": n, "gpu_ids": gpu_ids, "resumed_from_step": resume_step})
+                               begin_attempt=AttemptStart(n, list(gpu_ids), resume_step))
     except InvalidTransition:
         return None
     argv, cwd = job_argv(started.spec, run_dir)
@@ -209,8 +209,8 @@ def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info
             base = config.daemon.retry_backoff_seconds
             exponent = job.failures + stalls - 1 if stalls else job.failures
             updates["retry_after"] = now + min(config.daemon.max_retry_backoff_seconds, base * 2 ** exponent)
-    end = {"ended_at": exit_info.get("ended_at") or now, "exit_code": code, "exit_signal": sig,
-           "outcome": d.outcome, "step_reached": step_reached(home, job, started)}
+    end = AttemptEnd(ended_at=exit_info.get("ended_at") or now, outcome=d.outcome, exit_code=code, exit_signal=sig,
+                     step_reached=step_reached(home, job, started))
     reason = d.reason or job.reason
     if job.intent is Intent.PREEMPT and job.reason and d.state is JobState.QUEUED:
         reason = f"{job.reason}; {d.reason}"  # which notice (AWS, GCP, daemon stop...) and how it ended
@@ -244,7 +244,7 @@ def lose_attempt(store: Store, config: Config, home: Home, job: Job, now: float)
     else:
         d = Decision(JobState.QUEUED, EventKind.PREEMPTED, AttemptOutcome.LOST,
                      "its processes vanished (killed, or the machine restarted); queued to resume from its latest checkpoint")
-    end = {"ended_at": now, "outcome": d.outcome, "step_reached": step_reached(home, job, started)}
+    end = AttemptEnd(ended_at=now, outcome=d.outcome, step_reached=step_reached(home, job, started))
     try:
         new = change_state(store, config, home, job, d.state, d.event, now, detail=d.reason, reason=d.reason,
                            expect=[JobState.RUNNING], end_attempt=end)

@@ -16,7 +16,7 @@ from .jobspec import JobSpec, load_jobspec
 from .paths import Home
 from .contract import read_json
 from .provenance import git_state
-from .records import Job, Outgoing
+from .records import AttemptEnd, AttemptStart, Job, Outgoing
 from .states import RETRYABLE, EventKind, JobState
 from .store import Store
 
@@ -130,8 +130,8 @@ def _submitted_outgoing(config: Config, home: Home, spec: JobSpec, now: float) -
 
 def change_state(store: Store, config: Config, home: Home, job: Job, dst: JobState, kind: EventKind, now: float, *,
                  detail: str = "", reason: Optional[str] = None, expect: Optional[Iterable[JobState]] = None,
-                 updates: Optional[dict[str, Any]] = None, begin_attempt: Optional[dict[str, Any]] = None,
-                 end_attempt: Optional[dict[str, Any]] = None, with_log: bool = False,
+                 updates: Optional[dict[str, Any]] = None, begin_attempt: Optional[AttemptStart] = None,
+                 end_attempt: Optional[AttemptEnd] = None, with_log: bool = False,
                  also: Sequence[tuple[EventKind, str]] = ()) -> Job:
     """store.transition plus the outbox rows the event's subscribers want; `also` names further
     events (kind, detail) recorded with it in the same transaction, each with its own messages."""

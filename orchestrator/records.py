@@ -94,6 +94,26 @@ class Attempt:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__})
 
 
+@dataclass(frozen=True)
+class AttemptStart:
+    """The attempt row a transition to `running` opens."""
+
+    n: int
+    gpu_ids: list[int] = field(default_factory=list)
+    resumed_from_step: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """How the attempt a transition out of `running` closes ended."""
+
+    ended_at: float
+    outcome: AttemptOutcome
+    exit_code: Optional[int] = None
+    exit_signal: Optional[int] = None
+    step_reached: Optional[int] = None
+
+
 @dataclass
 class Event:
     id: int

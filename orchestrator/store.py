@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from .errors import InvalidTransition, JobNotFound, OrchError
-from .records import Attempt, Event, Job, OutboxRow, Outgoing
-from .states import EventKind, JobState, ensure_allowed
+from .records import Attempt, AttemptEnd, AttemptStart, Event, Job, OutboxRow, Outgoing
+from .states import AttemptOutcome, EventKind, JobState, ensure_allowed
 
 SCHEMA_VERSION = 3
 
@@ -100,13 +100,13 @@ _JSON_COLUMNS = frozenset({"after_ids", "gpu_ids", "executor_ref"})
 
 
 def implied_columns(src: JobState, dst: JobState, now: float, job_attempt: int,
-                    begin: Optional[dict[str, Any]]) -> dict[str, Any]:
+                    begin: Optional[AttemptStart]) -> dict[str, Any]:
     """The columns a transition resets, written here once instead of at every call site:
     starting an attempt clears the last one's request and reason; leaving `running` forgets the
     attempt's processes and GPUs; the queue holds no intent; a finished job has its end time."""
     cols: dict[str, Any] = {}
     if dst is JobState.RUNNING:
-        cols.update(attempt=begin["n"] if begin else job_attempt + 1, gpu_ids=(begin or {}).get("gpu_ids", []),
+        cols.update(attempt=begin.n if begin else job_attempt + 1, gpu_ids=list(begin.gpu_ids) if begin else [],
                     intent="", cancel_requested_at=None, signalled_at=None, retry_after=None, reason="",
                     finished_at=None, supervisor_pid=None, supervisor_start=None, executor_ref={})
     if src is JobState.RUNNING and dst is not JobState.RUNNING:
@@ -280,8 +280,8 @@ class Store:
         detail: str = "",
         expect: Optional[Iterable[JobState]] = None,
         updates: Optional[dict[str, Any]] = None,
-        begin_attempt: Optional[dict[str, Any]] = None,
-        end_attempt: Optional[dict[str, Any]] = None,
+        begin_attempt: Optional[AttemptStart] = None,
+        end_attempt: Optional[AttemptEnd] = None,
         outgoing: Iterable[Outgoing] = (),
         also: Iterable[tuple[EventKind | str, str, Iterable[Outgoing]]] = (),
     ) -> Job:
@@ -311,8 +311,7 @@ class Store:
                 db.execute(
                     """INSERT INTO attempts(job_id, n, started_at, gpu_ids, resumed_from_step)
                        VALUES(?,?,?,?,?)""",
-                    (job_id, begin_attempt["n"], now, json.dumps(begin_attempt.get("gpu_ids", [])),
-                     begin_attempt.get("resumed_from_step")),
+                    (job_id, begin_attempt.n, now, json.dumps(list(begin_attempt.gpu_ids)), begin_attempt.resumed_from_step),
                 )
             self._event(db, job_id, kind, detail, now, outgoing)
             for also_kind, also_detail, also_outgoing in also:
@@ -353,12 +352,12 @@ class Store:
 
     # -- attempts ------------------------------------------------------------------------
 
-    def _end_attempt(self, db: sqlite3.Connection, job_id: int, n: int, end: dict[str, Any]) -> None:
+    def _end_attempt(self, db: sqlite3.Connection, job_id: int, n: int, end: AttemptEnd) -> None:
         db.execute(
             """UPDATE attempts SET ended_at=?, exit_code=?, exit_signal=?, outcome=?, step_reached=?
                WHERE job_id=? AND n=?""",
-            (end.get("ended_at"), end.get("exit_code"), end.get("exit_signal"), end.get("outcome", ""),
-             end.get("step_reached"), job_id, n),
+            (end.ended_at, end.exit_code, end.exit_signal, AttemptOutcome(end.outcome).value, end.step_reached,
+             job_id, n),
         )
 
     def attempts(self, job_id: int) -> list[Attempt]:

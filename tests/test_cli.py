@@ -12,7 +12,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from orchestrator.states import EventKind, JobState
+from orchestrator.records import AttemptEnd, AttemptStart
+from orchestrator.states import AttemptOutcome, EventKind, JobState
 
 STATUS_KEYS = {"id", "name", "state", "attempt", "gpus", "step", "total_steps", "eta_s", "runtime_s", "cost"}
 NO_DAEMON = "no daemon is running"
@@ -36,12 +37,13 @@ def walk(store, job_id: int, *states: JobState, now: float = 1000.0):
         if state is JobState.RUNNING:
             n = job.attempt + 1
             job = store.transition(job_id, state, EventKind.STARTED, now, updates={"attempt": n, "started_at": now},
-                                   begin_attempt={"n": n, "gpu_ids": []})
+                                   begin_attempt=AttemptStart(n))
         elif job.state is JobState.RUNNING:
             kind = EventKind.PREEMPTED if state is JobState.QUEUED else EventKind(state.value)
             job = store.transition(job_id, state, kind, now,
-                                   end_attempt={"ended_at": now, "exit_code": 0 if state is JobState.SUCCEEDED else 1,
-                                                "outcome": "preempted" if state is JobState.QUEUED else state.value})
+                                   end_attempt=AttemptEnd(now, AttemptOutcome.PREEMPTED if state is JobState.QUEUED
+                                                          else AttemptOutcome(state.value),
+                                                          exit_code=0 if state is JobState.SUCCEEDED else 1))
         else:
             job = store.transition(job_id, state, EventKind(state.value), now)
     return job

@@ -19,6 +19,8 @@ from orchestrator.paths import Home
 from orchestrator.states import EventKind, JobState
 from orchestrator.store import Store
 from orchestrator.cli.views import show_data, status_rows
+from orchestrator.records import AttemptEnd, AttemptStart
+from orchestrator.states import AttemptOutcome
 
 HOUR = 3600.0
 
@@ -49,7 +51,7 @@ def _run(store: Store, job_id: int, now: float, gpu_ids: list[int], resumed_from
     job = store.get(job_id)
     n = job.attempt + 1
     store.transition(job_id, JobState.RUNNING, EventKind.STARTED, now, updates={"attempt": n, "gpu_ids": gpu_ids},
-                     begin_attempt={"n": n, "gpu_ids": gpu_ids, "resumed_from_step": resumed_from})
+                     begin_attempt=AttemptStart(n, gpu_ids, resumed_from))
 
 
 def _accrue_span(daemon: Daemon, start: float, end: float, step: float = 30.0) -> None:
@@ -102,7 +104,7 @@ def test_cost_survives_requeue_and_a_daemon_restart_but_the_gap_is_not_billed(tm
     assert store.get(job).cost == pytest.approx(0.5)
     # Preempted: back to the queue; its cost stays with it, queued time is idle.
     store.transition(job, JobState.QUEUED, EventKind.PREEMPTED, 1800.0, updates={"gpu_ids": []},
-                     end_attempt={"ended_at": 1800.0, "outcome": "preempted"})
+                     end_attempt=AttemptEnd(1800.0, AttemptOutcome.PREEMPTED))
     _accrue_span(d, 1800.0, 2400.0)
     assert store.get(job).cost == pytest.approx(0.5)
     assert store.ledger()["idle_cost"] == pytest.approx(600 / HOUR)

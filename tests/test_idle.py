@@ -16,6 +16,7 @@ from orchestrator.lifecycle import cancel_job
 from orchestrator.paths import Home
 from orchestrator.states import EventKind, JobState
 from orchestrator.store import Store
+from orchestrator.records import AttemptStart
 
 APPEND = "import sys, time; open(sys.argv[1], 'a').write('%f\\n' % time.time())"
 
@@ -83,7 +84,7 @@ def test_work_during_the_countdown_cancels_it(tmp_path):
     job = _held_job(rt, 55.0)  # submitted 5 s before the shutdown was due
     rt.idle.check(55.0)
     rt.store.transition(job, JobState.RUNNING, EventKind.STARTED, 56.0, updates={"attempt": 1},
-                        begin_attempt={"n": 1})
+                        begin_attempt=AttemptStart(1))
     rt.idle.check(61.0)
     rt.idle.check(100.0)
     rt.store.transition(job, JobState.SUCCEEDED, EventKind.SUCCEEDED, 101.0, updates={"finished_at": 101.0})

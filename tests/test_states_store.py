@@ -22,6 +22,8 @@ from orchestrator.paths import Home
 from orchestrator.records import Outgoing
 from orchestrator.states import TERMINAL, TRANSITIONS, EventKind, JobState, allowed
 from orchestrator.store import SCHEMA_VERSION, Store
+from orchestrator.records import AttemptEnd, AttemptStart
+from orchestrator.states import AttemptOutcome
 
 SPEC = {"name": "t", "gpus": 0, "command": ["python", "train.py"]}
 LEGAL = [(src, dst) for src, dsts in TRANSITIONS.items() for dst in sorted(dsts, key=lambda s: s.value)]
@@ -137,7 +139,7 @@ def test_the_event_commits_with_the_state_or_not_at_all(store):
 
     with pytest.raises(sqlite3.DatabaseError, match="disk full"):
         store.transition(job.id, JobState.RUNNING, EventKind.STARTED, 2000.0,
-                         updates={"attempt": 1}, begin_attempt={"n": 1, "gpu_ids": [0]})
+                         updates={"attempt": 1}, begin_attempt=AttemptStart(1, [0]))
 
     assert raw_row(store, job.id) == row
     assert store.attempts(job.id) == []
@@ -148,9 +150,9 @@ def test_the_event_commits_with_the_state_or_not_at_all(store):
 def test_transition_writes_attempt_rows_and_outbox_rows_in_the_same_step(store):
     job = new_job(store)
     store.transition(job.id, JobState.RUNNING, EventKind.STARTED, 10.0, updates={"attempt": 1, "gpu_ids": [1]},
-                     begin_attempt={"n": 1, "gpu_ids": [1], "resumed_from_step": None})
+                     begin_attempt=AttemptStart(1, [1]))
     done = store.transition(job.id, JobState.SUCCEEDED, EventKind.SUCCEEDED, 70.0,
-                            end_attempt={"ended_at": 70.0, "exit_code": 0, "outcome": "succeeded", "step_reached": 99},
+                            end_attempt=AttemptEnd(70.0, AttemptOutcome.SUCCEEDED, exit_code=0, step_reached=99),
                             outgoing=[Outgoing("wecom", {"event": "succeeded"}), Outgoing("me", {"event": "succeeded"})])
 
     (attempt,) = store.attempts(job.id)

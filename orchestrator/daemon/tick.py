@@ -127,7 +127,7 @@ class Daemon:
             return
         # A suspended machine or a stalled tick is not billed twice: at most 60 s an interval.
         accrue_interval(self.store, self.config, len(self.managed), min(now - last, 60.0), now,
-                        billable=self.executor.billable)
+                        billable=self.executor.billable if self.executor.bills_by_allocation else None)
 
     # -- queue drained -------------------------------------------------------------------------
 

@@ -32,6 +32,10 @@ class AttemptLaunch:
 
 class Executor(Protocol):
     name: str
+    # How cost accrues (SPEC "Cost"): False — this machine's uptime is split among running jobs
+    # and the rest is idle; True — only what a job holds while it runs is charged (a cluster
+    # allocation: pending costs nothing, and there is no idle machine of ours).
+    bills_by_allocation: bool
 
     def start(self, launch: AttemptLaunch) -> dict[str, Any]:
         """Start the attempt. Returns the job-row columns that name it (its handle), which the

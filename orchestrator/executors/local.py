@@ -29,6 +29,7 @@ GROUP_EXIT_WAIT_S = 30.0
 
 class LocalExecutor:
     name = "local"
+    bills_by_allocation = False  # the machine is rented whole: its uptime is split, the rest idle
 
     def __init__(self, home: Home, python: str = sys.executable):
         self.home = home

@@ -79,6 +79,7 @@ class _Cache:
 
 class SlurmExecutor:
     name = "slurm"
+    bills_by_allocation = True  # the cluster's GPUs are charged while allocated, never idle
 
     def __init__(self, home: Home, slurm: "SlurmSection", *, python: str = sys.executable,
                  environ: Optional[Mapping[str, str]] = None):

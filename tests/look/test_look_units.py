@@ -82,6 +82,7 @@ def test_the_daemon_records_a_flat_loss_once_and_a_divergence_fails_without_retr
     from orchestrator.health import divergence, diverged_decision, record_loss_flat
     from orchestrator.lifecycle import change_state
     from orchestrator.paths import Home
+    from orchestrator.records import AttemptStart
     from orchestrator.states import EventKind, JobState
     from orchestrator.store import Store
 
@@ -89,7 +90,7 @@ def test_the_daemon_records_a_flat_loss_once_and_a_divergence_fails_without_retr
     store = Store(home.db)
     job = store.submit(name="j", kind="builtin", gpus=0, priority=0, retries=3, spec={}, spec_path="", now=1.0)
     job = change_state(store, Config(), home, job, JobState.RUNNING, EventKind.STARTED, 2.0, expect=[JobState.QUEUED],
-                       updates={"attempt": 1}, begin_attempt={"n": 1, "gpu_ids": []})
+                       updates={"attempt": 1}, begin_attempt=AttemptStart(1))
     run_dir = home.run_dir(job.id)
     run_dir.mkdir(parents=True, exist_ok=True)
     assert record_loss_flat(store, Config(), home, 3.0) == []
