@@ -35,7 +35,7 @@ GOAL_STATUS_S = 0.300
 PROBE = """
 import json, sys
 sys.argv = ["orch"] + json.loads(sys.argv[1])
-from orchestrator.cli.app import main
+from orchestrator.cli import main
 try:
     main()
 except SystemExit:

@@ -62,7 +62,7 @@ class Bench:
     def start(self) -> int:
         out = open(self.root / "daemon.out", "wb")
         self.daemon = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli.app", "--home", str(self.home.root), "daemon", "run"],
+            [sys.executable, "-m", "orchestrator.cli", "--home", str(self.home.root), "daemon", "run"],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         wait_for(lambda: self.home.log_file.exists() and "daemon started" in self.home.log_file.read_text(), 30,
