@@ -138,7 +138,7 @@ def test_logs_follow_across_attempts_until_the_job_ends(orch_home):
     job_id = h.submit("chatty", per_attempt={"1": {"hold": "first", "exit": 75, "print": ["first attempt bye"]},
                                             "2": {"hold": "second", "print": ["second attempt bye"]}})
     h.wait_record("chatty", attempt=1)
-    follower = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.app", "--home", str(h.root), "logs", "-f",
+    follower = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--home", str(h.root), "logs", "-f",
                                  str(job_id)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         h.release("first")

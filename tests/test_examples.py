@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-ORCH = [sys.executable, "-m", "orchestrator.cli.app"]
+ORCH = [sys.executable, "-m", "orchestrator.cli"]
 
 
 def orch(home: Path, *args: str) -> subprocess.CompletedProcess:

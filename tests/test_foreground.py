@@ -16,7 +16,7 @@ import pytest
 from daemon_harness import wait_for
 from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 
-ORCH = [sys.executable, "-m", "orchestrator.cli.app"]
+ORCH = [sys.executable, "-m", "orchestrator.cli"]
 
 
 def orch(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
