@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..contract import attempt_exit, attempt_log, write_json_atomic
+from ..contract import RESULT, attempt_exit, attempt_log, write_json_atomic
 
 SLURM_INFO = "attempt-{n}.slurm.json"
 
@@ -80,11 +80,23 @@ def batch(args: argparse.Namespace, command: list[str]) -> int:
             print(f"[orch] cannot start srun: {exc}", flush=True)
             code = 127
     ended_at = time.time()
+    if sig == signal.SIGTERM and finished_before(run_dir, started_at):
+        # A walltime warning or preemption that lands after the job wrote result.json (its last
+        # act) can only hit the interpreter's shutdown: the work is complete and durable.
+        print("[orch] SIGTERM came after the job wrote result.json: it had finished", flush=True)
+        code, sig = 0, None
     how = f"exit code {code}" if sig is None else f"signal {sig}"
     print(f"[orch] attempt {n} ended after {ended_at - started_at:.1f}s: {how}", flush=True)
     write_json_atomic(run_dir / attempt_exit(n), {"code": code, "signal": sig, "started_at": started_at,
                                                   "ended_at": ended_at, "slurm_job_id": job_id})
     return 0
+
+
+def finished_before(run_dir: Path, started_at: float) -> bool:
+    try:
+        return (run_dir / RESULT).stat().st_mtime >= started_at
+    except OSError:
+        return False
 
 
 def split_returncode(rc: int) -> tuple:

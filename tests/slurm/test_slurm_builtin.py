@@ -176,7 +176,7 @@ def test_walltime_warning_checkpoints_and_the_next_submission_finishes(slurm_hom
     h = slurm_home(warn_before=30)
     h.start_daemon()
     spec = spec_dict(bert, "bert-walltime", slurm={"time": "1"})
-    spec["env"]["ORCH_FAULT_SLOW_STEP_S"] = "0.15"  # 200 steps: ~30 s of training, plus start-up
+    spec["env"]["ORCH_FAULT_SLOW_STEP_S"] = "0.1"  # 200 steps: ~20 s of training, plus start-up
     job = submit_builtin(h, spec)
     done = h.wait_state(job, JobState.SUCCEEDED, timeout=300)
     attempts = h.store.attempts(job)
