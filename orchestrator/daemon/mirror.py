@@ -132,6 +132,11 @@ class Mirror:
                 if not self.store.uploads_pending() and not self._dirty_jobs():
                     return True
             time.sleep(0.1)
+        for job in self.store.jobs(ACTIVE):  # a notice checkpoint written too late to be queued: queue it now
+            try:                              # (it goes out with this machine's next daemon, if there is one)
+                self.scan(job, time.time())
+            except Exception:
+                log.exception("mirror: scan at shutdown failed")
         left = self.store.uploads_pending()
         if left:
             log.warning("mirror: stopping with %d upload(s) unfinished after notice_deadline_seconds = %g; the mirror "

@@ -67,6 +67,7 @@ class Remote:
         self.url: StorageURL = parse_storage_url(storage.url)
         self.part_size = int(storage.part_size_mb) * 1024 * 1024
         self.concurrency = int(storage.concurrency)
+        self.conditional = True  # False once the store turned out to have no conditional writes
         self.store = self._build(storage, os.environ if env is None else env)
 
     def __repr__(self) -> str:
@@ -254,6 +255,8 @@ class Remote:
                 new = self._local_etag(key)
                 assert new is not None
                 return new
+        if not self.conditional:
+            return self._compare_and_put(key, data, etag)
         mode: Any = "create" if etag is None else {"e_tag": etag}
         try:
             result = obstore.put(self.store, key, data, mode=mode, use_multipart=False)
@@ -261,14 +264,28 @@ class Remote:
             name = type(exc).__name__
             if name in ("AlreadyExistsError", "PreconditionError"):
                 raise Conflict(f"{self.where(key)} " + ("exists already" if etag is None else "changed since it was read")) from None
-            if name == "NotSupportedError" or "not yet implemented" in str(exc):
-                raise StorageError(f"{self.where(key)}: this store has no conditional writes ({_short(exc)})",
-                                   permanent=True) from None
+            if name == "NotSupportedError" or "not yet implemented" in str(exc) or "NotImplemented" in str(exc) \
+                    or " 501" in str(exc):
+                # A store without S3 conditional writes (Aliyun OSS): compare, then write; the owner
+                # lease in the manifest is then what keeps two machines apart.
+                self.conditional = False
+                return self._compare_and_put(key, data, etag)
             raise self._error("write", key, exc) from None
         if result.get("e_tag"):
             return result["e_tag"]
         got = self.get_with_etag(key)
         return (got[1] if got else None) or ""
+
+    def _compare_and_put(self, key: str, data: bytes, etag: Optional[str]) -> str:
+        import obstore
+
+        if self._local_etag(key) != etag:
+            raise Conflict(f"{self.where(key)} " + ("exists already" if etag is None else "changed since it was read"))
+        try:
+            result = obstore.put(self.store, key, data, use_multipart=False)
+        except Exception as exc:
+            raise self._error("write", key, exc) from None
+        return result.get("e_tag") or self._local_etag(key) or ""
 
     def _local_etag(self, key: str) -> Optional[str]:
         import obstore

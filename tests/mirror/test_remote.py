@@ -100,3 +100,14 @@ def test_storage_check_against_the_loopback_server(s3_server, s3_env, tmp_path: 
     assert "orch-test-secret" not in ran.out + ran.err
     missing = orch("--config", cfg, "storage", "check", "s3://orch-no-such-bucket/p", env=s3_env)
     assert missing.rc == 1 and "FAILED" in missing.out and "Traceback" not in missing.err, missing
+
+
+def test_without_conditional_writes_a_compare_then_write_still_refuses_a_stale_etag(remote):
+    remote.conditional = False  # what a store without If-Match (Aliyun OSS) falls back to
+    etag = remote.cas_put("jobs/v/manifest.json", b"v1", None)
+    with pytest.raises(Conflict):
+        remote.cas_put("jobs/v/manifest.json", b"x", None)
+    etag2 = remote.cas_put("jobs/v/manifest.json", b"v2", etag)
+    with pytest.raises(Conflict):
+        remote.cas_put("jobs/v/manifest.json", b"stale", etag)
+    assert remote.get_bytes("jobs/v/manifest.json") == b"v2" and etag2
