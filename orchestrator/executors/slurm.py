@@ -251,18 +251,28 @@ class SlurmExecutor:
                     continue  # sacct did not answer: unknown
                 t = self.cache.jobs[sid]
                 if sid in found:
+                    if t.answer is None or t.answer.state != found[sid].state:
+                        log.info("job %s: Slurm job %s is no longer in squeue; sacct says %s", tracked[sid].id, sid,
+                                 found[sid].state)
                     t.answer, t.gone = found[sid], False
                 else:
-                    t.gone = True
+                    self._forget(t, sid, tracked[sid], "accounting does not know it either" if self.accounting
+                                 else "accounting is off")
         elif missing:
             for sid in missing:
-                self.cache.jobs[sid].gone = True
+                self._forget(self.cache.jobs[sid], sid, tracked[sid], "accounting is off")
         for sid in tracked:
             t = self.cache.jobs[sid]
             if (t.gone or (t.answer is not None and t.answer.ended)) and t.ended_seen_at is None:
                 t.ended_seen_at = now
         self._read_exits(tracked)
         self._publish(tracked, now)
+
+    @staticmethod
+    def _forget(t: _Tracked, sid: str, job: Job, why: str) -> None:
+        if not t.gone:
+            log.info("job %s: Slurm job %s is no longer in squeue and %s: its exit record decides", job.id, sid, why)
+        t.gone = True
 
     def _read_exits(self, tracked: Mapping[str, Job]) -> None:
         for sid, job in tracked.items():
@@ -330,8 +340,8 @@ class SlurmExecutor:
         if t is None:
             return read_json(self.home.run_dir(job.id) / attempt_exit(job.attempt)) if job.attempt else None
         if t.exit_record is None:
-            if t.ended_seen_at is not None and t.answer is not None and t.answer.state not in INFRA_ENDS \
-                    and time.time() - t.ended_seen_at >= EXIT_RECORD_WAIT_S:
+            if t.ended_seen_at is not None and not t.gone and t.answer is not None and t.answer.ended \
+                    and t.answer.state not in INFRA_ENDS and time.time() - t.ended_seen_at >= EXIT_RECORD_WAIT_S:
                 return self._exit_from_slurm(job, t)
             return None
         record = dict(t.exit_record)

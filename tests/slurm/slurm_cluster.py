@@ -28,6 +28,15 @@ def missing_programs() -> list[str]:
     return [p for p in wanted if not (Path(p).exists() if p.startswith("/") else shutil.which(p))]
 
 
+def why_no_accounting() -> Optional[str]:
+    missing = [p for p in ("/usr/sbin/slurmdbd", "mariadbd", "mariadb-install-db", "mariadb")
+               if not (Path(p).exists() if p.startswith("/") else shutil.which(p))]
+    if missing:
+        return (f"Slurm accounting needs slurmdbd and MariaDB ({', '.join(missing)} missing): "
+                "apt-get install slurmdbd mariadb-server")
+    return None
+
+
 def why_unusable() -> Optional[str]:
     """None when a private cluster can be started here; else the reason (for pytest.skip)."""
     if os.geteuid() != 0:
@@ -71,14 +80,14 @@ SchedulerParameters=sched_interval=2,bf_interval=1
 MpiDefault=none
 SwitchType=switch/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+{accounting}
 JobCompType=jobcomp/filetxt
 JobCompLoc={base}/log/jobcomp.txt
 SlurmdTimeout=20
 JobRequeue=1
 ReturnToService=2
 KillWait=5
-MinJobAge=600
+MinJobAge={min_job_age}
 InactiveLimit=0
 NodeName=n1 NodeHostname={host} NodeAddr=127.0.0.1 Port={n1_port} CPUs=1 RealMemory=1000 State=UNKNOWN
 NodeName=n2 NodeHostname={host} NodeAddr=127.0.0.1 Port={n2_port} CPUs=1 RealMemory=1000 State=UNKNOWN
@@ -92,9 +101,12 @@ PartitionName=high Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10 PreemptMo
 class SlurmCluster:
     """start() / stop(); `env` is what every Slurm client command needs (SLURM_CONF)."""
 
-    def __init__(self, base: Optional[Path] = None, *, grace: int = 15):
+    def __init__(self, base: Optional[Path] = None, *, grace: int = 15, min_job_age: int = 600,
+                 accounting: bool = False):
         self.base = Path(base or tempfile.mkdtemp(prefix="orch-slurm-"))
         self.grace = grace
+        self.min_job_age = min_job_age
+        self.accounting = accounting  # slurmdbd + a private MariaDB (slurm-facts.md)
         self.conf = self.base / "etc" / "slurm.conf"
         self.procs: dict[str, subprocess.Popen] = {}
         self.munged_pid: Optional[int] = None
@@ -123,14 +135,64 @@ class SlurmCluster:
                         f"--pid-file={base}/munge/munged.pid", f"--log-file={base}/munge/munged.log",
                         f"--seed-file={base}/munge/munged.seed"], check=True, capture_output=True, timeout=30)
         self.munged_pid = int(_wait_file(base / "munge" / "munged.pid", 10).read_text().split()[0])
+        accounting = "AccountingStorageType=accounting_storage/none"
+        if self.accounting:
+            accounting = self._start_slurmdbd()
         self.conf.write_text(SLURM_CONF.format(
             host=socket.gethostname().split(".")[0], base=base, ctld_port=free_port(),
-            n1_port=free_port(), n2_port=free_port(), grace=self.grace))
+            n1_port=free_port(), n2_port=free_port(), grace=self.grace, accounting=accounting,
+            min_job_age=self.min_job_age))
         self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)])
         for node in NODES:
             self.start_slurmd(node)
         self.wait_idle(timeout)
         return self
+
+    def _start_slurmdbd(self) -> str:
+        """MariaDB in base/mysql (its own socket and port) and slurmdbd on it; returns the
+        slurm.conf lines that point slurmctld at it."""
+        base = self.base
+        my = base / "mysql"
+        (my / "data").mkdir(parents=True, exist_ok=True)
+        shutil.chown(my, "mysql", "mysql")
+        shutil.chown(my / "data", "mysql", "mysql")
+        subprocess.run(["mariadb-install-db", "--user=mysql", f"--datadir={my}/data", "--skip-test-db",
+                        "--auth-root-authentication-method=socket"], check=True, capture_output=True, timeout=120)
+        db_port, dbd_port = free_port(), free_port()
+        out = open(base / "log" / "mariadbd.out", "ab")
+        self.procs["mariadbd"] = subprocess.Popen(
+            ["runuser", "-u", "mysql", "--", "mariadbd", "--no-defaults", f"--datadir={my}/data",
+             f"--socket={my}/mysql.sock", f"--port={db_port}", "--bind-address=127.0.0.1", "--skip-log-bin",
+             f"--pid-file={my}/mariadbd.pid"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+        out.close()
+        sql = ("CREATE DATABASE IF NOT EXISTS slurm_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' "
+               "IDENTIFIED BY 'orchtest'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;")
+        deadline = time.monotonic() + 60
+        while subprocess.run(["mariadb", f"--socket={my}/mysql.sock", "-u", "root", "-e", sql],
+                             capture_output=True, timeout=30).returncode != 0:
+            if time.monotonic() > deadline or self.procs["mariadbd"].poll() is not None:
+                raise RuntimeError(f"MariaDB did not start: {(base / 'log' / 'mariadbd.out').read_text()[-2000:]}")
+            time.sleep(0.3)
+        dbd = base / "etc" / "slurmdbd.conf"
+        dbd.write_text(f"AuthType=auth/munge\nAuthInfo=socket={base}/munge/munge.socket.2\nDbdHost=localhost\n"
+                       f"DbdAddr=127.0.0.1\nDbdPort={dbd_port}\nSlurmUser=root\nPidFile={base}/slurmdbd.pid\n"
+                       f"LogFile={base}/log/slurmdbd.log\nStorageType=accounting_storage/mysql\n"
+                       f"StorageHost=127.0.0.1\nStoragePort={db_port}\nStorageUser=slurm\nStoragePass=orchtest\n"
+                       f"StorageLoc=slurm_acct_db\n")
+        os.chmod(dbd, 0o600)
+        self._spawn("slurmdbd", ["/usr/sbin/slurmdbd", "-D"])
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", dbd_port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.procs["slurmdbd"].poll() is not None:
+                    raise RuntimeError(f"slurmdbd did not start: {(base / 'log' / 'slurmdbd.out').read_text()[-2000:]}")
+                time.sleep(0.2)
+        return (f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\n"
+                f"AccountingStoragePort={dbd_port}\nAccountingStoragePass={base}/munge/munge.socket.2")
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         out = open(self.base / "log" / f"{name}.out", "ab")
@@ -188,7 +250,8 @@ class SlurmCluster:
             self.cancel_all(15)
         except Exception:
             pass
-        for name in sorted(self.procs, key=lambda n: n == "slurmctld"):  # the slurmds first
+        order = {"slurmctld": 1, "slurmdbd": 2, "mariadbd": 3}  # the slurmds first, the database last
+        for name in sorted(self.procs, key=lambda n: order.get(n, 0)):
             proc = self.procs[name]
             if proc.poll() is None:
                 proc.terminate()
