@@ -10,7 +10,8 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from contextlib import contextmanager
+from typing import IO, Any, Iterator, NamedTuple, Optional
 
 # -- exit codes --------------------------------------------------------------------------------
 
@@ -130,16 +131,22 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Temp file in the same folder, fsync, rename, fsync the folder: a reader sees the old file or
-    the new one, never half of one, even after a power cut."""
+@contextmanager
+def atomic_file(path: Path, mode: str = "wb", **open_kw: Any) -> Iterator[IO[Any]]:
+    """Write `path` all or nothing: the caller writes into a temp file beside it (TEMP_MARK, pid,
+    name); on a clean exit it is fsynced, renamed over `path`, and the folder fsynced, so a reader
+    sees the old file or the new one, never half of one, even after a power cut. On an error the
+    temp file is removed and `path` is untouched."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{TEMP_MARK}{os.getpid()}-{path.name}")
+    if "b" not in mode:
+        open_kw.setdefault("encoding", "utf-8")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
+        with open(tmp, mode, **open_kw) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -148,6 +155,12 @@ def write_json_atomic(path: Path, data: Any) -> None:
             pass
         raise
     fsync_dir(path.parent)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """A small JSON file, all or nothing (atomic_file)."""
+    with atomic_file(path, "w") as fh:
+        json.dump(data, fh)
 
 
 def read_json(path: Path) -> Optional[dict[str, Any]]:

@@ -22,7 +22,7 @@ from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from pytorch_lightning.loggers.logger import Logger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from orchestrator.contract import ENV_TENSORBOARD_DIR, METRICS_CSV, TENSORBOARD
+from orchestrator.contract import ENV_TENSORBOARD_DIR, METRICS_CSV, TENSORBOARD, atomic_file
 
 from . import tb
 
@@ -38,12 +38,10 @@ def keep_rows_before(path: Path, purge_step: int) -> list[str]:
             rows = [r for r in reader if _step(r) is not None and _step(r) < purge_step]
     except FileNotFoundError:
         return []
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+    with atomic_file(path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=header)
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(tmp, path)
     return header
 
 

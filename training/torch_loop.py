@@ -20,56 +20,24 @@ are kept) and `notice-step-XXXXXXXX.ckpt` (on SIGTERM), so the daemon picks the 
 from __future__ import annotations
 
 import atexit
-import os
-import random
 import signal
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import torch
 
-from orchestrator.contract import TEMP_MARK, fsync_dir, notice_name, parse_checkpoint_name, periodic_name, step_checkpoints
+from orchestrator.contract import (
+    TEMP_MARK, atomic_file, notice_name, parse_checkpoint_name, periodic_name, step_checkpoints,
+)
 
 from . import heartbeat
 from .heartbeat import Preempted, Progress, StopFlag, say
+from .rng import capture as capture_rng, restore as restore_rng
 
 FORMAT = "orch.torch_loop/1"
 
 
 # -- RNG states as plain data (torch.load(weights_only=True) reads them back) ------------------------
-
-def capture_rng() -> dict[str, Any]:
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    try:
-        import numpy as np  # torch imports it when installed; without it there is no state to keep
-    except ImportError:
-        np = None
-    if np is not None:
-        kind, keys, pos, has_gauss, gauss = np.random.get_state()
-        state["numpy"] = {"kind": str(kind), "keys": torch.from_numpy(keys.astype("int64")), "pos": int(pos),
-                          "has_gauss": int(has_gauss), "gauss": float(gauss)}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng(state: Mapping[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(state["torch"])
-    if "numpy" in state:
-        import numpy as np
-
-        s = state["numpy"]
-        np.random.set_state((s["kind"], s["keys"].numpy().astype(np.uint32), s["pos"], s["has_gauss"], s["gauss"]))
-    if "cuda" in state and torch.cuda.is_available():
-        saved = state["cuda"]
-        if len(saved) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(saved)
-        else:  # a different GPU count: each device gets the first saved state
-            for i in range(torch.cuda.device_count()):
-                torch.cuda.set_rng_state(saved[0], i)
-
 
 # -- DataLoader workers -------------------------------------------------------------------------------
 
@@ -124,23 +92,10 @@ def _kill_loader_workers() -> None:
 # -- checkpoint files --------------------------------------------------------------------------------
 
 def atomic_save(obj: Any, path: Path) -> None:
-    """torch.save to a temp file beside `path`, fsync, rename, fsync the folder: a kill at any
-    instant leaves the old file or the new one, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{TEMP_MARK}{os.getpid()}-{path.name}")
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    fsync_dir(path.parent)
+    """torch.save, all or nothing (contract.atomic_file): a kill at any instant leaves the old
+    file or the new one, never a torn one."""
+    with atomic_file(path) as fh:
+        torch.save(obj, fh)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
