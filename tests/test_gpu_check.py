@@ -74,8 +74,8 @@ def test_on_a_gpu_every_section_passes(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     out = tmp_path / "out"
-    done = subprocess.run(["bash", str(SCRIPT), str(out)], cwd=str(REPO), env=_env(GPUCHECK_WHEELS=str(REPO / "wheels")),
-                          capture_output=True, text=True, timeout=880)
+    done = subprocess.run(["bash", str(SCRIPT), str(out)], cwd=str(REPO),
+                          env=_env(GPUCHECK_WHEELS=str(REPO / "wheels")), capture_output=True, text=True, timeout=880)
     report = json.loads((out / "report.json").read_text())
     assert report["mode"] == "gpu"
     failed = {s["key"]: s["reason"] for s in report["sections"] if s["status"] != "pass"}
@@ -157,7 +157,8 @@ def test_wheel_plan_installs_only_what_is_missing_or_too_old_and_never_torch(tmp
     assert set(result["install"]) == {"orch_fake_missing-1.0-py3-none-any.whl", "orch_fake_dep-2.1-py3-none-any.whl",
                                       "typer-0.19.2-py3-none-any.whl"}
     assert result["install"]["orch_fake_missing-1.0-py3-none-any.whl"] == "missing on this machine"
-    assert "does not satisfy orch-fake-missing's orch-fake-dep>=2" in result["install"]["orch_fake_dep-2.1-py3-none-any.whl"]
+    why = result["install"]["orch_fake_dep-2.1-py3-none-any.whl"]
+    assert "does not satisfy orch-fake-missing's orch-fake-dep>=2" in why
     assert any("torch>=3" in u and "protected" in u for u in result["unmet"])
 
     # a real pip install --no-index --target of what this environment lacks

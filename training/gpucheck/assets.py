@@ -41,13 +41,14 @@ def build_model(folder: Path, shape: str, *, max_positions: int = 512, seed: int
     return folder
 
 
-def tag(i: int, width: int = 4) -> str:
+def tag(i: int, width: int = 5) -> str:
     return " ".join(TAG_WORDS[(i // 12**k) % 12] for k in range(width))
 
 
 def long_rows(n: int, *, min_words: int, seed: int, start: int = 0, unique: bool = False) -> list[dict]:
     """n rows of at least `min_words` words: several toy sentences of one label joined (truncation
-    then gives every row the full max_length). unique: a distinct 4-word tag first in each row."""
+    then gives every row the full max_length). unique: a distinct 5-word tag first in each row
+    (12**5 of them)."""
     rng = random.Random(seed)
     pool = sentiment_rows(4000, seed=seed)
     by_label = {0: [r["text"] for r in pool if r["label"] == 0], 1: [r["text"] for r in pool if r["label"] == 1]}

@@ -85,7 +85,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             write_report(report, args.out, started)
     finally:
         ctx.cleanup()
-        report["ok"] = all(s["status"] != "fail" for s in report["sections"]) and len(report["sections"]) == len(SECTIONS)
+        complete = len(report["sections"]) == len(SECTIONS)
+        report["ok"] = complete and all(s["status"] != "fail" for s in report["sections"])
         write_report(report, args.out, started)
         try:
             pack_logs(work, args.out / "logs.tar.gz")

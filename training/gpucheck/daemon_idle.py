@@ -71,7 +71,8 @@ def daemon_idle(ctx: Ctx, sec: Section) -> None:
     sec.check(f"the daemon starts the queued job within {s.goal_daemon_gap_s} s of the exit",
               parts["job1_exit_to_job2_spawn_s"] <= s.goal_daemon_gap_s, f"{parts['job1_exit_to_job2_spawn_s']:.3f} s")
     sec.figures.update({"gpu_idle_s": idle, **parts, "jobs": ids, "steps_per_job": s.daemon_steps})
-    sec.headline = (f"GPU idle {idle:.1f} s between the jobs (daemon's share {parts['job1_exit_to_job2_spawn_s']:.2f} s;"
+    sec.headline = (f"GPU idle {idle:.1f} s between the jobs "
+                    f"(daemon's share {parts['job1_exit_to_job2_spawn_s']:.2f} s;"
                     f" job 1 wind-down {parts['job1_last_step_to_exit_s']:.1f} s, job 2 start-up "
                     f"{parts['job2_spawn_to_train_start_s']:.1f} s)")
 

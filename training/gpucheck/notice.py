@@ -59,7 +59,8 @@ def notice(ctx: Ctx, sec: Section) -> None:
                          "sigterm_to_exit_s": exited - sent,
                          "launch_to_first_step_s": (first.get("first_step_at") or math.nan) - proc.launched
                          if first else None})
-        sec.check(f"attempt {attempt}: no step lost (notice at the last finished step)", attempts[-1]["steps_lost"] == 0,
+        sec.check(f"attempt {attempt}: no step lost (notice at the last finished step)",
+                  attempts[-1]["steps_lost"] == 0,
                   f"progress at {last.get('step')}, notice at {line['step']}")
         resume_from = line["step"]
         del progress

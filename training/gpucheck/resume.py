@@ -111,6 +111,7 @@ def resume(ctx: Ctx, sec: Section) -> None:
     det, nondet = figures.get("det") or {}, figures.get("nondet") or {}
     if det:
         sec.headline = (f"deterministic: {'bit-exact' if not det['unequal_tensors'] else 'DIFFERS'} after SIGTERM at "
-                        f"step {notice_steps.get('det')}; without: max abs diff {nondet.get('max_abs_diff', math.nan):.3g}")
+                        f"step {notice_steps.get('det')}; "
+                        f"without: max abs diff {nondet.get('max_abs_diff', math.nan):.3g}")
     for run in plans.values():
         free_run(run)

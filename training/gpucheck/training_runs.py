@@ -109,7 +109,8 @@ def throughput(ctx: Ctx, sec: Section) -> None:
     sec.figures.update({"precision": ran_as, "order": order, "runner_samples_per_s": runner,
                         "plain_samples_per_s": plain, "ratio_runner_over_plain": ratio, "goal": s.goal_throughput,
                         "steps": s.steps, "batch": s.batch, "seq": s.seq})
-    sec.headline = f"runner/plain = {ratio:.3f} (goal >= {s.goal_throughput}; medians of {len(runner)} and {len(plain)})"
+    sec.headline = (f"runner/plain = {ratio:.3f} (goal >= {s.goal_throughput}; "
+                    f"medians of {len(runner)} and {len(plain)})")
     if ctx.gpu:
         sec.check(f"runner/plain samples/s >= {s.goal_throughput}", ratio >= s.goal_throughput, f"{ratio:.3f}")
     else:
