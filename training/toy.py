@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 POSITIVE = ["good", "great", "excellent", "wonderful", "delightful", "superb", "lovely", "brilliant",
             "enjoyable", "charming", "pleasant", "fantastic", "moving", "fresh", "clever"]
@@ -76,3 +76,24 @@ def build_tiny_bert(folder: str | Path, texts: Iterable[str], *, num_labels: int
     torch.manual_seed(seed)
     BertForSequenceClassification(config).save_pretrained(str(folder))
     return folder
+
+
+def prepare_example(folder: Path, *, train_rows: int, dev_rows: int, train_seed: int, dev_seed: int,
+                    vocab_rows: int, vocab_seed: int = 1, say: bool = False, **model: Any) -> Path:
+    """An example's data/train.jsonl, data/dev.jsonl and tiny-bert/ in `folder` (deterministic,
+    idempotent, no download): what each examples/*/prepare.py makes."""
+    folder = Path(folder)
+    data = folder / "data"
+    train, dev = data / "train.jsonl", data / "dev.jsonl"
+    if not (train.is_file() and dev.is_file()):
+        write_jsonl(train, sentiment_rows(train_rows, seed=train_seed))
+        write_jsonl(dev, sentiment_rows(dev_rows, seed=dev_seed))
+        if say:
+            print(f"wrote {train} and {dev}")
+    tiny = folder / "tiny-bert"
+    if not (tiny / "config.json").is_file():
+        build_tiny_bert(tiny, [r["text"] for r in sentiment_rows(vocab_rows, seed=vocab_seed)], **model)
+        if say:
+            print(f"wrote {tiny}")
+    return folder
+

@@ -12,19 +12,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))  # run from a checkout as well as from an installed orch
 
-from training.toy import build_tiny_bert, sentiment_rows, write_jsonl  # noqa: E402
+from training.toy import prepare_example  # noqa: E402
 
 
 def prepare(folder: Path = HERE, *, train_rows: int = 640, dev_rows: int = 128) -> Path:
-    data = folder / "data"
-    if not (data / "train.jsonl").is_file() or not (data / "dev.jsonl").is_file():
-        write_jsonl(data / "train.jsonl", sentiment_rows(train_rows, seed=11))
-        write_jsonl(data / "dev.jsonl", sentiment_rows(dev_rows, seed=12))
-    model = folder / "tiny-bert"
-    if not (model / "config.json").is_file():
-        texts = [r["text"] for r in sentiment_rows(1000, seed=1)]
-        build_tiny_bert(model, texts, hidden=32, layers=2, heads=2, vocab_size=300, max_positions=64)
-    return folder
+    return prepare_example(folder, train_rows=train_rows, dev_rows=dev_rows, train_seed=11, dev_seed=12,
+                           vocab_rows=1000, hidden=32, layers=2, heads=2, vocab_size=300, max_positions=64)
 
 
 if __name__ == "__main__":

@@ -12,24 +12,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))  # run from anywhere inside the repository
 
-from training.toy import build_tiny_bert, sentiment_rows, write_jsonl  # noqa: E402
+from training.toy import prepare_example  # noqa: E402
 
 TRAIN_ROWS, DEV_ROWS = 2000, 400
 
 
 def prepare(folder: Path = HERE) -> None:
-    data = folder / "data"
-    train, dev = data / "train.jsonl", data / "dev.jsonl"
-    if not (train.is_file() and dev.is_file()):
-        rows = sentiment_rows(TRAIN_ROWS, seed=1)
-        write_jsonl(train, rows)
-        write_jsonl(dev, sentiment_rows(DEV_ROWS, seed=2))
-        print(f"wrote {train} and {dev}")
-    model = folder / "tiny-bert"
-    if not (model / "config.json").is_file():
-        texts = [r["text"] for r in sentiment_rows(TRAIN_ROWS, seed=1)]
-        build_tiny_bert(model, texts)
-        print(f"wrote {model}")
+    prepare_example(folder, train_rows=TRAIN_ROWS, dev_rows=DEV_ROWS, train_seed=1, dev_seed=2,
+                    vocab_rows=TRAIN_ROWS, vocab_seed=1, say=True)
 
 
 if __name__ == "__main__":
