@@ -30,7 +30,7 @@ def test_command_job_runs_to_success_and_status_shows_slurm(slurm_home):
     assert f"Slurm {sid}: RUNNING on n" in orch_cli(h, "status").stdout
     h.release("hello")
     done = h.wait_state(job, JobState.SUCCEEDED, timeout=30)
-    assert done.attempt == 1
+    assert done.attempt == 1 and done.run_seconds > 0
     assert squeue_state(h.slurm, sid) == "COMPLETED"
     log = (h.run_dir(job) / "attempt-1.log").read_text()
     assert "printed by the job" in log and f"as Slurm job {sid}" in log
@@ -74,7 +74,8 @@ def test_cancel_pending_slurm_job_is_at_once(slurm_home):
         wait_for(lambda: "PENDING" in (h.job(job).executor_ref.get("where") or ""), 20, what="PENDING")
         row = [r for r in json.loads(orch_cli(h, "status", "--json").stdout) if r["id"] == job][0]
         assert row["state"] == "running" and f"Slurm {sid}: PENDING (" in row["where"], row
-        assert h.job(job).cost == 0.0
+        time.sleep(2)  # several ticks and polls while Slurm holds it PENDING: no runtime, no cost
+        assert h.job(job).cost == 0.0 and h.job(job).run_seconds == 0.0
         t0 = time.monotonic()
         assert orch_cli(h, "cancel", str(job)).returncode == 0
         h.wait_state(job, JobState.CANCELLED, timeout=10)
@@ -84,3 +85,43 @@ def test_cancel_pending_slurm_job_is_at_once(slurm_home):
         assert not h.records("waits"), "it never ran"
     finally:
         h.slurm.run("scancel", blocker, check=False)
+
+
+def test_budget_counts_only_slurm_running_time_and_stops_the_job(slurm_home):
+    """max_hours = 0.001 (3.6 s): the job waits PENDING behind a blocker for longer than that and is
+    not stopped (pending costs nothing); once Slurm runs it, 3.6 s later it is told to stop."""
+    h = slurm_home()
+    h.start_daemon()
+    blocker = h.slurm.run("sbatch", "--parsable", "-p", "high", "-N2", "--wrap", "sleep 8").stdout.strip()
+    path = h.job_file("capped", hold="never", on_term=75, notice_ckpt=2)
+    path.write_text(path.read_text() + "\n[budget]\nmax_hours = 0.001\n")
+    from orchestrator.lifecycle import submit_job
+    from orchestrator.wake import poke
+
+    job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0).id
+    poke(h.home.wake_socket)
+    try:
+        wait_for(lambda: "PENDING" in (h.job(job).executor_ref.get("where") or ""), 20, what="PENDING")
+        time.sleep(5)
+        assert h.state(job) is JobState.RUNNING and h.job(job).run_seconds == 0.0
+        h.wait_record("capped", "start", timeout=30)
+        started = time.monotonic()
+        done = h.wait_state(job, JobState.STOPPED, timeout=40)
+        assert time.monotonic() - started >= 2.5  # about 3.6 s of Slurm running time
+        assert h.records("capped", "sigterm") and h.exit_record(job, 1)["code"] == 75
+        assert 3.0 <= done.run_seconds <= 15, done.run_seconds
+    finally:
+        h.slurm.run("scancel", blocker, check=False)
+
+
+def test_daemon_stop_checkpoints_slurm_jobs_and_leaves_them_queued(slurm_home):
+    h = slurm_home()
+    d = h.start_daemon()
+    job = h.submit("stopper", hold="never", on_term=75, notice_ckpt=5)
+    sid = slurm_id(h, job)
+    h.wait_record("stopper", "start", timeout=30)
+    assert h.stop_daemon(d, timeout=60) == 0
+    j = h.job(job)
+    assert j.state is JobState.QUEUED and h.exit_record(job, 1)["code"] == 75, j
+    assert h.records("stopper", "sigterm")
+    assert squeue_state(h.slurm, sid) == "COMPLETED"  # the batch step ended by itself: no requeue, no loop

@@ -1,0 +1,45 @@
+"""Parsing Slurm's answers (canned text: edge cases only; the executor's evidence is the real
+cluster in the other tests here)."""
+
+from __future__ import annotations
+
+from orchestrator.executors.slurm_query import (
+    SlurmJob, accounting_disabled, expand_nodelist, parse_duration, parse_exit_code, parse_sacct, parse_sbatch,
+    parse_squeue,
+)
+from orchestrator.executors.slurm_step import split_returncode
+
+
+def test_squeue_lines_and_noise():
+    text = ("12|PENDING|Resources|(null)|0:00|orch-3.1\n"
+            "slurm_load_jobs error: Socket timed out\n"  # noise is never a job
+            "13|RUNNING|None|n[1-2]|1-02:03:04|orch-4.2\n"
+            "14_7|COMPLETED|None|gpu01|00:05|x\n\n")
+    jobs = parse_squeue(text)
+    assert set(jobs) == {"12", "13", "14_7"}
+    assert jobs["12"].describe() == "PENDING (Resources)"
+    assert jobs["13"].describe() == "RUNNING on n1,n2"
+    assert jobs["13"].elapsed_s == 93784 and jobs["13"].active and not jobs["13"].ended
+    assert jobs["14_7"].ended
+    assert parse_squeue("") == {}
+
+
+def test_sacct_states_exit_codes_and_last_record_wins():
+    text = "21|CANCELLED by 0|0:15|12|n1|a\n21|COMPLETED|0:0|30|n2|a\n22|NODE_FAIL|1:0|5|None assigned|b\n22.batch|FAILED|1:0|5|n1|batch\n"
+    jobs = parse_sacct(text)
+    assert jobs["21"].state == "COMPLETED" and jobs["21"].exit_code == 0 and jobs["21"].elapsed_s == 30
+    assert jobs["22"].state == "NODE_FAIL" and jobs["22"].nodes == ""
+    assert parse_sacct("21|CANCELLED by 0|0:15|12|n1|a")["21"].exit_signal == 15
+    assert accounting_disabled("sacct: error: Slurm accounting storage is disabled\n")
+    assert not accounting_disabled("")
+
+
+def test_small_formats():
+    assert parse_exit_code("75:0") == (75, None) and parse_exit_code("0:9") == (None, 9) and parse_exit_code("") == (None, None)
+    assert parse_duration("05:07") == 307 and parse_duration("2-00:00:01") == 172801 and parse_duration("INVALID") is None
+    assert expand_nodelist("gpu[01-03,07],cpu5") == ["gpu01", "gpu02", "gpu03", "gpu07", "cpu5"]
+    assert expand_nodelist("(null)") == [] and expand_nodelist("n1") == ["n1"]
+    assert parse_sbatch("4711\n") == "4711" and parse_sbatch("4711;cluster2") == "4711"
+    assert parse_sbatch("sbatch: error: Batch job submission failed") is None
+    assert split_returncode(75) == (75, None) and split_returncode(143) == (None, 15) and split_returncode(-9) == (None, 9)
+    assert SlurmJob("1", "RUNNING", nodes="n[1-20]").describe().endswith("(+12)")
