@@ -75,13 +75,15 @@ def test_chaos_every_job_ends_exactly_as_if_nothing_happened(workload, reference
             job = h.job(job_id)
             assert job.state is JobState.SUCCEEDED, f"{name}: {job.state.value}: {job.reason}"
         assert watcher.scans > 100 and watcher.seen, "the process watcher saw nothing"
-        assert not watcher.overlaps, f"two attempts of one job alive at once: {watcher.overlaps[:5]}"
-        problems = {name: event_problems(h, job_id) for name, job_id in chaos.ids.items()}
-        assert not any(problems.values()), problems
-        assert ledger_problem(h) is None, ledger_problem(h)
+        # Every check runs; a failure names all that went wrong, not only the first.
+        problems = [f"two attempts of one job alive at once: {watcher.overlaps[:5]}"] if watcher.overlaps else []
+        problems += [f"{name} events: {p}" for name, job_id in chaos.ids.items() for p in event_problems(h, job_id)]
+        problems += [f"cost ledger: {ledger_problem(h)}"] if ledger_problem(h) else []
         for name, job_id in chaos.ids.items():
             different = differing_tensors(references[name], exported_weights(h.run_dir(job_id)))
-            assert not different, f"{name}: {len(different)} tensors differ from the uninterrupted run, e.g. {different[:3]}"
+            if different:
+                problems.append(f"{name}: {len(different)} tensors differ from the uninterrupted run, e.g. {different[:3]}")
+        assert not problems, "\n".join(problems)
         gaps = watcher.handovers()
         closest = f"; closest hand-over between attempts {gaps[0] * 1000:.0f} ms" if gaps else ""
         print(f"\nchaos seed {seed}: {len(fired)} faults in {time.time() - chaos.t0:.0f}s{closest}\n{chaos.history()}\n"
