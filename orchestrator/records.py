@@ -54,14 +54,17 @@ class Job:
 
     @classmethod
     def from_row(cls, row: Any) -> "Job":
-        d = dict(row)
-        d["state"] = JobState(d["state"])
-        d["intent"] = Intent(d["intent"] or "")
-        d["after_ids"] = json.loads(d["after_ids"] or "[]")
-        d["gpu_ids"] = json.loads(d["gpu_ids"] or "[]")
-        d["executor_ref"] = json.loads(d.get("executor_ref") or "{}")
-        d["git_dirty"] = None if d["git_dirty"] is None else bool(d["git_dirty"])
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        """A job from a row of `SELECT {JOB_COLUMNS} FROM jobs` (columns in field order).
+        Positional, with the JSON parser skipped for the empty lists and maps nearly every row
+        holds: `orch status --all` builds one per job."""
+        v = list(row)
+        v[_STATE] = _STATES[v[_STATE]]
+        v[_INTENT] = _INTENTS[v[_INTENT] or ""]
+        for i, empty in _JSON_AT:
+            v[i] = json.loads(v[i]) if v[i] and v[i] != empty else ([] if empty == "[]" else {})
+        if v[_DIRTY] is not None:
+            v[_DIRTY] = bool(v[_DIRTY])
+        return cls(*v)
 
     @cached_property
     def spec(self) -> dict[str, Any]:
@@ -71,6 +74,15 @@ class Job:
     def shown_attempt(self) -> int:
         """SPEC: 1-based; a job that never started is on its first attempt."""
         return max(1, self.attempt)
+
+
+_JOB_FIELDS = tuple(Job.__dataclass_fields__)
+JOB_COLUMNS = ", ".join(_JOB_FIELDS)  # what the store selects for Job.from_row, in field order
+_STATE, _INTENT, _DIRTY = (_JOB_FIELDS.index(k) for k in ("state", "intent", "git_dirty"))
+_JSON_AT = tuple((_JOB_FIELDS.index(k), empty) for k, empty in
+                 (("after_ids", "[]"), ("gpu_ids", "[]"), ("executor_ref", "{}")))
+_STATES = {s.value: s for s in JobState}
+_INTENTS = {i.value: i for i in Intent}
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from .errors import InvalidTransition, JobNotFound, OrchError
-from .records import Attempt, AttemptEnd, AttemptStart, Event, Job, OutboxRow, Outgoing
+from .records import JOB_COLUMNS, Attempt, AttemptEnd, AttemptStart, Event, Job, OutboxRow, Outgoing
 from .states import AttemptOutcome, EventKind, JobState, ensure_allowed
 
 SCHEMA_VERSION = 3
@@ -228,14 +228,14 @@ class Store:
             return self._get(db, job_id)
 
     def by_uid(self, uid: str) -> Optional[Job]:
-        row = self.db.execute("SELECT * FROM jobs WHERE uid=?", (uid,)).fetchone()
+        row = self.db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE uid=?", (uid,)).fetchone()
         return Job.from_row(row) if row is not None else None
 
     def get(self, job_id: int) -> Job:
         return self._get(self.db, job_id)
 
     def _get(self, db: sqlite3.Connection, job_id: int) -> Job:
-        row = db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        row = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(job_id)
         return Job.from_row(row)
@@ -243,18 +243,18 @@ class Store:
     def jobs(self, states: Optional[Iterable[JobState]] = None) -> list[Job]:
         """Jobs in submit order; `states` narrows them (uses the state index)."""
         if states is None:
-            rows = self.db.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+            rows = self.db.execute(f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id").fetchall()
         else:
             wanted = [JobState(s).value for s in states]
             marks = ",".join("?" * len(wanted))
-            rows = self.db.execute(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY id", wanted).fetchall()
+            rows = self.db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ({marks}) ORDER BY id", wanted).fetchall()
         return [Job.from_row(r) for r in rows]
 
     def queue_order(self) -> list[Job]:
         """Queued jobs in dispatch order: priority high first, then submit order. A requeued job
         keeps its id, so it goes ahead of work submitted after it."""
         rows = self.db.execute(
-            "SELECT * FROM jobs WHERE state=? ORDER BY priority DESC, id", (JobState.QUEUED.value,)
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE state=? ORDER BY priority DESC, id", (JobState.QUEUED.value,)
         ).fetchall()
         return [Job.from_row(r) for r in rows]
 
@@ -508,6 +508,13 @@ class Store:
             sql += " AND job_id=?"
             params.append(job_id)
         return [dict(r) for r in self.db.execute(sql + " ORDER BY notice DESC, step DESC, id", params).fetchall()]
+
+    def preemption_history(self) -> tuple[int, float]:
+        """(preemption notices + attempts lost with the machine, seconds the daemon has run): what
+        `[checkpoint] every = "auto"` divides into a mean time between preemptions."""
+        notices = self.db.execute("SELECT COUNT(*) FROM events WHERE kind='notice'").fetchone()[0]
+        lost = self.db.execute("SELECT COUNT(*) FROM attempts WHERE outcome='lost'").fetchone()[0]
+        return notices + lost, self.ledger().get("uptime_s", 0.0)
 
     def upload_names(self, job_id: int) -> set[str]:
         """Checkpoint names ever queued for a job (done, pending or dropped)."""
