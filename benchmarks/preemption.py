@@ -1,28 +1,34 @@
 """What a preemption costs with the built-in runner, for a BERT-base-sized model (BertConfig()
-defaults: 12 layers, hidden 768, vocab 30522; random init; BertForSequenceClassification) with
-AdamW state:
+defaults: 12 layers, hidden 768, vocab 30522; random init, made locally: no download;
+BertForSequenceClassification) with AdamW state, measured so that a noisy, shared disk and CPU
+cancel out of the headline figure:
 
-- save: seconds from the end of the step in flight to a durable (fsynced) notice checkpoint, in a
-  real `python -m training.run` subprocess that gets SIGTERM (orch's arm: Lightning's
-  save_checkpoint through training/checkpoints.py's AtomicCheckpointIO), against a bare
-  `torch.save` of the same model and optimizer state dicts + fsync in this process (the floor no
-  checkpointing scheme can beat). Goal: ratio <= 1.5.
-- the step in flight: SIGTERM -> the end of the step that was running (reported separately: it is
-  the training step's cost, not the checkpoint's).
-- checkpoint size, steps lost (goal 0: the notice checkpoint is at the last step finished), and
-  time to first step of a resumed attempt (loads the checkpoint) against a cold start.
+- save, per pair: orch's notice checkpoint (a real `python -m training.run` attempt that gets
+  SIGTERM; Lightning's save_checkpoint through training/checkpoints.py's AtomicCheckpointIO) and
+  a bare `torch.save` of the same model and AdamW state dicts + fsync in this process (the floor no
+  checkpointing scheme can beat), one right after the other, the order alternating from pair to
+  pair, `sync` before each arm. Both arms are timed in their own process from the end of the step
+  (the optimizer and LR-scheduler steps done) to the file fsynced; orch's also includes the rename
+  and the folder fsync that make it atomic (the job prints its timings in its "saved" line). The
+  headline is the median of the per-pair ratios orch / bare, with their spread. Goal: <= 1.5.
+- warm-up before anything is measured: two 1.3 GB writes + fsync, one bare save, and one whole
+  job attempt (imports, the tokenized-data cache, the model file in the page cache).
+- while the bare arm runs before orch's in a pair, the job is stopped (SIGSTOP) mid-step, so the
+  two never compete for the CPU; it continues (SIGCONT) and gets SIGTERM afterwards.
+- resumed start-up, per round: a cold attempt (new run folder) and then an attempt resumed from
+  its notice checkpoint; time to first step (launch -> end of the first step) of each, resumed -
+  cold, against reading and loading that checkpoint alone in this process (torch.load + the
+  model's and the optimizer's load_state_dict); split at the start of training (after the
+  restore), so the start-up difference and the first batch's own difference show separately.
+- also: the step in flight (SIGTERM -> end of that step: the training step's cost, not the
+  checkpoint's), SIGTERM -> exit 75, checkpoint size, steps lost (goal 0).
 
-How the orch arm is timed: the job writes progress.json at the end of every step
-(ORCH_PROGRESS_EVERY_S tiny), so the last progress.json before the exit holds the step in flight
-and the time it ended (`updated_at`, written in on_train_batch_end just before the save). The
-runner prints "[orch] SIGTERM: saved ..." right after save_checkpoint returns (after the fsync of
-the file and of its folder); this process timestamps every output line as it arrives. The file's
-mtime (the last byte written, before the fsync) is reported too.
+    python benchmarks/preemption.py [--rounds 3] [--seq 16] [--batch 2] [--dir DIR] [--keep] [--json]
 
-    python benchmarks/preemption.py [--repeats 2] [--seq 16] [--batch 2] [--dir DIR] [--keep] [--json]
-
-About 1.3 GB per checkpoint (two exist at most at a time); every file is deleted at the end unless
---keep.
+Each round gives two save pairs (one per attempt): --rounds 3 = 6 pairs, 7 job attempts with the
+warm-up, about 5 minutes on 2 CPU cores. About 1.3 GB per checkpoint (three exist at most at a
+time); every file is deleted at the end unless --keep. Exit 1 when the median per-pair ratio is
+over the goal or a step was lost.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -43,6 +50,9 @@ from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL_RATIO = 1.5
+SAVED_RE = re.compile(r"SIGTERM: saved (?P<path>\S+) at step (?P<step>\d+) in (?P<took>[\d.]+) s"
+                      r"(?: \((?P<mb>\d+) MB; write (?P<write>[\d.]+) s, fsync (?P<fsync>[\d.]+) s, "
+                      r"rename (?P<rename>[\d.]+) s\))?")
 
 
 def build_model(folder: Path) -> Path:
@@ -74,39 +84,90 @@ def write_job(run_dir: Path, model: Path, train: Path, batch: int, seq: int) -> 
     (run_dir / "job.toml").write_bytes(tomli_w.dumps(spec).encode())
 
 
+def sync() -> None:
+    """Flush every dirty page on the machine, so an arm does not pay for the writes before it."""
+    os.sync()
+
+
+def warm_up_disk(folder: Path, size: int = 1_300_000_000, times: int = 2) -> list[float]:
+    """Checkpoint-sized writes + fsync before anything is measured (a cold disk's first big write
+    can take several times as long as the next)."""
+    block = b"\x5a" * (16 << 20)
+    took = []
+    for i in range(times):
+        path = folder / f"warm-up-{i}.bin"
+        sync()
+        start = time.perf_counter()
+        with open(path, "wb") as fh:
+            for _ in range(size // len(block)):
+                fh.write(block)
+            fh.flush()
+            os.fsync(fh.fileno())
+        took.append(time.perf_counter() - start)
+        path.unlink()
+    return took
+
+
 # -- the bare arm --------------------------------------------------------------------------------
 
 
-def bare_saves(folder: Path, repeats: int, batch: int, seq: int) -> dict[str, Any]:
-    """One AdamW step on BERT-base, then `repeats` x (state dicts -> torch.save -> fsync), timed from
-    the end of the step."""
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification
+class Bare:
+    """BERT-base + AdamW in this process, grouped like the runner's (decay / no decay), so its
+    state dicts have the same tensors as the job's and the job's checkpoint loads into it."""
 
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(num_labels=2))
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01)
-    ids = torch.randint(5, 400, (batch, seq))
-    times, size = [], 0
-    for _ in range(repeats):
-        loss = model(input_ids=ids, labels=torch.zeros(batch, dtype=torch.long)).loss
+    def __init__(self, batch: int, seq: int):
+        import torch
+        from transformers import BertConfig, BertForSequenceClassification
+
+        self.torch = torch
+        torch.manual_seed(0)
+        self.model = BertForSequenceClassification(BertConfig(num_labels=2))
+        self.model.train()
+        decay, no_decay = [], []
+        for name, param in self.model.named_parameters():
+            (no_decay if param.ndim < 2 or "LayerNorm" in name else decay).append(param)
+        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                                      {"params": no_decay, "weight_decay": 0.0}], lr=2e-5)
+        self.ids = torch.randint(5, 400, (batch, seq))
+        self.labels = torch.zeros(batch, dtype=torch.long)
+
+    def save(self, folder: Path, n: int) -> dict[str, float]:
+        """One training step, then state dicts -> torch.save -> fsync of a new file, timed from the
+        end of the step."""
+        torch = self.torch
+        loss = self.model(input_ids=self.ids, labels=self.labels).loss
         loss.backward()
-        opt.step()
-        opt.zero_grad()
-        start = time.time()  # the end of the step
-        path = folder / "bare.ckpt"
+        self.opt.step()
+        self.opt.zero_grad()
+        path = folder / f"bare-{n}.ckpt"
+        sync()
+        start = time.perf_counter()  # the end of the step
         with open(path, "wb") as fh:
-            torch.save({"state_dict": model.state_dict(), "optimizer_states": [opt.state_dict()]}, fh)
+            torch.save({"state_dict": self.model.state_dict(), "optimizer_states": [self.opt.state_dict()]}, fh)
             fh.flush()
+            written = time.perf_counter()
             os.fsync(fh.fileno())
-        times.append(time.time() - start)
+        end = time.perf_counter()
         size = path.stat().st_size
         path.unlink()
-    del model, opt
-    return {"save_s": times, "bytes": size}
+        return {"save_s": end - start, "write_s": written - start, "fsync_s": end - written, "bytes": size}
+
+    def load(self, path: Path) -> dict[str, float]:
+        """Read and load a checkpoint of the job into this model and optimizer, as Lightning's
+        restore does (a full torch.load, then load_state_dict)."""
+        torch = self.torch
+        sync()
+        start = time.perf_counter()
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        read = time.perf_counter()
+        self.model.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()})
+        self.opt.load_state_dict(ckpt["optimizer_states"][0])
+        end = time.perf_counter()
+        del ckpt
+        return {"load_s": end - start, "read_s": read - start, "load_state_dict_s": end - read}
 
 
-# -- orch's arm: a real job process ----------------------------------------------------------------
+# -- orch's arm: real job processes ----------------------------------------------------------------
 
 
 class Attempt:
@@ -114,7 +175,8 @@ class Attempt:
 
     def __init__(self, run_dir: Path, n: int, env: dict[str, str], resume: Optional[Path]):
         self.run_dir = run_dir
-        env = dict(env, ORCH_ATTEMPT=str(n), ORCH_RESUME_FROM=str(resume or ""))
+        env = dict(env, ORCH_ATTEMPT=str(n), ORCH_RESUME_FROM=str(resume or ""), ORCH_RUN_DIR=str(run_dir),
+                   ORCH_CKPT_DIR=str(run_dir / "checkpoints"))
         self.lines: list[tuple[float, str]] = []
         self.log = open(run_dir / f"attempt-{n}.log", "w")
         self.launched = time.time()
@@ -149,11 +211,14 @@ class Attempt:
             time.sleep(0.01)
         raise RuntimeError(f"no step {step} within {timeout}s:\n{self.tail()}")
 
-    def line_at(self, needle: str) -> Optional[float]:
-        return next((t for t, line in self.lines if needle in line), None)
+    def line(self, needle: str) -> Optional[tuple[float, str]]:
+        return next(((t, line) for t, line in self.lines if needle in line), None)
 
     def tail(self) -> str:
         return "\n".join(line for _, line in self.lines[-15:])
+
+    def signal(self, sig: int) -> None:
+        os.killpg(self.proc.pid, sig)
 
     def finish(self, timeout: float = 300) -> int:
         code = self.proc.wait(timeout)
@@ -162,122 +227,221 @@ class Attempt:
         return code
 
 
-def interrupt(att: Attempt, at_step: int) -> dict[str, Any]:
-    """Let the attempt reach `at_step`, SIGTERM its group, and time what follows."""
-    att.wait_step(at_step)
+def first_step(att: Attempt, from_step: int) -> dict[str, float]:
+    """Launch -> the end of the attempt's first training step (the job's first_step_at), split at
+    the start of training (train_started_at: after the checkpoint restore, before the first batch)."""
+    p = att.wait_step(from_step + 1)
+    if p["step"] != from_step + 1 or not p.get("first_step_at") or not p.get("train_started_at"):
+        raise RuntimeError(f"missed the first step: progress jumped to {p['step']}")
+    return {"first_step_s": float(p["first_step_at"]) - att.launched,
+            "start_up_s": float(p["train_started_at"]) - att.launched,
+            "first_batch_s": float(p["first_step_at"]) - float(p["train_started_at"])}
+
+
+def interrupt(att: Attempt) -> dict[str, Any]:
+    """SIGTERM the attempt's group now and read what its notice save took."""
     sent = time.time()
-    os.killpg(att.proc.pid, signal.SIGTERM)
+    att.signal(signal.SIGTERM)
     code = att.finish()
     exited = time.time()
     if code != 75:
         raise RuntimeError(f"expected exit 75 after SIGTERM, got {code}:\n{att.tail()}")
-    notices = sorted((att.run_dir / "checkpoints").glob("notice-step-*.ckpt"))
-    ckpt = notices[-1]
-    ckpt_step = int(ckpt.stem.rsplit("-", 1)[1])
-    last = att.progress()  # written at the end of the step in flight, just before the save
-    saved_line = att.line_at("SIGTERM: saved")
-    if saved_line is None:
-        raise RuntimeError(f"no 'saved' line:\n{att.tail()}")
-    step_end = float(last["updated_at"])
+    found = att.line("SIGTERM: saved")
+    match = SAVED_RE.search(found[1]) if found else None
+    if not found or not match or match["write"] is None:
+        raise RuntimeError(f"no timed 'saved' line:\n{att.tail()}")
+    arrived, took = found[0], float(match["took"])
+    path = Path(match["path"])
+    last = att.progress()  # written right after the save
     return {
-        "sigterm_at_step": at_step,
-        "checkpoint": ckpt.name, "checkpoint_step": ckpt_step, "bytes": ckpt.stat().st_size,
-        "steps_lost": int(last["step"]) - ckpt_step,
-        "step_in_flight_s": step_end - sent,
-        "save_s": saved_line - step_end,  # end of step -> file and folder fsynced
-        "save_to_mtime_s": ckpt.stat().st_mtime - step_end,  # end of step -> last byte written
+        "checkpoint": path.name, "checkpoint_step": int(match["step"]), "bytes": path.stat().st_size,
+        "steps_lost": int(last["step"]) - int(match["step"]),
+        "save_s": took, "write_s": float(match["write"]), "fsync_s": float(match["fsync"]),
+        "rename_s": float(match["rename"]),
+        "step_in_flight_s": (arrived - took) - sent,  # SIGTERM -> end of the step in flight (approx.)
         "sigterm_to_exit_s": exited - sent,
-        "path": ckpt,
+        "after_save_s": exited - arrived,  # the "saved" line -> the process gone (retention, teardown)
+        "path": path,
     }
 
 
-def first_step_s(att: Attempt, from_step: int) -> float:
-    """Launch -> the end of the attempt's first training step (its progress.json timestamp)."""
-    p = att.wait_step(from_step + 1)
-    if p["step"] != from_step + 1:
-        raise RuntimeError(f"missed the first step: progress jumped to {p['step']}")
-    return float(p["updated_at"]) - att.launched
+class Bench:
+    def __init__(self, work: Path, batch: int, seq: int):
+        self.work, self.batch, self.seq = work, batch, seq
+        self.model = build_model(work / "bert-base")
+        from training.toy import sentiment_rows, write_jsonl
+
+        self.train = write_jsonl(work / "train.jsonl", sentiment_rows(400, seed=3))
+        self.env = dict(os.environ)
+        self.env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                         "HF_DATASETS_CACHE": str(work / "hf-cache"), "TOKENIZERS_PARALLELISM": "false",
+                         "ORCH_JOB_ID": "1", "ORCH_PROGRESS_EVERY_S": "0.000001", "PYTHONPATH": os.pathsep.join(
+                             p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)})
+        self.bare = Bare(batch, seq)
+        self.n = 0
+
+    def run_dir(self, name: str) -> Path:
+        run_dir = self.work / name
+        write_job(run_dir, self.model, self.train, self.batch, self.seq)
+        return run_dir
+
+    def attempt(self, run_dir: Path, resume: Optional[Path], bare_first: bool) -> dict[str, Any]:
+        """One job attempt: its time to first step, then one save pair (orch's notice save on
+        SIGTERM and a bare save, in the order asked)."""
+        self.n += 1
+        sync()
+        att = Attempt(run_dir, self.n, self.env, resume)
+        from_step = 0
+        if resume is not None:
+            from_step = int(resume.stem.rsplit("-", 1)[1])
+        first = first_step(att, from_step)
+        att.wait_step(from_step + 2)
+        bare = None
+        if bare_first:
+            att.signal(signal.SIGSTOP)  # mid-step: no CPU taken from the bare arm
+            try:
+                bare = self.bare.save(self.work, self.n)
+            finally:
+                att.signal(signal.SIGCONT)
+        sync()
+        orch = interrupt(att)
+        if not bare_first:
+            bare = self.bare.save(self.work, self.n)
+        assert bare is not None
+        return {"attempt": self.n, "resumed_from": resume.name if resume else None, **first,
+                "order": "bare, orch" if bare_first else "orch, bare", "orch": orch, "bare": bare,
+                "ratio": orch["save_s"] / bare["save_s"]}
+
+    def run(self, rounds: int, log=lambda msg: None) -> dict[str, Any]:
+        warm = {"disk_write_s": warm_up_disk(self.work)}
+        warm["bare_save_s"] = self.bare.save(self.work, 0)["save_s"]
+        att = self.attempt(self.run_dir("warm-up"), None, bare_first=False)
+        warm["attempt"] = _clean(att)
+        shutil.rmtree(self.work / "warm-up" / "checkpoints", ignore_errors=True)
+        log(f"warm-up: disk {', '.join(f'{x:.2f}' for x in warm['disk_write_s'])} s, bare {warm['bare_save_s']:.2f} s, "
+            f"orch {att['orch']['save_s']:.2f} s, first step {att['first_step_s']:.1f} s")
+        pairs, starts = [], []
+        for r in range(rounds):
+            run_dir = self.run_dir(f"round-{r}")
+            cold = self.attempt(run_dir, None, bare_first=r % 2 == 1)
+            loaded = self.bare.load(cold["orch"]["path"])
+            resumed = self.attempt(run_dir, cold["orch"]["path"], bare_first=r % 2 == 0)
+            for a in (cold, resumed):
+                log(f"round {r} attempt {a['attempt']} ({'resumed' if a['resumed_from'] else 'cold'}): first step "
+                    f"{a['first_step_s']:.1f} s; {a['order']}: orch {a['orch']['save_s']:.2f} s, bare "
+                    f"{a['bare']['save_s']:.2f} s, ratio {a['ratio']:.2f}")
+            pairs += [_clean(cold), _clean(resumed)]
+            starts.append({"cold_first_step_s": cold["first_step_s"], "resumed_first_step_s": resumed["first_step_s"],
+                           "resumed_minus_cold_s": resumed["first_step_s"] - cold["first_step_s"],
+                           "start_up_resumed_minus_cold_s": resumed["start_up_s"] - cold["start_up_s"],
+                           "first_batch_resumed_minus_cold_s": resumed["first_batch_s"] - cold["first_batch_s"],
+                           **loaded})
+            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        return {"warm_up": warm, "pairs": pairs, "starts": starts}
 
 
-def orch_arm(work: Path, model: Path, train: Path, repeats: int, batch: int, seq: int) -> dict[str, Any]:
-    run_dir = work / "run"
-    write_job(run_dir, model, train, batch, seq)
-    env = dict(os.environ)
-    env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "HF_DATASETS_CACHE": str(work / "hf-cache"), "TOKENIZERS_PARALLELISM": "false",
-                "ORCH_RUN_DIR": str(run_dir), "ORCH_CKPT_DIR": str(run_dir / "checkpoints"), "ORCH_JOB_ID": "1",
-                "ORCH_PROGRESS_EVERY_S": "0.000001", "PYTHONPATH": os.pathsep.join(
-                    p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)})
-    cold = Attempt(run_dir, 1, env, None)
-    cold_first = first_step_s(cold, 0)
-    saves = [interrupt(cold, 3)]
-    resumed_first = []
-    for n in range(2, repeats + 2):
-        prev = saves[-1]
-        att = Attempt(run_dir, n, env, prev["path"])
-        resumed_first.append(first_step_s(att, prev["checkpoint_step"]))
-        saves.append(interrupt(att, prev["checkpoint_step"] + 3))
-    for s in saves:
-        s["path"] = str(s["path"])
-    return {"cold_first_step_s": cold_first, "resumed_first_step_s": resumed_first, "saves": saves}
+def _clean(att: dict[str, Any]) -> dict[str, Any]:
+    att = dict(att, orch=dict(att["orch"]))
+    att["orch"]["path"] = str(att["orch"]["path"])
+    return att
 
 
-def render(report: dict[str, Any]) -> None:
-    bare, orch = report["bare"], report["orch"]
-    orch_save = [s["save_s"] for s in orch["saves"]]
-    ratio = report["ratio"]
-    mb = orch["saves"][0]["bytes"] / 1e6
-    print(f"BERT-base + AdamW, batch {report['batch']} x seq {report['seq']}, CPU")
-    print(f"  checkpoint: orch {mb:.0f} MB (Lightning: weights, AdamW, loops, RNG), bare {bare['bytes'] / 1e6:.0f} MB")
-    print("  end of step -> durable file (s): orch " + ", ".join(f"{x:.2f}" for x in orch_save)
-          + " | bare " + ", ".join(f"{x:.2f}" for x in bare["save_s"]))
-    print(f"  median ratio orch/bare: {ratio:.2f} (goal <= {GOAL_RATIO})")
-    print("  end of step -> last byte written (orch, mtime): "
-          + ", ".join(f"{s['save_to_mtime_s']:.2f}" for s in orch["saves"]))
-    print("  SIGTERM -> end of the step in flight (s): "
-          + ", ".join(f"{s['step_in_flight_s']:.2f}" for s in orch["saves"]))
-    print("  SIGTERM -> exit 75 (s): " + ", ".join(f"{s['sigterm_to_exit_s']:.2f}" for s in orch["saves"]))
-    print(f"  steps lost: {report['steps_lost']} (goal 0)")
-    print(f"  time to first step: cold {orch['cold_first_step_s']:.1f}s, resumed "
-          + ", ".join(f"{x:.1f}s" for x in orch["resumed_first_step_s"]))
+def spread(values: list[float]) -> dict[str, float]:
+    values = sorted(values)
+    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
+    return {"median": statistics.median(values), "min": values[0], "max": values[-1], "q1": q[0], "q3": q[2]}
+
+
+def summarise(raw: dict[str, Any], batch: int, seq: int) -> dict[str, Any]:
+    pairs, starts = raw["pairs"], raw["starts"]
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    return {
+        "model": "BertForSequenceClassification(BertConfig()) + AdamW, random init, CPU", "batch": batch, "seq": seq,
+        "goal_ratio": GOAL_RATIO, "pairs_n": len(pairs),
+        "ratio": spread([p["ratio"] for p in pairs]),
+        "orch_save_s": spread([p["orch"]["save_s"] for p in pairs]),
+        "bare_save_s": spread([p["bare"]["save_s"] for p in pairs]),
+        "orch_parts_median_s": {k: med([p["orch"][k] for p in pairs]) for k in ("write_s", "fsync_s", "rename_s")},
+        "bare_parts_median_s": {k: med([p["bare"][k] for p in pairs]) for k in ("write_s", "fsync_s")},
+        "orch_mb": pairs[0]["orch"]["bytes"] / 1e6, "bare_mb": pairs[0]["bare"]["bytes"] / 1e6,
+        "steps_lost": [p["orch"]["steps_lost"] for p in pairs],
+        "step_in_flight_s": spread([p["orch"]["step_in_flight_s"] for p in pairs]),
+        "sigterm_to_exit_s": spread([p["orch"]["sigterm_to_exit_s"] for p in pairs]),
+        "after_save_s": spread([p["orch"]["after_save_s"] for p in pairs]),
+        "cold_first_step_s": [s["cold_first_step_s"] for s in starts],
+        "resumed_first_step_s": [s["resumed_first_step_s"] for s in starts],
+        "resumed_minus_cold_s": spread([s["resumed_minus_cold_s"] for s in starts]),
+        "checkpoint_load_alone_s": spread([s["load_s"] for s in starts]),
+        "resume_overhead_beyond_load_s": spread([s["resumed_minus_cold_s"] - s["load_s"] for s in starts]),
+        "start_up_resumed_minus_cold_s": spread([s["start_up_resumed_minus_cold_s"] for s in starts]),
+        "start_up_overhead_beyond_load_s": spread([s["start_up_resumed_minus_cold_s"] - s["load_s"] for s in starts]),
+        "first_batch_resumed_minus_cold_s": spread([s["first_batch_resumed_minus_cold_s"] for s in starts]),
+        "raw": raw,
+    }
+
+
+def render(rep: dict[str, Any]) -> None:
+    def fmt(s: dict[str, float], digits: int = 2) -> str:
+        return (f"median {s['median']:.{digits}f} (quartiles {s['q1']:.{digits}f}-{s['q3']:.{digits}f}, "
+                f"range {s['min']:.{digits}f}-{s['max']:.{digits}f})")
+
+    pairs = rep["raw"]["pairs"]
+    print(f"BERT-base + AdamW, batch {rep['batch']} x seq {rep['seq']}, CPU; {rep['pairs_n']} pairs, arms alternated")
+    print(f"  checkpoint: orch {rep['orch_mb']:.0f} MB (Lightning: weights, AdamW, loops, RNG, ...), "
+          f"bare {rep['bare_mb']:.0f} MB")
+    print("  per pair, end of step -> durable file (s):")
+    for p in pairs:
+        o, b = p["orch"], p["bare"]
+        print(f"    attempt {p['attempt']} ({p['order']}): orch {o['save_s']:.2f} (write {o['write_s']:.2f}, fsync "
+              f"{o['fsync_s']:.2f}, rename {o['rename_s']:.2f}) | bare {b['save_s']:.2f} (write {b['write_s']:.2f}, "
+              f"fsync {b['fsync_s']:.2f}) | ratio {p['ratio']:.2f}")
+    print(f"  ratio orch/bare per pair: {fmt(rep['ratio'])}  (goal <= {GOAL_RATIO})")
+    print(f"  orch save s: {fmt(rep['orch_save_s'])}")
+    print(f"  bare save s: {fmt(rep['bare_save_s'])}")
+    print(f"  SIGTERM -> end of the step in flight (s): {fmt(rep['step_in_flight_s'])}")
+    print(f"  SIGTERM -> exit 75 (s): {fmt(rep['sigterm_to_exit_s'])}")
+    print(f"  'saved' line -> process gone (s): {fmt(rep['after_save_s'])}")
+    print(f"  steps lost: {rep['steps_lost']} (goal 0)")
+    print("  time to first step, cold / resumed (s): "
+          + ", ".join(f"{c:.1f} / {r:.1f}" for c, r in zip(rep["cold_first_step_s"], rep["resumed_first_step_s"])))
+    print(f"  resumed - cold (s): {fmt(rep['resumed_minus_cold_s'])}")
+    print(f"  reading + loading the checkpoint alone (s): {fmt(rep['checkpoint_load_alone_s'])}")
+    print(f"  resumed - cold - load alone (s): {fmt(rep['resume_overhead_beyond_load_s'])}")
+    print(f"    of which launch -> training starts, resumed - cold (s): {fmt(rep['start_up_resumed_minus_cold_s'])}; "
+          f"minus load alone: {fmt(rep['start_up_overhead_beyond_load_s'])}")
+    print(f"    and the first batch itself, resumed - cold (s): {fmt(rep['first_batch_resumed_minus_cold_s'])}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=2, help="resumed attempts (each adds one save sample)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of (cold attempt, resumed attempt); each gives two save pairs (default 3)")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=16)
     parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON (progress goes to stderr)")
     args = parser.parse_args(argv)
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3 (5 pairs or more)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(REPO))
-    from training.toy import sentiment_rows, write_jsonl
 
     work = Path(tempfile.mkdtemp(prefix="orch-preempt-bench-", dir=args.dir))
     try:
-        model = build_model(work / "bert-base")
-        train = write_jsonl(work / "train.jsonl", sentiment_rows(400, seed=3))
-        bare = bare_saves(work, args.repeats + 1, args.batch, args.seq)
-        orch = orch_arm(work, model, train, args.repeats, args.batch, args.seq)
+        bench = Bench(work, args.batch, args.seq)
+        raw = bench.run(args.rounds, log=lambda msg: print(msg, file=sys.stderr, flush=True))
     finally:
         if args.keep:
             print(f"kept {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
-
-    orch_save = [s["save_s"] for s in orch["saves"]]
-    ratio = statistics.median(orch_save) / statistics.median(bare["save_s"])
-    report = {"model": "BertForSequenceClassification(BertConfig()), AdamW", "batch": args.batch, "seq": args.seq,
-              "bare": bare, "orch": orch, "median_orch_save_s": statistics.median(orch_save),
-              "median_bare_save_s": statistics.median(bare["save_s"]), "ratio": ratio,
-              "steps_lost": [s["steps_lost"] for s in orch["saves"]], "goal_ratio": GOAL_RATIO}
+    report = summarise(raw, args.batch, args.seq)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         render(report)
-    return 0 if ratio <= GOAL_RATIO and not any(report["steps_lost"]) else 1
+    return 0 if report["ratio"]["median"] <= GOAL_RATIO and not any(report["steps_lost"]) else 1
 
 
 if __name__ == "__main__":

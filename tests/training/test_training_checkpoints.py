@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from training.checkpoints import (
-    TEMP_MARK, checkpoint_problem, latest_valid_checkpoint, list_checkpoints, prune_checkpoints,
+    TEMP_MARK, AtomicCheckpointIO, checkpoint_problem, latest_valid_checkpoint, list_checkpoints, prune_checkpoints,
     remove_orphan_temps, step_of,
 )
 
@@ -96,3 +96,20 @@ def test_retention_keeps_periodic_newest_notice_and_best(tmp_path):
     assert {p.name for p in folder.iterdir()} == {"step-00000020.ckpt", "step-00000030.ckpt",
                                                   "notice-step-00000025.ckpt", "best.ckpt"}
     assert [step_of(p) for p in list_checkpoints(folder)] == [30, 25, 20]
+
+
+def test_a_notice_save_is_durable_before_retention_runs(tmp_path):
+    """The notice path: AtomicCheckpointIO writes, reports where the time went, and leaves deleting
+    the previous notice file to prune(), which OrchCallback calls after reporting the save."""
+    folder = tmp_path / "checkpoints"
+    io = AtomicCheckpointIO(keep=1)
+    io.save_checkpoint(fake_checkpoint(10), folder / "step-00000010.ckpt")
+    io.save_checkpoint(fake_checkpoint(15), folder / "notice-step-00000015.ckpt")
+    io.save_checkpoint(fake_checkpoint(20), folder / "notice-step-00000020.ckpt")
+    assert set(io.last_save) == {"write_s", "fsync_s", "rename_s", "bytes"}
+    assert io.last_save["bytes"] == (folder / "notice-step-00000020.ckpt").stat().st_size
+    assert (folder / "notice-step-00000015.ckpt").exists()  # not yet: retention waits for prune()
+    assert io.prune() == [folder / "notice-step-00000015.ckpt"]
+    assert [p.name for p in list_checkpoints(folder)] == ["notice-step-00000020.ckpt", "step-00000010.ckpt"]
+    assert io.prune() == []
+    assert checkpoint_problem(folder / "notice-step-00000020.ckpt") is None

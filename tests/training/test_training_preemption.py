@@ -6,6 +6,7 @@ import signal
 
 import pytest
 
+from benchmarks.preemption import SAVED_RE
 from training.checkpoints import list_checkpoints, step_of
 
 from conftest import assert_same_weights, final_weights, read_progress, read_result, wait_for
@@ -32,6 +33,9 @@ def test_sigterm_mid_epoch_resumes_to_identical_weights(make_run_dir, start_job,
     assert len(notices) == 1, job.output()
     step = step_of(notices[0])
     assert step % STEPS_PER_EPOCH != 0, "the notice should be mid-epoch"
+    saved = SAVED_RE.search(job.output())  # the line benchmarks/preemption.py reads its timings from
+    assert saved and saved["write"] and int(saved["step"]) == step, job.output()
+    assert read_progress(run)["step"] == step  # progress.json is written after the notice save: 0 steps lost
     assert not (run / "result.json").exists()
 
     code, out = run_job(run, attempt=2)
