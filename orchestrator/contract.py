@@ -40,6 +40,8 @@ MODEL = "model"
 METRICS_CSV = "metrics.csv"
 TENSORBOARD = "tensorboard"  # the runner's TensorBoard event files, one per attempt
 HEALTH = "health.json"  # training health (diverged, loss_flat), written by the runner, read by the daemon
+CHECKPOINT_INTERVAL = "checkpoint-interval.json"  # [checkpoint] every = "auto": what it chose and why (runner -> show)
+ENV_MTBF_S = "ORCH_MTBF_S"  # the daemon's mean time between preemptions on this machine, when it has seen some
 DISK_FULL = "disk_full.json"  # a checkpoint write found the disk full: needed vs free bytes (runner -> daemon)
 
 

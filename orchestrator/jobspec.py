@@ -86,6 +86,10 @@ class CheckpointSection(_Section):
     # Periodic checkpoints: the step blocks only for a snapshot of the state; a background thread
     # writes it (training/snapshot.py). false: written inside the step, as notice checkpoints are.
     background: bool = True
+    # "auto": the interval is sqrt(2 x the measured save blocking time x the MTBF) (Young/Daly),
+    # re-chosen after every save; every_minutes is then only the first interval.
+    every: Optional[Literal["auto"]] = None
+    mtbf_hours: Optional[float] = Field(default=None, gt=0)  # for "auto": else the machine's, else 6 h
 
 
 class BudgetSection(_Section):

@@ -138,9 +138,13 @@ def build_callbacks(spec: JobSpec, ckpt_dir: Path, *, has_val: bool, progress: b
     common = dict(dirpath=str(ckpt_dir), filename="step-{step:08d}", auto_insert_metric_name=False,
                   save_top_k=-1, save_last=False, enable_version_counter=False, save_on_train_epoch_end=False)
     ck = spec.checkpoint
-    if ck.every_n_steps:
+    if ck.every == "auto":  # Young/Daly from the measured save cost (training/autointerval.py)
+        from .autointerval import auto_checkpoint
+
+        callbacks.append(auto_checkpoint(spec, ckpt_dir))
+    if ck.every_n_steps and ck.every != "auto":
         callbacks.append(ModelCheckpoint(every_n_train_steps=ck.every_n_steps, **common))
-    if ck.every_minutes:
+    if ck.every_minutes and ck.every != "auto":
         callbacks.append(ModelCheckpoint(train_time_interval=timedelta(minutes=ck.every_minutes), **common))
     early = None
     es = spec.early_stopping

@@ -241,6 +241,9 @@ def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, 
     store = ctx.store()
     data = show_data(store, ctx.home, job_id)
     data["mirror"] = _mirror_view(store, job_id)
+    from ..contract import CHECKPOINT_INTERVAL, read_json
+
+    data["checkpoint_interval"] = read_json(ctx.home.run_dir(job_id) / CHECKPOINT_INTERVAL)  # every = "auto"
     if as_json:
         emit_json(data)
     else:

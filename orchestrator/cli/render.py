@@ -132,6 +132,10 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
         lines.append("  checkpoints:")
         for c in d["checkpoints"]:
             lines.append(f"    {c['path']}  ({c['bytes'] / 1e6:.1f} MB)")
+    auto = d.get("checkpoint_interval")
+    if auto and auto.get("interval_s") is not None:
+        lines.append(f"  checkpoint: every {duration(auto['interval_s'])} (auto: {auto.get('why')}; MTBF from "
+                     f"{auto.get('mtbf_source')})")
     mirror = d.get("mirror")
     if mirror:
         lines.append(f"  mirror:    {mirror['url']}   step {mirror['step'] if mirror['step'] is not None else '-'}"

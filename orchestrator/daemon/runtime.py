@@ -180,6 +180,9 @@ class DaemonRuntime:
         sched.start()
         if self.mirror is not None:
             self.mirror.start()
+        from .mtbf import update_mtbf  # [checkpoint] every = "auto" reads it from the job's environment
+
+        sched.add_job(update_mtbf, "interval", args=[self], seconds=60, id="mtbf", next_run_time=now)
         log.info("daemon started: home %s, GPUs %s, CPU slots %s", self.home.root, self.daemon.managed or "none",
                  self.config.daemon.cpu_slots)
         while not self.stop_event.wait(0.5):
