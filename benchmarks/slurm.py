@@ -22,7 +22,6 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -198,7 +197,7 @@ def bench_poll_cpu(c: SlurmCluster, tmp: Path, n: int, polls: int) -> dict:
     now = time.time()
     for sid in ids:
         job = submit_job(store, config, home, jf, now=now, machine_gpus=0)
-        begun = begin_attempt(store, config, home, job, [], now, environ={})
+        begin_attempt(store, config, home, job, [], now, environ={})
         store.update(job.id, now, executor_ref={"slurm_job_id": sid, "submitted_at": now - 60})
     d = Daemon(home, config, store, environ={})
     d.tick()  # the first poll writes every job's "where" once

@@ -22,9 +22,9 @@ charges its GPUs x that time x gpu_hour (nothing while PENDING, no idle cost for
 from __future__ import annotations
 
 import getpass
+import hashlib
 import logging
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -41,6 +41,7 @@ from .slurm_query import (
     BILLABLE, INFRA_ENDS, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, accounting_disabled, expand_nodelist, parse_sacct,
     parse_sbatch, parse_squeue,
 )
+from .slurm_script import SlurmError, check_shared, write_script
 from .slurm_step import SLURM_INFO, rank_log
 
 if TYPE_CHECKING:
@@ -48,17 +49,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("orch.executor.slurm")
 
-# Network filesystems a run folder may be on for the nodes to see it (statfs f_type, from magic.h)
-SHARED_FS_TYPES = {0x6969: "NFS", 0x0BD00BD0: "Lustre", 0x47504653: "GPFS", 0x19830326: "BeeGFS",
-                   0x00C36400: "CephFS", 0xFF534D42: "CIFS", 0xFE534D42: "SMB2", 0x5346414F: "AFS"}
 # An ended job whose exit record is not visible yet (NFS attribute caching) is given this long.
 EXIT_RECORD_WAIT_S = 15.0
 QUERY_TIMEOUT_S = 30.0
 SUBMITTED = "SUBMITTED"  # our own word for "sbatch accepted it, squeue has not shown it yet"
-
-
-class SlurmError(OSError):
-    """sbatch refused the job, or the run folder is not shared: the attempt cannot start."""
 
 
 @dataclass
@@ -90,6 +84,7 @@ class SlurmExecutor:
         if slurm.slurm_conf:
             self.environ["SLURM_CONF"] = str(Path(os.path.expanduser(slurm.slurm_conf)).resolve())
         self.user = getpass.getuser()
+        self.tag = hashlib.sha1(str(home.root.resolve()).encode()).hexdigest()[:6]
         self.cache = _Cache()
         self.accounting: Optional[bool] = {"on": True, "off": False}.get(slurm.accounting)
         self._store = None
@@ -113,8 +108,8 @@ class SlurmExecutor:
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         (run_dir / "checkpoints").mkdir(exist_ok=True)
         try:
-            self.check_shared(run_dir)
-            script = self.write_script(launch)
+            check_shared(self.cfg, run_dir)
+            script = write_script(self.cfg, launch, self.job_name(launch.job_id, launch.attempt), self.python)
             env = dict(launch.env)
             if "SLURM_CONF" in self.environ:
                 env["SLURM_CONF"] = self.environ["SLURM_CONF"]
@@ -128,6 +123,8 @@ class SlurmExecutor:
                 f.write(f"[orch] cannot submit attempt {launch.attempt} to Slurm: {exc}\n")
             raise
         job_id = parse_sbatch(r.stdout) if r is not None and r.returncode == 0 else None
+        if r is None:  # sbatch timed out: the job may have been queued all the same; never run it twice
+            job_id = self._find_by_name(launch.job_id, launch.attempt)
         if not job_id:
             why = (r.stderr or r.stdout).strip() if r is not None else "sbatch did not answer"
             with open(run_dir / attempt_log(launch.attempt), "a", encoding="utf-8") as f:
@@ -140,77 +137,6 @@ class SlurmExecutor:
         self.cache.jobs[job_id] = _Tracked()
         log.info("job %s: attempt %s submitted as Slurm job %s", launch.job_id, launch.attempt, job_id)
         return {"executor_ref": ref}
-
-    def check_shared(self, run_dir: Path) -> None:
-        """The nodes must see the run folder: it is on a network filesystem, or under one of
-        [slurm] shared_dirs (e.g. a single-host cluster, or a filesystem statfs cannot tell)."""
-        real = run_dir.resolve()
-        for d in self.cfg.shared_dirs:
-            base = Path(os.path.expanduser(d)).resolve()
-            if real == base or base in real.parents:
-                return
-        fs = fs_type(real)
-        if fs in SHARED_FS_TYPES:
-            return
-        kind = f"a local filesystem (type {fs:#x})" if fs is not None else "a filesystem of unknown type"
-        raise SlurmError(
-            f"the run folder {real} is on {kind}, which the Slurm nodes may not see; put ORCH_HOME on a shared "
-            f"filesystem (NFS, Lustre, GPFS, BeeGFS, CephFS), or list the folder in config.toml "
-            f"[slurm] shared_dirs if the nodes do see it")
-
-    def sbatch_args(self, launch: AttemptLaunch) -> list[str]:
-        spec = launch.spec
-        over = spec.get("slurm") or {}
-        gpus = int(spec.get("gpus") or 0)
-        nodes = int(spec.get("nodes") or 1)
-        builtin = not spec.get("command")
-        per_node = max(1, gpus) if builtin else 1  # the built-in runner: one rank per GPU
-        run = launch.run_dir
-        args = [f"--job-name=orch-{launch.job_id}.{launch.attempt}",
-                f"--output={run / attempt_log(launch.attempt)}", "--open-mode=append", "--no-requeue",
-                f"--chdir={launch.cwd or run}", f"--nodes={nodes}", f"--ntasks-per-node={per_node}"]
-        partition = over.get("partition") or self.cfg.partition
-        if partition:
-            args.append(f"--partition={partition}")
-        for key, value in (("account", self.cfg.account), ("qos", self.cfg.qos)):
-            if value:
-                args.append(f"--{key}={value}")
-        walltime = over.get("time") or self.cfg.time
-        if walltime:
-            args.append(f"--time={walltime}")
-        if self.cfg.warn_before:
-            # all steps (no B:): the tasks checkpoint and exit 75 before the walltime
-            args.append(f"--signal=TERM@{int(self.cfg.warn_before)}")
-        if gpus:
-            args.append(f"--gres={self.cfg.gres}:{gpus}")
-            if builtin:
-                if self.cfg.cpus_per_gpu:
-                    args.append(f"--cpus-per-task={self.cfg.cpus_per_gpu}")
-            elif self.cfg.cpus_per_gpu:
-                args.append(f"--cpus-per-task={self.cfg.cpus_per_gpu * gpus}")
-            if self.cfg.mem_per_gpu:
-                args.append(f"--mem-per-gpu={self.cfg.mem_per_gpu}")
-        elif self.cfg.cpus_per_task:
-            args.append(f"--cpus-per-task={self.cfg.cpus_per_task}")
-        args += list(self.cfg.extra_args) + list(over.get("extra_args") or [])
-        return args
-
-    def write_script(self, launch: AttemptLaunch) -> Path:
-        spec = launch.spec
-        gpus = int(spec.get("gpus") or 0)
-        nodes = int(spec.get("nodes") or 1)
-        per_node = max(1, gpus) if not spec.get("command") else 1
-        lines = ["#!/bin/bash", f"# orch job {launch.job_id}, attempt {launch.attempt}: written by orch, submitted once"]
-        lines += [f"#SBATCH {a}" for a in self.sbatch_args(launch)]
-        cmd = [self.python, "-m", "orchestrator.executors.slurm_step", "batch", "--run-dir", str(launch.run_dir),
-               "--attempt", str(launch.attempt), "--nodes", str(nodes), "--ntasks-per-node", str(per_node)]
-        if launch.cwd:
-            cmd += ["--cwd", launch.cwd]
-        cmd += ["--", *launch.argv]
-        lines.append("exec " + shlex.join(cmd))
-        path = launch.run_dir / f"attempt-{launch.attempt}.sbatch"
-        path.write_text("\n".join(lines) + "\n")
-        return path
 
     # -- watching ------------------------------------------------------------------------------
 
@@ -313,10 +239,18 @@ class SlurmExecutor:
         ref = read_json(run_dir / f"attempt-{job.attempt}.submitted.json")
         if ref and ref.get("slurm_job_id"):
             return {"executor_ref": ref}
-        r = self._run(["squeue", "-h", "-t", "all", "-u", self.user, f"--name=orch-{job.id}.{job.attempt}", "-o", "%i"],
-                      what="squeue")
-        sid = (r.stdout.split() or [None])[0] if r is not None and r.returncode == 0 else None
+        sid = self._find_by_name(job.id, job.attempt)
         return {"executor_ref": {"slurm_job_id": sid, "submitted_at": time.time(), "where": f"Slurm {sid}: adopted"}} if sid else None
+
+    def job_name(self, job_id: int, attempt: int) -> str:
+        """orch-<home tag>-<job>.<attempt>: unique per ORCH_HOME, so two orch homes of one user on
+        one cluster never mistake each other's jobs."""
+        return f"orch-{self.tag}-{job_id}.{attempt}"
+
+    def _find_by_name(self, job_id: int, attempt: int) -> Optional[str]:
+        r = self._run(["squeue", "-h", "-t", "all", "-u", self.user, f"--name={self.job_name(job_id, attempt)}",
+                       "-o", "%i"], what="squeue")
+        return (r.stdout.split() or [None])[0] if r is not None and r.returncode == 0 else None
 
     def alive(self, job: Job) -> bool:
         """Pending and running count; an ended job while its exit record may still be on the way;
@@ -488,19 +422,3 @@ class SlurmExecutor:
         return parse_sacct(r.stdout)
 
 
-def fs_type(path: Path) -> Optional[int]:
-    """statfs(2) f_type of the filesystem holding `path` (Linux), or None."""
-    try:
-        import ctypes
-        import ctypes.util
-
-        class _StatFs(ctypes.Structure):
-            _fields_ = [("f_type", ctypes.c_long), ("f_bsize", ctypes.c_long), ("rest", ctypes.c_byte * 256)]
-
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        buf = _StatFs()
-        if libc.statfs(str(path).encode(), ctypes.byref(buf)) != 0:
-            return None
-        return buf.f_type & 0xFFFFFFFF
-    except Exception:
-        return None

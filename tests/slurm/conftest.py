@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from daemon_harness import OrchHome, orch_home, wait_for  # noqa: F401  (fixture)
+from daemon_harness import OrchHome, orch_home, wait_for  # noqa: F401,F811  (fixture)
 from orchestrator.config import load_config
 from slurm_cluster import SlurmCluster, why_unusable
 
@@ -38,7 +38,7 @@ def slurm() -> Iterator[SlurmCluster]:
 
 
 @pytest.fixture
-def slurm_home(orch_home, slurm) -> Callable[..., OrchHome]:
+def slurm_home(orch_home, slurm) -> Callable[..., OrchHome]:  # noqa: F811
     """slurm_home(**slurm_keys) -> an OrchHome whose config runs attempts on the private cluster."""
 
     def make(daemon: dict[str, Any] | None = None, cluster: SlurmCluster | None = None, **keys: Any) -> OrchHome:

@@ -58,7 +58,10 @@ def test_cancel_running_slurm_job_signals_the_task_and_never_requeues(slurm_home
     assert h.exit_record(job, 1)["code"] == 75
     time.sleep(2)  # nothing resubmits it
     assert h.job(job).attempt == 1 and h.job(job).state is JobState.CANCELLED
-    r = h.slurm.run("squeue", "-h", "-t", "all", "-n", f"orch-{job}.2", "-o", "%i", check=False)
+    name = [ln.split("=", 1)[1] for ln in (h.run_dir(job) / "attempt-1.sbatch").read_text().splitlines()
+            if ln.startswith("#SBATCH --job-name=")][0]
+    assert name.endswith(f"-{job}.1")
+    r = h.slurm.run("squeue", "-h", "-t", "all", "-n", name[:-1] + "2", "-o", "%i", check=False)
     assert not r.stdout.strip()
     assert squeue_state(h.slurm, sid) in ("COMPLETED", "CANCELLED")
 

@@ -43,3 +43,28 @@ def test_small_formats():
     assert parse_sbatch("sbatch: error: Batch job submission failed") is None
     assert split_returncode(75) == (75, None) and split_returncode(143) == (None, 15) and split_returncode(-9) == (None, 9)
     assert SlurmJob("1", "RUNNING", nodes="n[1-20]").describe().endswith("(+12)")
+
+
+def test_sbatch_geometry_overrides_and_shared_folder_check(tmp_path):
+    import pytest
+
+    from orchestrator.config import SlurmSection
+    from orchestrator.executors.base import AttemptLaunch
+    from orchestrator.executors.slurm_script import SlurmError, check_shared, sbatch_args
+
+    cfg = SlurmSection(partition="gpu", account="lab", time="4:00:00", warn_before=120, cpus_per_gpu=8,
+                       mem_per_gpu="32G", extra_args=["--constraint=ib"])
+    spec = {"gpus": 4, "nodes": 2, "model": {}, "slurm": {"partition": "long", "time": "12:00:00",
+                                                           "extra_args": ["--exclusive"]}}
+    launch = AttemptLaunch(job_id=7, attempt=3, run_dir=tmp_path, argv=["x"], cwd=None, env={}, grace_s=25, spec=spec)
+    args = sbatch_args(cfg, launch, "orch-abc-7.3")
+    for want in ("--job-name=orch-abc-7.3", "--nodes=2", "--ntasks-per-node=4", "--gres=gpu:4", "--cpus-per-task=8",
+                 "--mem-per-gpu=32G", "--partition=long", "--time=12:00:00", "--account=lab", "--signal=TERM@120",
+                 "--no-requeue", "--open-mode=append", "--constraint=ib", "--exclusive"):
+        assert want in args, (want, args)
+    command_job = AttemptLaunch(job_id=7, attempt=1, run_dir=tmp_path, argv=["x"], cwd=None, env={}, grace_s=25,
+                                spec={"gpus": 2, "command": ["x"]})
+    assert "--ntasks-per-node=1" in sbatch_args(cfg, command_job, "n")  # a command runs once per node
+    with pytest.raises(SlurmError, match=r"shared_dirs"):
+        check_shared(SlurmSection(), tmp_path)  # a local filesystem, not listed
+    check_shared(SlurmSection(shared_dirs=[str(tmp_path.parent)]), tmp_path)
