@@ -16,6 +16,12 @@ put of the same file to the same server at the same concurrency, arms alternated
 
     python benchmarks/mirror.py [--reps 2] [--concurrency 4] [--part-mb 16] [--ckpt PATH]
     python benchmarks/mirror.py --blocking [--reps 3] [--ckpt PATH]
+    python benchmarks/mirror.py --throughput [--reps 2] [--steps 200]
+
+- throughput (`--throughput`): a small BERT (hidden 256, 4 layers) trained by the built-in runner
+  under a real daemon, checkpointing every 20 steps, with [storage] file:// (the uploader hashes and
+  copies every checkpoint while the job trains) vs without; steps/s from the first step to the
+  last, arms alternated (goal >= 0.97).
 """
 
 from __future__ import annotations
@@ -86,14 +92,75 @@ def blocking(ckpt: Path, reps: int) -> None:
                       "blocking_ratio_background_over_sync": round(ratio, 3)}, indent=1))
 
 
+def throughput(reps: int, steps: int) -> None:
+    import tomli_w
+
+    from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
+
+    root = Path(tempfile.mkdtemp(prefix="orch-bench-throughput-"))
+    texts = [r["text"] for r in sentiment_rows(2000, seed=1)]
+    model = build_tiny_bert(root / "model", texts, hidden=256, layers=4, heads=4, vocab_size=400, max_positions=64)
+    train = write_jsonl(root / "train.jsonl", sentiment_rows(steps * 16, seed=11))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+    def run(arm: str, i: int) -> float:
+        home = root / f"{arm}-{i}"
+        home.mkdir()
+        cfg = "[daemon]\ngpus = []\ntick_seconds = 0.5\n"
+        if arm == "mirror":
+            cfg += f'[storage]\nurl = "file://{root}/store-{i}"\n'
+        (home / "config.toml").write_text(cfg)
+        spec = {"name": "tp", "gpus": 0, "model": {"name_or_path": str(model), "num_labels": 2},
+                "data": {"train": str(train), "max_length": 32, "num_workers": 0},
+                "train": {"max_epochs": 1, "batch_size": 16, "precision": "32", "seed": 7},
+                "checkpoint": {"every_n_steps": 20, "keep": 3},
+                "env": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(root / "hf"), "OMP_NUM_THREADS": "1"}}
+        job = home / "job.toml"
+        job.write_bytes(tomli_w.dumps(spec).encode())
+        orch = [sys.executable, "-m", "orchestrator.cli", "--home", str(home)]
+        daemon = subprocess.Popen(orch + ["daemon", "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(2)
+            subprocess.run(orch + ["submit", str(job)], env=env, check=True, capture_output=True)
+            deadline = time.monotonic() + 1800
+            while time.monotonic() < deadline:
+                shown = subprocess.run(orch + ["show", "1", "--json"], env=env, capture_output=True, text=True)
+                state = json.loads(shown.stdout)["state"] if shown.returncode == 0 else ""
+                if state in ("succeeded", "failed"):
+                    break
+                time.sleep(2)
+            assert state == "succeeded", state
+            progress = json.loads((home / "runs" / "1" / "progress.json").read_text())
+            rate = progress["step"] / (progress["updated_at"] - progress["first_step_at"])
+            return rate
+        finally:
+            daemon.terminate()
+            daemon.wait(60)
+
+    off, on = [], []
+    for rep in range(reps):
+        for arm in (("off", "mirror") if rep % 2 == 0 else ("mirror", "off")):
+            rate = run(arm, rep)
+            (off if arm == "off" else on).append(rate)
+            print(f"rep {rep} {arm}: {rate:.2f} steps/s", flush=True)
+    print(json.dumps({"steps": steps, "off_steps_per_s": [round(x, 3) for x in off],
+                      "mirror_steps_per_s": [round(x, 3) for x in on],
+                      "throughput_ratio_on_over_off": round(statistics.median(on) / statistics.median(off), 3)}, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocking", action="store_true")
+    ap.add_argument("--throughput", action="store_true")
+    ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--part-mb", type=int, default=16)
     ap.add_argument("--ckpt", type=Path, default=None)
     args = ap.parse_args()
+    if args.throughput:
+        throughput(args.reps, args.steps)
+        return
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1")
 
