@@ -230,6 +230,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--polls", type=int, default=10)
     ap.add_argument("--skip-requeue", action="store_true")
+    ap.add_argument("--skip-submit", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     why = why_unusable()
@@ -242,8 +243,9 @@ def main() -> int:
     c = SlurmCluster(grace=15).start()
     out = {}
     try:
-        out["submit_to_running"] = bench_submit(c, tmp, args.trials)
-        print(json.dumps(out["submit_to_running"], indent=1), flush=True)
+        if not args.skip_submit:
+            out["submit_to_running"] = bench_submit(c, tmp, args.trials)
+            print(json.dumps(out["submit_to_running"], indent=1), flush=True)
         if not args.skip_requeue:
             out["requeue_to_first_resumed_step"] = bench_requeue(c, tmp, args.requeue_trials)
             print(json.dumps(out["requeue_to_first_resumed_step"], indent=1), flush=True)
