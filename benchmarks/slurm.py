@@ -213,10 +213,28 @@ def bench_poll_cpu(c: SlurmCluster, tmp: Path, n: int, polls: int) -> dict:
         cpu.append((self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime,
                     kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime))
         wall.append(w1 - w0)
+    # the executor's share: refresh with a squeue, and refresh between polls (exit records only)
+    from orchestrator.states import JobState
+
+    running = store.jobs([JobState.RUNNING])
+    ex = d.executor
+    ref_poll, ref_idle = [], []
+    for _ in range(polls):
+        ex.cache.polled_at = 0.0
+        a = resource.getrusage(resource.RUSAGE_SELF)
+        ex.refresh(running, time.time())
+        ex.cache.polled_at = time.time() + 3600  # "just polled": the next refresh only reads exit records
+        b = resource.getrusage(resource.RUSAGE_SELF)
+        ex.refresh(running, time.time())
+        e = resource.getrusage(resource.RUSAGE_SELF)
+        ref_poll.append(b.ru_utime + b.ru_stime - a.ru_utime - a.ru_stime)
+        ref_idle.append(e.ru_utime + e.ru_stime - b.ru_utime - b.ru_stime)
     c.run("scancel", *ids[:1], check=False)
     c.cancel_all(120)
     med = statistics.median
     return {"tracked_jobs": n, "polls": polls, "sbatch_1000_s": round(submit_s, 1),
+            "median_executor_refresh_cpu_s_with_squeue": round(med(ref_poll), 4),
+            "median_executor_refresh_cpu_s_between_polls": round(med(ref_idle), 4),
             "median_daemon_cpu_s_per_poll": round(med(x[0] for x in cpu), 4),
             "median_squeue_cpu_s_per_poll": round(med(x[1] for x in cpu), 4),
             "median_tick_wall_s": round(med(wall), 4),
