@@ -83,7 +83,7 @@ JobAcctGatherType=jobacct_gather/none
 {accounting}
 JobCompType=jobcomp/filetxt
 JobCompLoc={base}/log/jobcomp.txt
-SlurmdTimeout=20
+SlurmdTimeout=10
 JobRequeue=1
 ReturnToService=2
 KillWait=5

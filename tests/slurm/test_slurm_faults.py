@@ -55,7 +55,7 @@ def test_node_failure_requeues_and_the_job_finishes_on_the_other_node(slurm_home
         took = time.monotonic() - t0
         assert squeue_state(h.slurm, sid) == "NODE_FAIL"
         assert second["env"]["ORCH_RESUME_FROM"].endswith("step-00000007.ckpt"), second["env"]
-        assert h.job(job).executor_ref.get("nodes") == [other]
+        wait_for(lambda: h.job(job).executor_ref.get("nodes") == [other], 10, what=f"attempt 2 on {other}")
         h.release("go")
         done = h.wait_state(job, JobState.SUCCEEDED, timeout=30)
         assert done.failures == 0 and done.attempt == 2  # lost, not charged
@@ -64,6 +64,32 @@ def test_node_failure_requeues_and_the_job_finishes_on_the_other_node(slurm_home
         assert h.store.attempts(job)[0].outcome.value == "lost"
         print(f"node failure -> next attempt started after {took:.1f}s")
     finally:
+        h.release("go")
         h.slurm.start_slurmd(node)
         h.slurm.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+        h.slurm.cancel_all()
         h.slurm.wait_idle(60)
+
+
+def test_attempt_submitted_but_never_recorded_is_adopted_not_submitted_twice(slurm_home):
+    """The daemon died between sbatch and recording the Slurm id: the next daemon finds the
+    attempt (the file start() wrote beside the script) and follows it instead of running it again."""
+    from orchestrator.attempts import begin_attempt
+    from orchestrator.executors import build_executor
+
+    h = slurm_home()
+    job = h.submit("orphan", hold="go")  # no daemon runs yet: it stays queued
+    begun = begin_attempt(h.store, h.config, h.home, h.job(job), [], time.time(), environ=dict(os.environ))
+    ref = build_executor(h.config, h.home).start(begun.launch)["executor_ref"]  # ...and the daemon "dies" here
+    assert h.job(job).state is JobState.RUNNING and not h.job(job).executor_ref
+    h.start_daemon()
+    wait_for(lambda: h.job(job).executor_ref.get("slurm_job_id") == ref["slurm_job_id"], 20, what="adoption")
+    h.wait_record("orphan", "start", attempt=1, timeout=30)
+    h.release("go")
+    done = h.wait_state(job, JobState.SUCCEEDED, timeout=30)
+    assert done.attempt == 1
+    name = [ln.split("=", 1)[1] for ln in (h.run_dir(job) / "attempt-1.sbatch").read_text().splitlines()
+            if ln.startswith("#SBATCH --job-name=")][0]
+    out = h.slurm.run("squeue", "-h", "-t", "all", "-u", "root", "-o", "%j", check=False).stdout.split()
+    assert out.count(name) == 1 and not any(n.startswith(name[:-1]) and n != name for n in out), out
+    assert len(h.records("orphan", "start")) == 1
