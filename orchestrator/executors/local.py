@@ -27,6 +27,24 @@ log = logging.getLogger("orch.executor.local")
 GROUP_EXIT_WAIT_S = 30.0
 
 
+def attempt_processes(run_dir: str, attempt: int) -> list[int]:
+    """Live processes (not zombies, not this one) whose environment says ORCH_RUN_DIR=run_dir and
+    ORCH_ATTEMPT=attempt, read from /proc."""
+    want = {f"ORCH_RUN_DIR={run_dir}".encode(), f"ORCH_ATTEMPT={attempt}".encode()}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes()
+            if not want.issubset(env.split(b"\0")) or start_time(int(entry)) is None:
+                continue
+        except OSError:
+            continue
+        found.append(int(entry))
+    return found
+
+
 class LocalExecutor:
     name = "local"
     bills_by_allocation = False  # the machine is rented whole: its uptime is split, the rest idle
@@ -100,11 +118,12 @@ class LocalExecutor:
             return
         info = self._pid_file(job)
         pgid, started = info.get("job_pid"), info.get("job_start")
+        deadline = time.monotonic() + GROUP_EXIT_WAIT_S
+        self._clear_by_environment(job, deadline)
         if not pgid:
             return
         if is_alive(pgid, started):
             signal_group(pgid, signal.SIGKILL)
-        deadline = time.monotonic() + GROUP_EXIT_WAIT_S
         waited = time.monotonic()
         while group_members(pgid):
             if time.monotonic() > deadline:
@@ -116,6 +135,25 @@ class LocalExecutor:
         if time.monotonic() - waited > 2.0:
             log.info("job %s: attempt %s's processes took %.1fs to exit after SIGKILL", job.id, job.attempt,
                      time.monotonic() - waited)
+
+    def _clear_by_environment(self, job: Job, deadline: float) -> None:
+        """Processes of this attempt found by their environment (ORCH_RUN_DIR and ORCH_ATTEMPT):
+        the supervisor may have died before it wrote attempt-<n>.pid, or a job may have moved a
+        child out of its process group. SIGKILL them and wait, bounded like the group."""
+        run_dir = str(self.home.run_dir(job.id))
+        strays = attempt_processes(run_dir, job.attempt)
+        if not strays:
+            return
+        log.warning("job %s: attempt %s: %d process(es) found by their environment (%s); killing them before "
+                    "the next attempt", job.id, job.attempt, len(strays), " ".join(map(str, strays[:8])))
+        while strays and time.monotonic() < deadline:
+            for pid in strays:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.05)
+            strays = attempt_processes(run_dir, job.attempt)
 
     def _kill_job_group(self, job: Job) -> bool:
         info = self._pid_file(job)

@@ -1,7 +1,8 @@
 """No two attempts of one job alive at once, watched in /proc: a requeued attempt starts only once
 every process of the previous one is gone — after its supervisor was SIGKILLed (the daemon's
 clear_lost kills the job's group and waits), and after the job's leader exited while its children
-lived on (the supervisor kills the group and waits before it writes the exit record)."""
+lived on (the supervisor kills the group and waits before it writes the exit record), and after a
+supervisor died before naming its job in attempt-<n>.pid (found by their environment)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ time.sleep(600)
 
 
 def test_the_next_attempt_waits_for_every_process_of_the_last(orch_home):
-    h = orch_home(cpu_slots=2, retry_backoff_seconds=0.0)
+    h = orch_home(cpu_slots=3, retry_backoff_seconds=0.0)
     script = h.tmp / "family.py"
     script.write_text(FAMILY)
     watcher = AttemptWatcher(h.home.runs, interval=0.005)
@@ -44,7 +45,7 @@ def test_the_next_attempt_waits_for_every_process_of_the_last(orch_home):
     try:
         h.start_daemon()
         ids = {mode: h.submit(mode, retries=1, command=[sys.executable, str(script), str(h.tmp), mode])
-               for mode in ("supervisor_killed", "leader_exits")}
+               for mode in ("supervisor_killed", "leader_exits", "no_pid_file")}
 
         # 1. The leader exits, its children linger: the exit record only once they are gone.
         exit_file = h.run_dir(ids["leader_exits"]) / "attempt-1.exit"
@@ -61,9 +62,22 @@ def test_the_next_attempt_waits_for_every_process_of_the_last(orch_home):
         wait_for(kids_file.exists, 20, what="the children of supervisor_killed")
         pids = h.attempt_pids(job_id, 1)
         os.kill(pids["supervisor_pid"], signal.SIGKILL)
-        for job_id in ids.values():
+        for job_id in (ids["supervisor_killed"], ids["leader_exits"]):
             h.wait_state(job_id, JobState.SUCCEEDED, timeout=30)
         assert [a.outcome for a in h.store.attempts(ids["supervisor_killed"])] == ["lost", "succeeded"]
+
+        # 3. The supervisor died before it wrote attempt-1.pid (simulated: the file is removed): the
+        # daemon finds the attempt's processes by their environment.
+        job_id = ids["no_pid_file"]
+        kids = json.loads(wait_for(lambda: (h.tmp / "kids-no_pid_file.json").exists() and
+                                   (h.tmp / "kids-no_pid_file.json").read_text(), 20))
+        pids = h.attempt_pids(job_id, 1)
+        (h.run_dir(job_id) / "attempt-1.pid").unlink()
+        os.kill(pids["supervisor_pid"], signal.SIGKILL)
+        h.wait_state(job_id, JobState.SUCCEEDED, timeout=30)
+        assert [a.outcome for a in h.store.attempts(job_id)] == ["lost", "succeeded"]
+        assert not [p for p in [pids["job_pid"], *kids] if start_time(p)], "attempt 1's processes survived"
+        assert "found by their environment" in h.log_tail(40)
         assert [a.outcome for a in h.store.attempts(ids["leader_exits"])] == ["failed", "succeeded"]
     finally:
         watcher.stop()
