@@ -108,8 +108,9 @@ def list_checkpoints(run_dir: Path) -> list[dict[str, Any]]:
         for path in sorted(folder.glob("*.ckpt")):
             parsed = parse_checkpoint_name(path.name)
             step = parsed.step if parsed else None
-            try:
-                size = path.stat().st_size
+            try:  # a Trainer checkpoint is a link to a folder: its files add up
+                size = (sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir()
+                        else path.stat().st_size)
             except OSError:
                 continue
             out.append({"path": str(path), "step": step, "bytes": size})

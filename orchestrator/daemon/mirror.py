@@ -37,6 +37,7 @@ from ..states import TERMINAL, EventKind, JobState
 from ..storage import manifest as mf
 from ..storage.remote import Conflict, Remote, StorageError, sha256_file
 from ..store import Store
+from ..storage.packing import PACKED_TAR, pack_folder
 
 log = logging.getLogger("orch.mirror")
 
@@ -237,7 +238,11 @@ class Mirror:
             self.store.upload_finish(row["id"], now, dropped="the job was adopted by another machine")
             return
         path = Path(row["path"])
+        packed = None
         try:
+            if path.is_dir():  # a Trainer checkpoint folder: one tar object (storage/packing.py)
+                packed = PACKED_TAR
+                path = pack_folder(path, path.parent.parent / ".mirror" / f"{row['name']}.tar")
             sha, size = sha256_file(path)
         except FileNotFoundError:
             self.store.upload_finish(row["id"], now, dropped="deleted locally before it was uploaded")
@@ -262,6 +267,9 @@ class Mirror:
         took = time.monotonic() - started
         record = {"name": row["name"], "step": row["step"], "notice": notice, "key": key, "sha256": sha, "bytes": size,
                   "uploaded_at": time.time(), "upload_s": round(took, 3)}
+        if packed:
+            record["packed"] = packed
+            path.unlink(missing_ok=True)
         self.store.upload_finish(row["id"], time.time())
         self._add_checkpoint(row["job_id"], row["uid"], record)
         log.info("mirror: job %s: uploaded %s (%.1f MB in %.2f s, %.0f MB/s)", row["job_id"], row["name"], size / 1e6,

@@ -24,6 +24,7 @@ from ..store import Store
 from . import manifest as mf
 from .remote import Conflict, Remote, StorageError
 from .url import credential_problems
+from .packing import PACKED_TAR, unpack_folder
 
 ADOPTABLE = ("queued", "running", "stopped")
 
@@ -229,7 +230,8 @@ def fetch_checkpoint(remote: Remote, history: list[dict[str, Any]], folder: Path
     if a newer one is missing or corrupt. Returns (the one used or None, rejected keys)."""
     rejected: list[str] = []
     for record in history:
-        dest = folder / record["name"]
+        packed = record.get("packed") == PACKED_TAR  # a folder checkpoint (storage/packing.py)
+        dest = folder / (f".{record['name']}.tar" if packed else record["name"])
         try:
             sha, size = remote.download(record["key"], dest)
         except FileNotFoundError:
@@ -242,6 +244,9 @@ def fetch_checkpoint(remote: Remote, history: list[dict[str, Any]], folder: Path
                  f"manifest's {record['sha256'][:16]}… size {record['bytes']}; falling back to an older checkpoint")
             rejected.append(record["key"])
             continue
+        if packed:
+            unpack_folder(dest, folder / record["name"])
+            dest.unlink(missing_ok=True)
         return record, rejected
     if history:
         warn("warning: no mirrored checkpoint could be used; the job starts from scratch")
