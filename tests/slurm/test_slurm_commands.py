@@ -128,3 +128,18 @@ def test_daemon_stop_checkpoints_slurm_jobs_and_leaves_them_queued(slurm_home):
     assert j.state is JobState.QUEUED and h.exit_record(job, 1)["code"] == 75, j
     assert h.records("stopper", "sigterm")
     assert squeue_state(h.slurm, sid) == "COMPLETED"  # the batch step ended by itself: no requeue, no loop
+
+
+def test_exit_76_takes_the_oom_path_and_another_exit_is_a_charged_retry(slurm_home):
+    """The exit record from the node decides as on one machine: 76 -> the OOM path (uncharged),
+    3 -> a retry (charged), 0 -> succeeded; each a new submission with ORCH_ATTEMPT counting on."""
+    h = slurm_home()
+    h.start_daemon()
+    job = h.submit("exits", retries=1, per_attempt={"1": {"exit": 76}, "2": {"exit": 3}, "3": {"exit": 0}})
+    done = h.wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=60)
+    assert done.state is JobState.SUCCEEDED and done.attempt == 3 and done.failures == 1, done
+    kinds = h.event_kinds(job)
+    assert "oom" in kinds and "retrying" in kinds, kinds
+    assert [r["env"]["ORCH_ATTEMPT"] for r in h.records("exits", "start")] == ["1", "2", "3"]
+    sids = {h.exit_record(job, n)["slurm_job_id"] for n in (1, 2, 3)}
+    assert len(sids) == 3
