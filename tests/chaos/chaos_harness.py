@@ -4,7 +4,9 @@ at once, and the checks made afterwards (weights, events, cost ledger).
 
 Faults are spaced by training progress (a job must have made N steps in its current attempt),
 never by fixed sleeps, so a slow machine changes the timing but not the story. The schedule is a
-pure function of the seed: ORCH_CHAOS_SEED=N replays the same fault kinds, targets and gaps."""
+pure function of the seed: ORCH_CHAOS_SEED=N replays the same fault kinds, order, gaps and target
+picks (a fraction mapped onto the jobs ready at that moment, so which job it hits can differ when
+the machine's speed changes which jobs are running)."""
 
 from __future__ import annotations
 
