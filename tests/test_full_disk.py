@@ -141,7 +141,7 @@ def test_orch_submit_and_the_daemon_on_a_full_state_disk(small_fs, tmp_path):
     job.write_text(f'name = "small"\ngpus = 0\ncommand = ["{sys.executable}", "-c", "print(1)"]\n')
 
     def orch(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "orchestrator.cli.app", "--home", str(home), *args],
+        return subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(home), *args],
                               capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
     assert orch("submit", str(job)).returncode == 0
