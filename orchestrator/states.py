@@ -95,7 +95,10 @@ class EventKind(str, Enum):
 HISTORY_ONLY = frozenset({EventKind.CANCEL_REQUESTED, EventKind.NOTIFY_FAILED})
 # What a notifier or hook may subscribe to, and what a channel gets when it names no events.
 SUBSCRIBABLE = tuple(k.value for k in EventKind if k not in HISTORY_ONLY)
-DEFAULT_NOTIFY_EVENTS = frozenset({"succeeded", "failed", "stopped", "preempted", "idle_shutdown", "loss_flat"})
+# A job that ended, was preempted or needs a look (hung, flat loss), and the machine powering off or
+# losing its mirror: what a channel gets when it names no events.
+DEFAULT_NOTIFY_EVENTS = frozenset({"succeeded", "failed", "stopped", "preempted", "idle_shutdown", "loss_flat", "hang",
+                                   "mirror_failed", "lease_lost"})
 
 
 Q, R = JobState.QUEUED, JobState.RUNNING

@@ -82,7 +82,8 @@ def test_defaults_name_is_the_type_and_events_are_the_outcomes() -> None:
     (notifier,) = build_notifiers([{"type": "wecom", "url": WECOM_URL}], env={})
     assert isinstance(notifier, Notifier)
     assert notifier.name == "wecom" and notifier.type == "wecom"
-    assert notifier.events == DEFAULT_EVENTS == {"succeeded", "failed", "stopped", "preempted", "idle_shutdown", "loss_flat"}
+    assert notifier.events == DEFAULT_EVENTS == {"succeeded", "failed", "stopped", "preempted", "idle_shutdown", "loss_flat",
+                                                 "hang", "mirror_failed", "lease_lost"}
     assert notifier.min_interval_s == 3.0
 
 
