@@ -1,6 +1,7 @@
 """A private Slurm cluster in a temporary folder: munged, slurmctld and two slurmd ("n1", "n2") on
-this one host, no systemd (see /work/shared/reference/slurm-facts.md). Used by the Slurm tests'
-session fixture and by benchmarks/slurm.py.
+this one host, no systemd (see /work/shared/reference/slurm-facts.md), each with 1 CPU and two
+fake "GPUs" (gres backed by /dev/null and /dev/zero: allocated and counted, never computed on).
+Used by the Slurm tests' session fixture and by benchmarks/slurm.py.
 
 Ports are picked free at start, so two clusters (a test run and a benchmark) do not collide.
 Accounting is off (squeue/scontrol + jobcomp/filetxt) unless `accounting=True` and slurmdbd and
@@ -78,6 +79,7 @@ SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=1
 MpiDefault=none
+GresTypes=gpu
 SwitchType=switch/none
 JobAcctGatherType=jobacct_gather/none
 {accounting}
@@ -89,8 +91,8 @@ ReturnToService=2
 KillWait=5
 MinJobAge={min_job_age}
 InactiveLimit=0
-NodeName=n1 NodeHostname={host} NodeAddr=127.0.0.1 Port={n1_port} CPUs=1 RealMemory=1000 State=UNKNOWN
-NodeName=n2 NodeHostname={host} NodeAddr=127.0.0.1 Port={n2_port} CPUs=1 RealMemory=1000 State=UNKNOWN
+NodeName=n1 NodeHostname={host} NodeAddr=127.0.0.1 Port={n1_port} CPUs=1 RealMemory=1000 Gres=gpu:2 State=UNKNOWN
+NodeName=n2 NodeHostname={host} NodeAddr=127.0.0.1 Port={n2_port} CPUs=1 RealMemory=1000 Gres=gpu:2 State=UNKNOWN
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 PartitionName=low Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime={grace}
@@ -138,6 +140,11 @@ class SlurmCluster:
         accounting = "AccountingStorageType=accounting_storage/none"
         if self.accounting:
             accounting = self._start_slurmdbd()
+        # Two "GPUs" per node that are not GPUs (/dev/null, /dev/zero; task/none binds nothing):
+        # Slurm allocates them, counts them and sets CUDA_VISIBLE_DEVICES, which is what orch's
+        # --gres and cost paths need; no CUDA code can run on them.
+        (base / "etc" / "gres.conf").write_text("AutoDetect=off\n" + "".join(
+            f"NodeName={n} Name=gpu File=/dev/null,/dev/zero\n" for n in NODES))
         self.conf.write_text(SLURM_CONF.format(
             host=socket.gethostname().split(".")[0], base=base, ctld_port=free_port(),
             n1_port=free_port(), n2_port=free_port(), grace=self.grace, accounting=accounting,

@@ -1,0 +1,53 @@
+"""Cost on Slurm: the GPUs Slurm allocated x the time Slurm ran the attempt x gpu_hour; nothing
+while it is PENDING. The test cluster's "GPUs" are fake gres (/dev/null, /dev/zero): Slurm
+allocates and counts them and sets CUDA_VISIBLE_DEVICES, but no CUDA code runs on them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import slurm_id
+from daemon_harness import wait_for
+from orchestrator.config import load_config
+from orchestrator.executors.slurm_query import parse_duration
+from orchestrator.lifecycle import submit_job
+from orchestrator.states import JobState
+from orchestrator.wake import poke
+
+pytestmark = pytest.mark.slow
+
+
+def test_gpu_job_costs_allocated_gpus_times_slurm_running_time_and_nothing_pending(slurm_home):
+    h = slurm_home()
+    text = (h.root / "config.toml").read_text() + "\n[pricing]\ngpu_hour = 3600.0\n"  # 1 per GPU-second
+    (h.root / "config.toml").write_text(text)
+    h.config = load_config(h.root / "config.toml", required=True)
+    h.start_daemon()
+    # every "GPU" of both nodes taken by a high-partition job: ours waits PENDING
+    blocker = h.slurm.run("sbatch", "--parsable", "-p", "high", "-N2", "--gres=gpu:2", "--wrap", "sleep 6").stdout.strip()
+    path = h.job_file("gpu2", gpus=2, hold="go", env_keys=["SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"])
+    job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=64).id
+    poke(h.home.wake_socket)
+    try:
+        sid = slurm_id(h, job)
+        wait_for(lambda: "PENDING" in (h.job(job).executor_ref.get("where") or ""), 20, what="PENDING")
+        time.sleep(3)
+        assert h.job(job).cost == 0.0 and h.job(job).gpu_seconds == 0.0
+        start = h.wait_record("gpu2", "start", timeout=40)
+        assert start["env"]["CUDA_VISIBLE_DEVICES"] == "0,1" and start["env"]["SLURM_JOB_GPUS"] == "0,1", start["env"]
+        sbatch = (h.run_dir(job) / "attempt-1.sbatch").read_text()
+        assert "--gres=gpu:2" in sbatch
+        wait_for(lambda: h.job(job).run_seconds >= 3, 20, what="3 s of running")
+        h.release("go")
+        done = h.wait_state(job, JobState.SUCCEEDED, timeout=30)
+        elapsed = parse_duration(h.slurm.run("squeue", "-h", "-t", "all", "-j", sid, "-o", "%M").stdout.strip())
+        assert done.cost == pytest.approx(2 * done.run_seconds, rel=1e-6)
+        assert done.gpu_seconds == pytest.approx(2 * done.run_seconds, rel=1e-6)
+        # the daemon's polls (0.5 s) against Slurm's own clock (whole seconds)
+        assert abs(done.run_seconds - elapsed) <= 2.5, (done.run_seconds, elapsed)
+        ledger = h.store.ledger()
+        assert ledger.get("idle_cost", 0.0) == 0.0  # a cluster has no idle cost of ours
+    finally:
+        h.slurm.run("scancel", blocker, check=False)
