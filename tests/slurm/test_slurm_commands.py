@@ -143,3 +143,23 @@ def test_exit_76_takes_the_oom_path_and_another_exit_is_a_charged_retry(slurm_ho
     assert [r["env"]["ORCH_ATTEMPT"] for r in h.records("exits", "start")] == ["1", "2", "3"]
     sids = {h.exit_record(job, n)["slurm_job_id"] for n in (1, 2, 3)}
     assert len(sids) == 3
+
+
+def test_sbatch_refusal_fails_the_job_with_slurms_reason(slurm_home):
+    """job.toml [slurm] partition overrides the config's; a partition Slurm does not have makes
+    sbatch refuse, and the job fails with Slurm's own words (no retries asked, nothing loops)."""
+    h = slurm_home()
+    h.start_daemon()
+    path = h.job_file("nowhere", retries=0)
+    path.write_text(path.read_text() + '\n[slurm]\npartition = "nope"\n')
+    from orchestrator.lifecycle import submit_job
+    from orchestrator.wake import poke
+
+    job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0).id
+    poke(h.home.wake_socket)
+    done = h.wait_state(job, JobState.FAILED, timeout=30)
+    assert "--partition=nope" in (h.run_dir(job) / "attempt-1.sbatch").read_text()
+    log = (h.run_dir(job) / "attempt-1.log").read_text()
+    assert "sbatch refused attempt 1" in log and "partition" in log.lower(), log
+    assert "sbatch refused" in [e.detail for e in h.store.events(job)][-1], h.store.events(job)[-1].detail
+    assert done.attempt == 1
