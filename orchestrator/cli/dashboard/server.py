@@ -13,7 +13,6 @@ import re
 import secrets
 import sys
 import time
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any, Callable, Optional

@@ -1,0 +1,192 @@
+"""`orch submit`, `run`, `status`, `show`, `logs`, `cancel`, `retry`, `cost`: the verbs on jobs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+
+from ..errors import OrchError
+from ..paths import Home
+from .app import _currency, _daemon_pid, _poke, app, ctx, emit_json, err
+
+
+# -- submit / run -----------------------------------------------------------------------
+
+
+@app.command()
+def submit(
+    job_toml: Path = typer.Argument(..., help="The job file (see examples/)."),
+    priority: Optional[int] = typer.Option(None, "--priority", help="Higher runs first (overrides the file)."),
+    after: List[int] = typer.Option([], "--after", help="Start only after job ID succeeded (repeatable)."),
+    at: Optional[str] = typer.Option(None, "--at", help="Hold until a time: 2026-12-01T02:00 (local), or +30m, +2h."),
+    as_json: bool = typer.Option(False, "--json", help="Print {\"id\", \"name\", \"state\"} as JSON."),
+) -> None:
+    """Validate a job file and queue it."""
+    from ..gpus import managed_gpus
+    from ..lifecycle import submit_job
+    from .when import parse_at
+
+    now = time.time()
+    not_before = parse_at(at, now) if at else None
+    config = ctx.config()
+    store = ctx.store()
+    job = submit_job(store, config, ctx.home, job_toml, now=now, priority=priority, after=after,
+                     not_before=not_before, machine_gpus=config.slurm.max_gpus if config.executor.kind == "slurm"
+                     else len(managed_gpus(config.daemon.gpus)))
+    running = _poke(ctx.home)
+    if as_json:
+        emit_json({"id": job.id, "name": job.name, "state": job.state.value})
+    else:
+        print(f"submitted job {job.id} ({job.name})")
+    if not running:
+        err("note: no daemon is running; start one with `orch daemon start` (or run it now with `orch run`)")
+
+
+@app.command()
+def run(
+    job_toml: Optional[Path] = typer.Argument(None, help="The job file."),
+    resume: Optional[int] = typer.Option(None, "--resume", help="Continue job ID from its latest checkpoint."),
+) -> None:
+    """Record a job like submit, then run it here in the foreground (no daemon)."""
+    from .foreground import run_foreground
+
+    if (job_toml is None) == (resume is None):
+        raise typer.BadParameter("give a job file or --resume ID (one of them)")
+    code = run_foreground(ctx.home.ensure(), ctx.store(), ctx.config(), job_toml=job_toml, resume_id=resume)
+    raise typer.Exit(code)
+
+
+# -- looking at jobs --------------------------------------------------------------------
+
+
+@app.command()
+def status(
+    show_all: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
+    as_json: bool = typer.Option(False, "--json", help="A JSON list, one object per job."),
+) -> None:
+    """The queue: id, name, state, attempt, progress, ETA, runtime, cost."""
+    from .views import status_rows
+
+    from ..storage.status import add_lag_notes
+
+    home = ctx.home
+    store = ctx.store()
+    rows = status_rows(store, home, time.time(), include_all=show_all)
+    add_lag_notes(store, rows)  # [storage]: a note when the mirror lags
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        print("no jobs" + ("" if show_all else " queued or running (`orch status --all` shows finished ones)"))
+        _say_draining(home)
+        return
+    import os
+    import shutil
+
+    from .render import status_table
+
+    tty = sys.stdout.isatty()
+    print(status_table(rows, _currency(), color=tty and not os.environ.get("NO_COLOR"),
+                       width=shutil.get_terminal_size().columns if tty else None))
+    if _daemon_pid(home) is None and any(r["state"] in ("queued", "running") for r in rows):
+        err("note: no daemon is running; `orch daemon start` runs the queue")
+    _say_draining(home)
+
+
+def _say_draining(home: Home) -> None:
+    from ..drain import requested
+
+    if requested(home) is not None and _daemon_pid(home) is not None:
+        err("note: the daemon is draining: running jobs finish, nothing new starts, then it exits")
+
+
+@app.command()
+def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
+    """A job's spec, state, provenance, attempts, checkpoints, cost and event history."""
+    from .render import show_text
+    from .views import show_data
+
+    store = ctx.store()
+    data = show_data(store, ctx.home, job_id)
+    data["mirror"] = _mirror_view(store, job_id)
+    from ..contract import CHECKPOINT_INTERVAL, read_json
+
+    data["checkpoint_interval"] = read_json(ctx.home.run_dir(job_id) / CHECKPOINT_INTERVAL)  # every = "auto"
+    if as_json:
+        emit_json(data)
+    else:
+        print(show_text(data, _currency()))
+
+
+@app.command()
+def logs(
+    job_id: int = typer.Argument(...),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing, across attempts, until the job ends."),
+    lines: Optional[int] = typer.Option(None, "-n", help="Only the last N lines."),
+) -> None:
+    """The job's log (all attempts, oldest first)."""
+    from .logview import print_logs
+
+    raise typer.Exit(print_logs(ctx.store(), ctx.home, job_id, follow=follow, last=lines))
+
+
+# -- changing jobs ----------------------------------------------------------------------
+
+
+@app.command()
+def cancel(job_id: int = typer.Argument(...)) -> None:
+    """Cancel a job: a queued one at once; a running one gets SIGTERM, a grace period, then SIGKILL."""
+    from ..lifecycle import cancel_job
+
+    config = ctx.config()
+    job, done = cancel_job(ctx.store(), config, ctx.home, job_id, time.time())
+    if done:
+        print(f"cancelled job {job.id} ({job.name})")
+        return
+    alive = _poke(ctx.home)
+    print(f"cancelling job {job.id} ({job.name}): SIGTERM now, SIGKILL after {config.daemon.grace_seconds:g}s")
+    if not alive:
+        err("note: no daemon is running; the cancel happens when one starts (`orch daemon start`)")
+
+
+@app.command()
+def retry(
+    job_id: int = typer.Argument(...),
+    budget: Optional[float] = typer.Option(None, "--budget", help="A new max_cost for the job.", min=0.0),
+    hours: Optional[float] = typer.Option(None, "--hours", help="A new max_hours for the job.", min=0.0),
+) -> None:
+    """Put a failed, cancelled or stopped job back in the queue; it resumes from its latest checkpoint."""
+    from ..lifecycle import retry_job
+
+    job = retry_job(ctx.store(), ctx.config(), ctx.home, job_id, time.time(), budget=budget, hours=hours)
+    print(f"job {job.id} ({job.name}) queued again; it resumes from its latest checkpoint")
+    if not _poke(ctx.home):
+        err("note: no daemon is running; start one with `orch daemon start`")
+
+
+@app.command()
+def cost(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Per-job and total cost, GPU-hours, idle cost and preemption waste."""
+    from .cost_report import cost_data, cost_table
+
+    data = cost_data(ctx.store(), ctx.config())
+    if as_json:
+        emit_json(data)
+    else:
+        print(cost_table(data))
+
+
+def _mirror_view(store: Any, job_id: int) -> Optional[dict]:
+    if ctx.config_arg is None and not ctx.config_path.exists():
+        return None
+    try:
+        config = ctx.config()
+    except OrchError:
+        return None
+    from ..storage.status import mirror_view
+
+    return mirror_view(store, config, store.get(job_id))

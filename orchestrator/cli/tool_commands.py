@@ -1,0 +1,79 @@
+"""`orch notify test`, `config check`, `dashboard`, `adopt`, `storage check`: the verbs around the queue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .app import app, config_app, ctx, notify_app, storage_app
+
+
+# -- notify / config --------------------------------------------------------------------
+
+
+@notify_app.command("test")
+def notify_test(channel: Optional[str] = typer.Option(None, "--channel", help="Only this channel (its name).")) -> None:
+    """Send a test message through the configured channels; print each one's outcome."""
+    from .notify_check import send_test
+
+    raise typer.Exit(send_test(ctx.config(build_notifiers=True), channel))
+
+
+@config_app.command("check")
+def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (default: the one orch uses).")) -> None:
+    """Validate config.toml, including every notifier's keys and secrets."""
+    from ..config import load_config
+
+    target = path or ctx.config_path
+    if not target.exists():
+        if path is not None or ctx.config_arg is not None:
+            from ..errors import ConfigError
+
+            raise ConfigError([f"{target}: no such file"])
+        print(f"no config at {target}; the defaults apply (CPU slots 1, GPUs discovered, no pricing, no notifiers)")
+        return
+    config = load_config(target, required=True, build_notifiers=True)
+    names = [n for n, _ in config.routes()]
+    print(f"{target}: ok" + (f" (notifiers: {', '.join(names)})" if names else ""))
+
+
+@app.command()
+def dashboard(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; anything but loopback needs the token printed at start."),
+    port: int = typer.Option(8787, "--port", min=0, max=65535, help="Port (0: any free one)."),
+) -> None:
+    """A read-only local web page: the queue, each job's curves and events, the bill."""
+    from .dashboard.server import serve
+
+    serve(ctx.home, ctx.config(), host=host, port=port)
+
+
+# -- storage / adopt --------------------------------------------------------------------
+
+
+@app.command()
+def adopt(
+    url: str = typer.Argument(..., help="The mirror: s3://bucket/prefix, gs://, az://, file:///folder."),
+    job: List[str] = typer.Option([], "--job", help="A job's global id (or a prefix of it, or its name); repeatable."),
+    all_jobs: bool = typer.Option(False, "--all", help="Every unfinished job (queued, running, stopped) in the mirror."),
+    force: bool = typer.Option(False, "--force", help="Adopt even if its owner's heartbeat is fresh."),
+    maps: List[str] = typer.Option([], "--map", help="OLD=NEW: look for input files under OLD at NEW (repeatable)."),
+) -> None:
+    """Take unfinished jobs over from another machine's mirror and queue them to resume here."""
+    from .adopt import run_adopt
+
+    raise typer.Exit(run_adopt(ctx.home.ensure(), ctx.config(), ctx.store(), url, jobs=job, take_all=all_jobs,
+                               force=force, maps=maps))
+
+
+@storage_app.command("check")
+def storage_check(
+    url: Optional[str] = typer.Argument(None, help="Another URL than [storage] url."),
+    mb: float = typer.Option(64.0, "--mb", help="Size of the timed probe upload, MB.", min=1.0),
+) -> None:
+    """Write, read, conditionally write and delete a probe object; time an upload."""
+    from .storage_check import check_storage
+
+    raise typer.Exit(check_storage(ctx.home.ensure(), ctx.config(), url, mb, print))
