@@ -1,0 +1,22 @@
+"""SQLite store under $ORCH_HOME: jobs, attempts, the append-only events history, the
+notification outbox and the cost ledger. The ONLY package with SQL. Every state change is a
+compare-and-set inside BEGIN IMMEDIATE, checked against states.TRANSITIONS, and writes the job
+row, its event and its outbox rows together, so CLI and daemon can never race a job.
+
+The store is one class put together from its parts: jobs.py (connection, migrations, jobs,
+transitions, attempts, events), outbox.py (notification outbox, cost ledger), mirror.py (the
+mirror's state and upload queue); schema.py holds the migrations."""
+
+from __future__ import annotations
+
+from .jobs import JobRows, implied_columns
+from .mirror import MirrorRows
+from .outbox import OutboxRows
+from .schema import MIGRATIONS, SCHEMA_VERSION
+
+
+class Store(MirrorRows, OutboxRows, JobRows):
+    pass
+
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Store", "implied_columns"]
