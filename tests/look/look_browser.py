@@ -93,7 +93,7 @@ class DashboardProcess:
     """`orch --home H dashboard --host HOST --port 0` as a subprocess; `url` from its first line."""
 
     def __init__(self, home_root: Path, host: str = "127.0.0.1"):
-        self.proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.app", "--home", str(home_root),
+        self.proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--home", str(home_root),
                                       "dashboard", "--host", host, "--port", "0"],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
