@@ -118,7 +118,9 @@ class SlurmCluster:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def run(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
-        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, check=check, timeout=timeout)
+        # cwd: an sbatch without -o writes slurm-<id>.out where it was submitted; keep that here
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, check=check, timeout=timeout,
+                              cwd=self.base)
 
     # -- start ----------------------------------------------------------------------------
 
