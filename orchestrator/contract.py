@@ -45,8 +45,18 @@ ENV_MTBF_S = "ORCH_MTBF_S"  # the daemon's mean time between preemptions on this
 DISK_FULL = "disk_full.json"  # a checkpoint write found the disk full: needed vs free bytes (runner -> daemon)
 
 
-def attempt_log(n: int) -> str:
-    return f"attempt-{n}.log"
+def attempt_log(n: int, rank: int = 0) -> str:
+    """Attempt n's log; under a multi-node executor each further rank writes its own."""
+    return f"attempt-{n}.log" if rank == 0 else f"attempt-{n}.rank-{rank}.log"
+
+
+_ATTEMPT_LOG = re.compile(r"^attempt-(\d+)(?:\.rank-(\d+))?\.log$")
+
+
+def parse_attempt_log(name: str | Path) -> Optional[tuple[int, int]]:
+    """(attempt, rank) of an attempt log's file name; None for any other file."""
+    m = _ATTEMPT_LOG.match(Path(name).name)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
 
 
 def attempt_exit(n: int) -> str:

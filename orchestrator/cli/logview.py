@@ -3,27 +3,35 @@ ends, so one command shows a run across preemptions and retries."""
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections import deque
 from pathlib import Path
 from typing import Optional
 
+from ..contract import parse_attempt_log
 from ..paths import Home
 from ..store import Store
 
-_ATTEMPT = re.compile(r"^attempt-(\d+)\.log$")
-
-
 def attempt_logs(run_dir: Path) -> list[Path]:
+    """Every attempt's log, oldest attempt first; within one, rank 0 then the other ranks' (a
+    multi-node job under Slurm writes one per rank)."""
     found = []
     if run_dir.is_dir():
         for p in run_dir.iterdir():
-            m = _ATTEMPT.match(p.name)
-            if m:
-                found.append((int(m.group(1)), p))
+            parsed = parse_attempt_log(p.name)
+            if parsed:
+                found.append((parsed, p))
     return [p for _, p in sorted(found)]
+
+
+def _labelled(path: Path, text: str) -> str:
+    """Another rank's lines carry its rank, so interleaved output stays readable."""
+    parsed = parse_attempt_log(path.name)
+    if not parsed or not parsed[1] or not text:
+        return text
+    prefix = f"[rank {parsed[1]}] "
+    return "".join(prefix + line for line in text.splitlines(keepends=True))
 
 
 def print_logs(store: Store, home: Home, job_id: int, *, follow: bool = False, last: Optional[int] = None,
@@ -39,14 +47,14 @@ def print_logs(store: Store, home: Home, job_id: int, *, follow: bool = False, l
         lines: deque[str] = deque(maxlen=last)
         for p in logs:
             with p.open(errors="replace") as f:
-                lines.extend(f)
+                lines.extend(_labelled(p, f.read()).splitlines(keepends=True))
         out.write("".join(lines))
         positions = {p: p.stat().st_size for p in logs}
     else:
         positions = {}
         for p in logs:
             with p.open(errors="replace") as f:
-                out.write(f.read())
+                out.write(_labelled(p, f.read()))
                 positions[p] = f.tell()
     out.flush()
     if not follow:
@@ -60,7 +68,7 @@ def print_logs(store: Store, home: Home, job_id: int, *, follow: bool = False, l
                     chunk = f.read()
                     positions[p] = f.tell()
                 if chunk:
-                    out.write(chunk)
+                    out.write(_labelled(p, chunk))
                     out.flush()
             if state.is_terminal:
                 return 0

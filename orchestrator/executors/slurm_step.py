@@ -31,7 +31,7 @@ SLURM_INFO = "attempt-{n}.slurm.json"
 
 
 def rank_log(n: int, rank: int) -> str:
-    return attempt_log(n) if rank == 0 else f"attempt-{n}.rank-{rank}.log"
+    return attempt_log(n, rank)
 
 
 def batch(args: argparse.Namespace, command: list[str]) -> int:
