@@ -148,7 +148,7 @@ def bench_requeue(c: SlurmCluster, tmp: Path, trials: int) -> dict:
             run = h.run_dir(job)
             wait(lambda: ((read_json(run / "progress.json") or {}).get("step") or 0) >= 20, 180, 0.1, "step 20")
             node = h.job(job).executor_ref.get("nodes", ["n1"])[0]
-            c.run("sbatch", "--parsable", "-p", "high", "-w", node, "--wrap", "sleep 1")
+            c.run("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-w", node, "--wrap", "sleep 1")
             wait(lambda: (run / "attempt-2.slurm.json").exists(), 180, 0.05, "attempt 2 on a node")
             first = wait(lambda: (read_json(run / "progress.json") or {}).get("first_step_at")
                          if (read_json(run / "progress.json") or {}).get("train_started_at", 0)

@@ -1,5 +1,5 @@
 """A private Slurm cluster in a temporary folder: munged, slurmctld and two slurmd ("n1", "n2") on
-this one host, no systemd (see /work/shared/reference/slurm-facts.md), each with 1 CPU and two
+this one host, no systemd (the commands are the ones Debian's packages need), each with 1 CPU and two
 fake "GPUs" (gres backed by /dev/null and /dev/zero: allocated and counted, never computed on).
 Used by the Slurm tests' session fixture and by benchmarks/slurm.py.
 

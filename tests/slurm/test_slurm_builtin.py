@@ -124,7 +124,7 @@ def test_builtin_job_preempted_by_slurm_resumes_to_identical_weights(slurm_home,
     wait_for(lambda: progress_step(h, job) >= at, 120, what=f"step {at}")
     node = (h.job(job).executor_ref.get("nodes") or ["n1"])[0]
     # a job in the high partition wants exactly that node: Slurm preempts ours (GraceTime 15 s)
-    high = h.slurm.run("sbatch", "--parsable", "-p", "high", "-w", node, "--wrap", "sleep 1").stdout.strip()
+    high = h.slurm.run("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-w", node, "--wrap", "sleep 1").stdout.strip()
     done = h.wait_state(job, JobState.SUCCEEDED, timeout=240)
     attempts = h.store.attempts(job)
     assert len(attempts) == 2, [(a.n, a.exit_code, a.outcome) for a in attempts]
@@ -155,7 +155,7 @@ def test_two_node_ddp_job_preempted_resumes_to_the_uninterrupted_two_node_weight
     at = random.Random().randint(5, 60)
     wait_for(lambda: progress_step(h, job) >= at, 180, what=f"step {at}")
     assert sorted(h.job(job).executor_ref.get("nodes") or []) == ["n1", "n2"], h.job(job).executor_ref
-    h.slurm.run("sbatch", "--parsable", "-p", "high", "-N2", "--wrap", "sleep 1")
+    h.slurm.run("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N2", "--wrap", "sleep 1")
     done = h.wait_state(job, JobState.SUCCEEDED, timeout=240)
     attempts = h.store.attempts(job)
     assert len(attempts) == 2, [(a.n, a.exit_code, a.outcome) for a in attempts]

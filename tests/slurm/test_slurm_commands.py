@@ -70,7 +70,7 @@ def test_cancel_pending_slurm_job_is_at_once(slurm_home):
     h = slurm_home()
     h.start_daemon()
     # both nodes busy in the high partition: orch's job waits in Slurm's queue
-    blocker = h.slurm.run("sbatch", "--parsable", "-p", "high", "-N2", "--wrap", "sleep 120").stdout.strip()
+    blocker = h.slurm.run("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N2", "--wrap", "sleep 120").stdout.strip()
     try:
         job = h.submit("waits", hold="never")
         sid = slurm_id(h, job)
@@ -95,7 +95,7 @@ def test_budget_counts_only_slurm_running_time_and_stops_the_job(slurm_home):
     not stopped (pending costs nothing); once Slurm runs it, 3.6 s later it is told to stop."""
     h = slurm_home()
     h.start_daemon()
-    blocker = h.slurm.run("sbatch", "--parsable", "-p", "high", "-N2", "--wrap", "sleep 8").stdout.strip()
+    blocker = h.slurm.run("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N2", "--wrap", "sleep 8").stdout.strip()
     path = h.job_file("capped", hold="never", on_term=75, notice_ckpt=2)
     path.write_text(path.read_text() + "\n[budget]\nmax_hours = 0.001\n")
     from orchestrator.lifecycle import submit_job
