@@ -3,25 +3,55 @@ is named by (pid, start time) read from /proc."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
-from typing import Any, Optional
+from typing import Iterator, Optional
 
 
-def start_time(pid: int) -> Optional[str]:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None."""
+# Indices into stat_fields(): /proc/PID/stat after the command name.
+STATE, PGRP, SESSION, STARTTIME = 0, 2, 3, 19
+
+
+def pids() -> Iterator[int]:
+    """Every process on this machine (a snapshot of /proc; any may be gone by the time it is read)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            yield int(entry)
+
+
+def stat_fields(pid: int) -> Optional[list[str]]:
+    """/proc/PID/stat's fields after the command name (which may hold spaces and parentheses, so
+    the split is after the last ')'), or None for a process that is gone or a zombie (it has
+    finished; only its parent's wait is missing)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
     fields = stat[stat.rfind(")") + 2:].split()
-    state = fields[0] if fields else "X"
-    if state in ("Z", "X"):  # a zombie has finished; only its parent's wait is missing
-        return None
-    return fields[19] if len(fields) > 19 else None
+    return fields if len(fields) > STARTTIME and fields[STATE] not in ("Z", "X") else None
+
+
+def environ(pid: int) -> dict[bytes, bytes]:
+    """A process's environment (empty when it cannot be read: gone, or another user's)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def start_time(pid: int) -> Optional[str]:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None."""
+    fields = stat_fields(pid)
+    return fields[STARTTIME] if fields else None
 
 
 def is_alive(pid: Optional[int], started: Optional[str]) -> bool:
@@ -53,19 +83,34 @@ def signal_group(pgid: Optional[int], sig: int = signal.SIGKILL) -> bool:
 
 
 def group_members(pgid: Optional[int]) -> list[int]:
-    """Live (non-zombie) processes whose process group is `pgid`, read from /proc."""
-    if not pgid:
+    """Live (non-zombie) processes whose process group is `pgid`."""
+    return _members(PGRP, pgid)
+
+
+def session_members(sid: Optional[int]) -> list[int]:
+    """Live (non-zombie) processes whose session is `sid` (a local attempt's supervisor leads one)."""
+    return _members(SESSION, sid)
+
+
+def with_environment(**wanted: str) -> list[int]:
+    """Live processes (not this one) whose environment has every NAME=value given."""
+    want = {k.encode(): v.encode() for k, v in wanted.items()}
+    found = []
+    for pid in pids():
+        if pid == os.getpid():
+            continue
+        env = environ(pid)
+        if env and all(env.get(k) == v for k, v in want.items()) and stat_fields(pid) is not None:
+            found.append(pid)
+    return found
+
+
+def _members(index: int, value: Optional[int]) -> list[int]:
+    if not value:
         return []
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        # fields[0] is the state, fields[2] the process group
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            members.append(int(entry))
-    return members
+    out = []
+    for pid in pids():
+        fields = stat_fields(pid)
+        if fields is not None and fields[index] == str(value):
+            out.append(pid)
+    return out

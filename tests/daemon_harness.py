@@ -24,7 +24,7 @@ from orchestrator.gpus import managed_gpus
 from orchestrator.lifecycle import submit_job
 from orchestrator.paths import Home
 from orchestrator.contract import read_json
-from orchestrator.procs import is_alive, start_time
+from orchestrator.procs import is_alive, session_members, start_time  # noqa: F401  (session_members: re-exported)
 from orchestrator.records import Job
 from orchestrator.states import JobState
 from orchestrator.store import Store
@@ -99,22 +99,6 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = ""
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
         time.sleep(interval)
-
-
-def session_members(sid: int) -> list[int]:
-    """Pids whose session id is `sid` (the supervisor leads one session per attempt)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 3 and int(fields[3]) == sid and fields[0] not in ("Z", "X"):
-            out.append(int(entry))
-    return out
 
 
 class OrchHome:

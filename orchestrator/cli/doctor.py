@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
+from .. import procs
 from ..paths import Home
 
 OK, WARN, BAD = "ok", "warn", "problem"
@@ -202,22 +203,12 @@ def orch_processes(home: Home) -> list[tuple[int, str, str, bool]]:
     of this home."""
     prefix = (str(home.runs) + os.sep).encode()
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for pid in procs.pids():
+        env = procs.environ(pid)
+        if not env.get(b"ORCH_RUN_DIR", b"").startswith(prefix) or procs.stat_fields(pid) is None:
             continue
-        try:
-            raw = Path(f"/proc/{entry}/environ").read_bytes()
-            if b"ORCH_RUN_DIR=" + prefix not in raw:
-                continue
-            stat_line = Path(f"/proc/{entry}/stat").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if stat_line[stat_line.rfind(")") + 2:].split()[0] in ("Z", "X"):
-            continue
-        env = dict(p.split(b"=", 1) for p in raw.split(b"\0") if b"=" in p)
-        found.append((int(entry), env.get(b"ORCH_JOB_ID", b"?").decode(), env.get(b"ORCH_ATTEMPT", b"?").decode(),
-                      b"orchestrator.supervisor" in cmdline))
+        found.append((pid, env.get(b"ORCH_JOB_ID", b"?").decode(), env.get(b"ORCH_ATTEMPT", b"?").decode(),
+                      "orchestrator.supervisor" in procs.cmdline(pid)))
     return found
 
 

@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 from ..paths import Home
 from ..contract import attempt_exit, attempt_log, attempt_pid, read_json
-from ..procs import group_members, is_alive, signal_group, signal_process, start_time
+from ..procs import group_members, is_alive, signal_group, signal_process, start_time, with_environment
 from ..records import Job
 from .base import AttemptLaunch
 
@@ -29,20 +29,8 @@ GROUP_EXIT_WAIT_S = 30.0
 
 def attempt_processes(run_dir: str, attempt: int) -> list[int]:
     """Live processes (not zombies, not this one) whose environment says ORCH_RUN_DIR=run_dir and
-    ORCH_ATTEMPT=attempt, read from /proc."""
-    want = {f"ORCH_RUN_DIR={run_dir}".encode(), f"ORCH_ATTEMPT={attempt}".encode()}
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes()
-            if not want.issubset(env.split(b"\0")) or start_time(int(entry)) is None:
-                continue
-        except OSError:
-            continue
-        found.append(int(entry))
-    return found
+    ORCH_ATTEMPT=attempt."""
+    return with_environment(ORCH_RUN_DIR=str(run_dir), ORCH_ATTEMPT=str(attempt))
 
 
 class LocalExecutor:

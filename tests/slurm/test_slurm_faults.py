@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
 from conftest import slurm_id, squeue_state
 from daemon_harness import wait_for
+from orchestrator import procs
 from orchestrator.states import JobState
 
 pytestmark = pytest.mark.slow
@@ -21,18 +21,8 @@ pytestmark = pytest.mark.slow
 
 def job_pids(sid: str) -> list[int]:
     """Every process of Slurm job `sid` on this host: its slurmstepds and what they started."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmd.startswith(f"slurmstepd: [{sid}.") or f"SLURM_JOB_ID={sid}".encode() in env:
-            pids.append(int(entry))
-    return pids
+    return [pid for pid in procs.pids()
+            if procs.cmdline(pid).startswith(f"slurmstepd: [{sid}.") or procs.environ(pid).get(b"SLURM_JOB_ID") == sid.encode()]
 
 
 def test_node_failure_requeues_and_the_job_finishes_on_the_other_node(slurm_home):
