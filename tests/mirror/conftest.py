@@ -91,3 +91,12 @@ def storage_toml(url: str, endpoint: str | None = None, **kw: Any) -> str:
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def homes() -> Iterator[list[Any]]:
+    """OrchHomes a test made (one per machine of the scenario), cleaned up after it."""
+    made: list[Any] = []
+    yield made
+    for h in made:
+        h.cleanup()

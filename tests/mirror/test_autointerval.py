@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from daemon_harness import OrchHome, wait_for
+from daemon_harness import OrchHome
 
 from orchestrator.contract import CHECKPOINT_INTERVAL, ENV_MTBF_S, read_json
 from orchestrator.lifecycle import submit_job

@@ -4,7 +4,6 @@ shared by jobs), found again on adoption at the old path, through --map, or down
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path

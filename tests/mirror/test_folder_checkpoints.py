@@ -33,14 +33,6 @@ time.sleep(120)
 """
 
 
-@pytest.fixture
-def homes():
-    made = []
-    yield made
-    for h in made:
-        h.cleanup()
-
-
 def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 

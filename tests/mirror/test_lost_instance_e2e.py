@@ -101,14 +101,6 @@ def uninterrupted(workload, tmp_path_factory) -> dict[str, Any]:
         h.cleanup()
 
 
-@pytest.fixture
-def homes():
-    made: list[OrchHome] = []
-    yield made
-    for h in made:
-        h.cleanup()
-
-
 def lose_the_machine(h: OrchHome) -> None:
     """SIGKILL every orch process of the home, then delete the whole ORCH_HOME."""
     for proc in h.daemons:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from pathlib import Path
@@ -22,14 +21,6 @@ def store_url(request, s3_server, s3_env, tmp_path: Path):
     if request.param == "s3":
         return f"s3://{s3_server.bucket()}/orch", s3_server.endpoint
     return f"file://{tmp_path}/mirror", None
-
-
-@pytest.fixture
-def homes():
-    made = []
-    yield made
-    for h in made:
-        h.cleanup()
 
 
 def test_manifest_names_only_uploaded_checkpoints_and_retention_never_deletes_a_named_one(store_url, homes, tmp_path):
