@@ -37,6 +37,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from orchestrator.contract import notice_name, periodic_name
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -69,7 +70,7 @@ def blocking(ckpt: Path, reps: int) -> None:
     sync_s, bg_s, bg_write_s = [], [], []
     for rep in range(reps + 1):  # the first of each is a warm-up
         for arm in (("sync", "bg") if rep % 2 == 0 else ("bg", "sync")):
-            path = out / arm / f"step-{rep + 1:08d}.ckpt"
+            path = out / arm / periodic_name(rep + 1)
             t = time.perf_counter()
             if arm == "sync":
                 sync_io.save_checkpoint(state, path)
@@ -170,7 +171,6 @@ def main() -> None:
     from orchestrator.config import Config, StorageSection
     from orchestrator.daemon.mirror import Mirror
     from orchestrator.paths import Home
-    from orchestrator.storage import manifest as mf
     from orchestrator.store import Store
 
     tmp = Path(tempfile.mkdtemp(prefix="orch-bench-mirror-"))
@@ -214,7 +214,7 @@ def main() -> None:
         return took
 
     def orch_put(i: int, notice: bool = False) -> float:
-        name = (f"notice-step-{i:08d}.ckpt" if notice else f"step-{i:08d}.ckpt")
+        name = notice_name(i) if notice else periodic_name(i)
         target = run_ckpts / name
         if not target.exists():
             os.link(ckpt, target)

@@ -14,6 +14,7 @@ from typing import Any, Optional
 from .assets import write_rows
 from .common import on_device, rows
 from .frame import Ctx, Section, free_run, read_json, wait_for
+from orchestrator.contract import EX_CHECKPOINTED, notice_name
 
 
 def notice(ctx: Ctx, sec: Section) -> None:
@@ -44,10 +45,10 @@ def notice(ctx: Ctx, sec: Section) -> None:
         proc.signal(signal.SIGTERM)
         code = proc.wait(ctx.timeout(300))
         exited = time.time()
-        sec.require(f"attempt {attempt}: SIGTERM -> exit 75", code == 75, f"exit {code}: {proc.tail()}")
+        sec.require(f"attempt {attempt}: SIGTERM -> exit 75", code == EX_CHECKPOINTED, f"exit {code}: {proc.tail()}")
         if attempt == 2:
             sec.check("attempt 2 resumed from the notice checkpoint",
-                      f"resuming from notice-step-{resume_from:08d}.ckpt" in proc.output())
+                      f"resuming from {notice_name(resume_from)}" in proc.output())
         on_device(ctx, sec, f"attempt {attempt}", proc)
         lines = [json.loads(x) for x in times.read_text().splitlines()] if times.exists() else []
         sec.require(f"attempt {attempt}: the notice save was timed", len(lines) == attempt, f"{len(lines)} lines")

@@ -15,6 +15,7 @@ from pathlib import Path
 from .assets import long_rows, short_rows, write_rows
 from .common import on_device
 from .frame import Ctx, Section, free_run, read_json
+from orchestrator.contract import EX_OOM
 
 
 def _trace(path: Path) -> list[dict]:
@@ -62,7 +63,7 @@ def oom(ctx: Ctx, sec: Section) -> None:
     t0 = time.monotonic()
     code, proc = ctx.run_job(run, attempt=1, timeout=240, ORCH_TRACE_SAMPLES=str(trace1), **fault)
     oom_line = next((line.strip() for line in proc.output().splitlines() if "out of GPU memory at step" in line), "")
-    sec.require("attempt 1 exits 76 (out of GPU memory)", code == 76, f"exit {code}: {proc.tail()}")
+    sec.require("attempt 1 exits 76 (out of GPU memory)", code == EX_OOM, f"exit {code}: {proc.tail()}")
     sizes = read_json(run / "batch.json") or {}
     history = sizes.get("history") or [{}]
     error = str(history[-1].get("error") or "")

@@ -13,6 +13,7 @@ from typing import Any
 from .common import on_device, rows, weights
 from .assets import write_rows
 from .frame import Ctx, Section, free_run, read_json, wait_for
+from orchestrator.contract import EX_CHECKPOINTED, notice_name
 
 
 def _progress_step(run: Path) -> int:
@@ -68,7 +69,7 @@ def resume(ctx: Ctx, sec: Section) -> None:
         notice = int(notices[-1].stem.rsplit("-", 1)[1]) if notices else None
         notice_steps[tag] = notice
         sec.check(f"{tag}: SIGTERM at step >= {target[tag]} -> exit 75 with a notice checkpoint",
-                  code == 75 and notice is not None and 0 < notice < steps, f"exit {code}, notice step {notice}: "
+                  code == EX_CHECKPOINTED and notice is not None and 0 < notice < steps, f"exit {code}, notice step {notice}: "
                   + proc.tail(6))
     for (tag, kind), proc in procs.items():
         if kind == "full":
@@ -83,7 +84,7 @@ def resume(ctx: Ctx, sec: Section) -> None:
         ok = sec.check(f"{tag}: the resumed attempt exits 0", code == 0, f"exit {code}: {proc.tail()}")
         if ok:
             sec.check(f"{tag}: resumed from the notice checkpoint",
-                      f"resuming from notice-step-{notice_steps[tag]:08d}.ckpt" in proc.output())
+                      f"resuming from {notice_name(notice_steps[tag])}" in proc.output())
             on_device(ctx, sec, f"{tag} resumed", proc)
     figures: dict[str, Any] = {"steps": steps, "batch": s.resume_batch, "precision": s.resume_precision,
                                "sigterm_after_step": target, "notice_step": notice_steps}
