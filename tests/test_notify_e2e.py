@@ -5,6 +5,8 @@ in `orch show`; secrets given as `*_env` never leave the process."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import subprocess
 import sys
@@ -290,10 +292,16 @@ url_env = "ORCH_TEST_WECOM_URL"
     result = json.loads((h.run_dir(builtin) / "result.json").read_text())
     best = f"val_acc={result['best_metric']:.4g}"
 
-    wait_for(lambda: len(inbox.envelopes) >= 2 and len(robot.requests) >= 2, 20,
-             what=f"two mails and two robot messages (log: {h.log_tail()})")
+    # WeCom: a markdown message per job, and after the built-in job's its loss curve as an image
+    # message (the command job wrote no metrics.csv: no picture).
+    wait_for(lambda: len(inbox.envelopes) >= 2 and len(robot.requests) >= 3, 20,
+             what=f"two mails and three robot messages (log: {h.log_tail()})")
     time.sleep(1.0)  # and no more than that
-    assert len(inbox.envelopes) == 2 and len(robot.requests) == 2
+    assert len(inbox.envelopes) == 2 and len(robot.requests) == 3
+    images = [r.json()["image"] for r in robot.requests if r.json()["msgtype"] == "image"]
+    assert len(images) == 1
+    png = base64.b64decode(images[0]["base64"])
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and hashlib.md5(png).hexdigest() == images[0]["md5"]
 
     mails = {mail["Subject"]: (sender, rcpts, mail) for sender, rcpts, mail in inbox.envelopes}
     ok_subject, bad_subject = f"[orch] job {builtin} quickstart succeeded", f"[orch] job {broken} broken failed"
@@ -310,11 +318,12 @@ url_env = "ORCH_TEST_WECOM_URL"
     assert "Last log lines:" in bad_text and "CUDA error: device-side assert triggered" in bad_text
     assert "Last log lines:" not in ok_text
 
+    markdown = [r for r in robot.requests if r.json()["msgtype"] == "markdown"]
+    assert len(markdown) == 2
     for r in robot.requests:
         assert r.path == "/cgi-bin/webhook/send" and r.query["key"] == [WECOM_KEY]
-        assert r.json()["msgtype"] == "markdown"
     contents = {r.json()["markdown"]["content"].splitlines()[0]: r.json()["markdown"]["content"]
-                for r in robot.requests}
+                for r in markdown}
     ok_md, bad_md = contents[f"**{ok_subject}**"], contents[f"**{bad_subject}**"]
     assert "**State:** succeeded" in ok_md and f"**Best metric:** {best}" in ok_md
     assert "**State:** failed" in bad_md and "**Reason:** exit code 3" in bad_md

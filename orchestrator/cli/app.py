@@ -149,5 +149,7 @@ def main() -> None:
     app(prog_name="orch")
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # `python -m orchestrator.cli.app`: run the package's app, where the verbs are registered
+    from orchestrator.cli import main as package_main
+
+    package_main()

@@ -5,41 +5,14 @@ writes) in a thread of the test process, so it outlives every orch process a tes
 from __future__ import annotations
 
 import os
-import socket
-import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from s3_server import S3Server
 
 ACCESS = {"AWS_ACCESS_KEY_ID": "orch-test-key", "AWS_SECRET_ACCESS_KEY": "orch-test-secret",
           "AWS_REGION": "us-east-1"}
-
-
-class S3Server:
-    def __init__(self) -> None:
-        from moto.server import ThreadedMotoServer
-
-        port = _free_port()
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        self.server.start()
-        self.endpoint = f"http://127.0.0.1:{port}"
-        self.paused_server: Any = None
-
-    def bucket(self) -> str:
-        name = f"orch-{uuid.uuid4().hex[:12]}"
-        urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{name}", method="PUT"), timeout=10).read()
-        return name
-
-    def stop(self) -> None:
-        self.server.stop()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -137,7 +137,7 @@ def test_corrupt_newest_checkpoint_is_rejected_by_name_and_adoption_falls_back(s
 
 
 def test_storage_down_never_pauses_training_one_warning_then_uploads_catch_up(s3_env, homes, tmp_path):
-    from conftest import S3Server, _free_port  # noqa: F401  (a server of its own: this test stops it)
+    from s3_server import S3Server  # a server of its own: this test stops it
     from moto.server import ThreadedMotoServer
 
     server = S3Server()

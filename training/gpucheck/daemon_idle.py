@@ -24,7 +24,7 @@ def daemon_idle(ctx: Ctx, sec: Section) -> None:
     gpus = "[0]" if ctx.gpu else "[]"
     (home.root / "config.toml").write_text(f"[daemon]\ngpus = {gpus}\ncpu_slots = 1\n")
     env = ctx.env(ORCH_HOME=str(home.root))
-    daemon = ctx.start([sys.executable, "-m", "orchestrator.cli.app", "daemon", "run"], env, root / "daemon.out")
+    daemon = ctx.start([sys.executable, "-m", "orchestrator.cli", "daemon", "run"], env, root / "daemon.out")
     started = wait_for(lambda: (home.log_file.exists() and "daemon started" in home.log_file.read_text())
                        or not daemon.alive(), ctx.timeout(60), interval=0.05)
     sec.require("the daemon starts", bool(started) and daemon.alive(), daemon.tail())
@@ -34,7 +34,7 @@ def daemon_idle(ctx: Ctx, sec: Section) -> None:
         folder = root / f"job{n}"
         ctx.write_job(folder, model=model, train=data, seq=s.seq, batch=s.batch, precision=s.throughput_precision,
                       lr=s.lr, steps=s.daemon_steps, name=f"gpucheck-{n}")
-        out = ctx.start([sys.executable, "-m", "orchestrator.cli.app", "submit", str(folder / "job.toml"), "--json"],
+        out = ctx.start([sys.executable, "-m", "orchestrator.cli", "submit", str(folder / "job.toml"), "--json"],
                         env, root / f"submit-{n}.out")
         code = out.wait(ctx.timeout(60))
         sec.require(f"orch submit job {n}", code == 0, out.tail())
