@@ -92,10 +92,20 @@ def check_gpus(spec: JobSpec, label: str, machine_gpus: int) -> None:
         ])
 
 
+def check_nodes(spec: JobSpec, label: str, executor: str) -> None:
+    """Several nodes need a cluster executor: on one machine the job would silently run on one."""
+    if spec.nodes > 1 and executor == "local":
+        raise SpecError([
+            f"{label}: nodes: asks for {spec.nodes} nodes but this orch runs jobs on this one machine; set "
+            f"[executor] kind = \"slurm\" in config.toml to run it on a cluster, or remove `nodes`"
+        ])
+
+
 def submit_job(store: Store, config: Config, home: Home, toml_path: Path, *, now: float, machine_gpus: int,
                priority: Optional[int] = None, after: Sequence[int] = (), not_before: Optional[float] = None) -> Job:
     spec = load_jobspec(toml_path)
     check_gpus(spec, str(toml_path), machine_gpus)
+    check_nodes(spec, str(toml_path), config.executor.kind)
     folder = Path(spec.workdir) if spec.is_command and spec.workdir else toml_path.resolve().parent
     commit, dirty = git_state(folder)
     data = spec.to_toml_dict()

@@ -183,3 +183,19 @@ def test_resolved_spec_round_trips_through_the_run_folder(write_file, tmp_path):
     again = load_resolved(written)
     assert again == spec
     assert again.env == {"HF_ENDPOINT": "https://hf-mirror.com"}
+
+
+def test_a_multi_node_job_is_refused_on_the_local_executor_naming_the_fix(tmp_path):
+    import subprocess
+    import sys
+
+    job = tmp_path / "ddp.toml"
+    job.write_text('gpus = 0\nnodes = 2\ncommand = ["python", "-c", "pass"]\n')
+    home = tmp_path / "home"
+    res = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(home), "submit", str(job)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert f"{job}: nodes: asks for 2 nodes" in res.stderr and '[executor] kind = "slurm"' in res.stderr
+    status = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(home), "status", "--all", "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert status.stdout.strip() == "[]"  # nothing was queued
