@@ -28,6 +28,7 @@ from typing import Any, Callable
 from orchestrator.config import load_config
 from orchestrator.lifecycle import submit_job
 from orchestrator.paths import Home
+from orchestrator.polling import poll
 from orchestrator.contract import read_json
 from orchestrator.states import JobState
 from orchestrator.store import Store
@@ -37,14 +38,10 @@ GOALS = {"gap_median_s": 0.5, "idle_rss_mb": 80.0, "idle_cpu_pct": 1.0}
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.005)
+    value = poll(predicate, timeout, 0.005)  # fine-grained: the latencies measured are tens of ms
+    if not value:
+        raise SystemExit(f"timed out after {timeout:g}s waiting for {what}")
+    return value
 
 
 class Bench:

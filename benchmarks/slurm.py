@@ -32,16 +32,14 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "slurm")]
 
 from slurm_cluster import SlurmCluster, why_unusable  # noqa: E402
 
+from orchestrator.polling import poll  # noqa: E402
+
 
 def wait(pred, timeout=120.0, interval=0.02, what=""):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(interval)
+    value = poll(pred, timeout, interval)
+    if not value:
+        raise TimeoutError(what)
+    return value
 
 
 def squeue_state(c: SlurmCluster, sid: str) -> str:

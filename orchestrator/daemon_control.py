@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from .errors import DaemonError
 from .paths import Home
+from .polling import poll
 from .wake import poke
 
 
@@ -87,16 +88,16 @@ def start_detached(home: Home, config_arg: Optional[str], wait_s: float = 15.0) 
     with open(err_path, "ab") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
                                 start_new_session=True, close_fds=True)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         if proc.poll() is not None:
             tail = err_path.read_text(errors="replace").strip().splitlines()[-5:]
             raise DaemonError("the daemon exited at start:\n  " + "\n  ".join(tail))
         # Ready once it listens on the wake socket (it takes the lock first, then recovers and
         # binds): a submit right after `daemon start` then reaches it instead of printing "no daemon".
-        if running_pid(home) == proc.pid and poke(home.wake_socket):
-            return proc.pid
-        time.sleep(0.02)
+        return running_pid(home) == proc.pid and poke(home.wake_socket)
+
+    if poll(listening, wait_s, 0.02):
+        return proc.pid
     raise DaemonError(f"the daemon (pid {proc.pid}) did not start listening within {wait_s:g}s; see {err_path}")
 
 
@@ -111,11 +112,8 @@ def stop(home: Home, timeout: float = 120.0) -> int:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         raise DaemonError(f"no daemon is running for {home.root} (stale pid {pid})") from None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if running_pid(home) is None:
-            return pid
-        time.sleep(0.1)
+    if poll(lambda: running_pid(home) is None, timeout, 0.1):
+        return pid
     raise DaemonError(f"the daemon (pid {pid}) is still checkpointing its jobs after {timeout:g}s; "
                       "wait, or `orch daemon stop --timeout` longer")
 

@@ -23,6 +23,7 @@ from orchestrator.config import load_config
 from orchestrator.gpus import managed_gpus
 from orchestrator.lifecycle import submit_job
 from orchestrator.paths import Home
+from orchestrator.polling import poll
 from orchestrator.contract import read_json
 from orchestrator.procs import is_alive, session_members, start_time  # noqa: F401  (session_members: re-exported)
 from orchestrator.records import Job
@@ -91,14 +92,10 @@ sys.exit(b.get("exit", 0))
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "", interval: float = 0.05) -> Any:
     """Poll until `predicate()` is truthy and return its value; fail the test after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
-        time.sleep(interval)
+    value = poll(predicate, timeout, interval)
+    if not value:
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
+    return value
 
 
 class OrchHome:
