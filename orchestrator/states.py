@@ -8,16 +8,20 @@ from enum import Enum
 from .errors import InvalidTransition
 
 
-class JobState(str, Enum):
+class Word(str, Enum):
+    """A value stored and printed as its text (enum.StrEnum, which Python 3.10 lacks)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class JobState(Word):
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
     STOPPED = "stopped"  # by a budget; resumable with `orch retry`
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def is_terminal(self) -> bool:
@@ -32,7 +36,7 @@ TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, J
 RETRYABLE = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.STOPPED})
 
 
-class Intent(str, Enum):
+class Intent(Word):
     """Why the daemon signalled a job; recorded before the signal (SPEC: 'What ends an attempt')."""
 
     NONE = ""
@@ -40,11 +44,8 @@ class Intent(str, Enum):
     CANCEL = "cancel"
     BUDGET = "budget"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class AttemptOutcome(str, Enum):
+class AttemptOutcome(Word):
     """How one attempt ended, as `orch show` lists it (the job's state is decided separately)."""
 
     RUNNING = ""
@@ -57,11 +58,8 @@ class AttemptOutcome(str, Enum):
     STOPPED = "stopped"
     LOST = "lost"  # no exit record and nothing left running
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class EventKind(str, Enum):
+class EventKind(Word):
     SUBMITTED = "submitted"
     STARTED = "started"
     SUCCEEDED = "succeeded"
@@ -86,9 +84,6 @@ class EventKind(str, Enum):
     LEASE_LOST = "lease_lost"  # another machine adopted the job: stopped here, its manifest left alone
     DIVERGED = "diverged"  # the loss became NaN/inf: beside the `failed` transition, naming the step
     LOSS_FLAT = "loss_flat"  # [train] flat_after_steps: the loss has not improved; the job goes on
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # History-only kinds: part of `orch show`, never a notification or hook.

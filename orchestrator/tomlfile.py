@@ -79,39 +79,34 @@ def _bound(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+# pydantic's error type -> what it means for a TOML value ({bound}: the limit in the error's ctx).
+_WORDS = {
+    "greater_than": ("must be greater than {bound}", "gt"),
+    "greater_than_equal": ("must be at least {bound}", "ge"),
+    "less_than": ("must be less than {bound}", "lt"),
+    "less_than_equal": ("must be at most {bound}", "le"),
+    **dict.fromkeys(("int_type", "int_parsing", "int_from_float"), ("must be a whole number", None)),
+    **dict.fromkeys(("float_type", "float_parsing"), ("must be a number", None)),
+    **dict.fromkeys(("bool_type", "bool_parsing"), ("must be true or false", None)),
+    "string_type": ("must be a string", None),
+    "list_type": ("must be a list", None),
+    **dict.fromkeys(("dict_type", "model_type", "model_attributes_type"), ("must be a table", None)),
+    **dict.fromkeys(("too_short", "string_too_short"), ("must not be empty", None)),
+}
+
+
 def _message(err: dict[str, Any]) -> str:
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     got = f" (got {_show(value)})"
     if kind == "missing":
         return "is required"
-    if kind == "greater_than":
-        return f"must be greater than {_bound(ctx['gt'])}{got}"
-    if kind == "greater_than_equal":
-        return f"must be at least {_bound(ctx['ge'])}{got}"
-    if kind == "less_than":
-        return f"must be less than {_bound(ctx['lt'])}{got}"
-    if kind == "less_than_equal":
-        return f"must be at most {_bound(ctx['le'])}{got}"
-    if kind in ("int_type", "int_parsing", "int_from_float"):
-        return f"must be a whole number{got}"
-    if kind in ("float_type", "float_parsing"):
-        return f"must be a number{got}"
-    if kind in ("bool_type", "bool_parsing"):
-        return f"must be true or false{got}"
-    if kind == "string_type":
-        return f"must be a string{got}"
-    if kind == "list_type":
-        return f"must be a list{got}"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return f"must be a table{got}"
-    if kind == "literal_error":
-        return f"must be one of {ctx.get('expected')}{got}"
-    if kind == "too_short":
-        return f"must not be empty{got}"
-    if kind == "string_too_short":
-        return f"must not be empty{got}"
     if kind == "value_error":
         return str(ctx.get("error", err["msg"]))
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}{got}"
+    if kind in _WORDS:
+        words, limit = _WORDS[kind]
+        return words.format(bound=_bound(ctx[limit]) if limit else "") + got
     return f"{err['msg'][0].lower()}{err['msg'][1:]}{got}"
 
 

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Mapping, Optional
 
 from ..errors import OrchError
 from .url import StorageURL, parse_storage_url
+from ..contract import atomic_file
 
 LOCKS = ".orch-locks"  # file:// only: lock files for conditional writes (never listed as objects)
 _SECRETY = re.compile(r"(?i)(signature|credential|x-amz-security-token|sig|token|key)=[^&\s\"']+")
@@ -157,27 +158,19 @@ class Remote:
         returns its sha256 and size. Raises StorageError, FileNotFoundError when it is missing."""
         import obstore
 
-        dest = Path(dest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".tmp-{os.getpid()}-{dest.name}")
         h = hashlib.sha256()
         size = 0
         try:
             result = obstore.get(self.store, key)
-            with open(tmp, "wb") as f:
+            with atomic_file(Path(dest)) as f:
                 for chunk in result.stream(min_chunk_size=8 * 1024 * 1024):
                     view = memoryview(chunk)
                     h.update(view)
                     f.write(view)
                     size += len(view)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, dest)
         except FileNotFoundError:
-            tmp.unlink(missing_ok=True)
             raise
         except Exception as exc:
-            tmp.unlink(missing_ok=True)
             if type(exc).__name__ == "NotFoundError":
                 raise FileNotFoundError(self.where(key)) from None
             raise self._error("download", key, exc) from None
