@@ -4,7 +4,6 @@ gets (work folder, models, job.toml, environment, the time budget)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -14,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
+from orchestrator.contract import read_json  # noqa: F401  (the sections import it from here)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -245,13 +245,6 @@ class Ctx:
         for proc in self.procs:
             if proc.alive():
                 proc.kill()
-
-
-def read_json(path: Path) -> Optional[dict]:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.01) -> Any:
