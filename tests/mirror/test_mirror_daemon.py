@@ -203,7 +203,9 @@ def test_sigkill_in_the_middle_of_an_upload_leaves_the_manifest_on_complete_chec
                    interval=0.5, what="adoption once the lease is stale")
     assert "resuming from step 2" in ran.stdout, ran
     job_b = b.store.by_uid(uid)
-    assert b.store.attempts(job_b.id)[-1].step_reached == 4  # the lost steps: 4 reached, 2 mirrored
+    # The lost steps: beyond the 2 mirrored, up to the step the mirror last heard of (progress is
+    # throttled and waits behind the big upload, so 3 or 4).
+    assert 2 < b.store.attempts(job_b.id)[-1].step_reached <= 4
 
 
 def test_daemon_stop_drops_the_periodic_upload_in_flight_mirrors_the_notice_checkpoint_and_releases(

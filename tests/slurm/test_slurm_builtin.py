@@ -149,10 +149,14 @@ def test_two_node_ddp_job_preempted_resumes_to_the_uninterrupted_two_node_weight
     h = slurm_home()
     h.start_daemon()
     ref = submit_builtin(h, spec_dict(bert, "ddp-reference", nodes=2, priority=10))
-    job = submit_builtin(h, spec_dict(bert, "ddp-preempt", nodes=2))
+    spec = spec_dict(bert, "ddp-preempt", nodes=2)
+    # A sleep per step (weights unchanged): on a quiet machine 100 steps take ~10 s, less than
+    # Slurm needs to schedule the preemptor and signal; this keeps training going for ~30 s.
+    spec["env"]["ORCH_FAULT_SLOW_STEP_S"] = "0.3"
+    job = submit_builtin(h, spec)
     h.wait_state(ref, JobState.SUCCEEDED, timeout=180)
     sid = slurm_id(h, job)
-    at = random.Random().randint(5, 60)
+    at = random.Random().randint(5, 40)
     wait_for(lambda: progress_step(h, job) >= at, 180, what=f"step {at}")
     assert sorted(h.job(job).executor_ref.get("nodes") or []) == ["n1", "n2"], h.job(job).executor_ref
     h.slurm.run("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N2", "--wrap", "sleep 1")
@@ -177,9 +181,11 @@ def test_walltime_warning_checkpoints_and_the_next_submission_finishes(slurm_hom
     h = slurm_home(warn_before=30)
     h.start_daemon()
     spec = spec_dict(bert, "bert-walltime", slurm={"time": "1"})
-    spec["env"]["ORCH_FAULT_SLOW_STEP_S"] = "0.1"  # 200 steps: ~20 s of training, plus start-up
+    # 200 steps x 0.3 s: a minute of training, longer than one walltime however fast the machine
+    # (Slurm checks the warning about every 30 s), so at least one attempt is warned.
+    spec["env"]["ORCH_FAULT_SLOW_STEP_S"] = "0.3"
     job = submit_builtin(h, spec)
-    done = h.wait_state(job, JobState.SUCCEEDED, timeout=300)
+    done = h.wait_state(job, JobState.SUCCEEDED, timeout=400)
     attempts = h.store.attempts(job)
     codes = [h.exit_record(job, a.n)["code"] for a in attempts]
     assert len(attempts) >= 2 and codes[-1] == 0 and all(c == 75 for c in codes[:-1]), codes
