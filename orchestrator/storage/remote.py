@@ -60,6 +60,11 @@ def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
+def _missing(exc: BaseException) -> bool:
+    """The object is not there: a local FileNotFoundError, or obstore's NotFoundError (any store)."""
+    return isinstance(exc, FileNotFoundError) or type(exc).__name__ == "NotFoundError"
+
+
 class Remote:
     """A store at [storage] url. Keys are relative to the URL's prefix."""
 
@@ -146,10 +151,8 @@ class Remote:
         try:
             result = obstore.get(self.store, key)
             return bytes(result.bytes()), result.meta.get("e_tag")
-        except FileNotFoundError:
-            return None
         except Exception as exc:
-            if type(exc).__name__ == "NotFoundError":
+            if _missing(exc):
                 return None
             raise self._error("read", key, exc) from None
 
@@ -168,10 +171,8 @@ class Remote:
                     h.update(view)
                     f.write(view)
                     size += len(view)
-        except FileNotFoundError:
-            raise
         except Exception as exc:
-            if type(exc).__name__ == "NotFoundError":
+            if _missing(exc):
                 raise FileNotFoundError(self.where(key)) from None
             raise self._error("download", key, exc) from None
         return h.hexdigest(), size
@@ -185,10 +186,8 @@ class Remote:
         try:
             await obstore.head_async(self.store, key)
             return True
-        except FileNotFoundError:
-            return False
         except Exception as exc:
-            if type(exc).__name__ == "NotFoundError":
+            if _missing(exc):
                 return False
             raise self._error("look up", key, exc) from None
 
@@ -197,10 +196,8 @@ class Remote:
 
         try:
             obstore.delete(self.store, key)
-        except FileNotFoundError:
-            return
         except Exception as exc:
-            if type(exc).__name__ == "NotFoundError":
+            if _missing(exc):
                 return
             raise self._error("delete", key, exc) from None
 
@@ -285,10 +282,8 @@ class Remote:
 
         try:
             return obstore.head(self.store, key).get("e_tag")
-        except FileNotFoundError:
-            return None
         except Exception as exc:
-            if type(exc).__name__ == "NotFoundError":
+            if _missing(exc):
                 return None
             raise self._error("look up", key, exc) from None
 
