@@ -72,7 +72,7 @@ def begin_attempt(store: Store, config: Config, home: Home, job: Job, gpu_ids: l
                   environ: Mapping[str, str], where: str = "") -> Optional[Begun]:
     """Record the next attempt of a queued job as running and build its launch. None when the job
     is no longer where the caller read it (another process moved it first)."""
-    run_dir = home.run_dir(job.id)
+    run_dir = home.make_run_dir(job.id)  # a link planted at runs/<id> is refused, never followed
     if not (run_dir / JOB_TOML).exists():
         write_run_spec(home, job.id, job.spec)
     (run_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)

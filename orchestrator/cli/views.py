@@ -118,7 +118,16 @@ def list_checkpoints(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def show_data(store: Store, home: Home, job_id: int, now: Optional[float] = None) -> dict[str, Any]:
+def masked_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """[env] values may be secrets (tokens, keys): `show --json` and the dashboard give their names only."""
+    spec = dict(spec)
+    if isinstance(spec.get("env"), dict):
+        spec["env"] = {k: "***" for k in spec["env"]}
+    return spec
+
+
+def show_data(store: Store, home: Home, job_id: int, now: Optional[float] = None, *,
+              reveal: bool = False) -> dict[str, Any]:
     now = time.time() if now is None else now
     job = store.get(job_id)
     attempts = store.attempts(job_id)
@@ -128,7 +137,7 @@ def show_data(store: Store, home: Home, job_id: int, now: Optional[float] = None
     run_dir = home.run_dir(job_id)
     result = read_json(run_dir / RESULT)
     data.update({
-        "spec": job.spec,
+        "spec": job.spec if reveal else masked_spec(job.spec),
         "spec_path": job.spec_path,
         "kind": job.kind,
         "run_dir": str(run_dir),
