@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import cost
-from ..contract import PROGRESS, RESULT, parse_checkpoint_name, read_json
+from ..contract import PROGRESS, RESULT, SNAPSHOT_MEMORY, parse_checkpoint_name, read_json
 from ..dispatch import hold_reason
 from ..paths import Home
 from ..records import Attempt, Job
@@ -155,6 +155,7 @@ def show_data(store: Store, home: Home, job_id: int, now: Optional[float] = None
         ],
         "checkpoints": list_checkpoints(run_dir),
         "result": result,
+        "snapshot_memory": read_json(run_dir / SNAPSHOT_MEMORY),  # training/memory_guard.py's decision
         "gpu_hours": round(job.gpu_seconds / 3600, 4),
         "steps_lost": job.steps_lost,
         "waste_s": round(job.waste_seconds, 1),
