@@ -11,7 +11,7 @@ import typer
 
 from ..errors import OrchError
 from ..paths import Home
-from .app import _currency, _daemon_pid, _poke, app, ctx, emit_json, err
+from .context import app, ctx, currency, daemon_pid, emit_json, err, poke
 
 
 # -- submit / run -----------------------------------------------------------------------
@@ -37,7 +37,7 @@ def submit(
     job = submit_job(store, config, ctx.home, job_toml, now=now, priority=priority, after=after,
                      not_before=not_before, machine_gpus=config.slurm.max_gpus if config.executor.kind == "slurm"
                      else len(managed_gpus(config.daemon.gpus)))
-    running = _poke(ctx.home)
+    running = poke(ctx.home)
     if as_json:
         emit_json({"id": job.id, "name": job.name, "state": job.state.value})
     else:
@@ -90,9 +90,9 @@ def status(
     from .render import status_table
 
     tty = sys.stdout.isatty()
-    print(status_table(rows, _currency(), color=tty and not os.environ.get("NO_COLOR"),
+    print(status_table(rows, currency(), color=tty and not os.environ.get("NO_COLOR"),
                        width=shutil.get_terminal_size().columns if tty else None))
-    if _daemon_pid(home) is None and any(r["state"] in ("queued", "running") for r in rows):
+    if daemon_pid(home) is None and any(r["state"] in ("queued", "running") for r in rows):
         err("note: no daemon is running; `orch daemon start` runs the queue")
     _say_draining(home)
 
@@ -100,7 +100,7 @@ def status(
 def _say_draining(home: Home) -> None:
     from ..drain import requested
 
-    if requested(home) is not None and _daemon_pid(home) is not None:
+    if requested(home) is not None and daemon_pid(home) is not None:
         err("note: the daemon is draining: running jobs finish, nothing new starts, then it exits")
 
 
@@ -119,7 +119,7 @@ def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, 
     if as_json:
         emit_json(data)
     else:
-        print(show_text(data, _currency()))
+        print(show_text(data, currency()))
 
 
 @app.command()
@@ -147,7 +147,7 @@ def cancel(job_id: int = typer.Argument(...)) -> None:
     if done:
         print(f"cancelled job {job.id} ({job.name})")
         return
-    alive = _poke(ctx.home)
+    alive = poke(ctx.home)
     print(f"cancelling job {job.id} ({job.name}): SIGTERM now, SIGKILL after {config.daemon.grace_seconds:g}s")
     if not alive:
         err("note: no daemon is running; the cancel happens when one starts (`orch daemon start`)")
@@ -164,7 +164,7 @@ def retry(
 
     job = retry_job(ctx.store(), ctx.config(), ctx.home, job_id, time.time(), budget=budget, hours=hours)
     print(f"job {job.id} ({job.name}) queued again; it resumes from its latest checkpoint")
-    if not _poke(ctx.home):
+    if not poke(ctx.home):
         err("note: no daemon is running; start one with `orch daemon start`")
 
 
