@@ -20,6 +20,7 @@ from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from .. import procs
+from ..executors.local import SUPERVISOR_MODULE
 from ..paths import Home
 
 OK, WARN, BAD = "ok", "warn", "problem"
@@ -208,7 +209,7 @@ def orch_processes(home: Home) -> list[tuple[int, str, str, bool]]:
         if not env.get(b"ORCH_RUN_DIR", b"").startswith(prefix) or procs.stat_fields(pid) is None:
             continue
         found.append((pid, env.get(b"ORCH_JOB_ID", b"?").decode(), env.get(b"ORCH_ATTEMPT", b"?").decode(),
-                      "orchestrator.supervisor" in procs.cmdline(pid)))
+                      SUPERVISOR_MODULE in procs.cmdline(pid)))
     return found
 
 

@@ -1,4 +1,4 @@
-"""`python -m orchestrator.supervisor`: a tiny parent for one attempt. It runs in its own session
+"""`python -m orchestrator.executors.supervisor`: the local executor's tiny parent for one attempt. It runs in its own session
 (so it outlives the daemon and the terminal), starts the job in its own process group, forwards
 the daemon's SIGTERM to the whole group, enforces the grace period with SIGKILL itself, and writes
 attempt-<n>.exit atomically when the job ends — so an exit is never lost while no daemon runs.
@@ -15,16 +15,16 @@ import threading
 import time
 from pathlib import Path
 
-from .contract import write_json_atomic
-from .procs import group_members, signal_group, start_time
-from .wake import poke
+from ..contract import write_json_atomic
+from ..procs import group_members, signal_group, start_time
+from ..wake import poke
 
-# How long the job's leftover processes may take to die after the SIGKILL (as executors/local.py).
+# How long the job's leftover processes may take to die after the SIGKILL (as local.py).
 GROUP_EXIT_WAIT_S = 30.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="orchestrator.supervisor")
+    parser = argparse.ArgumentParser(prog="orchestrator.executors.supervisor")
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--attempt", required=True, type=int)
     parser.add_argument("--grace", type=float, default=25.0)
