@@ -16,14 +16,13 @@ from .contract import (
     ENV_TENSORBOARD_DIR, PROGRESS, RESULT, newest_checkpoint, read_json,
 )
 from .errors import InvalidTransition
-from .executors.base import AttemptLaunch
 from .gpus import visible_devices
 from .diskfull import disk_full, disk_full_decision, disk_full_text
 from .health import diverged_decision, diverged_text, divergence
 from .lifecycle import change_state, log_tail, write_run_spec
 from .outcome import Decision, decide, describe_exit
 from .paths import Home
-from .records import Attempt, AttemptEnd, AttemptStart, Job
+from .records import Attempt, AttemptEnd, AttemptLaunch, AttemptStart, Job
 from .states import AttemptOutcome, EventKind, Intent, JobState
 from .store import Store
 

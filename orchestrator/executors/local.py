@@ -17,8 +17,7 @@ from typing import Any, Optional, Sequence
 from ..paths import Home
 from ..contract import attempt_exit, attempt_log, attempt_pid, read_json
 from ..procs import group_members, is_alive, signal_group, signal_process, start_time, with_environment
-from ..records import Job
-from .base import AttemptLaunch
+from ..records import AttemptLaunch, Job
 
 log = logging.getLogger("orch.executor.local")
 

@@ -34,9 +34,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from ..contract import attempt_exit, attempt_log, read_json, write_json_atomic
 from ..paths import Home
-from ..records import Job
+from ..records import AttemptLaunch, Job
 from ..states import JobState
-from .base import AttemptLaunch
 from .slurm_query import (
     BILLABLE, INFRA_ENDS, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, accounting_disabled, expand_nodelist, parse_sacct,
     parse_sbatch, parse_squeue,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from ..contract import attempt_log
-from .base import AttemptLaunch
+from ..records import AttemptLaunch
 
 if TYPE_CHECKING:
     from ..config import SlurmSection
