@@ -71,7 +71,7 @@ def status(
     """The queue: id, name, state, attempt, progress, ETA, runtime, cost."""
     from .views import status_rows
 
-    from ..storage.status import add_lag_notes
+    from .mirror_status import add_lag_notes
 
     home = ctx.home
     store = ctx.store()
@@ -187,6 +187,6 @@ def _mirror_view(store: Any, job_id: int) -> Optional[dict]:
         config = ctx.config()
     except OrchError:
         return None
-    from ..storage.status import mirror_view
+    from .mirror_status import mirror_view
 
     return mirror_view(store, config, store.get(job_id))
