@@ -469,7 +469,7 @@ def build_mirror(rt: Any) -> Optional[Mirror]:
 
     from ..lifecycle import outgoing_for
     from ..states import Intent
-    from . import requests
+    from . import stop_requests
 
     d = rt.daemon
 
@@ -479,7 +479,7 @@ def build_mirror(rt: Any) -> Optional[Mirror]:
             job = d.store.get(job.id)
             if job.state is JobState.RUNNING:
                 if job.intent is Intent.NONE:
-                    requests.signal_job(d, job, Intent.BUDGET, now, reason)
+                    stop_requests.signal_job(d, job, Intent.BUDGET, now, reason)
                 else:  # already stopping (a notice): it must not be queued again here
                     d.store.update(job.id, now, only_if_state=[JobState.RUNNING], intent=Intent.BUDGET.value, reason=reason)
             elif job.state is JobState.QUEUED:

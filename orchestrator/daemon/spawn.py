@@ -11,7 +11,7 @@ from ..contract import attempt_exit, write_json_atomic
 from ..dispatch import fits, hold_reason
 from ..records import Job
 from ..states import EventKind, JobState
-from .requests import total_budget_hold
+from .stop_requests import total_budget_hold
 
 if TYPE_CHECKING:
     from .tick import Daemon

@@ -1,5 +1,5 @@
 """The daemon's work, as one `tick(now)` made of small named, idempotent steps: reap finished
-attempts (reap.py), act on cancel requests, budgets and overdue signals (requests.py), start
+attempts (reap.py), act on cancel requests, budgets and overdue signals (stop_requests.py), start
 queued jobs (spawn.py), accrue cost, notice a drained queue. Tests call the steps with a given
 `now`; runtime.py drives them with APScheduler. Attempts are reached only through the executor
 interface (executors/base.py), so the tick does not know where a job runs."""
@@ -22,7 +22,7 @@ from ..paths import Home
 from ..records import Job
 from ..states import EventKind, Intent, JobState
 from ..store import Store
-from . import reap, requests, spawn, watchdog
+from . import reap, spawn, stop_requests, watchdog
 from .accounting import accrue_interval
 
 log = logging.getLogger("orch.daemon")
@@ -81,7 +81,7 @@ class Daemon:
         reap.reap(self, now)
 
     def apply_cancels(self, now: float) -> None:
-        requests.apply_cancels(self, now)
+        stop_requests.apply_cancels(self, now)
 
     def watch_health(self, now: float) -> None:
         """A running job's runner reported a flat loss (health.json): one `loss_flat` event."""
@@ -91,10 +91,10 @@ class Daemon:
             self.on_event(EventKind.LOSS_FLAT.value, job)
 
     def check_budgets(self, now: float) -> None:
-        requests.check_budgets(self, now)
+        stop_requests.check_budgets(self, now)
 
     def escalate(self, now: float) -> None:
-        requests.escalate(self, now)
+        stop_requests.escalate(self, now)
 
     def dispatch(self, now: float) -> list[int]:
         return spawn.dispatch(self, now)
@@ -117,7 +117,7 @@ class Daemon:
         return self.changed(job, new, kind, kw.get("reason") or "")
 
     def total_budget_reason(self) -> Optional[str]:
-        return requests.total_budget_reason(self)
+        return stop_requests.total_budget_reason(self)
 
     # -- cost --------------------------------------------------------------------------------
 
@@ -152,7 +152,7 @@ class Daemon:
             signalled = []
             for job in self.store.jobs([JobState.RUNNING]):
                 if job.intent is Intent.NONE:
-                    requests.signal_job(self, job, Intent.PREEMPT, now, reason)
+                    stop_requests.signal_job(self, job, Intent.PREEMPT, now, reason)
                     signalled.append(job.id)
             return signalled
 
