@@ -43,6 +43,8 @@ class Intent(Word):
     PREEMPT = "preempt"
     CANCEL = "cancel"
     BUDGET = "budget"
+    LEASE_LOST = "lease_lost"  # another machine adopted the job (the mirror's owner lease): stop here
+    HANG = "hang"  # the hang watchdog stopped it: a charged retry whatever the exit code
 
 
 class AttemptOutcome(Word):

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..backoff import backoff_s
 from ..config import Config
 from ..contract import BATCH, CHECKPOINTS, METRICS_CSV, MODEL, PROGRESS, RESULT, attempt_log, read_json, step_checkpoints
 from ..paths import Home
@@ -261,7 +262,7 @@ class Mirror:
             log.info("mirror: job %s: upload of %s dropped for %s", row["job_id"], row["name"], why)
             return
         except StorageError as exc:
-            delay = min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2 ** min(row["tries"], 10))
+            delay = backoff_s(row["tries"], _BACKOFF_BASE_S, _BACKOFF_MAX_S)
             self.store.upload_retry(row["id"], time.time() + delay, str(exc))
             raise
         took = time.monotonic() - started
@@ -461,14 +462,13 @@ def _files_under(folder: Path) -> list[str]:
 
 def build_mirror(rt: Any) -> Optional[Mirror]:
     """The runtime's uploader, wired to its daemon: a lost lease stops the job here with a
-    checkpoint (the budget path: SIGTERM, exit 75, `stopped`), or cancels it if it is queued; the
+    checkpoint (its own intent: SIGTERM, exit 75, `stopped`), or cancels it if it is queued; the
     store going down and coming back are recorded events with notifications."""
     if not rt.config.storage.url:
         return None
     import socket
 
     from ..lifecycle import outgoing_for
-    from ..states import Intent
     from . import stop_requests
 
     d = rt.daemon
@@ -476,14 +476,7 @@ def build_mirror(rt: Any) -> Optional[Mirror]:
     def lease_lost(job: Job, reason: str) -> None:
         now = time.time()
         with d.lock:
-            job = d.store.get(job.id)
-            if job.state is JobState.RUNNING:
-                if job.intent is Intent.NONE:
-                    stop_requests.signal_job(d, job, Intent.BUDGET, now, reason)
-                else:  # already stopping (a notice): it must not be queued again here
-                    d.store.update(job.id, now, only_if_state=[JobState.RUNNING], intent=Intent.BUDGET.value, reason=reason)
-            elif job.state is JobState.QUEUED:
-                d.change(job, JobState.CANCELLED, EventKind.CANCELLED, now, reason=reason)
+            stop_requests.stop_for_lost_lease(d, job.id, reason, now)
 
     def event(kind: EventKind, detail: str) -> None:
         payload = {"event": kind.value, "reason": detail, "host": socket.gethostname(), "state": "",

@@ -4,19 +4,16 @@ nothing left running), and settle each through the same function `orch run` uses
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from ..attempts import lose_attempt, settle_attempt
 from ..records import Job
 from ..states import JobState
-
-if TYPE_CHECKING:
-    from .tick import Daemon
+from .step_context import StepContext
 
 log = logging.getLogger("orch.daemon")
 
 
-def reap(d: "Daemon", now: float) -> None:
+def reap(d: StepContext, now: float) -> None:
     for job in d.store.jobs([JobState.RUNNING]):
         exit_info = d.executor.exit(job)
         if exit_info is None:
@@ -37,7 +34,7 @@ def reap(d: "Daemon", now: float) -> None:
                 d.on_event(kind.value, settled.job)
 
 
-def adopt_unrecorded(d: "Daemon", job: Job, now: float) -> Job:
+def adopt_unrecorded(d: StepContext, job: Job, now: float) -> Job:
     """A daemon that died between starting an attempt and recording its handle left a running job
     with none; the executor may still find the attempt, so it is adopted, not run twice."""
     handle = d.executor.adopt(job) if job.attempt else None

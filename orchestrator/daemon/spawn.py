@@ -4,7 +4,6 @@ each through the same begin step as `orch run`, then handed to the executor."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from ..attempts import begin_attempt
 from ..contract import attempt_exit, write_json_atomic
@@ -12,14 +11,12 @@ from ..dispatch import fits, hold_reason
 from ..records import Job
 from ..states import EventKind, JobState
 from .stop_requests import total_budget_hold
-
-if TYPE_CHECKING:
-    from .tick import Daemon
+from .step_context import StepContext
 
 log = logging.getLogger("orch.daemon")
 
 
-def dispatch(d: "Daemon", now: float) -> list[int]:
+def dispatch(d: StepContext, now: float) -> list[int]:
     queue = d.store.queue_order()
     if not queue:
         return []
@@ -57,7 +54,7 @@ def dispatch(d: "Daemon", now: float) -> list[int]:
     return started
 
 
-def start(d: "Daemon", job: Job, gpu_ids: list[int], now: float) -> bool:
+def start(d: StepContext, job: Job, gpu_ids: list[int], now: float) -> bool:
     begun = begin_attempt(d.store, d.config, d.home, job, gpu_ids, now, environ=d.environ)
     if begun is None:
         return False

@@ -1,7 +1,8 @@
 """The daemon's work, as one `tick(now)` made of small named, idempotent steps: reap finished
 attempts (reap.py), act on cancel requests, budgets and overdue signals (stop_requests.py), start
 queued jobs (spawn.py), accrue cost, notice a drained queue. Tests call the steps with a given
-`now`; runtime.py drives them with APScheduler. Attempts are reached only through the executor
+`now`; runtime.py drives them with APScheduler. The steps see the daemon only through
+step_context.StepContext. Attempts are reached only through the executor
 interface (executors/base.py), so the tick does not know where a job runs."""
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Daemon:
         self.stopping = False
         self.last_accrual: Optional[float] = None
         self.had_work = False
+        self.watchdog = watchdog.Watchdog()
 
     # -- start-up --------------------------------------------------------------------------
 
@@ -67,7 +69,7 @@ class Daemon:
         with self.lock:
             self.executor.refresh(self.store.jobs([JobState.RUNNING]), now)
             self.reap(now)
-            watchdog.check(self, now)  # hung jobs: stacks, SIGTERM, retry (daemon/watchdog.py)
+            self.watchdog.check(self, now)  # hung jobs: stacks, SIGTERM, retry (daemon/watchdog.py)
             self.watch_health(now)
             self.apply_cancels(now)
             self.check_budgets(now)
