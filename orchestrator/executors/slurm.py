@@ -356,6 +356,22 @@ class SlurmExecutor:
             if not (t and t.answer and t.answer.ended):
                 self._run(["scancel", sid], what="scancel")
 
+    def dump_stacks(self, job: Job) -> str:
+        """The built-in runner: SIGUSR1 to the step's tasks on every node (`scancel --signal=USR1`,
+        no --batch: the wrapper is not the job), which faulthandler turns into every thread's
+        stack in each rank's log. A command job is not signalled: SIGUSR1's default action would
+        kill a program that did not ask for it (and py-spy would have to run on its node)."""
+        sid = self.slurm_id(job)
+        if sid is None or not self._started(job):
+            return "no stack dump: the Slurm job has not started"
+        if job.kind == "command":
+            return "no stack dump: a command job on Slurm is not sent SIGUSR1 (it could kill it)"
+        r = self._run(["scancel", "--signal=USR1", sid], what="scancel")
+        if r is None or r.returncode != 0:
+            why = (r.stderr.strip() if r is not None else "") or "scancel did not answer"
+            return f"no stack dump: {why}"
+        return "Python stacks dumped into the rank logs (SIGUSR1 to the Slurm step's tasks, faulthandler)"
+
     # -- looking -------------------------------------------------------------------------------
 
     def log_paths(self, job: Job) -> list[Path]:

@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 from ...config import Config
 from ...errors import JobNotFound, OrchError
 from ...paths import Home
+from ...store import Store
 from . import data
 
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
@@ -54,7 +55,7 @@ def _json_safe(value: Any) -> Any:
 class Dashboard:
     def __init__(self, home: Home, config: Config, *, token: Optional[str] = None, ttl: float = 1.0):
         self.home, self.config, self.token = home, config, token
-        self.store = data.ReadOnlyStore(home.db)
+        self.store = Store(home.db, read_only=True)
         self.snapshot = data.Snapshot(ttl)
         self.assets = {name: resources.files(__package__).joinpath("static", name).read_bytes() for name in STATIC}
 
