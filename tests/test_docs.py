@@ -272,3 +272,16 @@ def test_the_site_builds_strictly(tmp_path):
     assert "orch" in index and "md-header" in index  # the Material theme rendered it
     for page in ("job-toml", "config-toml", "preemption", "architecture", "benchmarks"):
         assert (tmp_path / "site" / page / "index.html").exists(), page
+
+
+def test_the_code_cites_no_file_outside_the_repository():
+    banned = re.compile(r"DESIGN\.md|SPEC\.md|KINDS\.md|\.\./shared/|development box")
+    hits = []
+    for folder in ("orchestrator", "training", "notifiers", "tools", "scripts", "examples", "benchmarks", "tests"):
+        for path in sorted((REPO / folder).rglob("*")):
+            if path.suffix not in (".py", ".sh", ".toml", ".md") or path == Path(__file__).resolve():
+                continue
+            for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if banned.search(line):
+                    hits.append(f"{path.relative_to(REPO)}:{n}: {line.strip()[:120]}")
+    assert not hits, "\n".join(hits)
