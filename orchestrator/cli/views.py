@@ -1,4 +1,4 @@
-"""The data behind `orch status`, `orch show` and `orch cost`: one dict per job with SPEC.md's
+"""The data behind `orch status`, `orch show` and `orch cost`: one dict per job with the documented
 keys. The table and `--json` are rendered from the same dicts."""
 
 from __future__ import annotations
