@@ -44,6 +44,10 @@ HEALTH = "health.json"  # training health (diverged, loss_flat), written by the 
 CHECKPOINT_INTERVAL = "checkpoint-interval.json"  # [checkpoint] every = "auto": what it chose and why (runner -> show)
 ENV_MTBF_S = "ORCH_MTBF_S"  # the daemon's mean time between preemptions on this machine, when it has seen some
 DISK_FULL = "disk_full.json"  # a checkpoint write found the disk full: needed vs free bytes (runner -> daemon)
+# Background periodic checkpoints keep a host copy of the state: its size, the memory it was
+# weighed against, and whether it was too big (then saves are synchronous) (runner -> daemon, show).
+SNAPSHOT_MEMORY = "snapshot-memory.json"
+ENV_SNAPSHOTS_HELD = "ORCH_SNAPSHOTS_HELD_BYTES"  # host memory other running jobs' snapshots hold
 
 
 def attempt_log(n: int, rank: int = 0) -> str:

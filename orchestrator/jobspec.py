@@ -11,6 +11,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .bounds import INT64_MAX, INT64_MIN, control_problem, name_problem
 from .errors import SpecError
 from .tomlfile import problems_from, read_toml
 
@@ -45,7 +46,7 @@ class TrainSection(_Section):
     learning_rate: float = Field(default=2e-5, gt=0)
     weight_decay: float = Field(default=0.01, ge=0)
     warmup_ratio: float = Field(default=0.1, ge=0, le=1)
-    seed: int = 42
+    seed: int = Field(default=42, ge=INT64_MIN, le=INT64_MAX)
     val_check_interval: Union[int, float] = 1.0
     gradient_clip_val: Optional[float] = Field(default=1.0, ge=0)
     deterministic: bool = False
@@ -104,6 +105,16 @@ class SlurmJobSection(_Section):
     time: Optional[str] = Field(default=None, min_length=1)
     extra_args: list[str] = []
 
+    @model_validator(mode="after")
+    def _one_line_each(self) -> "SlurmJobSection":
+        # Each value becomes an `#SBATCH` line: a newline would end it and start a shell line.
+        for field, value in (("partition", self.partition), ("time", self.time),
+                             *((f"extra_args[{i}]", a) for i, a in enumerate(self.extra_args))):
+            problem = control_problem(value, allow_tab=False) if value is not None else None
+            if problem:
+                raise ValueError(f"{field}: {problem} (got {value!r})")
+        return self
+
 _BUILTIN_SECTIONS = ("model", "data", "train", "early_stopping")
 
 
@@ -129,7 +140,7 @@ class JobSpec(_Section):
     name: Optional[str] = Field(default=None, min_length=1, max_length=100)
     gpus: int = Field(default=1, ge=0, le=64)
     nodes: int = Field(default=1, ge=1, le=1024)  # Slurm executor: `gpus` is then per node
-    priority: int = 0
+    priority: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
     retries: int = Field(default=2, ge=0, le=1000)
     grace_seconds: Optional[float] = Field(default=None, gt=0)  # default: config [daemon]
     watchdog_minutes: Optional[float] = Field(default=None, gt=0, le=10080)  # any job writing progress.json
@@ -149,10 +160,17 @@ class JobSpec(_Section):
         problem = kind_problem(self.model_fields_set - {k for k in ("model", "data") if getattr(self, k) is None})
         if problem:
             raise ValueError(problem)
+        if self.name is not None and name_problem(self.name):
+            raise ValueError(f"name: {name_problem(self.name)} (got {self.name!r})")
         if self.command is not None:
             if any(not part for part in self.command):
                 raise ValueError("command: no part of the command may be an empty string")
-        else:
+        for field, value in _texts(self):
+            problem = control_problem(value)
+            if problem:  # an env value may be a secret: never echoed
+                shown = "" if field.startswith("env.") else f" (got {value[:60]!r})"
+                raise ValueError(f"{field}: {problem}{shown}")
+        if self.command is None:
             if self.train is None:
                 self.train = TrainSection()
             if self.train.max_epochs is None and self.train.max_steps is None:
@@ -169,6 +187,15 @@ class JobSpec(_Section):
     def to_toml_dict(self) -> dict[str, Any]:
         """The resolved spec as plain data for runs/<id>/job.toml (None values dropped)."""
         return self.model_dump(mode="json", exclude_none=True)
+
+
+def _texts(spec: "JobSpec") -> list[tuple[str, str]]:
+    """The text a job hands to exec, its environment and its working folder (field, value)."""
+    out = [(f"command[{i}]", part) for i, part in enumerate(spec.command or [])]
+    out += [(f"env.{k}", v) for k, v in spec.env.items()]
+    if spec.workdir is not None:
+        out.append(("workdir", spec.workdir))
+    return out
 
 
 _EXT = re.compile(r"^\.[A-Za-z][A-Za-z0-9]{0,9}$")
@@ -210,6 +237,9 @@ def resolve(spec: JobSpec, base: Path, label: str, *, check_paths: bool = True, 
     spec = spec.model_copy(deep=True)
     if spec.name is None:
         spec.name = stem
+        if name_problem(stem):
+            problems.append(f"{label}: name: the file's name {stem!r} is not a usable job name "
+                            f"({name_problem(stem)}); set name = \"...\" in the file")
     if spec.is_command:
         workdir = _resolve(spec.workdir or ".", base)
         if check_paths and not workdir.is_dir():

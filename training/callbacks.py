@@ -277,6 +277,7 @@ class OrchCallback(pl.Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer = trainer
+        safe_loads(trainer)  # before Lightning restores ckpt_path
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending_rng = state_dict.get("rng")
@@ -337,3 +338,20 @@ class OrchCallback(pl.Callback):
             rate = done / (time.monotonic() - self._train_start)
             parts.append("ETA " + _fmt_duration((p["total_steps"] - p["step"]) / rate))
         print("[orch] " + " | ".join(parts), flush=True)
+
+
+def safe_loads(trainer: pl.Trainer) -> None:
+    """Every checkpoint Lightning restores goes through torch.load(weights_only=True), whatever the
+    caller passed and whatever the installed torch's default: a checkpoint is data, and one whose
+    pickle would run code (a tampered file in the checkpoint folder) is refused, not run."""
+    io = getattr(trainer.strategy, "checkpoint_io", None)
+    if io is None or getattr(io, "_orch_weights_only", False):
+        return
+    load = io.load_checkpoint
+
+    def load_weights_only(path: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs["weights_only"] = True
+        return load(path, *args[:1], **kwargs)
+
+    io.load_checkpoint = load_weights_only
+    io._orch_weights_only = True

@@ -20,7 +20,8 @@ from .context import app, ctx, currency, daemon_pid, emit_json, err, poke
 @app.command()
 def submit(
     job_toml: Path = typer.Argument(..., help="The job file (see examples/)."),
-    priority: Optional[int] = typer.Option(None, "--priority", help="Higher runs first (overrides the file)."),
+    priority: Optional[int] = typer.Option(None, "--priority", min=-(2 ** 63), max=2 ** 63 - 1,
+                                            help="Higher runs first (overrides the file)."),
     after: List[int] = typer.Option([], "--after", help="Start only after job ID succeeded (repeatable)."),
     at: Optional[str] = typer.Option(None, "--at", help="Hold until a time: 2026-12-01T02:00 (local), or +30m, +2h."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"id\", \"name\", \"state\"} as JSON."),
@@ -105,13 +106,14 @@ def _say_draining(home: Home) -> None:
 
 
 @app.command()
-def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
+def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, "--json"),
+         reveal: bool = typer.Option(False, "--reveal", help="Show [env] values (masked as *** otherwise).")) -> None:
     """A job's spec, state, provenance, attempts, checkpoints, cost and event history."""
     from .render import show_text
     from .views import show_data
 
     store = ctx.store()
-    data = show_data(store, ctx.home, job_id)
+    data = show_data(store, ctx.home, job_id, reveal=reveal)
     data["mirror"] = _mirror_view(store, job_id)
     from ..contract import CHECKPOINT_INTERVAL, read_json
 

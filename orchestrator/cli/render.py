@@ -136,6 +136,9 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
     if auto and auto.get("interval_s") is not None:
         lines.append(f"  checkpoint: every {duration(auto['interval_s'])} (auto: {auto.get('why')}; MTBF from "
                      f"{auto.get('mtbf_source')})")
+    memory = d.get("snapshot_memory") or {}
+    if memory.get("background") is False:
+        lines.append(f"  warning:   {memory.get('reason')}")
     mirror = d.get("mirror")
     if mirror:
         lines.append(f"  mirror:    {mirror['url']}   step {mirror['step'] if mirror['step'] is not None else '-'}"

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
+from ..bounds import INT64_MAX, INT64_MIN
 from ..errors import InvalidTransition, JobNotFound, OrchError
 from ..records import JOB_COLUMNS, Attempt, AttemptEnd, AttemptStart, Event, Job, Outgoing
 from ..states import AttemptOutcome, EventKind, JobState, ensure_allowed
@@ -188,6 +189,8 @@ class JobRows:
         return self._get(self.db, job_id)
 
     def _get(self, db: sqlite3.Connection, job_id: int) -> Job:
+        if not INT64_MIN <= job_id <= INT64_MAX:  # an id SQLite cannot hold names no job
+            raise JobNotFound(job_id)
         row = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(job_id)
