@@ -39,11 +39,15 @@ def make_module(spec: JobSpec, data: Any, num_labels: int, **kwargs: Any) -> Any
     assert spec.model is not None
     task, path, checkpointing = spec.model.task, spec.model.name_or_path, spec.model.gradient_checkpointing
     if task == TASK_CAUSAL_LM:
+        import torch
         from transformers import AutoModelForCausalLM
 
         from .modules import CausalLMModule
 
-        model = AutoModelForCausalLM.from_pretrained(path)
+        # LoRA: the frozen base stays in its checkpoint's dtype (a 7B model in bf16 is 14 GB, not
+        # 28); the adapters peft adds are float32. Full fine-tuning: float32 weights for AdamW,
+        # with [train] precision's autocast for the compute.
+        model = AutoModelForCausalLM.from_pretrained(path, **_dtype("auto" if spec.lora is not None else torch.float32))
         if checkpointing:
             model.gradient_checkpointing_enable()
         if spec.lora is not None:
@@ -67,6 +71,14 @@ def make_module(spec: JobSpec, data: Any, num_labels: int, **kwargs: Any) -> Any
 
     return TransformerClassifier(path, num_labels, gradient_checkpointing=checkpointing,
                                  label_names=data.label_names, **kwargs)
+
+
+def _dtype(value: Any) -> dict[str, Any]:
+    """from_pretrained's dtype argument under the name this transformers knows (dtype from 4.56)."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": value}
 
 
 def export(spec: JobSpec, module: Any, tokenizer: Any, folder: Path) -> None:

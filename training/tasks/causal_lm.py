@@ -104,6 +104,12 @@ class CausalLMData(TextClassificationData):
     def prepare(self) -> None:
         import time
 
+        if self.packing:
+            try:
+                from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
+            except ImportError:
+                raise DataError("data.packing needs transformers >= 4.56 (its packed-sequence attention mask); "
+                                "upgrade transformers or set packing = false") from None
         raw = {name: load_split(src, name) for name, src in self.sources.items() if src}
         wanted = [self.fields[k] for k in (("prompt", "response") if self.mode == "prompt" else (self.mode,))]
         for name, ds in raw.items():
