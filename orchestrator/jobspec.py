@@ -243,6 +243,8 @@ def _texts(spec: "JobSpec") -> list[tuple[str, str]]:
     if spec.workdir is not None:
         out.append(("workdir", spec.workdir))
     return out
+
+
 def task_problems(spec: JobSpec) -> list[str]:
     """Fields that the chosen [model] task does not use, or that only make sense together."""
     assert spec.model is not None and spec.data is not None
