@@ -171,6 +171,7 @@ class OrchCallback(pl.Callback):
         self._start_step = 0
         self.train_started_at: Optional[float] = None
         self.first_step_at: Optional[float] = None  # end of this attempt's first batch (Unix s)
+        self.progress_extras: list[Any] = []  # callables adding fields to progress.json (training/goodput.py)
 
     # -- SIGTERM: flag only; acted on at a batch boundary on every rank --------------------------
     def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -303,7 +304,10 @@ class OrchCallback(pl.Callback):
                 metrics[key] = float(value)
             except (TypeError, ValueError):
                 continue
-        return {
+        extras: dict[str, Any] = {}
+        for extra in self.progress_extras:
+            extras.update(extra())
+        return {**extras,
             "step": int(trainer.global_step),
             "total_steps": int(total) if total is not None and math.isfinite(total) else None,
             "epoch": int(trainer.current_epoch),

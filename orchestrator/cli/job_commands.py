@@ -116,6 +116,9 @@ def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, 
     from ..contract import CHECKPOINT_INTERVAL, read_json
 
     data["checkpoint_interval"] = read_json(ctx.home.run_dir(job_id) / CHECKPOINT_INTERVAL)  # every = "auto"
+    from .bill import job_bill
+
+    data["bill"] = job_bill(store, ctx.home, store.get(job_id), time.time(), _currency())
     if as_json:
         emit_json(data)
     else:
@@ -169,10 +172,21 @@ def retry(
 
 
 @app.command()
-def cost(as_json: bool = typer.Option(False, "--json")) -> None:
+def cost(as_json: bool = typer.Option(False, "--json"),
+         breakdown: bool = typer.Option(False, "--breakdown", help="Where the money went: the goodput ledger summed "
+                                        "over jobs (useful, redone, checkpoint, start-up, data wait, eval) and idle.")) -> None:
     """Per-job and total cost, GPU-hours, idle cost and preemption waste."""
     from .cost_report import cost_data, cost_table
 
+    if breakdown:
+        from .bill import breakdown_data, breakdown_table
+
+        data = breakdown_data(ctx.store(), ctx.home, ctx.config(), time.time())
+        if as_json:
+            emit_json(data)
+        else:
+            print(breakdown_table(data))
+        return
     data = cost_data(ctx.store(), ctx.config())
     if as_json:
         emit_json(data)
