@@ -13,10 +13,12 @@ from typing import Any, Optional
 
 import pytorch_lightning as pl
 
-from orchestrator.contract import PROGRESS, read_json
+from orchestrator.contract import PROGRESS, read_json, write_json_atomic
 
-# The estimate's probe: the step at which its steady-state clock starts (after the warm-up).
+# The estimate's probe: the step at which its steady-state clock starts (after the warm-up), and
+# the file in its temporary run folder where the meter leaves its figures.
 ENV_PROBE_WARMUP = "ORCH_PROBE_WARMUP"
+PROBE = "probe.json"
 
 
 class GoodputMeter(pl.Callback):
@@ -34,8 +36,12 @@ class GoodputMeter(pl.Callback):
         self._marks = (0.0, 0.0)  # checkpoint_s and eval_s at the last batch end
         self._eval_start: Optional[float] = None
         self.warmup = int(os.environ.get(ENV_PROBE_WARMUP) or 0)
-        self.steady: Optional[tuple[int, float]] = None  # (step, perf_counter) at the end of warm-up
-        self.last_step: Optional[tuple[int, float]] = None
+        # (step, perf_counter, checkpoint_s, eval_s) at the end of warm-up and at the latest step
+        self.steady: Optional[tuple[int, float, float, float]] = None
+        self.last_step: Optional[tuple[int, float, float, float]] = None
+        self.run_dir = run_dir
+        self.batches_per_epoch: Optional[float] = None
+        self.last_step_at: Optional[float] = None
 
     # -- the step and the gap before it ----------------------------------------------------------
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -54,10 +60,11 @@ class GoodputMeter(pl.Callback):
         self._batch_end = now
         self._marks = (self.checkpoint_s, self.eval_s)
         if self.warmup:
-            step = trainer.global_step
-            if self.steady is None and step >= self.warmup:
-                self.steady = (step, now)
-            self.last_step = (step, now)
+            mark = (trainer.global_step, now, self.checkpoint_s, self.eval_s)
+            if self.steady is None and mark[0] >= self.warmup:
+                self.steady = mark
+            self.last_step = mark
+            self.last_step_at = time.time()
 
     # -- evaluation -------------------------------------------------------------------------------
     def on_validation_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
@@ -96,11 +103,29 @@ class GoodputMeter(pl.Callback):
         return {"goodput": {**self.previous, self.attempt: own}}
 
     def steady_rate(self) -> Optional[float]:
-        """Optimizer steps per second after the warm-up (the probe's figure)."""
+        """Optimizer steps per second after the warm-up, saves and evaluation left out (the
+        estimate adds those from their own measurements)."""
         if self.steady is None or self.last_step is None:
             return None
-        steps, seconds = self.last_step[0] - self.steady[0], self.last_step[1] - self.steady[1]
+        (s0, t0, c0, e0), (s1, t1, c1, e1) = self.steady, self.last_step
+        steps, seconds = s1 - s0, (t1 - t0) - (c1 - c0) - (e1 - e0)
         return steps / seconds if steps > 0 and seconds > 0 else None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        self.batches_per_epoch = trainer.num_training_batches
+
+    def teardown(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        """The probe's figures, once training is over (the final save included)."""
+        folder = self.run_dir or (Path(os.environ["ORCH_RUN_DIR"]) if os.environ.get("ORCH_RUN_DIR") else None)
+        if not self.warmup or folder is None or trainer.global_rank != 0:
+            return
+        own = self.figures()["goodput"][self.attempt]
+        write_json_atomic(folder / PROBE, {**own, "steady_steps_per_s": self.steady_rate(),
+                                           "steady_steps": (self.last_step[0] - self.steady[0]) if self.steady and self.last_step else 0,
+                                           "batches_per_epoch": self.batches_per_epoch, "last_step_at": self.last_step_at,
+                                           # saves and evaluation after the last step (not the end's own time)
+                                           "after_last_step_s": (self.checkpoint_s - self.last_step[2] + self.eval_s - self.last_step[3])
+                                           if self.last_step else 0.0})
 
 
 def _earlier_attempts(run_dir: Optional[Path], attempt: str) -> dict[str, Any]:

@@ -77,6 +77,9 @@ def status(
     store = ctx.store()
     rows = status_rows(store, home, time.time(), include_all=show_all)
     add_lag_notes(store, rows)  # [storage]: a note when the mirror lags
+    from .deadline_view import add_deadline_notes
+
+    add_deadline_notes(store, home, _config_or_none(), rows, time.time())  # deadline jobs only
     if as_json:
         emit_json(rows)
         return
@@ -112,6 +115,9 @@ def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, 
 
     store = ctx.store()
     data = show_data(store, ctx.home, job_id)
+    from .deadline_view import add_deadline_notes
+
+    add_deadline_notes(store, ctx.home, _config_or_none(), [data], time.time())
     data["mirror"] = _mirror_view(store, job_id)
     from ..contract import CHECKPOINT_INTERVAL, read_json
 
@@ -192,6 +198,15 @@ def cost(as_json: bool = typer.Option(False, "--json"),
         emit_json(data)
     else:
         print(cost_table(data))
+
+
+def _config_or_none() -> Any:
+    if ctx.config_arg is None and not ctx.config_path.exists():
+        return None
+    try:
+        return ctx.config()
+    except OrchError:
+        return None
 
 
 def _mirror_view(store: Any, job_id: int) -> Optional[dict]:

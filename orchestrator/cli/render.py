@@ -119,6 +119,10 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
                  f"   steps lost: {d['steps_lost']} ({duration(d['waste_s'])}, {money(d['waste_cost'], currency)})"
                  + (f"   budget: {', '.join(budget)}" if budget else ""))
     from .bill import bill_lines
+    from .deadline_view import deadline_line
+
+    if deadline_line(d):
+        lines.append(deadline_line(d))
 
     lines += bill_lines(d.get("bill"), currency)
     if d["attempts"]:

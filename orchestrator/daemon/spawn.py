@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..attempts import begin_attempt
 from ..contract import attempt_exit, write_json_atomic
-from ..dispatch import fits, hold_reason
+from ..dispatch import edf_order, fits, hold_reason
 from ..records import Job
 from ..states import EventKind, JobState
 from .requests import total_budget_hold
@@ -20,7 +20,7 @@ log = logging.getLogger("orch.daemon")
 
 
 def dispatch(d: "Daemon", now: float) -> list[int]:
-    queue = d.store.queue_order()
+    queue = edf_order(d.store.queue_order())
     if not queue:
         return []
     running = d.store.jobs([JobState.RUNNING])

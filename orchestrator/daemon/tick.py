@@ -69,6 +69,7 @@ class Daemon:
             self.reap(now)
             watchdog.check(self, now)  # hung jobs: stacks, SIGTERM, retry (daemon/watchdog.py)
             self.watch_health(now)
+            self.watch_deadlines(now)
             self.apply_cancels(now)
             self.check_budgets(now)
             self.escalate(now)
@@ -89,6 +90,13 @@ class Daemon:
 
         for job in record_loss_flat(self.store, self.config, self.home, now):
             self.on_event(EventKind.LOSS_FLAT.value, job)
+
+    def watch_deadlines(self, now: float) -> None:
+        """A deadline job whose projected finish crossed its deadline: one `deadline_at_risk` event."""
+        from .deadlines import watch_deadlines
+
+        for job in watch_deadlines(self, now):
+            self.on_event(EventKind.DEADLINE_AT_RISK.value, job)
 
     def check_budgets(self, now: float) -> None:
         requests.check_budgets(self, now)
