@@ -24,6 +24,8 @@ def submit(
     after: List[int] = typer.Option([], "--after", help="Start only after job ID succeeded (repeatable)."),
     at: Optional[str] = typer.Option(None, "--at", help="Hold until a time: 2026-12-01T02:00 (local), or +30m, +2h."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"id\", \"name\", \"state\"} as JSON."),
+    estimate_first: bool = typer.Option(False, "--estimate", help="Print `orch estimate` for it and ask before queueing."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="With --estimate: queue without asking."),
 ) -> None:
     """Validate a job file and queue it."""
     from ..gpus import managed_gpus
@@ -34,6 +36,17 @@ def submit(
     not_before = parse_at(at, now) if at else None
     config = ctx.config()
     store = ctx.store()
+    if estimate_first:
+        from ..jobspec import check_deadline, load_jobspec
+        from .estimate import estimate_data, estimate_text
+
+        check_deadline(load_jobspec(job_toml), str(job_toml), now)  # bad input before a probe is paid for
+        print(estimate_text(estimate_data(store, ctx.home, config, job_toml, now,
+                                          daemon_running=_daemon_pid(ctx.home) is not None)), file=sys.stderr)
+        if not yes and not typer.confirm("queue it?", default=False, err=True):
+            err("not queued")
+            raise typer.Exit(1)
+        now = time.time()
     job = submit_job(store, config, ctx.home, job_toml, now=now, priority=priority, after=after,
                      not_before=not_before, machine_gpus=config.slurm.max_gpus if config.executor.kind == "slurm"
                      else len(managed_gpus(config.daemon.gpus)))
@@ -44,6 +57,26 @@ def submit(
         print(f"submitted job {job.id} ({job.name})")
     if not running:
         err("note: no daemon is running; start one with `orch daemon start` (or run it now with `orch run`)")
+
+
+@app.command()
+def estimate(
+    job_toml: Path = typer.Argument(..., help="The job file."),
+    as_json: bool = typer.Option(False, "--json", help="The same fields as JSON."),
+    warmup: int = typer.Option(10, "--warmup", min=1, help="Probe: optimizer steps before the clock starts."),
+    steps: int = typer.Option(30, "--steps", min=1, help="Probe: optimizer steps measured."),
+) -> None:
+    """What a job will take and cost here, before it is queued: a short probe of a built-in job
+    (steps/s, wall time, GPU-hours, cost, checkpoints, preemption waste, the wait), or a command
+    job's history."""
+    from .estimate import estimate_data, estimate_text
+
+    data = estimate_data(ctx.store(), ctx.home, ctx.config(), job_toml, time.time(), warmup=warmup, steps=steps,
+                         daemon_running=_daemon_pid(ctx.home) is not None)
+    if as_json:
+        emit_json(data)
+    else:
+        print(estimate_text(data))
 
 
 @app.command()
