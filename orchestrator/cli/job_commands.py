@@ -43,6 +43,9 @@ def submit(
         check_deadline(load_jobspec(job_toml), str(job_toml), now)  # bad input before a probe is paid for
         print(estimate_text(estimate_data(store, ctx.home, config, job_toml, now,
                                           daemon_running=_daemon_pid(ctx.home) is not None)), file=sys.stderr)
+        if not yes and not sys.stdin.isatty():
+            err("not queued: no terminal to ask on (--yes queues it after the estimate)")
+            raise typer.Exit(1)
         if not yes and not typer.confirm("queue it?", default=False, err=True):
             err("not queued")
             raise typer.Exit(1)
