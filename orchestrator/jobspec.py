@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .bounds import INT64_MAX, INT64_MIN, control_problem, name_problem
 from .datafile_keys import first_keys
@@ -198,6 +199,19 @@ class JobSpec(_Section):
     budget: BudgetSection = BudgetSection()
     env: dict[str, str] = {}
     slurm: Optional[SlurmJobSection] = None
+    # When the job must be done, with its time zone ("2026-12-05T18:00+08:00"): among jobs of equal
+    # priority the earliest deadline starts first, and `deadline_at_risk` says when it will be missed.
+    deadline: Optional[Union[datetime, str]] = None
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline_with_zone(cls, value: Any) -> Optional[str]:
+        if value is None:
+            return None
+        when = value if isinstance(value, datetime) else _parse_time(str(value))
+        if when.tzinfo is None:
+            raise ValueError(f"deadline: {value!s} has no time zone; write it as 2026-12-05T18:00+08:00 (or Z for UTC)")
+        return when.isoformat()
 
     @model_validator(mode="after")
     def _one_kind(self) -> "JobSpec":
@@ -226,6 +240,10 @@ class JobSpec(_Section):
         if bad_env:
             raise ValueError(f"env: {bad_env[0]!r} is not a valid environment variable name")
         return self
+
+    @property
+    def deadline_ts(self) -> Optional[float]:
+        return deadline_ts(self.deadline)
 
     @property
     def is_command(self) -> bool:
@@ -288,6 +306,28 @@ def data_field_problems(spec: JobSpec, label: str) -> list[str]:
                 seen = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "") if keys else "no keys"
                 problems.append(f"{label}: data.{field}: {value!r} is not a field of {source} (its first row has: {seen})")
     return problems
+def _parse_time(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"deadline: {text!r} is not a date and time; write it as 2026-12-05T18:00+08:00") from None
+
+
+def deadline_ts(value: Any) -> Optional[float]:
+    """A stored deadline (ISO text with its zone) as Unix seconds; None when there is none."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return None
+
+
+def check_deadline(spec: JobSpec, label: str, now: float) -> None:
+    """At submit: a deadline already past cannot be met (exit 2)."""
+    when = spec.deadline_ts
+    if when is not None and when <= now:
+        raise SpecError([f"{label}: deadline: {spec.deadline} is already past"])
 
 
 _EXT = re.compile(r"^\.[A-Za-z][A-Za-z0-9]{0,9}$")

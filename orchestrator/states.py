@@ -86,6 +86,8 @@ class EventKind(Word):
     LEASE_LOST = "lease_lost"  # another machine adopted the job: stopped here, its manifest left alone
     DIVERGED = "diverged"  # the loss became NaN/inf: beside the `failed` transition, naming the step
     LOSS_FLAT = "loss_flat"  # [train] flat_after_steps: the loss has not improved; the job goes on
+    DEADLINE_AT_RISK = "deadline_at_risk"  # the projected finish crossed the job's deadline
+    DEADLINE_RECOVERED = "deadline_recovered"  # ... and came back before it
 
 
 # History-only kinds: part of `orch show`, never a notification or hook.
@@ -95,7 +97,7 @@ SUBSCRIBABLE = tuple(k.value for k in EventKind if k not in HISTORY_ONLY)
 # A job that ended, was preempted or needs a look (hung, flat loss), and the machine powering off or
 # losing its mirror: what a channel gets when it names no events.
 DEFAULT_NOTIFY_EVENTS = frozenset({"succeeded", "failed", "stopped", "preempted", "idle_shutdown", "loss_flat", "hang",
-                                   "mirror_failed", "lease_lost"})
+                                   "mirror_failed", "lease_lost", "deadline_at_risk"})
 
 
 Q, R = JobState.QUEUED, JobState.RUNNING

@@ -173,6 +173,7 @@ class OrchCallback(pl.Callback):
         self._start_step = 0
         self.train_started_at: Optional[float] = None
         self.first_step_at: Optional[float] = None  # end of this attempt's first batch (Unix s)
+        self.progress_extras: list[Any] = []  # callables adding fields to progress.json (training/goodput.py)
 
     # -- SIGTERM: flag only; acted on at a batch boundary on every rank --------------------------
     def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -301,7 +302,10 @@ class OrchCallback(pl.Callback):
     def progress(self, trainer: pl.Trainer) -> dict[str, Any]:
         """The progress.json snapshot; metric values stay as logged (tensors) until written."""
         total = trainer.estimated_stepping_batches
-        return {
+        extras: dict[str, Any] = {}
+        for extra in self.progress_extras:
+            extras.update(extra())
+        return {**extras,
             "step": int(trainer.global_step),
             "total_steps": int(total) if total is not None and math.isfinite(total) else None,
             "epoch": int(trainer.current_epoch),

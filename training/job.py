@@ -133,8 +133,12 @@ def build_callbacks(spec: JobSpec, ckpt_dir: Path, *, has_val: bool, progress: b
 
     from .callbacks import OrchCallback
 
+    from .goodput import GoodputMeter
+
     orch = OrchCallback(ckpt_dir=ckpt_dir, log_every_s=None if progress else 30.0, handle_sigint=progress)
-    callbacks: list[Any] = [orch]
+    meter = GoodputMeter()
+    orch.progress_extras.append(meter.figures)
+    callbacks: list[Any] = [meter, orch]
     common = dict(dirpath=str(ckpt_dir), filename="step-{step:08d}", auto_insert_metric_name=False,
                   save_top_k=-1, save_last=False, enable_version_counter=False, save_on_train_epoch_end=False)
     ck = spec.checkpoint

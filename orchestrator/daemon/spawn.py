@@ -8,8 +8,8 @@ import sqlite3
 
 from ..attempts import begin_attempt
 from ..contract import attempt_exit, attempt_log, write_json_atomic
-from ..executors.base import AttemptLaunch
-from ..dispatch import fits, hold_reason
+from ..dispatch import edf_order, fits, hold_reason
+from ..records import AttemptLaunch
 from ..records import Job
 from ..states import EventKind, JobState
 from .guard import fail_job, reason_for
@@ -20,7 +20,7 @@ log = logging.getLogger("orch.daemon")
 
 
 def dispatch(d: StepContext, now: float) -> list[int]:
-    queue = d.store.queue_order()
+    queue = edf_order(d.store.queue_order())
     if not queue:
         return []
     running = d.store.jobs([JobState.RUNNING])

@@ -71,8 +71,9 @@ class Daemon:
             guard.step("refresh", lambda t: self.executor.refresh(self.store.jobs([JobState.RUNNING]), t), now)
             guard.step("reap", self.reap, now)
             guard.step("watchdog", lambda t: self.watchdog.check(self, t), now)  # hung jobs: stacks, SIGTERM, retry
-            for name, run in (("health", self.watch_health), ("cancels", self.apply_cancels),
-                              ("budgets", self.check_budgets), ("escalate", self.escalate)):
+            for name, run in (("health", self.watch_health), ("deadlines", self.watch_deadlines),
+                              ("cancels", self.apply_cancels), ("budgets", self.check_budgets),
+                              ("escalate", self.escalate)):
                 guard.step(name, run, now)
             if not self.stopping:
                 guard.step("dispatch", self.dispatch, now)
@@ -91,6 +92,13 @@ class Daemon:
 
         for job in record_loss_flat(self.store, self.config, self.home, now):
             self.on_event(EventKind.LOSS_FLAT.value, job)
+
+    def watch_deadlines(self, now: float) -> None:
+        """A deadline job whose projected finish crossed its deadline: one `deadline_at_risk` event."""
+        from .deadlines import watch_deadlines
+
+        for job in watch_deadlines(self, now):
+            self.on_event(EventKind.DEADLINE_AT_RISK.value, job)
 
     def check_budgets(self, now: float) -> None:
         stop_requests.check_budgets(self, now)
