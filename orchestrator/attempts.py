@@ -241,6 +241,8 @@ def lose_attempt(store: Store, config: Config, home: Home, job: Job, now: float)
         d = Decision(JobState.CANCELLED, EventKind.CANCELLED, AttemptOutcome.LOST, "cancelled by the user")
     elif job.intent is Intent.BUDGET:
         d = Decision(JobState.STOPPED, EventKind.STOPPED, AttemptOutcome.LOST, job.reason)
+    elif job.intent is Intent.PRUNE:
+        d = Decision(JobState.PRUNED, EventKind.PRUNED, AttemptOutcome.LOST, job.reason)
     else:
         d = Decision(JobState.QUEUED, EventKind.PREEMPTED, AttemptOutcome.LOST,
                      "its processes vanished (killed, or the machine restarted); queued to resume from its latest checkpoint")

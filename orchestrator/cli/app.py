@@ -142,7 +142,7 @@ def _currency() -> str:
 
 
 # The verbs, registered on `app` by importing their modules (in the order `orch --help` lists them).
-from . import job_commands, daemon_commands, tool_commands  # noqa: E402,F401
+from . import job_commands, daemon_commands, tool_commands, sweep_commands  # noqa: E402,F401
 
 
 def main() -> None:

@@ -25,11 +25,16 @@ def submit(
     at: Optional[str] = typer.Option(None, "--at", help="Hold until a time: 2026-12-01T02:00 (local), or +30m, +2h."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"id\", \"name\", \"state\"} as JSON."),
 ) -> None:
-    """Validate a job file and queue it."""
+    """Validate a job file and queue it (a file with a [sweep] table queues a sweep)."""
     from ..gpus import managed_gpus
     from ..lifecycle import submit_job
+    from ..sweeps.spec import is_sweep_file
     from .when import parse_at
 
+    if is_sweep_file(job_toml):  # a [sweep] table: the daemon makes its trials (cli/sweep_commands.py)
+        from .sweep_commands import submit_sweep
+
+        return submit_sweep(job_toml, as_json)
     now = time.time()
     not_before = parse_at(at, now) if at else None
     config = ctx.config()
@@ -77,6 +82,9 @@ def status(
     store = ctx.store()
     rows = status_rows(store, home, time.time(), include_all=show_all)
     add_lag_notes(store, rows)  # [storage]: a note when the mirror lags
+    from .sweep_status import grouped_table, mark_trials
+
+    mark_trials(store, rows)  # "sweep": the sweep a trial belongs to
     if as_json:
         emit_json(rows)
         return
@@ -90,8 +98,9 @@ def status(
     from .render import status_table
 
     tty = sys.stdout.isatty()
-    print(status_table(rows, _currency(), color=tty and not os.environ.get("NO_COLOR"),
-                       width=shutil.get_terminal_size().columns if tty else None))
+    currency, color = _currency(), tty and not os.environ.get("NO_COLOR")
+    width = shutil.get_terminal_size().columns if tty else None
+    print(grouped_table(store, rows, lambda some: status_table(some, currency, color=color, width=width)))
     if _daemon_pid(home) is None and any(r["state"] in ("queued", "running") for r in rows):
         err("note: no daemon is running; `orch daemon start` runs the queue")
     _say_draining(home)

@@ -24,6 +24,7 @@ from ..states import EventKind, Intent, JobState
 from ..store import Store
 from . import reap, requests, spawn, watchdog
 from .accounting import accrue_interval
+from .sweep_step import advance_sweeps
 
 log = logging.getLogger("orch.daemon")
 
@@ -73,6 +74,7 @@ class Daemon:
             self.check_budgets(now)
             self.escalate(now)
             if not self.stopping:
+                advance_sweeps(self, now)  # prune, and create trials as slots free up (sweep_step.py)
                 self.dispatch(now)
             self.accrue(now)
             self.notice_drained(now)
