@@ -36,11 +36,19 @@ def distribution(param: ParamSpec) -> BaseDistribution:
     return FloatDistribution(*param.uniform)
 
 
+class _AskTellGridSampler(optuna.samplers.GridSampler):
+    """GridSampler calls study.stop() once every point was tried, which only works inside
+    study.optimize; here the sweep counts its own trials, so that call is left out."""
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        pass
+
+
 def _sampler(section: SweepSection, asked: int) -> optuna.samplers.BaseSampler:
     seed = None if section.seed is None else section.seed + asked
     if section.sampler == "grid":
         space = {k: p.grid_points() for k, p in section.params.items()}
-        return optuna.samplers.GridSampler(space, seed=section.seed)  # type: ignore[arg-type]
+        return _AskTellGridSampler(space, seed=section.seed)  # type: ignore[arg-type]
     if section.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed)
