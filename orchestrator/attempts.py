@@ -260,6 +260,8 @@ def lose_attempt(store: Store, config: Config, home: Home, job: Job, now: float)
         charged = charged_failure("hung and stopped by the watchdog; its processes then vanished", job.failures,
                                   job.retries)
         d = replace(charged, outcome=AttemptOutcome.LOST)
+    elif job.intent is Intent.PRUNE:
+        d = Decision(JobState.PRUNED, EventKind.PRUNED, AttemptOutcome.LOST, job.reason)
     else:
         d = Decision(JobState.QUEUED, EventKind.PREEMPTED, AttemptOutcome.LOST,
                      "its processes vanished (killed, or the machine restarted); queued to resume from its latest checkpoint")

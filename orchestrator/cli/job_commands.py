@@ -28,11 +28,16 @@ def submit(
     estimate_first: bool = typer.Option(False, "--estimate", help="Print `orch estimate` for it and ask before queueing."),
     yes: bool = typer.Option(False, "--yes", "-y", help="With --estimate: queue without asking."),
 ) -> None:
-    """Validate a job file and queue it."""
+    """Validate a job file and queue it (a file with a [sweep] table queues a sweep)."""
     from ..gpus import managed_gpus
     from ..lifecycle import submit_job
+    from ..sweeps.spec import is_sweep_file
     from .when import parse_at
 
+    if is_sweep_file(job_toml):  # a [sweep] table: the daemon makes its trials (cli/sweep_commands.py)
+        from .sweep_commands import submit_sweep
+
+        return submit_sweep(job_toml, as_json)
     now = time.time()
     not_before = parse_at(at, now) if at else None
     config = ctx.config()
@@ -43,7 +48,7 @@ def submit(
 
         check_deadline(load_jobspec(job_toml), str(job_toml), now)  # bad input before a probe is paid for
         print(estimate_text(estimate_data(store, ctx.home, config, job_toml, now,
-                                          daemon_running=_daemon_pid(ctx.home) is not None)), file=sys.stderr)
+                                          daemon_running=daemon_pid(ctx.home) is not None)), file=sys.stderr)
         if not yes and not sys.stdin.isatty():
             err("not queued: no terminal to ask on (--yes queues it after the estimate)")
             raise typer.Exit(1)
@@ -76,7 +81,7 @@ def estimate(
     from .estimate import estimate_data, estimate_text
 
     data = estimate_data(ctx.store(), ctx.home, ctx.config(), job_toml, time.time(), warmup=warmup, steps=steps,
-                         daemon_running=_daemon_pid(ctx.home) is not None)
+                         daemon_running=daemon_pid(ctx.home) is not None)
     if as_json:
         emit_json(data)
     else:
@@ -115,8 +120,10 @@ def status(
     rows = status_rows(store, home, time.time(), include_all=show_all)
     add_lag_notes(store, rows)  # [storage]: a note when the mirror lags
     from .deadline_view import add_deadline_notes
+    from .sweep_status import grouped_table, mark_trials
 
     add_deadline_notes(store, home, _config_or_none(), rows, time.time())  # deadline jobs only
+    mark_trials(store, rows)  # "sweep": the sweep a trial belongs to
     if as_json:
         emit_json(rows)
         return
@@ -130,8 +137,9 @@ def status(
     from .render import status_table
 
     tty = sys.stdout.isatty()
-    print(status_table(rows, currency(), color=tty and not os.environ.get("NO_COLOR"),
-                       width=shutil.get_terminal_size().columns if tty else None))
+    cur, color = currency(), tty and not os.environ.get("NO_COLOR")
+    width = shutil.get_terminal_size().columns if tty else None
+    print(grouped_table(store, rows, lambda some: status_table(some, cur, color=color, width=width)))
     if daemon_pid(home) is None and any(r["state"] in ("queued", "running") for r in rows):
         err("note: no daemon is running; `orch daemon start` runs the queue")
     _say_draining(home)
@@ -162,7 +170,7 @@ def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, 
     data["checkpoint_interval"] = read_json(ctx.home.run_dir(job_id) / CHECKPOINT_INTERVAL)  # every = "auto"
     from .bill import job_bill
 
-    data["bill"] = job_bill(store, ctx.home, store.get(job_id), time.time(), _currency())
+    data["bill"] = job_bill(store, ctx.home, store.get(job_id), time.time(), currency())
     if as_json:
         emit_json(data)
     else:

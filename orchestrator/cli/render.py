@@ -9,7 +9,7 @@ from typing import Any, Optional
 from ..cost import format_duration, format_money
 
 STATE_STYLE = {"queued": "yellow", "running": "cyan", "succeeded": "green", "failed": "red",
-               "cancelled": "magenta", "stopped": "magenta"}
+               "cancelled": "magenta", "stopped": "magenta", "pruned": "magenta"}
 
 
 def duration(seconds: Optional[float]) -> str:

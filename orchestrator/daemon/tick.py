@@ -25,6 +25,7 @@ from ..states import EventKind, Intent, JobState
 from ..store import Store
 from . import guard, reap, spawn, stop_requests, watchdog
 from .accounting import accrue_interval
+from .sweep_step import advance_sweeps
 
 log = logging.getLogger("orch.daemon")
 
@@ -76,6 +77,7 @@ class Daemon:
                               ("escalate", self.escalate)):
                 guard.step(name, run, now)
             if not self.stopping:
+                guard.step("sweeps", lambda t: advance_sweeps(self, t), now)  # prune, create trials (sweep_step.py)
                 guard.step("dispatch", self.dispatch, now)
             guard.step("accrue", self.accrue, now)
             guard.step("drained", self.notice_drained, now)
