@@ -12,7 +12,7 @@ import tomli_w
 
 from .config import Config
 from .errors import HomeError, InvalidTransition, SpecError
-from .jobspec import JobSpec, load_jobspec
+from .jobspec import JobSpec, check_deadline, load_jobspec
 from .paths import Home
 from .contract import read_json
 from .provenance import git_state
@@ -104,6 +104,7 @@ def submit_job(store: Store, config: Config, home: Home, toml_path: Path, *, now
                priority: Optional[int] = None, after: Sequence[int] = (), not_before: Optional[float] = None) -> Job:
     spec = load_jobspec(toml_path)
     check_gpus(spec, str(toml_path), machine_gpus)
+    check_deadline(spec, str(toml_path), now)
     check_nodes(spec, str(toml_path), config.executor.kind)
     folder = Path(spec.workdir) if spec.is_command and spec.workdir else toml_path.resolve().parent
     commit, dirty = git_state(folder)

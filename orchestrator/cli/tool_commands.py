@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .app import app, config_app, ctx, notify_app, storage_app
+from .context import app, config_app, ctx, notify_app, storage_app
 
 
 # -- notify / config --------------------------------------------------------------------

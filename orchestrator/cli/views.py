@@ -1,4 +1,4 @@
-"""The data behind `orch status`, `orch show` and `orch cost`: one dict per job with SPEC.md's
+"""The data behind `orch status`, `orch show` and `orch cost`: one dict per job with the documented
 keys. The table and `--json` are rendered from the same dicts."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any, Optional
 from .. import cost
 from ..contract import PROGRESS, RESULT, SNAPSHOT_MEMORY, parse_checkpoint_name, read_json
 from ..dispatch import hold_reason
+from ..forecast import step_rate
 from ..paths import Home
 from ..records import Attempt, Job
 from ..states import JobState
@@ -19,22 +20,6 @@ from ..store import Store
 
 def read_progress(run_dir: Path) -> Optional[dict[str, Any]]:
     return read_json(run_dir / PROGRESS)
-
-
-def step_rate(progress: Optional[dict[str, Any]], attempt: Optional[Attempt]) -> Optional[float]:
-    """This attempt's steps per second: steps done since it started (or resumed) over the time
-    they took. A mean over the whole attempt is the smoothest rate the CLI can have without the
-    daemon's history; counting the start-up keeps the ETA on the safe (later) side."""
-    if not progress or attempt is None:
-        return None
-    step, total, at = progress.get("step"), progress.get("total_steps"), progress.get("updated_at")
-    if not isinstance(step, int) or not isinstance(total, int) or not isinstance(at, (int, float)) or total <= 0:
-        return None
-    done = step - (attempt.resumed_from_step or 0)
-    elapsed = at - attempt.started_at
-    if done <= 0 or elapsed <= 0:
-        return None
-    return done / elapsed
 
 
 def projection(job: Job, eta: Optional[float]) -> Optional[cost.Projection]:

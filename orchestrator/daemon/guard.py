@@ -5,13 +5,11 @@ others. The daemon log keeps the traceback; the user sees one line."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from ..records import AttemptEnd, Job
 from ..states import AttemptOutcome, EventKind, JobState
-
-if TYPE_CHECKING:
-    from .tick import Daemon
+from .step_context import StepContext
 
 log = logging.getLogger("orch.daemon")
 
@@ -21,7 +19,7 @@ def reason_for(what: str, exc: BaseException) -> str:
     return f"orch could not {what} it ({type(exc).__name__}{': ' + text if text else ''}); see the daemon log"
 
 
-def fail_job(d: "Daemon", job: Job, now: float, what: str, exc: BaseException) -> None:
+def fail_job(d: StepContext, job: Job, now: float, what: str, exc: BaseException) -> None:
     """End `job` as failed after an unexpected error in one of the tick's steps. Its processes, if
     any, are cleared first so nothing of it runs on unwatched."""
     log.error("job %s (%s): cannot %s it", job.id, job.name, what, exc_info=exc)

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from typing import TYPE_CHECKING
 
 from ..attempts import lose_attempt, settle_attempt
 from ..records import Job
 from ..states import JobState
 from .guard import fail_job
-
-if TYPE_CHECKING:
-    from .tick import Daemon
+from .step_context import StepContext
 
 log = logging.getLogger("orch.daemon")
 
 
-def reap(d: "Daemon", now: float) -> None:
+def reap(d: StepContext, now: float) -> None:
     for job in d.store.jobs([JobState.RUNNING]):
         try:
             reap_one(d, job, now)
@@ -28,7 +25,7 @@ def reap(d: "Daemon", now: float) -> None:
             fail_job(d, job, now, "watch", exc)
 
 
-def reap_one(d: "Daemon", job: Job, now: float) -> None:
+def reap_one(d: StepContext, job: Job, now: float) -> None:
     exit_info = d.executor.exit(job)
     if exit_info is None:
         if not job.supervisor_pid and not job.executor_ref:
@@ -48,7 +45,7 @@ def reap_one(d: "Daemon", job: Job, now: float) -> None:
             d.on_event(kind.value, settled.job)
 
 
-def adopt_unrecorded(d: "Daemon", job: Job, now: float) -> Job:
+def adopt_unrecorded(d: StepContext, job: Job, now: float) -> Job:
     """A daemon that died between starting an attempt and recording its handle left a running job
     with none; the executor may still find the attempt, so it is adopted, not run twice."""
     handle = d.executor.adopt(job) if job.attempt else None

@@ -5,25 +5,22 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from typing import TYPE_CHECKING
 
 from ..attempts import begin_attempt
 from ..contract import attempt_exit, attempt_log, write_json_atomic
-from ..executors.base import AttemptLaunch
-from ..dispatch import fits, hold_reason
+from ..dispatch import edf_order, fits, hold_reason
+from ..records import AttemptLaunch
 from ..records import Job
 from ..states import EventKind, JobState
 from .guard import fail_job, reason_for
-from .requests import total_budget_hold
-
-if TYPE_CHECKING:
-    from .tick import Daemon
+from .step_context import StepContext
+from .stop_requests import total_budget_hold
 
 log = logging.getLogger("orch.daemon")
 
 
-def dispatch(d: "Daemon", now: float) -> list[int]:
-    queue = d.store.queue_order()
+def dispatch(d: StepContext, now: float) -> list[int]:
+    queue = edf_order(d.store.queue_order())
     if not queue:
         return []
     running = d.store.jobs([JobState.RUNNING])
@@ -60,7 +57,7 @@ def dispatch(d: "Daemon", now: float) -> list[int]:
     return started
 
 
-def start(d: "Daemon", job: Job, gpu_ids: list[int], now: float) -> bool:
+def start(d: StepContext, job: Job, gpu_ids: list[int], now: float) -> bool:
     try:
         begun = begin_attempt(d.store, d.config, d.home, job, gpu_ids, now, environ=d.environ)
     except sqlite3.Error:

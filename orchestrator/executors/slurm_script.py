@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..bounds import control_problem
 from ..contract import attempt_log
-from .base import AttemptLaunch
+from ..records import AttemptLaunch
 
 if TYPE_CHECKING:
     from ..config import SlurmSection

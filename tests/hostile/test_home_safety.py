@@ -9,11 +9,10 @@ import json
 import os
 import stat
 import sys
-import time
 
 import pytest
 
-from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
+from daemon_harness import orch_home  # noqa: F401  (fixture)
 from orchestrator.config import StorageSection
 from orchestrator.states import JobState
 from orchestrator.storage.remote import LOCKS, Remote, StorageError

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
+from daemon_harness import orch_home  # noqa: F401  (fixture)
 from orchestrator.states import JobState
 
 

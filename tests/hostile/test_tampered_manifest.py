@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror_setup import make_origin, remote_at, tampered
+from mirror_setup import make_origin, tampered
 from orchestrator.storage import manifest as mf
 
 

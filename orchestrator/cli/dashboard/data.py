@@ -6,7 +6,6 @@ never change a job nor take the write lock the daemon needs."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -17,41 +16,12 @@ from ...contract import HEALTH, METRICS_CSV, attempt_log, read_json
 from ...errors import OrchError
 from ...metrics import read_metrics
 from ...paths import Home
-from ...store import SCHEMA_VERSION, Store
+from ...store import Store
 from ..cost_report import cost_data
 from ..views import show_data, status_rows
 
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 32768
-
-
-class ReadOnlyStore(Store):
-    """The Store's queries on a read-only connection: no file is created, nothing migrated."""
-
-    def __init__(self, path: Path | str):  # noqa: super().__init__ would create and migrate
-        self.path = Path(path)
-        self._local = threading.local()
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            if not self.path.exists():
-                raise OrchError(f"no orch state at {self.path.parent} yet: submit a job first")
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5, isolation_level=None,
-                                   check_same_thread=False)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA busy_timeout=5000")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version != SCHEMA_VERSION:
-                conn.close()
-                raise OrchError(f"{self.path} has schema {version}; this orch reads {SCHEMA_VERSION} "
-                                "(run any other orch command once to migrate it)")
-            self._local.conn = conn
-        return conn
-
-    def _tx(self):  # type: ignore[override]
-        raise OrchError("the dashboard is read-only")
 
 
 def daemon_pid(home: Home) -> Optional[int]:

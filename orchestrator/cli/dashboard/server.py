@@ -21,7 +21,9 @@ from urllib.parse import parse_qs, urlsplit
 from ...config import Config
 from ...errors import JobNotFound, OrchError
 from ...paths import Home
-from . import data
+from ...store import Store
+from ...store.sweeps import SweepNotFound
+from . import data, sweep_data
 
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
           "chart.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
@@ -60,7 +62,7 @@ def _json_safe(value: Any) -> Any:
 class Dashboard:
     def __init__(self, home: Home, config: Config, *, token: Optional[str] = None, ttl: float = 1.0):
         self.home, self.config, self.token = home, config, token
-        self.store = data.ReadOnlyStore(home.db)
+        self.store = Store(home.db, read_only=True)
         self.snapshot = data.Snapshot(ttl)
         self.assets = {name: resources.files(__package__).joinpath("static", name).read_bytes() for name in STATIC}
 
@@ -71,12 +73,19 @@ class Dashboard:
                 return 200, self.snapshot.get("queue", lambda: data.queue(self.store, self.home, self.config, now))
             if path == "/api/bill":
                 return 200, self.snapshot.get("bill", lambda: data.bill(self.store, self.home, self.config, now))
+            if path == "/api/sweeps":
+                return 200, self.snapshot.get("sweeps", lambda: sweep_data.sweeps(self.store))
+            m = re.fullmatch(r"/api/sweep/([0-9]{1,18})", path)  # a longer id names no sweep: 404
+            if m:
+                sweep_id = int(m.group(1))
+                return 200, self.snapshot.get(("sweep", sweep_id), lambda: sweep_data.sweep(
+                    self.store, self.home, sweep_id, self.config.pricing.currency))
             m = re.fullmatch(r"/api/job/([0-9]{1,18})", path)  # a longer id names no job: 404
             if m:
                 job_id = int(m.group(1))
                 return 200, self.snapshot.get(("job", job_id),
                                               lambda: data.job(self.store, self.home, self.config, job_id, now))
-        except JobNotFound as exc:
+        except (JobNotFound, SweepNotFound) as exc:
             return 404, {"error": str(exc)}
         except OrchError as exc:
             return 503, {"error": str(exc)}
