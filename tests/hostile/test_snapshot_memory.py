@@ -58,3 +58,46 @@ def test_a_state_the_memory_limit_cannot_hold_twice_is_saved_synchronously(orch_
     assert ("warning:" in shown.stdout) is not background, shown.stdout
     if not background:
         assert "written synchronously" in shown.stdout
+
+
+HOLDER = r'''
+import os, sys, time, torch
+from pathlib import Path
+from training.snapshot import BackgroundCheckpointIO
+io = BackgroundCheckpointIO(keep=1)
+state = {"state_dict": {"w": torch.ones(4 * 1024 * 256)}, "global_step": 1, "epoch": 0, "loops": {},
+         "optimizer_states": []}
+io.save_checkpoint(state, Path(os.environ["ORCH_CKPT_DIR"]) / "step-00000001.ckpt")
+io.wait()
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+'''
+
+
+@pytest.mark.slow
+def test_a_job_started_beside_a_background_snapshot_is_told_what_it_holds(orch_home):
+    from daemon_harness import wait_for
+
+    h = orch_home(cpu_slots=2)
+    (h.tmp / "holder.py").write_text(HOLDER)
+    release = h.tmp / "release-holder"
+    holder = h.submit("holder", command=[sys.executable, str(h.tmp / "holder.py"), str(release)])
+    daemon = h.start_daemon()
+    wait_for(lambda: (h.run_dir(holder) / "snapshot-memory.json").exists(), 90, what="the holder's snapshot")
+    second = h.submit("second", command=[sys.executable, "-c",
+                                         "import os; print('held', os.environ['ORCH_SNAPSHOTS_HELD_BYTES'])"])
+    h.wait_state(second, JobState.SUCCEEDED, timeout=60)
+    release.touch()
+    h.wait_state(holder, JobState.SUCCEEDED, timeout=60)
+    h.stop_daemon(daemon)
+    assert f"held {4 * 1024 * 1024}" in (h.run_dir(second) / "attempt-1.log").read_text()
+
+
+def test_the_memory_other_jobs_snapshots_hold_counts_against_the_room():
+    from training.memory_guard import decide
+
+    mb = 1024 * 1024
+    assert decide(100 * mb, 300 * mb, 0)["background"] is True
+    held = decide(100 * mb, 300 * mb, 150 * mb)
+    assert held["background"] is False and "held by other jobs' snapshots" in held["reason"]
+    assert decide(100 * mb, None, 0)["background"] is True  # cannot tell: as before
