@@ -2,7 +2,7 @@
 is given, the files it writes into its run folder, the checkpoint names (with their one parser)
 and the atomic JSON write both sides use. Standard library only: `training/` imports it before
 torch, the supervisor sits beside every job with it, and the daemon never imports anything heavy.
-DESIGN.md ("The job-process contract") and SPEC.md ("The run folder") describe it for people."""
+docs/architecture.md ("The job-process contract") describes it for people."""
 
 from __future__ import annotations
 

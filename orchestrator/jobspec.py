@@ -1,4 +1,4 @@
-"""job.toml -> JobSpec. The model mirrors SPEC.md's names exactly (extra keys are errors), paths
+"""job.toml -> JobSpec. The model mirrors the documented names exactly (extra keys are errors), paths
 are resolved against the file's folder, and every problem in a file is reported at once.
 Pure pydantic plus a few filesystem checks: `training/` imports this module too."""
 
@@ -175,7 +175,7 @@ _EXT = re.compile(r"^\.[A-Za-z][A-Za-z0-9]{0,9}$")
 
 
 def looks_local(value: str, base: Path) -> bool:
-    """SPEC: a value that starts with . / or ~, has a file extension, or exists is a local path;
+    """A value that starts with . / or ~, has a file extension, or exists is a local path;
     anything else is a hub id (checked when the job runs)."""
     if value.startswith((".", "/", "~")):
         return True

@@ -1,4 +1,4 @@
-"""Checkpoint files of a run: atomic durable writes, the names SPEC.md fixes (the step is in the
+"""Checkpoint files of a run: atomic durable writes, the names the contract fixes (the step is in the
 name so the daemon can pick one without torch), integrity checks, retention."""
 
 from __future__ import annotations

@@ -1,0 +1,100 @@
+"""Rules of the code base that a reader cannot see broken from one file: SQL only in the store,
+no module citing documents that are not in the repository, the job-process contract's names
+spelled only in orchestrator/contract.py, and fuzz tests that skip an example with `assume()`."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PRODUCT = ("orchestrator", "notifiers", "training")
+
+
+def sources(*packages: str) -> list[Path]:
+    return sorted(p for pkg in packages for p in (REPO / pkg).rglob("*.py"))
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
+
+
+def string_constants(path: Path) -> list[tuple[int, str]]:
+    """Every string literal in a module (f-string parts included), with its line, docstrings
+    left out: they may name a file for a reader."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
+
+
+# -- SQL lives in orchestrator/store/ ------------------------------------------------------------------
+
+SQL = re.compile(r"\b(SELECT\s+[\w*(]|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX)|"
+                 r"ALTER\s+TABLE|PRAGMA\s+\w+|BEGIN\s+IMMEDIATE)")
+SQL_CALLS = re.compile(r"sqlite3\.connect\(|\.execute(many|script)?\(")
+
+
+def sql_outside_the_store() -> list[str]:
+    found = []
+    for path in sources(*PRODUCT):
+        if rel(path).startswith("orchestrator/store/"):
+            continue
+        for line, text in string_constants(path):
+            if SQL.search(text):
+                found.append(f"{rel(path)}:{line}: SQL text {text[:60]!r}")
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if SQL_CALLS.search(line) and not line.lstrip().startswith("#"):
+                found.append(f"{rel(path)}:{n}: {line.strip()[:80]}")
+    return found
+
+
+def test_sql_is_written_only_in_the_store():
+    assert sql_outside_the_store() == []
+
+
+# -- no document outside the repository is cited ---------------------------------------------------------
+
+
+def test_no_module_cites_documents_that_are_not_in_the_repository():
+    cited = []
+    for path in sources(*PRODUCT, "tests", "benchmarks"):
+        if path == Path(__file__).resolve():
+            continue
+        text = path.read_text()
+        for word in re.finditer(r"(DESIGN\.md|SPEC\.md|SPEC's|DESIGN's|\(SPEC\b|\bSPEC:)", text):
+            cited.append(f"{rel(path)}:{text.count(chr(10), 0, word.start()) + 1}: {word.group(0)}")
+    assert cited == []
+
+
+# -- fuzz tests skip with assume() ------------------------------------------------------------------------
+
+
+def early_returns_in_property_tests(path: Path) -> list[str]:
+    """`if ...: return` at the top of a @given test: hypothesis counts that example as passed,
+    so a filter that rejects everything would still be green. assume() makes it an invalid example."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        decorators = [ast.unparse(d) for d in fn.decorator_list]
+        if not any(d.startswith("given(") for d in decorators):
+            continue
+        for stmt in fn.body:
+            if isinstance(stmt, ast.If) and any(isinstance(s, ast.Return) for s in stmt.body):
+                found.append(f"{rel(path)}:{stmt.lineno}: {fn.name} returns early; use assume()")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "tests").rglob("test_fuzz*.py")), ids=lambda p: p.name)
+def test_property_tests_skip_examples_with_assume_not_return(path):
+    assert early_returns_in_property_tests(path) == []
