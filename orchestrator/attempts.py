@@ -176,7 +176,7 @@ def stalled_resumes(home: Home, store: Store, job: Job) -> int:
 
 def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info: Mapping[str, Any],
                    now: float) -> Optional[Settled]:
-    """Decide what an ended attempt makes of its job (the intent x exit table, outcome.decide) and record it.
+    """Decide what an ended attempt makes of its job (the intent x exit table in outcome.py) and record it.
     None when the job was no longer running (someone else settled it)."""
     run_dir = home.run_dir(job.id)
     started = attempt_started_at(store, job)

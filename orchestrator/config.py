@@ -82,7 +82,7 @@ class NotifySection(_Section):
 
 class StorageSection(_Section):
     """[storage]: mirror every job to object storage or a network disk so `orch adopt` can resume it
-    on another machine (README: "Surviving the loss of the machine"). Credentials come only from
+    on another machine (docs/mirror.md). Credentials come only from
     the environment or the instance role, never from this file."""
 
     url: Optional[str] = None  # s3://bucket/prefix, gs://bucket/prefix, az://account/container/prefix, file:///path
@@ -129,7 +129,7 @@ class ExecutorSection(_Section):
 
 
 class SlurmSection(_Section):
-    """[slurm]: how orch submits attempts when [executor] kind = "slurm" (see README)."""
+    """[slurm]: how orch submits attempts when [executor] kind = "slurm" (see docs/slurm.md)."""
 
     partition: Optional[str] = None  # sbatch --partition (a job.toml [slurm] partition overrides it)
     account: Optional[str] = None  # sbatch --account

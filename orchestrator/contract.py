@@ -2,7 +2,8 @@
 is given, the files it writes into its run folder, the checkpoint names (with their one parser)
 and the atomic JSON write both sides use. Standard library only: `training/` imports it before
 torch, the supervisor sits beside every job with it, and the daemon never imports anything heavy.
-docs/architecture.md ("The job-process contract") describes it for people."""
+docs/trainers.md ("The job-process contract") and docs/commands.md ("Where things live")
+describe it for people."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Money and time: the one cost formula, spot savings, ETA and projected cost, budget checks,
+"""Money and time: the one cost formula (docs/cost.md), spot savings, ETA and projected cost, budget checks,
 and the one way amounts and durations are printed. Pure functions over numbers; the daemon passes
 pricing, intervals and clocks in, and the store keeps the running totals.
 """

@@ -1,4 +1,4 @@
-"""job.toml -> JobSpec. The model mirrors the documented names exactly (extra keys are errors), paths
+"""job.toml -> JobSpec. The model mirrors docs/job-toml.md's names exactly (extra keys are errors), paths
 are resolved against the file's folder, and every problem in a file is reported at once.
 Pure pydantic plus a few filesystem checks: `training/` imports this module too."""
 

@@ -1,4 +1,4 @@
-"""The table "what ends an attempt, and what the job becomes": the daemon's intent plus the
+"""The table "What ends an attempt, and what the job becomes": the daemon's intent plus the
 exit read from attempt-<n>.exit decide the next state. Pure: the daemon applies the decision."""
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class Job:
 
     @property
     def shown_attempt(self) -> int:
-        """1-based, as users see it; a job that never started is on its first attempt."""
+        """1-based; a job that never started is on its first attempt."""
         return max(1, self.attempt)
 
 

@@ -37,7 +37,7 @@ RETRYABLE = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.STOPPED})
 
 
 class Intent(Word):
-    """Why the daemon signalled a job; recorded before the signal (outcome.decide reads it with the exit)."""
+    """Why the daemon signalled a job; recorded before the signal (outcome.py: 'What ends an attempt')."""
 
     NONE = ""
     PREEMPT = "preempt"

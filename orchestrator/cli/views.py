@@ -1,5 +1,5 @@
-"""The data behind `orch status`, `orch show` and `orch cost`: one dict per job with the
-keys `--json` documents. The table and `--json` are rendered from the same dicts."""
+"""The data behind `orch status`, `orch show` and `orch cost`: one dict per job with the documented
+keys. The table and `--json` are rendered from the same dicts."""
 
 from __future__ import annotations
 

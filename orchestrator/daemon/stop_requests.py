@@ -1,6 +1,6 @@
 """The tick's stop requests: a user's cancel, a spent budget, a lost mirror lease, and the
-backstop for a job that outlived its grace. The daemon records why it signals (the intent) before it signals, so the
-reap step can decide with outcome.decide whatever the exit code."""
+backstop for a job that outlived its grace. The daemon records why it signals (the intent)
+before it signals, so the reap step can decide with outcome.py's table whatever the exit code."""
 
 from __future__ import annotations
 

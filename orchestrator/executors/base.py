@@ -18,7 +18,7 @@ __all__ = ["AttemptLaunch", "Executor"]
 
 class Executor(Protocol):
     name: str
-    # How cost accrues: False — this machine's uptime is split among running jobs
+    # How cost accrues (docs/cost.md): False — this machine's uptime is split among running jobs
     # and the rest is idle; True — only what a job holds while it runs is charged (a cluster
     # allocation: pending costs nothing, and there is no idle machine of ours).
     bills_by_allocation: bool

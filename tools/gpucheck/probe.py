@@ -1,4 +1,4 @@
-"""`python -m training.gpucheck.probe MODEL SEQ OUT.json`: how much GPU memory one more sample of
+"""`python -m tools.gpucheck.probe MODEL SEQ OUT.json`: how much GPU memory one more sample of
 SEQ tokens takes in a bf16-mixed training step of MODEL with AdamW (two batch sizes, the peak of
 each), and how much the card has; the OOM section picks its overflowing batch from that."""
 

@@ -230,8 +230,8 @@ class Ctx:
 
     def start_job(self, run_dir: Path, *, attempt: int = 1, wrap: Optional[list[str]] = None, **env: str) -> Proc:
         """`python -m training.run RUN_DIR`, as orch starts it; with `wrap`, the instrumented
-        training.gpucheck.jobwrap with those options."""
-        module = ["-m", "training.gpucheck.jobwrap", str(run_dir), *wrap] if wrap is not None else \
+        tools.gpucheck.jobwrap with those options."""
+        module = ["-m", "tools.gpucheck.jobwrap", str(run_dir), *wrap] if wrap is not None else \
             ["-m", "training.run", str(run_dir)]
         return self.start([sys.executable, *module], self.env(run_dir, attempt, **env),
                           run_dir / f"attempt-{attempt}.log")

@@ -1,4 +1,4 @@
-"""`python -m training.gpucheck.plain ARGS.json`: the throughput baseline, a plain Lightning script
+"""`python -m tools.gpucheck.plain ARGS.json`: the throughput baseline, a plain Lightning script
 as a user would write it (datasets map -> DataLoader -> AutoModelForSequenceClassification with
 AdamW and a linear warmup, Trainer with no logger and no checkpoints), on the same model, data,
 sizes, precision, loader workers and steps as the runner, timed by the same Clock."""
@@ -17,7 +17,7 @@ def main(args_file: str) -> int:
     from torch.utils.data import DataLoader
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, get_linear_schedule_with_warmup
 
-    from training.gpucheck.clock import Clock
+    from tools.gpucheck.clock import Clock
 
     tok = AutoTokenizer.from_pretrained(a["model"])
     ds = load_dataset("json", data_files=a["train"], split="train")

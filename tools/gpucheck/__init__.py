@@ -1,5 +1,5 @@
-"""`scripts/gpu-check.sh [--cpu] OUT` (= `python -m training.gpucheck`): one run that proves orch's
-GPU paths on a lent GPU machine (offline, one GPU, under 8 minutes) and writes OUT/report.json and
+"""`scripts/gpu-check.sh [--cpu] OUT` (= `python -m tools.gpucheck`): one run that proves orch's
+GPU paths on a GPU machine (offline, one GPU, under 8 minutes) and writes OUT/report.json and
 OUT/summary.md. With --cpu the same sections run at tiny sizes on the CPU (the CI rehearsal).
 
 Sections: the built-in runner in 16-mixed and bf16-mixed; its throughput against a plain Lightning

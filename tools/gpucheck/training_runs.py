@@ -92,7 +92,7 @@ def throughput(ctx: Ctx, sec: Section) -> None:
                     "precision": lightning_precision(ran_as), "accelerator": "gpu" if ctx.gpu else "cpu",
                     "clock": str(clock)}
             (folder / "args.json").write_text(json.dumps(args))
-            proc = ctx.start([sys.executable, "-m", "training.gpucheck.plain", str(folder / "args.json")],
+            proc = ctx.start([sys.executable, "-m", "tools.gpucheck.plain", str(folder / "args.json")],
                              ctx.env(), folder / "plain.log")
             code = proc.wait(ctx.timeout(240 if ctx.gpu else 150))
         else:

@@ -32,7 +32,7 @@ def oom(ctx: Ctx, sec: Section) -> None:
     fault: dict[str, str] = {}
     if ctx.gpu:
         probe = run / "probe.json"
-        proc = ctx.start([sys.executable, "-m", "training.gpucheck.probe", str(model), str(s.oom_seq), str(probe)],
+        proc = ctx.start([sys.executable, "-m", "tools.gpucheck.probe", str(model), str(s.oom_seq), str(probe)],
                          ctx.env(), run / "probe.log")
         code = proc.wait(ctx.timeout(120))
         sec.require("memory probe ran", code == 0 and probe.exists(), f"exit {code}: {proc.tail()}")

@@ -2,9 +2,9 @@
 dependencies (and no network). Standard library + `packaging` only: it runs before any of them
 can be imported.
 
-    python -m training.gpucheck.wheels requirements            # here: name==version, one a line
-    python -m training.gpucheck.wheels plan WHEELS              # there: what would be installed
-    python -m training.gpucheck.wheels install WHEELS TARGET    # there: pip install --target
+    python -m tools.gpucheck.wheels requirements            # here: name==version, one a line
+    python -m tools.gpucheck.wheels plan WHEELS              # there: what would be installed
+    python -m tools.gpucheck.wheels install WHEELS TARGET    # there: pip install --target
 
 `requirements` walks the project's dependencies (pyproject.toml) through the versions installed
 in THIS environment, for Python 3.12 on Linux, and leaves out the machine's own stack (PROTECTED:
@@ -38,8 +38,8 @@ PROTECTED = {
     "pip", "setuptools", "wheel", "jax", "jaxlib",
 }
 PROTECTED_PREFIXES = ("nvidia-", "cuda-", "jax-")
-# Big binary wheels the GPU image already has (KINDS.md's package list): left out of the fetch to
-# stay far under the 64 MiB a device call carries. Fetch one anyway by naming it on the command
+# Big binary wheels GPU images ship with already: left out of the fetch to keep wheels/ small
+# enough to carry to the GPU machine. Fetch one anyway by naming it on the command
 # line of scripts/fetch-wheels.sh (e.g. pyarrow==26.0.1).
 MACHINE_HAS = {"pyarrow", "pandas", "aiohttp", "yarl", "multidict", "frozenlist", "propcache", "aiosignal",
                "aiohappyeyeballs", "attrs", "pyyaml", "charset-normalizer", "xxhash", "psutil", "pillow"}
@@ -214,7 +214,7 @@ def install(wheels: Path, target: Path) -> dict:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.gpucheck.wheels", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.gpucheck.wheels", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("requirements", help="name==version lines for pip download (run where the project is installed)")
     p = sub.add_parser("plan", help="what install would do")

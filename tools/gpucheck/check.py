@@ -1,4 +1,4 @@
-"""`python -m training.gpucheck [--cpu] OUT` (what scripts/gpu-check.sh runs): the sections in
+"""`python -m tools.gpucheck [--cpu] OUT` (what scripts/gpu-check.sh runs): the sections in
 order under a time budget, each one's failure contained, the report rewritten after each."""
 
 from __future__ import annotations

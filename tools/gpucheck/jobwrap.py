@@ -1,4 +1,4 @@
-"""`python -m training.gpucheck.jobwrap RUN_DIR [--clock FILE] [--notice-times FILE]`: the built-in
+"""`python -m tools.gpucheck.jobwrap RUN_DIR [--clock FILE] [--notice-times FILE]`: the built-in
 runner (training.run) exactly as orch starts it, with two optional instruments and nothing else:
 
 --clock FILE         appends gpucheck.clock.Clock to the runner's callbacks (the same clock the
@@ -91,7 +91,7 @@ def time_notice(record: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.gpucheck.jobwrap")
+    parser = argparse.ArgumentParser(prog="python -m tools.gpucheck.jobwrap")
     parser.add_argument("run_dir")
     parser.add_argument("--clock")
     parser.add_argument("--notice-times")
