@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
+import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO, Any, Iterator, NamedTuple, Optional
 
 # -- exit codes --------------------------------------------------------------------------------
@@ -145,21 +146,28 @@ def fsync_dir(folder: Path) -> None:
 
 
 @contextmanager
-def atomic_file(path: Path, mode: str = "wb", **open_kw: Any) -> Iterator[IO[Any]]:
+def atomic_file(path: Path, mode: str = "wb", *, timings: Optional[dict[str, float]] = None,
+                **open_kw: Any) -> Iterator[IO[Any]]:
     """Write `path` all or nothing: the caller writes into a temp file beside it (TEMP_MARK, pid,
     name); on a clean exit it is fsynced, renamed over `path`, and the folder fsynced, so a reader
     sees the old file or the new one, never half of one, even after a power cut. On an error the
-    temp file is removed and `path` is untouched."""
+    temp file is removed and `path` is untouched. `timings`, when given, receives where the time
+    went (seconds: write_s = the caller's writing into the page cache, fsync_s = the file's data to
+    disk, rename_s = the rename and the folder's fsync) and the file's size in `bytes`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{TEMP_MARK}{os.getpid()}-{path.name}")
     if "b" not in mode:
         open_kw.setdefault("encoding", "utf-8")
+    started = time.perf_counter()
     try:
         with open(tmp, mode, **open_kw) as fh:
             yield fh
             fh.flush()
+            written = time.perf_counter()
             os.fsync(fh.fileno())
+            synced = time.perf_counter()
+            size = fh.tell()
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -168,6 +176,9 @@ def atomic_file(path: Path, mode: str = "wb", **open_kw: Any) -> Iterator[IO[Any
             pass
         raise
     fsync_dir(path.parent)
+    if timings is not None:
+        timings.update(write_s=written - started, fsync_s=synced - written,
+                       rename_s=time.perf_counter() - synced, bytes=float(size))
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
