@@ -84,3 +84,65 @@ def early_returns_in_property_tests(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", sorted((REPO / "tests").rglob("test_fuzz*.py")), ids=lambda p: p.name)
 def test_property_tests_skip_examples_with_assume_not_return(path):
     assert early_returns_in_property_tests(path) == []
+
+
+# -- the job-process contract is spelled only in orchestrator/contract.py -------------------------------
+
+
+def contract_names() -> tuple[set[str], set[str]]:
+    """(file names in the run folder, folder names in it), read from the contract itself."""
+    from orchestrator import contract
+
+    files = {contract.JOB_TOML, contract.PROGRESS, contract.RESULT, contract.BATCH, contract.METRICS_CSV,
+             contract.HEALTH, contract.CHECKPOINT_INTERVAL, contract.DISK_FULL, contract.BEST_NAME}
+    folders = {contract.CHECKPOINTS, contract.MODEL, contract.TENSORBOARD}
+    return files, folders
+
+
+def contract_literals(path: Path, label: str = "") -> list[str]:
+    """What spells a contract name by hand: a run-folder file name, an ORCH_* name, an exit code
+    75/76, a run-folder folder joined onto a path, an attempt-<n>.<kind> or checkpoint name built
+    with an f-string."""
+    files, folders = contract_names()
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+
+    def where(node: ast.AST) -> str:
+        return f"{label or rel(path)}:{getattr(node, 'lineno', '?')}"
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and id(node) not in docstrings:
+            value = node.value.decode(errors="replace") if isinstance(node.value, bytes) else node.value
+            if isinstance(value, str) and (value in files or re.fullmatch(r"ORCH_[A-Z0-9_]+", value)):
+                found.append(f"{where(node)}: {value!r}")
+            if type(value) is int and value in (75, 76):
+                found.append(f"{where(node)}: exit code {value}")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant) \
+                and node.right.value in folders:
+            found.append(f"{where(node)}: / {node.right.value!r}")
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("Path", "os.path.join") \
+                and any(isinstance(a, ast.Constant) and a.value in folders for a in node.args):
+            found.append(f"{where(node)}: {ast.unparse(node)[:60]}")
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+            if re.match(r"attempt-\{\}\.", text) or re.search(r"step-\{\}\.ckpt", text):
+                found.append(f"{where(node)}: f-string {text!r}")
+    return found
+
+
+def test_contract_names_are_spelled_only_in_the_contract_module():
+    offenders = [hit for path in sources(*PRODUCT) if rel(path) != "orchestrator/contract.py"
+                 for hit in contract_literals(path)]
+    assert offenders == [], "use the names from orchestrator/contract.py:\n" + "\n".join(offenders)
+
+
+def test_the_contract_rule_catches_each_kind_of_hand_spelled_name(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text('import os\nfrom pathlib import Path\nrun = Path(".")\nn = 1\n'
+                       'a = run / "result.json"\nb = os.environ["ORCH_RUN_DIR"]\nc = run / "checkpoints"\n'
+                       'd = run / f"attempt-{n}.exit"\ne = 75\n')
+    hits = contract_literals(planted, label="planted.py")
+    assert len(hits) == 5, hits

@@ -20,7 +20,7 @@ from orchestrator.contract import (  # noqa: F401 (names re-exported to the runn
     BEST_NAME, NOTICE_PREFIX, PERIODIC_PREFIX, TEMP_MARK, fsync_dir, notice_name, parse_checkpoint_name, periodic_name,
     step_checkpoints,
 )
-from orchestrator.contract import DISK_FULL as DISK_FULL_FILE, atomic_file, write_json_atomic
+from orchestrator.contract import DISK_FULL as DISK_FULL_FILE, ENV_ATTEMPT, ENV_FAULT_SLOW_SAVE_S, ENV_RUN_DIR, atomic_file, write_json_atomic
 from training.exits import RunError
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 # Test-only fault seam: seconds to sleep between writing a checkpoint's temp file and its rename
 # (the chaos test kills jobs while a .tmp- file exists). No effect unless set.
-FAULT_SLOW_SAVE = "ORCH_FAULT_SLOW_SAVE_S"
+FAULT_SLOW_SAVE = ENV_FAULT_SLOW_SAVE_S
 
 # Keys every Lightning training checkpoint has; a file without them cannot resume a run.
 EXPECTED_KEYS = ("state_dict", "global_step", "epoch", "loops", "optimizer_states")
@@ -93,10 +93,10 @@ def disk_full(obj: Any, path: Path, *, certain: bool = False) -> Optional[DiskFu
     if not certain and (free is None or counter.n <= free):
         return None
     previous = next((p.name for p in list_checkpoints(folder) if p.name != path.name), None)
-    info = {"attempt": os.environ.get("ORCH_ATTEMPT", ""), "name": path.name, "folder": str(folder),
+    info = {"attempt": os.environ.get(ENV_ATTEMPT, ""), "name": path.name, "folder": str(folder),
             "needed_bytes": counter.n, "free_bytes": free, "step": step_of(path), "previous": previous,
             "at": time.time()}
-    run_dir = Path(os.environ.get("ORCH_RUN_DIR") or folder.parent)
+    run_dir = Path(os.environ.get(ENV_RUN_DIR) or folder.parent)
     try:
         write_json_atomic(run_dir / DISK_FULL_FILE, info)
     except OSError as exc:

@@ -20,6 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..contract import (
+    HOOK_ENV_EVENT, HOOK_ENV_EVENT_DETAIL, HOOK_ENV_JOB_ATTEMPT, HOOK_ENV_JOB_COST, HOOK_ENV_JOB_ID, HOOK_ENV_JOB_NAME,
+    HOOK_ENV_JOB_STATE, HOOK_ENV_RUN_DIR,
+)
+
 DEFAULT_TIMEOUT_S = 60.0
 SHUTDOWN_TIMEOUT_S = 120.0
 KILL_GRACE_S = 2.0  # between SIGTERM and SIGKILL to a timed-out hook's process group
@@ -28,12 +33,12 @@ OUTPUT_LIMIT = 16_384  # bytes of a hook's output kept and logged (the tail)
 # job dict key -> environment variable. Every one is always set ("" when unknown) so a value
 # inherited from the daemon's own environment can never pass for the event's.
 JOB_ENV = {
-    "id": "ORCH_JOB_ID",
-    "name": "ORCH_JOB_NAME",
-    "state": "ORCH_JOB_STATE",
-    "cost": "ORCH_JOB_COST",
-    "attempt": "ORCH_JOB_ATTEMPT",
-    "run_dir": "ORCH_RUN_DIR",
+    "id": HOOK_ENV_JOB_ID,
+    "name": HOOK_ENV_JOB_NAME,
+    "state": HOOK_ENV_JOB_STATE,
+    "cost": HOOK_ENV_JOB_COST,
+    "attempt": HOOK_ENV_JOB_ATTEMPT,
+    "run_dir": HOOK_ENV_RUN_DIR,
 }
 
 
@@ -74,8 +79,8 @@ def hook_env(
 ) -> dict[str, str]:
     """The hook's environment: the daemon's, plus ORCH_EVENT, ORCH_EVENT_DETAIL and ORCH_JOB_*."""
     env = {k: v for k, v in env_base.items() if k not in JOB_ENV.values()}
-    env["ORCH_EVENT"] = event
-    env["ORCH_EVENT_DETAIL"] = detail
+    env[HOOK_ENV_EVENT] = event
+    env[HOOK_ENV_EVENT_DETAIL] = detail
     for key, name in JOB_ENV.items():
         env[name] = _env_value((job or {}).get(key))
     return env

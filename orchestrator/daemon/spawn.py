@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from ..attempts import begin_attempt
-from ..contract import attempt_exit, write_json_atomic
+from ..contract import write_exit_record
 from ..dispatch import fits, hold_reason
 from ..records import Job
 from ..states import EventKind, JobState
@@ -64,8 +64,7 @@ def start(d: StepContext, job: Job, gpu_ids: list[int], now: float) -> bool:
     except OSError as exc:
         log.error("job %s: cannot start attempt %s: %s", job.id, begun.launch.attempt, exc)
         # Write the exit record ourselves so the normal reap path decides (retry or fail).
-        write_json_atomic(begun.launch.run_dir / attempt_exit(begun.launch.attempt),
-                          {"code": 127, "signal": None, "started_at": now, "ended_at": now})
+        write_exit_record(begun.launch.run_dir, begun.launch.attempt, 127, None, now, now)
         return True
     d.store.update(job.id, now, only_if_state=[JobState.RUNNING], **handle)
     return True

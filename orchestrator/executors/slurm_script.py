@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from ..contract import attempt_log
+from ..contract import attempt_log, attempt_sbatch
 from ..records import AttemptLaunch
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def write_script(cfg: "SlurmSection", launch: AttemptLaunch, job_name: str, pyth
         cmd += ["--cwd", launch.cwd]
     cmd += ["--", *launch.argv]
     lines.append("exec " + shlex.join(cmd))
-    path = launch.run_dir / f"attempt-{launch.attempt}.sbatch"
+    path = launch.run_dir / attempt_sbatch(launch.attempt)
     path.write_text("\n".join(lines) + "\n")
     return path
 
