@@ -14,7 +14,7 @@ from .backoff import backoff_s
 from .config import Config
 from .contract import (
     BATCH, CHECKPOINTS, ENV_ATTEMPT, ENV_CKPT_DIR, ENV_JOB_ID, ENV_RESUME_FROM, ENV_RUN_DIR, EX_OOM, JOB_TOML,
-    ENV_TENSORBOARD_DIR, PROGRESS, RESULT, newest_checkpoint, read_json,
+    ENV_SNAPSHOTS_HELD, ENV_TENSORBOARD_DIR, PROGRESS, RESULT, SNAPSHOT_MEMORY, newest_checkpoint, read_json,
 )
 from .errors import InvalidTransition
 from .gpus import visible_devices
@@ -72,7 +72,7 @@ def begin_attempt(store: Store, config: Config, home: Home, job: Job, gpu_ids: l
                   environ: Mapping[str, str], where: str = "") -> Optional[Begun]:
     """Record the next attempt of a queued job as running and build its launch. None when the job
     is no longer where the caller read it (another process moved it first)."""
-    run_dir = home.run_dir(job.id)
+    run_dir = home.make_run_dir(job.id)  # a link planted at runs/<id> is refused, never followed
     if not (run_dir / JOB_TOML).exists():
         write_run_spec(home, job.id, job.spec)
     (run_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
@@ -91,11 +91,22 @@ def begin_attempt(store: Store, config: Config, home: Home, job: Job, gpu_ids: l
     argv, cwd = job_argv(started.spec, run_dir)
     env = job_env(environ, job_id=job.id, attempt=n, run_dir=run_dir, gpu_ids=gpu_ids, resume_from=resume_path,
                   extra=started.spec.get("env") or {})
+    env[ENV_SNAPSHOTS_HELD] = str(snapshots_held(store, home, job.id))
     if config.logging.tensorboard_dir:  # the runner links its TensorBoard folder there
         env[ENV_TENSORBOARD_DIR] = str(Path(config.logging.tensorboard_dir).expanduser())
     launch = AttemptLaunch(job_id=job.id, attempt=n, run_dir=run_dir, argv=argv, cwd=cwd, env=env,
                            grace_s=grace_for(started, config), gpu_ids=list(gpu_ids), spec=started.spec)
     return Begun(started, launch, resume_step)
+
+
+def snapshots_held(store: Store, home: Home, job_id: int) -> int:
+    """Host memory the other running jobs' background snapshots hold (their SNAPSHOT_MEMORY)."""
+    held = 0
+    for other in store.jobs([JobState.RUNNING]):
+        info = read_json(home.run_dir(other.id) / SNAPSHOT_MEMORY) if other.id != job_id else None
+        if info and info.get("background") and isinstance(info.get("state_bytes"), int):
+            held += max(0, info["state_bytes"])
+    return held
 
 
 def lost_steps_updates(job: Job, attempts: Sequence[Attempt], resume_step: Optional[int]) -> dict[str, Any]:
@@ -249,6 +260,8 @@ def lose_attempt(store: Store, config: Config, home: Home, job: Job, now: float)
         charged = charged_failure("hung and stopped by the watchdog; its processes then vanished", job.failures,
                                   job.retries)
         d = replace(charged, outcome=AttemptOutcome.LOST)
+    elif job.intent is Intent.PRUNE:
+        d = Decision(JobState.PRUNED, EventKind.PRUNED, AttemptOutcome.LOST, job.reason)
     else:
         d = Decision(JobState.QUEUED, EventKind.PREEMPTED, AttemptOutcome.LOST,
                      "its processes vanished (killed, or the machine restarted); queued to resume from its latest checkpoint")

@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .bounds import control_problem
 from .errors import ConfigError
 from .states import DEFAULT_NOTIFY_EVENTS, EventKind
 from .tomlfile import problems_from, read_toml
@@ -146,6 +147,21 @@ class SlurmSection(_Section):
     accounting: Literal["auto", "on", "off"] = "auto"  # sacct for jobs squeue forgot (auto: if the cluster has it)
     shared_dirs: list[str] = []  # folders the nodes see although not on NFS/Lustre/GPFS/BeeGFS/CephFS
     max_gpus: int = Field(default=64, ge=0)  # GPUs orch keeps submitted at once; CPU jobs: [daemon] cpu_slots
+
+    @model_validator(mode="after")
+    def _one_line_each(self) -> "SlurmSection":
+        # Each value becomes an `#SBATCH` line or a Slurm argument: a newline would start a shell line.
+        for field in ("partition", "account", "qos", "time", "gres", "mem_per_gpu", "slurm_conf"):
+            value = getattr(self, field)
+            problem = control_problem(value, allow_tab=False) if value is not None else None
+            if problem:
+                raise ValueError(f"{field}: {problem} (got {value!r})")
+        for field in ("extra_args", "shared_dirs"):
+            for i, value in enumerate(getattr(self, field)):
+                problem = control_problem(value, allow_tab=False)
+                if problem:
+                    raise ValueError(f"{field}[{i}]: {problem} (got {value!r})")
+        return self
 
 
 class Config(_Section):

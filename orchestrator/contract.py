@@ -41,6 +41,8 @@ ENV_FAULT_SLOW_STEP_S = "ORCH_FAULT_SLOW_STEP_S"  # a sleep per training step: g
 ENV_FAULT_HANG_AT_STEP = "ORCH_FAULT_HANG_AT_STEP"  # attempt 1 blocks forever at this step (hang watchdog)
 ENV_FAULT_SLOW_SAVE_S = "ORCH_FAULT_SLOW_SAVE_S"  # a sleep between a checkpoint's temp write and its rename
 ENV_TRACE_SAMPLES = "ORCH_TRACE_SAMPLES"  # a file: one JSON line per trained micro-batch (sample accounting)
+ENV_PROBE_WARMUP = "ORCH_PROBE_WARMUP"  # `orch estimate`'s probe: the step its steady-state clock starts at
+ENV_PARAM_PREFIX = "ORCH_PARAM_"  # a sweep trial's parameters, as environment variables of a command job
 
 # -- the environment of a user hook ([hooks] on_<event>) -------------------------------------------
 
@@ -71,7 +73,20 @@ METRICS_CSV = "metrics.csv"
 TENSORBOARD = "tensorboard"  # the runner's TensorBoard event files, one per attempt
 HEALTH = "health.json"  # training health (diverged, loss_flat), written by the runner, read by the daemon
 CHECKPOINT_INTERVAL = "checkpoint-interval.json"  # [checkpoint] every = "auto": what it chose and why (runner -> show)
+DEFAULT_MTBF_S = 6 * 3600.0  # what orch assumes before it has seen a preemption on a machine
+
+
+def young_daly(cost_s: float, mtbf_s: float) -> float:
+    """The checkpoint interval that balances save stalls against redone work: sqrt(2 x C x M).
+    The runner's `every = "auto"` uses it, and `orch estimate` projects with it."""
+    import math
+
+    return math.sqrt(2.0 * max(cost_s, 1e-6) * mtbf_s)
 DISK_FULL = "disk_full.json"  # a checkpoint write found the disk full: needed vs free bytes (runner -> daemon)
+# Background periodic checkpoints keep a host copy of the state: its size, the memory it was
+# weighed against, and whether it was too big (then saves are synchronous) (runner -> daemon, show).
+SNAPSHOT_MEMORY = "snapshot-memory.json"
+ENV_SNAPSHOTS_HELD = "ORCH_SNAPSHOTS_HELD_BYTES"  # host memory other running jobs' snapshots hold
 
 
 def attempt_log(n: int, rank: int = 0) -> str:

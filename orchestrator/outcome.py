@@ -40,6 +40,8 @@ def decide(intent: Intent, code: Optional[int], sig: Optional[int], *, has_resul
         return Decision(JobState.CANCELLED, EventKind.CANCELLED, AttemptOutcome.CANCELLED, f"cancelled by the user ({how})")
     if intent in (Intent.BUDGET, Intent.LEASE_LOST):  # the reason recorded with the intent stays
         return Decision(JobState.STOPPED, EventKind.STOPPED, AttemptOutcome.STOPPED, "")
+    if intent is Intent.PRUNE:
+        return Decision(JobState.PRUNED, EventKind.PRUNED, AttemptOutcome.PRUNED, "")
     if intent is Intent.PREEMPT:
         return Decision(JobState.QUEUED, EventKind.PREEMPTED, AttemptOutcome.PREEMPTED,
                         f"preempted ({how}); queued to resume from its latest checkpoint")

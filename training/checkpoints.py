@@ -220,6 +220,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             else:
                 prune_checkpoints(Path(path).parent, self.keep)
 
+    def load_checkpoint(self, path: Any, map_location: Optional[Any] = None, weights_only: Optional[bool] = None) -> Any:
+        """Always weights_only: a checkpoint is tensors and plain data (training/rng.py keeps RNG
+        states that way), never pickled code, even on a torch whose default is unsafe."""
+        return super().load_checkpoint(path, map_location=map_location or (lambda storage, loc: storage),
+                                       weights_only=True)
+
     def prune(self) -> list[Path]:
         """Retention deferred by a notice save; a no-op when nothing is pending."""
         folder, self._prune_pending = self._prune_pending, None

@@ -23,8 +23,9 @@ from ..paths import Home
 from ..records import Job
 from ..states import EventKind, Intent, JobState
 from ..store import Store
-from . import reap, spawn, stop_requests, watchdog
+from . import guard, reap, spawn, stop_requests, watchdog
 from .accounting import accrue_interval
+from .sweep_step import advance_sweeps
 
 log = logging.getLogger("orch.daemon")
 
@@ -67,17 +68,19 @@ class Daemon:
     def tick(self, now: Optional[float] = None) -> None:
         now = time.time() if now is None else now
         with self.lock:
-            self.executor.refresh(self.store.jobs([JobState.RUNNING]), now)
-            self.reap(now)
-            self.watchdog.check(self, now)  # hung jobs: stacks, SIGTERM, retry (daemon/watchdog.py)
-            self.watch_health(now)
-            self.apply_cancels(now)
-            self.check_budgets(now)
-            self.escalate(now)
+            # Each step guarded (daemon/guard.py): an error in one is logged and the others run.
+            guard.step("refresh", lambda t: self.executor.refresh(self.store.jobs([JobState.RUNNING]), t), now)
+            guard.step("reap", self.reap, now)
+            guard.step("watchdog", lambda t: self.watchdog.check(self, t), now)  # hung jobs: stacks, SIGTERM, retry
+            for name, run in (("health", self.watch_health), ("deadlines", self.watch_deadlines),
+                              ("cancels", self.apply_cancels), ("budgets", self.check_budgets),
+                              ("escalate", self.escalate)):
+                guard.step(name, run, now)
             if not self.stopping:
-                self.dispatch(now)
-            self.accrue(now)
-            self.notice_drained(now)
+                guard.step("sweeps", lambda t: advance_sweeps(self, t), now)  # prune, create trials (sweep_step.py)
+                guard.step("dispatch", self.dispatch, now)
+            guard.step("accrue", self.accrue, now)
+            guard.step("drained", self.notice_drained, now)
 
     def reap(self, now: float) -> None:
         reap.reap(self, now)
@@ -91,6 +94,13 @@ class Daemon:
 
         for job in record_loss_flat(self.store, self.config, self.home, now):
             self.on_event(EventKind.LOSS_FLAT.value, job)
+
+    def watch_deadlines(self, now: float) -> None:
+        """A deadline job whose projected finish crossed its deadline: one `deadline_at_risk` event."""
+        from .deadlines import watch_deadlines
+
+        for job in watch_deadlines(self, now):
+            self.on_event(EventKind.DEADLINE_AT_RISK.value, job)
 
     def check_budgets(self, now: float) -> None:
         stop_requests.check_budgets(self, now)

@@ -10,8 +10,9 @@ import threading
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
+from ..bounds import INT64_MAX, INT64_MIN
 from ..errors import InvalidTransition, JobNotFound, OrchError
 from ..records import JOB_COLUMNS, Attempt, AttemptEnd, AttemptStart, Event, Job, Outgoing
 from ..states import AttemptOutcome, EventKind, JobState, ensure_allowed
@@ -159,7 +160,10 @@ class JobRows:
         outgoing: Iterable[Outgoing] = (),
         uid: Optional[str] = None,
         executor: str = "local",
+        link: Optional[Callable[[sqlite3.Connection, int], None]] = None,
     ) -> Job:
+        """Insert a queued job and its `submitted` event; `link` writes rows that must commit with
+        the job (a sweep's trial row) in the same transaction."""
         with self._tx() as db:
             for dep in after_ids:
                 if db.execute("SELECT 1 FROM jobs WHERE id=?", (dep,)).fetchone() is None:
@@ -175,6 +179,8 @@ class JobRows:
                  uid or uuid.uuid4().hex, executor),
             )
             job_id = cur.lastrowid
+            if link is not None:
+                link(db, job_id)
             # Messages are built before the id exists; stamp it in.
             outgoing = [Outgoing(o.channel, {**o.payload, "job_id": job_id}) for o in outgoing]
             self._event(db, job_id, EventKind.SUBMITTED, detail, now, outgoing)
@@ -188,6 +194,8 @@ class JobRows:
         return self._get(self.db, job_id)
 
     def _get(self, db: sqlite3.Connection, job_id: int) -> Job:
+        if not INT64_MIN <= job_id <= INT64_MAX:  # an id SQLite cannot hold names no job
+            raise JobNotFound(job_id)
         row = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(job_id)

@@ -43,14 +43,6 @@ def queue(store: Store, home: Home, config: Config, now: float) -> dict[str, Any
             "jobs": active + done}
 
 
-def _safe_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """[env] values may be secrets (tokens, keys): the page shows their names only."""
-    spec = dict(spec)
-    if isinstance(spec.get("env"), dict):
-        spec["env"] = {k: "***" for k in spec["env"]}
-    return spec
-
-
 def log_tail(run_dir: Path, attempt: int) -> str:
     from notifiers.redaction import redact
 
@@ -94,7 +86,6 @@ def markers(attempts: list[dict[str, Any]], health: dict[str, Any]) -> list[dict
 def job(store: Store, home: Home, config: Config, job_id: int, now: float) -> dict[str, Any]:
     data = show_data(store, home, job_id, now)
     run_dir = home.run_dir(job_id)
-    data["spec"] = _safe_spec(data.get("spec") or {})
     data["currency"] = config.pricing.currency
     data["metrics"] = read_metrics(run_dir / METRICS_CSV)
     health = read_json(run_dir / HEALTH) or {}
