@@ -21,7 +21,7 @@ from ..records import Job
 from ..states import EventKind, Intent, JobState
 from ..store import Store
 from . import objective
-from .records import Sweep, SweepState
+from ..sweep_records import Sweep, SweepState
 from .spec import SweepSection, apply_params
 from .study import SweepStudy
 from .summary import describe_params, summarize
