@@ -27,7 +27,7 @@ import tomli_w
 from orchestrator.config import load_config
 from orchestrator.paths import Home
 from orchestrator.store import Store
-from orchestrator.sweeps.records import SweepState
+from orchestrator.sweep_records import SweepState
 from orchestrator.sweeps.spec import load_sweep
 from orchestrator.sweeps.summary import summarize
 

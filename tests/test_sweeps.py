@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from daemon_harness import wait_for
+from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
 from orchestrator.states import EventKind, JobState
 from orchestrator.store import Store
-from orchestrator.sweeps.records import SweepState
+from orchestrator.sweep_records import SweepState
 from sweep_harness import starts, write_score_job, write_sweep
 
 SHOW_KEYS = {"id", "state", "objective", "direction", "best", "trials", "steps_total", "cost_total", "pruned", "saved"}
@@ -243,7 +243,7 @@ def test_the_daemon_imports_optuna_only_while_a_sweep_exists(orch_home):
     code = ("import sys, time; from orchestrator.paths import Home; from orchestrator.config import load_config;"
             "from orchestrator.store import Store; from orchestrator.daemon.tick import Daemon;"
             "from orchestrator.polling import poll;"
-            f"home = Home({str(h.root)!r}); store = Store(home.db);"
+            f"from pathlib import Path; home = Home(Path({str(h.root)!r})); store = Store(home.db);"
             "d = Daemon(home, load_config(home.root / 'config.toml'), store, gpu_ids=[]);"
             f"poll(lambda: d.tick() or store.get({job_id}).state.is_terminal, 60, 0.1);"
             "print('optuna' in sys.modules, store.get(%d).state.value);"

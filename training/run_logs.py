@@ -28,7 +28,7 @@ from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from pytorch_lightning.loggers.logger import Logger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from orchestrator.contract import ENV_TENSORBOARD_DIR, METRICS_CSV, TENSORBOARD, atomic_file
+from orchestrator.contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_TENSORBOARD_DIR, METRICS_CSV, TENSORBOARD, atomic_file
 
 NOT_METRICS = frozenset({"epoch", "step"})  # columns Lightning adds to every row
 FLUSH_EVERY_S = 5.0  # metrics.csv and TensorBoard lag training by at most this (and the log interval)
@@ -310,10 +310,10 @@ def run_loggers(run_dir: Path, *, resume_step: Optional[int], job_name: str) -> 
     step S were logged by batches the checkpoint of step S includes, and the rows from S on
     come from batches this attempt runs (again)."""
     purge = resume_step or 0
-    job_id = os.environ.get("ORCH_JOB_ID", "")
+    job_id = os.environ.get(ENV_JOB_ID, "")
     return [
         ContinuingCSVLogger(run_dir, purge_step=purge),
-        TensorBoardEvents(run_dir / TENSORBOARD, purge_step=purge, attempt=os.environ.get("ORCH_ATTEMPT", ""),
+        TensorBoardEvents(run_dir / TENSORBOARD, purge_step=purge, attempt=os.environ.get(ENV_ATTEMPT, ""),
                           link_dir=os.environ.get(ENV_TENSORBOARD_DIR) or None,
                           link_name=f"{job_name}-{job_id}" if job_id else job_name),
     ]

@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from ..contract import checkpoint_dir
 from ..paths import Home
 
 VERSION = 1
@@ -168,4 +169,4 @@ def newest_step(manifest: dict[str, Any]) -> Optional[int]:
 
 
 def local_checkpoint_path(run_dir: Path, record: dict[str, Any]) -> Path:
-    return run_dir / "checkpoints" / record["name"]
+    return checkpoint_dir(run_dir) / record["name"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..config import Config
+from ..contract import JOB_TOML
 from ..cost import format_money
 from ..errors import InvalidTransition
 from ..lifecycle import cancel_job, outgoing_for, write_run_spec
@@ -20,7 +21,7 @@ from ..records import Job
 from ..states import EventKind, Intent, JobState
 from ..store import Store
 from . import objective
-from .records import Sweep, SweepState
+from ..sweep_records import Sweep, SweepState
 from .spec import SweepSection, apply_params
 from .study import SweepStudy
 from .summary import describe_params, summarize
@@ -83,7 +84,7 @@ def advance(ctx: SweepContext, sweep: Sweep, now: float) -> None:
                 step = study.trials()[t.number].last_step
                 ctx.stop(job, Intent.PRUNE, f"pruned by the sweep's {section.pruner} pruner at step {step}: "
                                             f"{section.objective} behind the other trials")
-        elif job.state is JobState.QUEUED and not (run_dir / "job.toml").is_file():
+        elif job.state is JobState.QUEUED and not (run_dir / JOB_TOML).is_file():
             write_run_spec(ctx.home, job.id, job.spec)  # the daemon died between the insert and this write
 
     spent = sum(j.cost for j in jobs.values())

@@ -11,7 +11,7 @@ from ..records import Job
 from ..states import JobState
 from ..store import Store
 from . import objective
-from .records import Sweep
+from ..sweep_records import Sweep
 
 
 def describe_params(params: dict[str, Any]) -> str:

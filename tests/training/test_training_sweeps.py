@@ -13,7 +13,7 @@ from orchestrator.config import load_config
 from orchestrator.paths import Home
 from orchestrator.states import JobState
 from orchestrator.store import Store
-from orchestrator.sweeps.records import SweepState
+from orchestrator.sweep_records import SweepState
 from orchestrator.sweeps.spec import load_sweep
 
 from conftest import assert_same_weights, final_weights, read_progress, wait_for

@@ -18,7 +18,40 @@ checkpoint, and the notice checkpoint goes out at [storage] notice_concurrency; 
 waits up to notice_deadline_seconds for it, then releases its leases so `orch adopt` elsewhere
 needs no wait (uploader.py: the thread)."""
 
-from .events import build_mirror
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+from ...records import Job
+from ...states import EventKind
 from .uploader import Mirror
 
 __all__ = ["Mirror", "build_mirror"]
+
+
+def build_mirror(rt: Any) -> Optional[Mirror]:
+    """The runtime's uploader, wired to its daemon: a lost lease stops the job here with a
+    checkpoint (its own intent: SIGTERM, exit 75, `stopped`), or cancels it if it is queued; the
+    store going down and coming back are recorded events with notifications."""
+    if not rt.config.storage.url:
+        return None
+    import socket
+
+    from ...lifecycle import outgoing_for
+    from .. import stop_requests
+
+    d = rt.daemon
+
+    def lease_lost(job: Job, reason: str) -> None:
+        now = time.time()
+        with d.lock:
+            stop_requests.stop_for_lost_lease(d, job.id, reason, now)
+
+    def event(kind: EventKind, detail: str) -> None:
+        payload = {"event": kind.value, "reason": detail, "host": socket.gethostname(), "state": "",
+                   "currency": rt.config.pricing.currency}
+        rt.store.record_event(None, kind, time.time(), detail=detail, outgoing=outgoing_for(rt.config, kind, payload))
+        rt.hooks.submit_event(kind.value, None)
+
+    return Mirror(rt.home, rt.config, rt.store, on_lease_lost=lease_lost, on_event=event)
