@@ -242,6 +242,10 @@ def test_missing_the_notice_deadline_leaves_the_manifest_at_the_previous_checkpo
     uid = a.job(job_id).uid
     remote = remote_for(a)
     wait_manifest(remote, uid, lambda m: m["checkpoints"] and m["checkpoints"][0]["step"] >= 10, what="step 10 mirrored")
+    mirrored = manifest(remote, uid)["checkpoints"][0]["step"]
+    # the job past the mirrored checkpoint, so the notice checkpoint holds steps the mirror lacks
+    wait_for(lambda: json.loads((a.run_dir(job_id) / "progress.json").read_text())["step"] > mirrored, 30,
+             what="the job past the mirrored step")
     a.daemons[0].send_signal(signal.SIGTERM)
     assert a.daemons[0].wait(60) == 0
     notice = sorted((a.run_dir(job_id) / "checkpoints").glob("notice-*"))[-1]
