@@ -59,15 +59,14 @@ class Outage:
 
 def build_mirror(rt: Any) -> Optional[Any]:
     """The runtime's uploader, wired to its daemon: a lost lease stops the job here with a
-    checkpoint (the budget path: SIGTERM, exit 75, `stopped`), or cancels it if it is queued; the
+    checkpoint (its own intent: SIGTERM, exit 75, `stopped`), or cancels it if it is queued; the
     store going down and coming back are recorded events with notifications."""
     if not rt.config.storage.url:
         return None
     import socket
 
     from ...lifecycle import outgoing_for
-    from ...states import Intent
-    from .. import requests
+    from .. import stop_requests
     from .uploader import Mirror
 
     d = rt.daemon
@@ -75,14 +74,7 @@ def build_mirror(rt: Any) -> Optional[Any]:
     def lease_lost(job: Job, reason: str) -> None:
         now = time.time()
         with d.lock:
-            job = d.store.get(job.id)
-            if job.state is JobState.RUNNING:
-                if job.intent is Intent.NONE:
-                    requests.signal_job(d, job, Intent.BUDGET, now, reason)
-                else:  # already stopping (a notice): it must not be queued again here
-                    d.store.update(job.id, now, only_if_state=[JobState.RUNNING], intent=Intent.BUDGET.value, reason=reason)
-            elif job.state is JobState.QUEUED:
-                d.change(job, JobState.CANCELLED, EventKind.CANCELLED, now, reason=reason)
+            stop_requests.stop_for_lost_lease(d, job.id, reason, now)
 
     def event(kind: EventKind, detail: str) -> None:
         payload = {"event": kind.value, "reason": detail, "host": socket.gethostname(), "state": "",

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ...backoff import backoff_s
 from ...contract import CHECKPOINTS, step_checkpoints
 from ...paths import Home
 from ...records import Job
@@ -99,7 +100,7 @@ class UploadQueue:
             log.info("mirror: job %s: upload of %s dropped for %s", row["job_id"], row["name"], why)
             return False
         except StorageError as exc:
-            delay = min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2 ** min(row["tries"], 10))
+            delay = backoff_s(row["tries"], _BACKOFF_BASE_S, _BACKOFF_MAX_S)
             self.store.upload_retry(row["id"], time.time() + delay, str(exc))
             raise
         took = time.monotonic() - started
