@@ -115,7 +115,7 @@ def status(
     add_lag_notes(store, rows)  # [storage]: a note when the mirror lags
     from .deadline_view import add_deadline_notes
 
-    add_deadline_notes(store, home, _config_or_none(), rows, time.time())  # deadline jobs only
+    add_deadline_notes(store, home, _config_or_none, rows, time.time())  # deadline jobs only
     if as_json:
         emit_json(rows)
         return
@@ -153,7 +153,7 @@ def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, 
     data = show_data(store, ctx.home, job_id)
     from .deadline_view import add_deadline_notes
 
-    add_deadline_notes(store, ctx.home, _config_or_none(), [data], time.time())
+    add_deadline_notes(store, ctx.home, _config_or_none, [data], time.time())
     data["mirror"] = _mirror_view(store, job_id)
     from ..contract import CHECKPOINT_INTERVAL, read_json
 
