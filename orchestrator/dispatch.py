@@ -24,7 +24,7 @@ def hold_reason(job: Job, dep_states: Mapping[int, JobState], now: float, *,
         state = dep_states.get(dep)
         if state is None:
             return Hold(f"dependency {dep} no longer exists", fail=True)
-        if state in (JobState.FAILED, JobState.CANCELLED, JobState.STOPPED):
+        if state in (JobState.FAILED, JobState.CANCELLED, JobState.STOPPED, JobState.PRUNED):
             return Hold(f"dependency {dep} {state.value}" if state is not JobState.FAILED else f"dependency {dep} failed",
                         fail=True)
         if state is not JobState.SUCCEEDED:

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Optional, Sequence
 import tomli_w
 
 from .config import Config
-from .errors import InvalidTransition, SpecError
+from .errors import HomeError, InvalidTransition, SpecError
 from .jobspec import JobSpec, check_deadline, load_jobspec
 from .paths import Home
 from .contract import read_json
@@ -75,8 +75,7 @@ def payload_for(job: Job, kind: EventKind | str, config: Config, home: Home, *, 
 
 def write_run_spec(home: Home, job_id: int, spec: dict[str, Any]) -> Path:
     """runs/<id>/job.toml: the resolved spec, so the job runs the same from anywhere."""
-    run_dir = home.run_dir(job_id)
-    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    run_dir = home.make_run_dir(job_id)
     target = run_dir / "job.toml"
     tmp = run_dir / ".job.toml.tmp"
     tmp.write_text(tomli_w.dumps(spec))
@@ -128,7 +127,12 @@ def submit_job(store: Store, config: Config, home: Home, toml_path: Path, *, now
         detail=f"from {toml_path.resolve()}",
         outgoing=_submitted_outgoing(config, home, spec, now),
     )
-    write_run_spec(home, job.id, data)
+    try:
+        write_run_spec(home, job.id, data)
+    except HomeError as exc:  # a link planted at runs/<id>: the job never runs, and says why
+        change_state(store, config, home, job, JobState.FAILED, EventKind.FAILED, now, reason=str(exc),
+                     expect=[JobState.QUEUED])
+        raise
     return job
 
 

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from ..cost import format_duration, format_money
 
 STATE_STYLE = {"queued": "yellow", "running": "cyan", "succeeded": "green", "failed": "red",
-               "cancelled": "magenta", "stopped": "magenta"}
+               "cancelled": "magenta", "stopped": "magenta", "pruned": "magenta"}
 
 
 def duration(seconds: Optional[float]) -> str:
@@ -143,6 +143,9 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
     if auto and auto.get("interval_s") is not None:
         lines.append(f"  checkpoint: every {duration(auto['interval_s'])} (auto: {auto.get('why')}; MTBF from "
                      f"{auto.get('mtbf_source')})")
+    memory = d.get("snapshot_memory") or {}
+    if memory.get("background") is False:
+        lines.append(f"  warning:   {memory.get('reason')}")
     mirror = d.get("mirror")
     if mirror:
         lines.append(f"  mirror:    {mirror['url']}   step {mirror['step'] if mirror['step'] is not None else '-'}"

@@ -6,7 +6,7 @@ second crossing is told again."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from ..cost import format_duration
 from ..forecast import Forecast, queue_forecast
@@ -14,9 +14,7 @@ from ..jobspec import deadline_ts
 from ..lifecycle import outgoing_for, payload_for
 from ..records import Job
 from ..states import EventKind, JobState
-
-if TYPE_CHECKING:
-    from .tick import Daemon
+from .step_context import StepContext
 
 # A projection must come back this far inside the deadline to count as recovered: an ETA that
 # wobbles around the deadline is one crossing, not one per tick.
@@ -42,7 +40,7 @@ def at_risk_text(job: Job, deadline: float, forecast: Forecast, now: float) -> s
     return parts[0] + ("; " + "; ".join(helps) if helps else "")
 
 
-def watch_deadlines(d: "Daemon", now: float) -> list[Job]:
+def watch_deadlines(d: StepContext, now: float) -> list[Job]:
     """Record crossings; returns the jobs a `deadline_at_risk` was recorded for (their hooks run)."""
     jobs = [j for j in d.store.jobs([JobState.QUEUED, JobState.RUNNING]) if '"deadline"' in j.spec_json]
     if not jobs:
@@ -77,7 +75,7 @@ def _projected(forecast: Forecast, deadline: float) -> Optional[float]:
     return forecast.start if forecast.start > deadline else None
 
 
-def _is_at_risk(d: "Daemon", job: Job) -> bool:
+def _is_at_risk(d: StepContext, job: Job) -> bool:
     events = d.store.events(job.id, kinds=[EventKind.DEADLINE_AT_RISK.value, EventKind.DEADLINE_RECOVERED.value])
     return bool(events) and events[-1].kind == EventKind.DEADLINE_AT_RISK.value
 

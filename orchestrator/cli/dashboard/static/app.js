@@ -1,4 +1,4 @@
-// The dashboard's three pages (#/ queue, #/job/ID, #/bill), refreshed by polling the read-only
+// The dashboard's pages (#/ queue and sweeps, #/job/ID, #/sweep/ID, #/bill), refreshed by polling the read-only
 // JSON API. Everything is built with textContent: job names and log lines are never parsed as HTML.
 "use strict";
 (function () {
@@ -55,6 +55,39 @@
     return h("td", {}, total ? bar : null, `${r.step}${total ? " / " + total : ""}`);
   }
 
+  // -- sweeps ----------------------------------------------------------------------------------
+  let sweepList = [];
+  function sweepsTable() {
+    if (!sweepList.length) return null;
+    return h("table", { id: "sweeps" },
+      h("thead", {}, h("tr", {}, ...["sweep", "name", "state", "trials", "objective"].map((t) => h("th", { text: t })))),
+      h("tbody", {}, ...sweepList.map((s) => h("tr", { class: "sweep-row", "data-sweep-id": s.id, onclick: () => { location.hash = `#/sweep/${s.id}`; } },
+        h("td", {}, h("a", { href: `#/sweep/${s.id}`, text: String(s.id) })), h("td", { text: s.name }),
+        h("td", {}, stateBadge(s.state)), h("td", { text: `${s.trials} of ${s.planned}` }), h("td", { text: s.objective })))));
+  }
+
+  function renderSweep(d) {
+    const cur = d.currency;
+    const chart = window.OrchChart.line({ title: `${d.objective} against step, every trial`, xLabel: "step",
+      markers: d.markers, series: d.curves.map((c) => ({ name: c.name, points: c.points, dots: c.state === "pruned" })) });
+    const fmtv = (v) => v === null || v === undefined ? "—" : Number(v).toPrecision(4);
+    const table = h("table", { id: "trials" },
+      h("thead", {}, h("tr", {}, ...["job", "params", "state", d.objective, "steps", "cost"].map((t) => h("th", { text: t })))),
+      h("tbody", {}, ...d.trials.map((t) => h("tr", { "data-state": t.state, onclick: () => { location.hash = `#/job/${t.id}`; } },
+        h("td", {}, h("a", { href: `#/job/${t.id}`, text: String(t.id) })), h("td", { text: t.params_text }),
+        h("td", {}, stateBadge(t.state)), h("td", { class: "num", text: fmtv(t.value) }),
+        h("td", { class: "num", text: String(t.steps) }), h("td", { class: "num", text: money(t.cost, cur) })))));
+    const best = d.best ? `job ${d.best.trial}, ${d.objective} = ${fmtv(d.best.value)}` : "no trial finished yet";
+    put(
+      h("h1", {}, `Sweep ${d.id} · ${d.name} `, stateBadge(d.state)),
+      d.reason ? h("p", { class: "reason", text: d.reason }) : null,
+      h("div", { class: "grid" }, kv("trials", `${d.trials.length} of ${d.trials_planned}`), kv("best", best),
+        kv("steps", String(d.steps_total)), kv("cost", money(d.cost_total, cur)), kv("pruned", String(d.pruned)),
+        kv("pruning saved", money(d.saved, cur) + " · " + dur(d.saved_seconds))),
+      h("h2", { text: "Objective" }), h("div", { class: "charts", id: "charts" }, chart),
+      h("h2", { text: "Trials (best first)" }), table);
+  }
+
   function renderQueue(data) {
     const cur = data.currency;
     const active = data.jobs.filter((j) => j.state === "queued" || j.state === "running");
@@ -79,6 +112,7 @@
       h("tbody", {}, ...rows));
     const daemon = data.daemon_pid ? `daemon running (pid ${data.daemon_pid})` : "no daemon running: `orch daemon start` runs the queue";
     put(
+      sweepList.length ? h("h1", { text: "Sweeps" }) : null, sweepsTable(),
       h("h1", { text: "Queue" }),
       h("p", { class: "muted", id: "summary", text: `${active.length} queued or running, ${data.jobs.length} in all · ${daemon}` }),
       data.jobs.length ? table : h("p", { class: "muted", text: "No jobs yet: `orch submit job.toml`." }));
@@ -193,6 +227,8 @@
     const hash = location.hash || "#/";
     const m = hash.match(/^#\/job\/(\d+)/);
     if (m) return { page: "job", path: `/api/job/${m[1]}`, render: renderJob, every: 3000, nav: "queue" };
+    const sw = hash.match(/^#\/sweep\/(\d+)/);
+    if (sw) return { page: "sweep", path: `/api/sweep/${sw[1]}`, render: renderSweep, every: 3000, nav: "queue" };
     if (hash.startsWith("#/bill")) return { page: "bill", path: "/api/bill", render: renderBill, every: 5000, nav: "bill" };
     return { page: "queue", path: "/api/queue", render: renderQueue, every: 2000, nav: "queue" };
   }
@@ -200,6 +236,7 @@
   async function refresh(r, gen) {
     try {
       const data = await getJSON(r.path);
+      if (r.page === "queue") sweepList = await getJSON("/api/sweeps").catch(() => []);
       if (gen !== generation) return;
       const y = window.scrollY;
       r.render(data);
