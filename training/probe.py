@@ -72,7 +72,9 @@ def probe(job_toml: Path, warmup: int, steps: int) -> dict[str, Any]:
     assert spec.train is not None and spec.data is not None
     train = spec.train
     world = plan_devices(spec)["world"]
+    counted = time.time()
     rows = load_split(spec.data.train, "train").num_rows
+    counting_s = time.time() - counted  # the probe's own work: not part of the job's start-up
     batches = math.ceil(math.ceil(rows / world) / train.batch_size)
     steps_per_epoch = math.ceil(batches / train.accumulate_grad_batches)
     total = total_steps(rows, world, train.batch_size, train.accumulate_grad_batches, train)
@@ -105,7 +107,7 @@ def probe(job_toml: Path, warmup: int, steps: int) -> dict[str, Any]:
         "steady_steps": figures.get("steady_steps"),
         "warmup_steps": warmup,
         "probe_steps": probe_steps,
-        "startup_s": (first - PROCESS_START) if first else None,
+        "startup_s": (first - PROCESS_START - counting_s) if first else None,
         "checkpoint_s": figures["checkpoint_s"] / figures["checkpoints"] if figures.get("checkpoints") else None,
         "eval_pass_s": figures["eval_s"] / figures["evals"] if figures.get("evals") else None,
         "data_wait_per_step_s": figures["data_wait_s"] / figures["steps"] if figures.get("steps") else None,
