@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from daemon_harness import wait_for
+from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
 from orchestrator.states import EventKind, JobState
 from orchestrator.store import Store
 from orchestrator.sweeps.records import SweepState
@@ -233,6 +233,25 @@ def test_tpe_with_a_fixed_seed_proposes_the_same_parameters_on_a_rerun(tmp_path,
     assert proposals[0] == proposals[1]
 
 
+DAEMON_PROBE = r"""
+import sys
+from orchestrator.config import load_config
+from orchestrator.daemon.tick import Daemon
+from orchestrator.paths import Home
+from orchestrator.polling import poll
+from orchestrator.store import Store
+
+from pathlib import Path
+home = Home(Path(sys.argv[1])); store = Store(home.db); job_id = int(sys.argv[2])
+d = Daemon(home, load_config(home.root / "config.toml"), store, gpu_ids=[])
+poll(lambda: d.tick() or store.get(job_id).state.is_terminal, 60, 0.1)
+print("optuna" in sys.modules, store.get(job_id).state.value, flush=True)
+sys.stdin.readline()
+d.tick()
+print("optuna" in sys.modules, len(store.trials(1)), flush=True)
+"""
+
+
 def test_the_daemon_imports_optuna_only_while_a_sweep_exists(orch_home):
     import subprocess
 
@@ -240,18 +259,12 @@ def test_the_daemon_imports_optuna_only_while_a_sweep_exists(orch_home):
     job_id = h.submit("plain")
     write_score_job(h.tmp, steps=2, pause=0.0)
     sweep = write_sweep(h.tmp, trials=1, parallel=1)
-    code = ("import sys, time; from orchestrator.paths import Home; from orchestrator.config import load_config;"
-            "from orchestrator.store import Store; from orchestrator.daemon.tick import Daemon;"
-            "from orchestrator.polling import poll;"
-            f"home = Home({str(h.root)!r}); store = Store(home.db);"
-            "d = Daemon(home, load_config(home.root / 'config.toml'), store, gpu_ids=[]);"
-            f"poll(lambda: d.tick() or store.get({job_id}).state.is_terminal, 60, 0.1);"
-            "print('optuna' in sys.modules, store.get(%d).state.value);"
-            "sys.stdin.readline(); d.tick(); print('optuna' in sys.modules)" % job_id)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=h.env())
+    proc = subprocess.Popen([sys.executable, "-c", DAEMON_PROBE, str(h.root), str(job_id)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=h.env())
     first = proc.stdout.readline().split()
-    assert first == ["False", "succeeded"], proc.stderr.read() if proc.poll() is not None else first
-    _submit(h, sweep)
+    if first != ["False", "succeeded"]:
+        proc.kill()
+        raise AssertionError(f"{first}: {proc.communicate()[1]}")
+    assert _submit(h, sweep) == 1
     out, errs = proc.communicate("go\n", timeout=60)
-    assert out.strip() == "True", errs
+    assert out.split() == ["True", "1"], errs
