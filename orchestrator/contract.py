@@ -2,7 +2,8 @@
 is given, the files it writes into its run folder, the checkpoint names (with their one parser)
 and the atomic JSON write both sides use. Standard library only: `training/` imports it before
 torch, the supervisor sits beside every job with it, and the daemon never imports anything heavy.
-DESIGN.md ("The job-process contract") and SPEC.md ("The run folder") describe it for people."""
+docs/trainers.md ("The job-process contract") and docs/commands.md ("Where things live")
+describe it for people."""
 
 from __future__ import annotations
 
@@ -42,7 +43,20 @@ TENSORBOARD = "tensorboard"  # the runner's TensorBoard event files, one per att
 HEALTH = "health.json"  # training health (diverged, loss_flat), written by the runner, read by the daemon
 CHECKPOINT_INTERVAL = "checkpoint-interval.json"  # [checkpoint] every = "auto": what it chose and why (runner -> show)
 ENV_MTBF_S = "ORCH_MTBF_S"  # the daemon's mean time between preemptions on this machine, when it has seen some
+DEFAULT_MTBF_S = 6 * 3600.0  # what orch assumes before it has seen a preemption on a machine
+
+
+def young_daly(cost_s: float, mtbf_s: float) -> float:
+    """The checkpoint interval that balances save stalls against redone work: sqrt(2 x C x M).
+    The runner's `every = "auto"` uses it, and `orch estimate` projects with it."""
+    import math
+
+    return math.sqrt(2.0 * max(cost_s, 1e-6) * mtbf_s)
 DISK_FULL = "disk_full.json"  # a checkpoint write found the disk full: needed vs free bytes (runner -> daemon)
+# Background periodic checkpoints keep a host copy of the state: its size, the memory it was
+# weighed against, and whether it was too big (then saves are synchronous) (runner -> daemon, show).
+SNAPSHOT_MEMORY = "snapshot-memory.json"
+ENV_SNAPSHOTS_HELD = "ORCH_SNAPSHOTS_HELD_BYTES"  # host memory other running jobs' snapshots hold
 
 
 def attempt_log(n: int, rank: int = 0) -> str:

@@ -11,8 +11,8 @@ from typing import Any, Iterable, Optional, Sequence
 import tomli_w
 
 from .config import Config
-from .errors import InvalidTransition, SpecError
-from .jobspec import JobSpec, load_jobspec
+from .errors import HomeError, InvalidTransition, SpecError
+from .jobspec import JobSpec, check_deadline, load_jobspec
 from .paths import Home
 from .contract import read_json
 from .provenance import git_state
@@ -75,8 +75,7 @@ def payload_for(job: Job, kind: EventKind | str, config: Config, home: Home, *, 
 
 def write_run_spec(home: Home, job_id: int, spec: dict[str, Any]) -> Path:
     """runs/<id>/job.toml: the resolved spec, so the job runs the same from anywhere."""
-    run_dir = home.run_dir(job_id)
-    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    run_dir = home.make_run_dir(job_id)
     target = run_dir / "job.toml"
     tmp = run_dir / ".job.toml.tmp"
     tmp.write_text(tomli_w.dumps(spec))
@@ -105,6 +104,7 @@ def submit_job(store: Store, config: Config, home: Home, toml_path: Path, *, now
                priority: Optional[int] = None, after: Sequence[int] = (), not_before: Optional[float] = None) -> Job:
     spec = load_jobspec(toml_path)
     check_gpus(spec, str(toml_path), machine_gpus)
+    check_deadline(spec, str(toml_path), now)
     check_nodes(spec, str(toml_path), config.executor.kind)
     folder = Path(spec.workdir) if spec.is_command and spec.workdir else toml_path.resolve().parent
     commit, dirty = git_state(folder)
@@ -127,7 +127,12 @@ def submit_job(store: Store, config: Config, home: Home, toml_path: Path, *, now
         detail=f"from {toml_path.resolve()}",
         outgoing=_submitted_outgoing(config, home, spec, now),
     )
-    write_run_spec(home, job.id, data)
+    try:
+        write_run_spec(home, job.id, data)
+    except HomeError as exc:  # a link planted at runs/<id>: the job never runs, and says why
+        change_state(store, config, home, job, JobState.FAILED, EventKind.FAILED, now, reason=str(exc),
+                     expect=[JobState.QUEUED])
+        raise
     return job
 
 

@@ -38,12 +38,14 @@ RETRYABLE = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.STOPPED, Jo
 
 
 class Intent(Word):
-    """Why the daemon signalled a job; recorded before the signal (SPEC: 'What ends an attempt')."""
+    """Why the daemon signalled a job; recorded before the signal (outcome.py: 'What ends an attempt')."""
 
     NONE = ""
     PREEMPT = "preempt"
     CANCEL = "cancel"
     BUDGET = "budget"
+    LEASE_LOST = "lease_lost"  # another machine adopted the job (the mirror's owner lease): stop here
+    HANG = "hang"  # the hang watchdog stopped it: a charged retry whatever the exit code
     PRUNE = "prune"  # a sweep's pruner judged the trial a loser
 
 
@@ -87,6 +89,8 @@ class EventKind(Word):
     LEASE_LOST = "lease_lost"  # another machine adopted the job: stopped here, its manifest left alone
     DIVERGED = "diverged"  # the loss became NaN/inf: beside the `failed` transition, naming the step
     LOSS_FLAT = "loss_flat"  # [train] flat_after_steps: the loss has not improved; the job goes on
+    DEADLINE_AT_RISK = "deadline_at_risk"  # the projected finish crossed the job's deadline
+    DEADLINE_RECOVERED = "deadline_recovered"  # ... and came back before it
     PRUNED = "pruned"  # a sweep trial stopped by the pruner
     SWEEP_FINISHED = "sweep_finished"  # a sweep's last trial ended: the best trial, its cost, what pruning saved
 
@@ -98,7 +102,7 @@ SUBSCRIBABLE = tuple(k.value for k in EventKind if k not in HISTORY_ONLY)
 # A job that ended, was preempted or needs a look (hung, flat loss), and the machine powering off or
 # losing its mirror: what a channel gets when it names no events.
 DEFAULT_NOTIFY_EVENTS = frozenset({"succeeded", "failed", "stopped", "preempted", "idle_shutdown", "loss_flat", "hang",
-                                   "mirror_failed", "lease_lost", "sweep_finished"})
+                                   "mirror_failed", "lease_lost", "deadline_at_risk", "sweep_finished"})
 
 
 Q, R = JobState.QUEUED, JobState.RUNNING

@@ -15,6 +15,8 @@ else:  # pragma: no cover - Python 3.10 images
 
 from pydantic import BaseModel, ValidationError
 
+from .bounds import MAX_DEPTH, value_problems
+
 
 def read_toml(path: Path, label: str, error_cls: type[Exception]) -> dict[str, Any]:
     """Parse `path`; a missing file or a syntax error becomes error_cls([one line])."""
@@ -27,10 +29,16 @@ def read_toml(path: Path, label: str, error_cls: type[Exception]) -> dict[str, A
     except (OSError, UnicodeDecodeError) as exc:
         raise error_cls([f"{label}: cannot read: {exc}"]) from None
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         # tomllib's message already ends with "(at line L, column C)".
         raise error_cls([f"{label}: TOML syntax error: {exc}"]) from None
+    except RecursionError:
+        raise error_cls([f"{label}: nested more than {MAX_DEPTH} levels deep"]) from None
+    problems = value_problems(data, label)
+    if problems:
+        raise error_cls(problems)
+    return data
 
 
 def _show(value: Any) -> str:

@@ -1,5 +1,5 @@
 """`orch` as users and scripts drive it, through the real console script (subprocess) and through
-typer's CliRunner: SPEC's commands, options, exit codes, JSON keys, and hints on stderr only."""
+typer's CliRunner: the documented commands, options, exit codes, JSON keys, and hints on stderr only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checkpoint files of a run: atomic durable writes, the names SPEC.md fixes (the step is in the
+"""Checkpoint files of a run: atomic durable writes, the names the contract fixes (the step is in the
 name so the daemon can pick one without torch), integrity checks, retention."""
 
 from __future__ import annotations
@@ -236,6 +236,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 self._prune_pending = Path(path).parent
             else:
                 prune_checkpoints(Path(path).parent, self.keep)
+
+    def load_checkpoint(self, path: Any, map_location: Optional[Any] = None, weights_only: Optional[bool] = None) -> Any:
+        """Always weights_only: a checkpoint is tensors and plain data (training/rng.py keeps RNG
+        states that way), never pickled code, even on a torch whose default is unsafe."""
+        return super().load_checkpoint(path, map_location=map_location or (lambda storage, loc: storage),
+                                       weights_only=True)
 
     def prune(self) -> list[Path]:
         """Retention deferred by a notice save; a no-op when nothing is pending."""

@@ -133,8 +133,12 @@ def build_callbacks(spec: JobSpec, ckpt_dir: Path, *, has_val: bool, progress: b
 
     from .callbacks import OrchCallback
 
+    from .goodput import GoodputMeter
+
     orch = OrchCallback(ckpt_dir=ckpt_dir, log_every_s=None if progress else 30.0, handle_sigint=progress)
-    callbacks: list[Any] = [orch]
+    meter = GoodputMeter()
+    orch.progress_extras.append(meter.figures)
+    callbacks: list[Any] = [meter, orch]
     common = dict(dirpath=str(ckpt_dir), filename="step-{step:08d}", auto_insert_metric_name=False,
                   save_top_k=-1, save_last=False, enable_version_counter=False, save_on_train_epoch_end=False)
     ck = spec.checkpoint
@@ -148,7 +152,9 @@ def build_callbacks(spec: JobSpec, ckpt_dir: Path, *, has_val: bool, progress: b
         callbacks.append(ModelCheckpoint(train_time_interval=timedelta(minutes=ck.every_minutes), **common))
     early = None
     es = spec.early_stopping
-    monitor, mode = (es.monitor, es.resolved_mode) if es else ("val_acc", "max")
+    from .tasks import DEFAULT_MONITOR
+
+    monitor, mode = (es.monitor, es.resolved_mode) if es else DEFAULT_MONITOR[spec.model.task]
     if es:
         if es.monitor.startswith("val_") and not has_val:
             raise RunError(f"early_stopping.monitor = {es.monitor!r} needs data.validation")
@@ -189,8 +195,8 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     from .health import Diverged, HealthCallback
     from .run_logs import RateAndLR, run_loggers
     from .checkpoints import AtomicCheckpointIO
-    from .data import DataError, TextClassificationData
-    from .module import TransformerClassifier
+    from .data import DataError
+    from .tasks import export, make_data, make_module
     from .resize import record_shrink, shrink
 
     rank0 = _is_rank_zero()
@@ -211,24 +217,19 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         tokenizer = AutoTokenizer.from_pretrained(spec.model.name_or_path)
     except OSError as exc:
         raise RunError(f"cannot load the tokenizer of {spec.model.name_or_path!r}: {str(exc).splitlines()[0]}") from None
-    data = TextClassificationData(
-        tokenizer=tokenizer, train=spec.data.train, validation=spec.data.validation, text_field=spec.data.text_field,
-        text_pair_field=spec.data.text_pair_field, label_field=spec.data.label_field, max_length=spec.data.max_length,
-        batch_size=batch_size, num_workers=spec.data.num_workers, shuffle=spec.data.shuffle, seed=train.seed,
-        num_labels=spec.model.num_labels)
+    data = make_data(spec, tokenizer, batch_size)
     try:
         data.prepare()
     except DataError as exc:
         raise RunError(str(exc)) from None
     num_labels = data.resolved_num_labels or spec.model.num_labels
-    if rank0 and num_labels != spec.model.num_labels:
+    if rank0 and num_labels != spec.model.num_labels and spec.model.task == "sequence-classification":
         say(f"warning: the training data has {num_labels} distinct labels; using num_labels = {num_labels} "
             f"(job.toml says {spec.model.num_labels})")
     try:
-        model = TransformerClassifier(
-            spec.model.name_or_path, num_labels, learning_rate=train.learning_rate, weight_decay=train.weight_decay,
-            warmup_ratio=train.warmup_ratio, gradient_checkpointing=spec.model.gradient_checkpointing,
-            label_names=data.label_names, batch_size=batch_size,
+        model = make_module(
+            spec, data, num_labels, learning_rate=train.learning_rate, weight_decay=train.weight_decay,
+            warmup_ratio=train.warmup_ratio, batch_size=batch_size,
             total_steps=total_steps(len(data.splits["train"]), plan["world"], batch_size, accumulate, train))
     except OSError as exc:
         raise RunError(f"cannot load the model {spec.model.name_or_path!r}: {str(exc).splitlines()[0]}") from None
@@ -270,7 +271,7 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
 
     if not rank0:
         return EX_OK
-    _export(model, tokenizer, run_dir / "model")
+    export(spec, model, tokenizer, run_dir / "model")
     result = _result(trainer, early, best, batch_size, accumulate, time.monotonic() - started)
     from orchestrator.contract import write_json_atomic
 
@@ -382,12 +383,6 @@ def _out_of_memory(trainer, run_dir: Path, batch_size: int, accumulate: int, exc
         f"{new_batch} x accumulate {new_accumulate} (same effective batch) from the last periodic checkpoint; "
         f"exiting {EX_OOM}")
     return EX_OOM
-
-
-def _export(model, tokenizer, folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    model.model.save_pretrained(str(folder))
-    tokenizer.save_pretrained(str(folder))
 
 
 def _stopped_early(trainer, early) -> bool:

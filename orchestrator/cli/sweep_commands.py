@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from ..cost import format_duration, format_money
-from .app import _currency, _poke, app, ctx, emit_json, err
+from .context import app, ctx, currency, emit_json, err, poke
 
 sweep_app = typer.Typer(no_args_is_help=True, help="Look at or cancel a sweep (submit one with `orch submit sweep.toml`).")
 app.add_typer(sweep_app, name="sweep")
@@ -29,7 +29,7 @@ def submit_sweep(path: Path, as_json: bool) -> None:
     spec = {"sweep": section.model_dump(mode="json", by_alias=True), "job": base.to_toml_dict(), "job_path": section.job}
     sweep = ctx.store().create_sweep(name=section.name or path.stem, spec=spec, spec_path=str(path.resolve()),
                                      now=time.time())
-    running = _poke(ctx.home)
+    running = poke(ctx.home)
     if as_json:
         emit_json({"id": sweep.id, "name": sweep.name, "state": sweep.state.value, "kind": "sweep"})
     else:
@@ -50,7 +50,7 @@ def show(sweep_id: int = typer.Argument(...),
     if as_json:
         emit_json(summary)
     else:
-        print(render(summary, _currency()))
+        print(render(summary, currency()))
 
 
 def render(s: dict[str, Any], currency: str) -> str:
@@ -92,7 +92,7 @@ def cancel(sweep_id: int = typer.Argument(...)) -> None:
         if job.state.is_active:
             job, done = cancel_job(store, config, ctx.home, job.id, now)
             stopping += not done
-    alive = _poke(ctx.home)
+    alive = poke(ctx.home)
     print(f"cancelling sweep {sweep_id} ({sweep.name}): no new trials"
           + (f"; {stopping} running trial{'s' if stopping != 1 else ''} checkpoint and stop" if stopping else ""))
     if not alive:

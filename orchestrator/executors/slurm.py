@@ -34,9 +34,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from ..contract import attempt_exit, attempt_log, read_json, write_json_atomic
 from ..paths import Home
-from ..records import Job
+from ..records import AttemptLaunch, Job
 from ..states import JobState
-from .base import AttemptLaunch
 from .slurm_query import (
     BILLABLE, INFRA_ENDS, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, accounting_disabled, expand_nodelist, parse_sacct,
     parse_sbatch, parse_squeue,
@@ -356,6 +355,22 @@ class SlurmExecutor:
             t = self.cache.jobs.get(sid)
             if not (t and t.answer and t.answer.ended):
                 self._run(["scancel", sid], what="scancel")
+
+    def dump_stacks(self, job: Job) -> str:
+        """The built-in runner: SIGUSR1 to the step's tasks on every node (`scancel --signal=USR1`,
+        no --batch: the wrapper is not the job), which faulthandler turns into every thread's
+        stack in each rank's log. A command job is not signalled: SIGUSR1's default action would
+        kill a program that did not ask for it (and py-spy would have to run on its node)."""
+        sid = self.slurm_id(job)
+        if sid is None or not self._started(job):
+            return "no stack dump: the Slurm job has not started"
+        if job.kind == "command":
+            return "no stack dump: a command job on Slurm is not sent SIGUSR1 (it could kill it)"
+        r = self._run(["scancel", "--signal=USR1", sid], what="scancel")
+        if r is None or r.returncode != 0:
+            why = (r.stderr.strip() if r is not None else "") or "scancel did not answer"
+            return f"no stack dump: {why}"
+        return "Python stacks dumped into the rank logs (SIGUSR1 to the Slurm step's tasks, faulthandler)"
 
     # -- looking -------------------------------------------------------------------------------
 

@@ -105,7 +105,7 @@ def build_manifest(job: Any, attempts: Sequence[Any], *, home_id: str, checkpoin
                    result: Optional[dict[str, Any]] = None, model: Optional[list[str]] = None,
                    data_files: Optional[list[dict[str, Any]]] = None, released: bool = False,
                    now: Optional[float] = None) -> dict[str, Any]:
-    """Everything another machine needs to take the job over (SPEC: jobs.uid is its name)."""
+    """Everything another machine needs to take the job over (jobs.uid is its name)."""
     now = time.time() if now is None else now
     return {
         "version": VERSION,

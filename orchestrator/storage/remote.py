@@ -29,6 +29,10 @@ LOCKS = ".orch-locks"  # file:// only: lock files for conditional writes (never 
 _SECRETY = re.compile(r"(?i)(signature|credential|x-amz-security-token|sig|token|key)=[^&\s\"']+")
 
 
+class TooLarge(ValueError):
+    """An object bigger than its reader allows (a manifest): refused unread."""
+
+
 class StorageError(OrchError):
     """The store could not be reached or refused a request (retryable unless `permanent`)."""
 
@@ -145,12 +149,19 @@ class Remote:
         got = self.get_with_etag(key)
         return None if got is None else got[0]
 
-    def get_with_etag(self, key: str) -> Optional[tuple[bytes, Optional[str]]]:
+    def get_with_etag(self, key: str, max_bytes: Optional[int] = None) -> Optional[tuple[bytes, Optional[str]]]:
+        """The object and its etag, or None when there is none. Above `max_bytes` it is not read:
+        TooLarge."""
         import obstore
 
         try:
             result = obstore.get(self.store, key)
+            size = result.meta.get("size")
+            if max_bytes is not None and isinstance(size, int) and size > max_bytes:
+                raise TooLarge(f"{self.where(key)} is {size} bytes, more than the {max_bytes} allowed; not read")
             return bytes(result.bytes()), result.meta.get("e_tag")
+        except TooLarge:
+            raise
         except Exception as exc:
             if _missing(exc):
                 return None
@@ -291,8 +302,14 @@ class Remote:
     def _file_lock(self, key: str) -> Iterator[None]:
         folder = Path(self.url.prefix) / LOCKS
         folder.mkdir(parents=True, exist_ok=True)
+        if folder.is_symlink():  # whoever can write the store must not aim our writes elsewhere
+            raise StorageError(f"{folder} is a symbolic link; orch never follows one for its lock files: remove it")
         name = hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock"
-        fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(folder / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # ELOOP: a link planted where the lock file belongs
+            raise StorageError(f"cannot open the lock file {folder / name}: {exc.strerror or exc} "
+                               "(a link there is never followed: remove it)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

@@ -1,5 +1,5 @@
 """The mirror's rows: each job's mirror state, the persistent upload queue, and importing an
-adopted job (storage/adopt.py)."""
+adopted job (orchestrator/adopt.py)."""
 
 from __future__ import annotations
 

@@ -79,12 +79,12 @@ def test_adopt_refuses_a_live_owner_two_machines_cannot_both_adopt_and_the_old_o
 
     b = storage_home(tmp_path / "b", url, endpoint, stale_after_minutes=0.1)
     homes.append(b)
-    refused = b.cli("adopt", url, "--all")
+    refused = b.cli("adopt", "--yes", url, "--all")
     assert refused.returncode == 1 and "still owned by host" in refused.stderr and "heartbeat is" in refused.stderr, refused
     assert b.store.by_uid(uid) is None
 
     _kill_home(a)  # the machine is lost; its heartbeat goes stale after 6 s
-    adopted = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", url, "--all")), 30,
+    adopted = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", "--yes", url, "--all")), 30,
                        interval=0.5, what="adoption once the lease is stale")
     assert "adopted" in adopted.stdout and "sha256 verified" in adopted.stdout, adopted
     job_b = b.store.by_uid(uid)
@@ -95,7 +95,7 @@ def test_adopt_refuses_a_live_owner_two_machines_cannot_both_adopt_and_the_old_o
 
     c = storage_home(tmp_path / "c", url, endpoint, stale_after_minutes=0.1)
     homes.append(c)
-    second = c.cli("adopt", url, "--job", uid[:8])
+    second = c.cli("adopt", "--yes", url, "--job", uid[:8])
     assert second.returncode == 1 and "still owned by host" in second.stderr, second
 
     # The old owner comes back (its disk survived): it must not overwrite the manifest.
@@ -126,7 +126,7 @@ def test_corrupt_newest_checkpoint_is_rejected_by_name_and_adoption_falls_back(s
 
     b = storage_home(tmp_path / "b", url, endpoint)
     homes.append(b)
-    ran = b.cli("adopt", url, "--job", uid)  # released: no wait for staleness
+    ran = b.cli("adopt", "--yes", url, "--job", uid)  # released: no wait for staleness
     assert ran.returncode == 0, ran
     assert f"rejected {remote.where(newest['key'])}" in ran.stderr, ran.stderr
     assert f"resuming from step {older['step']}" in ran.stdout, ran.stdout
@@ -199,7 +199,7 @@ def test_sigkill_in_the_middle_of_an_upload_leaves_the_manifest_on_complete_chec
 
     b = storage_home(tmp_path / "b", url, endpoint)
     homes.append(b)
-    ran = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", url, "--all")), 30,
+    ran = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", "--yes", url, "--all")), 30,
                    interval=0.5, what="adoption once the lease is stale")
     assert "resuming from step 2" in ran.stdout, ran
     job_b = b.store.by_uid(uid)
@@ -254,7 +254,7 @@ def test_missing_the_notice_deadline_leaves_the_manifest_at_the_previous_checkpo
 
     b = storage_home(tmp_path / "b", url, endpoint)
     homes.append(b)
-    ran = b.cli("adopt", url, "--all")  # released: no waiting for the heartbeat to go stale
+    ran = b.cli("adopt", "--yes", url, "--all")  # released: no waiting for the heartbeat to go stale
     assert ran.returncode == 0 and f"resuming from step {prev}" in ran.stdout, ran
     job_b = b.store.by_uid(uid)
     b.start_daemon()
