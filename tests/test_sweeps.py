@@ -71,10 +71,30 @@ def test_a_command_sweep_placeholder_without_a_parameter_is_refused(tmp_path, ho
     assert "uses {x} but no parameter is named 'x'" in out.err
 
 
+# -- the outcome table's prune row ---------------------------------------------------------------
+
+@pytest.mark.parametrize("code, sig, has_result, state", [
+    (0, None, True, JobState.SUCCEEDED),  # it finished before the signal landed
+    (0, None, False, JobState.PRUNED),
+    (75, None, False, JobState.PRUNED),  # checkpointed on SIGTERM: the usual way a trial is pruned
+    (76, None, False, JobState.PRUNED),
+    (None, 9, False, JobState.PRUNED),
+    (1, None, False, JobState.PRUNED),
+])
+def test_a_prune_intent_decides_pruned_whatever_the_exit_unless_the_job_finished(code, sig, has_result, state):
+    from orchestrator.outcome import decide
+    from orchestrator.states import Intent
+
+    d = decide(Intent.PRUNE, code, sig, has_result=has_result, is_command=False, failures=0, retries=2)
+    assert d.state is state and not d.charged
+    assert d.event is (EventKind.SUCCEEDED if state is JobState.SUCCEEDED else EventKind.PRUNED)
+
+
 # -- a command-job sweep end to end --------------------------------------------------------------
 
 def test_a_command_job_sweep_runs_its_trials_as_jobs_and_reports_the_best(orch_home):
     h = orch_home(cpu_slots=2)
+    h.configure({"notifiers": [{"type": "webhook", "name": "hook", "url": "http://127.0.0.1:9/unused"}]}, cpu_slots=2)
     write_score_job(h.tmp)
     sweep_id = _submit(h, write_sweep(h.tmp, trials=5, parallel=2, sampler="random", seed=4))
     d = h.local_daemon()
@@ -100,6 +120,9 @@ def test_a_command_job_sweep_runs_its_trials_as_jobs_and_reports_the_best(orch_h
     assert shown["steps_total"] == 5 * 8
     ends = h.store.events(None, kinds=[EventKind.SWEEP_FINISHED.value])
     assert len(ends) == 1 and f"sweep {sweep_id}" in ends[0].detail and "best trial" in ends[0].detail
+    messages = [row.payload for row in h.store.outbox()]
+    finished = [m for m in messages if m["event"] == "sweep_finished"]  # a default event of every channel
+    assert len(finished) == 1 and "best trial" in finished[0]["reason"] and "x=" in finished[0]["reason"]
 
     text = h.cli("status", "--all").stdout
     assert f"sweep {sweep_id} (sweep): succeeded, 5 of 5 trials" in text
