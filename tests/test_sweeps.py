@@ -291,3 +291,16 @@ def test_the_daemon_imports_optuna_only_while_a_sweep_exists(orch_home):
     assert _submit(h, sweep) == 1
     out, errs = proc.communicate("go\n", timeout=60)
     assert out.split() == ["True", "1"], errs
+
+
+def test_a_successive_halving_sweep_prunes_against_its_rungs_and_ends(orch_home):
+    h = orch_home(cpu_slots=1)
+    write_score_job(h.tmp, steps=12, pause=0.05)
+    sweep_id = _submit(h, write_sweep(h.tmp, trials=4, parallel=1, sampler="grid", seed=4, pruner="halving",
+                                      prune_after_steps=2, params={"x": {"values": [0.3, 0.6, 0.9, 0.0]}}))
+    d = h.local_daemon()
+    _tick_until_done(h, d, sweep_id, timeout=120)
+    shown = h.cli_json("sweep", "show", str(sweep_id))
+    assert shown["state"] == "succeeded" and len(shown["trials"]) == 4
+    assert shown["best"]["params"] == {"x": 0.3}  # tried first (grid seed 4), never pruned
+    assert shown["pruned"] >= 1 and shown["steps_total"] < 4 * 12
