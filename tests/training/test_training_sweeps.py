@@ -14,7 +14,8 @@ from orchestrator.paths import Home
 from orchestrator.states import JobState
 from orchestrator.store import Store
 from orchestrator.sweeps.records import SweepState
-from orchestrator.sweeps.spec import load_sweep
+from orchestrator.sweeps.spec import SweepSection, load_sweep
+from orchestrator.sweeps.study import SweepStudy
 
 from conftest import assert_same_weights, final_weights, read_progress, wait_for
 
@@ -39,7 +40,6 @@ def test_the_median_pruner_finds_the_grids_best_learning_rate_in_at_most_65_perc
 
 
 def _one_trial_sweep(tmp_path, name: str):
-    write_job(tmp_path, steps=60, every=10, slow=0.05)
     path = write_sweep(tmp_path, name, pruner="none", parallel=1, every=10, seed=0, grid=[5e-3])
     section, base = load_sweep(path)
     home = Home(tmp_path / f"home-{name}").ensure()
@@ -55,6 +55,8 @@ def _one_trial_sweep(tmp_path, name: str):
 def test_a_preempted_trial_resumes_to_the_same_weights_as_the_trial_run_straight(tmp_path):
     from orchestrator.daemon.tick import Daemon
 
+    # One model and tokenizer for both (a WordPiece vocabulary trained twice may number its tokens differently).
+    write_job(tmp_path, steps=60, every=10, slow=0.05)
     results = {}
     for name in ("straight", "preempted"):
         home, store, sweep = _one_trial_sweep(tmp_path, name)
@@ -73,6 +75,9 @@ def test_a_preempted_trial_resumes_to_the_same_weights_as_the_trial_run_straight
         assert store.get(job_id).state is JobState.SUCCEEDED
         attempts = store.attempts(job_id)
         results[name] = (home.run_dir(job_id), attempts)
+        # Optuna heard each validation once, at the step it was logged, across the resume too.
+        frozen = SweepStudy(home.root, sweep.id, SweepSection.model_validate(sweep.spec["sweep"])).trials()[0]
+        assert sorted(frozen.intermediate_values) == [9, 19, 29, 39, 49, 59]
 
     run_straight, _ = results["straight"]
     run_preempted, attempts = results["preempted"]
