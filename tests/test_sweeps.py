@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-
 from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
+from sweep_harness import starts, write_score_job, write_sweep
+
 from orchestrator.states import EventKind, JobState
 from orchestrator.store import Store
 from orchestrator.sweeps.records import SweepState
-from sweep_harness import starts, write_score_job, write_sweep
 
 SHOW_KEYS = {"id", "state", "objective", "direction", "best", "trials", "steps_total", "cost_total", "pruned", "saved"}
 TRIAL_KEYS = {"id", "params", "state", "value", "steps", "cost"}
