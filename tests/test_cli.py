@@ -146,7 +146,8 @@ def six_jobs(cli, good_job, store):
                 JobState.SUCCEEDED: [JobState.RUNNING, JobState.SUCCEEDED],
                 JobState.FAILED: [JobState.RUNNING, JobState.FAILED],
                 JobState.CANCELLED: [JobState.CANCELLED],
-                JobState.STOPPED: [JobState.RUNNING, JobState.STOPPED]}[state]
+                JobState.STOPPED: [JobState.RUNNING, JobState.STOPPED],
+                JobState.PRUNED: [JobState.RUNNING, JobState.PRUNED]}[state]
         walk(store, job_id, *path)
         ids[state] = job_id
     return ids

@@ -152,6 +152,11 @@ def test_the_config_toml_page_names_every_key_of_every_section_and_channel():
         own = {k: f for k, f in channel.Config.model_fields.items() if k not in ChannelConfig.model_fields}
         expected[f"notifiers.{kind}"] = {k: _model_default(f) for k, f in own.items()}
     _compare(documented, expected, "docs/config-toml.md")
+    from notifiers import EVENT_KINDS
+
+    row = next(ln for ln in (DOCS / "config-toml.md").read_text().splitlines() if ln.startswith("| `events` |"))
+    named = set(re.search(r"any of `([^`]+)`", row).group(1).split())
+    assert named == set(EVENT_KINDS), f"docs/config-toml.md: the event names differ from the code's: {named ^ set(EVENT_KINDS)}"
 
 
 def test_the_reference_check_fails_on_a_key_the_page_lacks(tmp_path):
