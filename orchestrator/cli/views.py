@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import cost
-from ..contract import PROGRESS, RESULT, SNAPSHOT_MEMORY, parse_checkpoint_name, read_json
+from ..contract import CKPT_SUFFIX, PROGRESS, RESULT, SNAPSHOT_MEMORY, checkpoint_dir, parse_checkpoint_name, read_json
 from ..dispatch import hold_reason
 from ..forecast import step_rate
 from ..paths import Home
@@ -69,6 +69,8 @@ def status_row(job: Job, home: Home, now: float, *, dep_states: dict[int, JobSta
         "reason": reason,
         "where": where,
         "submitted_at": job.submitted_at,
+        # the spec is parsed only when its text names a deadline (`orch status` over 10,000 jobs parses none)
+        **({"deadline": job.spec.get("deadline")} if job.state.is_active and '"deadline"' in job.spec_json else {}),
     }
 
 
@@ -87,10 +89,10 @@ def status_rows(store: Store, home: Home, now: float, *, include_all: bool = Fal
 
 
 def list_checkpoints(run_dir: Path) -> list[dict[str, Any]]:
-    folder = run_dir / "checkpoints"
+    folder = checkpoint_dir(run_dir)
     out = []
     if folder.is_dir():
-        for path in sorted(folder.glob("*.ckpt")):
+        for path in sorted(folder.glob("*" + CKPT_SUFFIX)):
             parsed = parse_checkpoint_name(path.name)
             step = parsed.step if parsed else None
             try:  # a Trainer checkpoint is a link to a folder: its files add up
