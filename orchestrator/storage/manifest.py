@@ -157,7 +157,12 @@ def parse_manifest(raw: bytes, where: str) -> dict[str, Any]:
         raise ValueError(f"{where}: not a JSON manifest ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("uid"), str):
         raise ValueError(f"{where}: not an orch manifest (no uid)")
-    if int(data.get("version") or 0) > VERSION:
+    # The daemon reads only the version and the owner lease here (adopt checks everything:
+    # manifest_model.py); whoever writes the store may have put anything in them.
+    version, own = data.get("version") or 0, data.get("owner")
+    if not isinstance(version, int) or (own is not None and not isinstance(own, dict)):
+        raise ValueError(f"{where}: not an orch manifest (version or owner of the wrong type)")
+    if version > VERSION:
         raise ValueError(f"{where}: written by a newer orch (manifest version {data.get('version')}); upgrade orch")
     return data
 
