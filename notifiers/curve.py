@@ -8,10 +8,8 @@ from __future__ import annotations
 import math
 import struct
 import zlib
-from pathlib import Path
 from typing import Optional, Sequence
 
-from orchestrator.metrics import read_metrics
 
 WIDTH, HEIGHT = 480, 240
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 52, 12, 22, 22
@@ -165,7 +163,3 @@ def draw_curves(series: dict[str, Sequence[Sequence[Optional[float]]]], names: S
             c.line(px(pts[0][0]) - 2, py(pts[0][1]), px(pts[0][0]) + 2, py(pts[0][1]), color, thick=3)
     return c.png()
 
-
-def loss_curve_png(metrics_csv: str | Path) -> Optional[bytes]:
-    """The loss curve of a run's metrics.csv, or None (no file, no loss column, no finite point)."""
-    return draw_curves(read_metrics(metrics_csv)["series"])

@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .bounds import INT64_MAX, INT64_MIN, control_problem, name_problem
 from .datafile_keys import first_keys
-from .errors import SpecError
-from .tomlfile import problems_from, read_toml
+from .errors import SpecError  # raised by every loader here; training catches it from here
+from .problems import problems_from
+from .tomlfile import read_toml
 
 
 class _Section(BaseModel):

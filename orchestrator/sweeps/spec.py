@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..contract import ENV_PARAM_PREFIX
 from ..errors import SpecError
 from ..jobspec import JobSpec, load_jobspec, spec_from_dict
-from ..tomlfile import _model_at, _unwrap, problems_from, read_toml
+from ..problems import _model_at, _unwrap, problems_from
+from ..tomlfile import read_toml
 
 Number = Union[int, float]
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
