@@ -231,9 +231,11 @@ class NotifierConfigError(ConfigError):
 @runtime_checkable
 class Notifier(Protocol):
     name: str
-    type: str
     events: frozenset[str]
     min_interval_s: float
+
+    @property
+    def type(self) -> str: ...  # a class attribute on the channels
 
     def send(self, message: Message) -> None: ...
 

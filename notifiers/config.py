@@ -25,7 +25,7 @@ class ChannelConfig(BaseModel):
 
     type: str
     name: str | None = Field(default=None, min_length=1)
-    events: list[EventName] = Field(default_factory=lambda: sorted(DEFAULT_EVENTS))  # type: ignore[valid-type]
+    events: list[EventName] = Field(default_factory=lambda: sorted(DEFAULT_EVENTS))
 
 
 def secret(value: SecretStr | None) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import struct
 import zlib
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 
 WIDTH, HEIGHT = 480, 240
@@ -115,10 +115,10 @@ def _label(value: float) -> str:
     return f"{value:.4g}"
 
 
-def draw_curves(series: dict[str, Sequence[Sequence[Optional[float]]]], names: Sequence[str] = CURVES,
+def draw_curves(series: Mapping[str, Sequence[Sequence[Optional[float]]]], names: Sequence[str] = CURVES,
                 width: int = WIDTH, height: int = HEIGHT) -> Optional[bytes]:
     """PNG bytes of the named series ([[step, value], ...]), or None when none has a point."""
-    points = {n: [(float(s), float(v)) for s, v in series.get(n, []) if v is not None and math.isfinite(v)]
+    points = {n: [(float(s or 0), float(v)) for s, v in series.get(n, []) if v is not None and math.isfinite(v)]
               for n in names}
     points = {n: p for n, p in points.items() if p}
     if not points:

@@ -72,7 +72,7 @@ _WORDS = {
 }
 
 
-def _message(err: dict[str, Any]) -> str:
+def _message(err: Any) -> str:
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     got = f" (got {_show(value)})"
     if kind == "missing":

@@ -19,7 +19,6 @@ from ..jobspec import spec_from_dict
 from ..states import AttemptOutcome, JobState
 from ..problems import problems_from
 from .datafiles import ROLES
-from .packing import PACKED_TAR
 
 VERSION = 1
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a real one is a few KB; a bigger one is refused unread
