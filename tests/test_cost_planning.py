@@ -198,7 +198,7 @@ def test_the_probe_runs_few_steps_one_save_no_early_stop_and_one_evaluation():
     body = probe_spec(spec, 40, steps_per_epoch=100, accumulate=2, batches_per_epoch=200, has_val=True)
     assert body["train"]["max_steps"] == 40 and body["train"]["max_epochs"] == 2
     assert "early_stopping" not in body and "every" not in body["checkpoint"]
-    assert body["checkpoint"]["every_n_steps"] == 40 and body["train"]["val_check_interval"] == 80
+    assert body["checkpoint"]["every_n_steps"] == 40 and body["train"]["val_check_interval"] == 0.4  # 80 of 200 batches
     short = probe_spec(spec, 40, steps_per_epoch=10, accumulate=1, batches_per_epoch=10, has_val=True)
     assert short["train"]["val_check_interval"] == 0.5  # epochs end inside the probe: its own setting runs
     assert json.loads(json.dumps(spec)) == spec  # the job's own spec is untouched

@@ -57,6 +57,10 @@ class TransformerClassifier(pl.LightningModule):
         self._slow_step = float(os.environ.get(FAULT_SLOW_STEP, "0") or 0)
         self._hang_at = (os.environ.get(FAULT_HANG_AT_STEP) or "") if os.environ.get(ENV_ATTEMPT, "1") == "1" else ""
         self._trace = os.environ.get(TRACE_SAMPLES)
+        self._prog_bar = True
+
+    def on_train_start(self) -> None:
+        self._prog_bar = self.trainer.progress_bar_callback is not None
 
     def forward(self, **batch: torch.Tensor):
         return self.model(**batch)
@@ -75,7 +79,9 @@ class TransformerClassifier(pl.LightningModule):
         loss = self(**batch).loss
         if self._trace:
             self._trace_batch(batch)
-        self.log("train_loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=n)
+        # On the progress bar only when there is one: Lightning reads a progress-bar value back as a
+        # number after every batch, which on a GPU is a device sync per step.
+        self.log("train_loss", loss, on_step=True, on_epoch=False, prog_bar=self._prog_bar, batch_size=n)
         return loss
 
     def _trace_batch(self, batch: dict[str, torch.Tensor]) -> None:

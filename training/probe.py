@@ -55,7 +55,9 @@ def probe_spec(spec_dict: dict[str, Any], probe_steps: int, steps_per_epoch: int
     ck["every_n_steps"] = probe_steps
     ck["every_minutes"] = 1e6  # no time-based save inside the probe
     if has_val and batches_per_epoch > probe_steps * accumulate:
-        train["val_check_interval"] = probe_steps * accumulate  # one pass, at the probe's last step
+        # one pass, at about the probe's last step; a fraction of the epoch stays valid when the
+        # epoch turns out shorter than counted here (packed rows)
+        train["val_check_interval"] = probe_steps * accumulate / batches_per_epoch
     return spec
 
 
@@ -74,7 +76,9 @@ def probe(job_toml: Path, warmup: int, steps: int) -> dict[str, Any]:
     assert spec.train is not None and spec.data is not None
     train = spec.train
     world = plan_devices(spec)["world"]
+    counted = time.time()
     rows = load_split(spec.data.train, "train").num_rows
+    counting_s = time.time() - counted  # the probe's own work: not part of the job's start-up
     batches = math.ceil(math.ceil(rows / world) / train.batch_size)
     steps_per_epoch = math.ceil(batches / train.accumulate_grad_batches)
     total = total_steps(rows, world, train.batch_size, train.accumulate_grad_batches, train)
@@ -96,13 +100,18 @@ def probe(job_toml: Path, warmup: int, steps: int) -> dict[str, Any]:
         figures = json.loads((run_dir / PROBE).read_text()) if (run_dir / PROBE).exists() else {}
     if code != 0 or not figures:
         raise SystemExit(f"the probe run failed (exit {code}); see the lines above")
+    # The epoch as the trainer saw it (after packing or filtering), not as the rows were counted.
+    batches = int(figures.get("batches_per_epoch") or batches)
+    steps_per_epoch = math.ceil(batches / train.accumulate_grad_batches)
+    total = steps_per_epoch * train.max_epochs if train.max_epochs else None
+    total = max(1, min(total, train.max_steps) if total and train.max_steps else (total or train.max_steps or 1))
     first = figures.get("first_step_at")
     return {
         "steps_per_s": figures.get("steady_steps_per_s"),
         "steady_steps": figures.get("steady_steps"),
         "warmup_steps": warmup,
         "probe_steps": probe_steps,
-        "startup_s": (first - PROCESS_START) if first else None,
+        "startup_s": (first - PROCESS_START - counting_s) if first else None,
         "checkpoint_s": figures["checkpoint_s"] / figures["checkpoints"] if figures.get("checkpoints") else None,
         "eval_pass_s": figures["eval_s"] / figures["evals"] if figures.get("evals") else None,
         "data_wait_per_step_s": figures["data_wait_s"] / figures["steps"] if figures.get("steps") else None,

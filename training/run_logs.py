@@ -1,7 +1,7 @@
 """The built-in runner's metric logs: metrics.csv and TensorBoard event files (tensorboardX) in
 the run folder, both continued across attempts, plus the learning rate and samples/s logged
 beside the loss. Off the step where it can be: metrics.csv is written at most every
-FLUSH_EVERY_S, TensorBoard events by tensorboardX's own thread, and both are flushed before
+FLUSH_EVERY_S (a validation row at once), TensorBoard events by tensorboardX's own thread, and both are flushed before
 every checkpoint (so a resumed attempt finds every row from before its step) and at the end.
 
 Lightning's CSVLogger deletes an existing metrics.csv when a new process starts, so a resumed
@@ -77,6 +77,7 @@ class ContinuingCSVLogger(CSVLogger):
         self.purge_step = purge_step
         self.flush_every_s = flush_every_s
         self._last_flush = time.monotonic()
+        self._validation_logged = False
 
     @property
     @rank_zero_only
@@ -87,13 +88,19 @@ class ContinuingCSVLogger(CSVLogger):
         return self._experiment
 
     @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
+        super().log_metrics(metrics, step)
+        # A validation row is written at once: a sweep's pruner judges the trial by it.
+        self._validation_logged = self._validation_logged or any(k.startswith("val_") for k in metrics)
+
+    @rank_zero_only
     def save(self) -> None:
-        if time.monotonic() - self._last_flush >= self.flush_every_s:
+        if self._validation_logged or time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
 
     @rank_zero_only
     def flush(self) -> None:
-        self._last_flush = time.monotonic()
+        self._last_flush, self._validation_logged = time.monotonic(), False
         if self._experiment is not None:
             super().save()
 

@@ -5,10 +5,9 @@ a deadline, so a plain `orch status` stays as fast as before."""
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..forecast import queue_forecast
-from ..jobspec import deadline_ts
 from ..paths import Home
 from ..store import Store
 
@@ -21,27 +20,23 @@ def _capacity(config: Any) -> tuple[int, int]:
     return len(managed_gpus(config.daemon.gpus)), config.daemon.cpu_slots
 
 
-def add_deadline_notes(store: Store, home: Home, config: Any, rows: list[dict[str, Any]], now: float) -> None:
-    """Each active deadline row gets `deadline`, `projected_finish`, `deadline_at_risk`, and a note."""
-    wanted = [r for r in rows if r["state"] in ("queued", "running")]
+def add_deadline_notes(store: Store, home: Home, config: Callable[[], Any], rows: list[dict[str, Any]],
+                       now: float) -> None:
+    """Each active deadline row gets `projected_finish`, `deadline_at_risk`, and a note. `config`
+    is called (config.toml read) only when there is a deadline to project."""
+    wanted = [r for r in rows if r.get("deadline") and r["state"] in ("queued", "running")]
     if not wanted:
         return
-    from ..states import JobState
+    from ..jobspec import deadline_ts  # pydantic: only when a deadline is there to show
 
-    # one query, and no spec parsed unless its text names a deadline
-    specs = {j.id: j.spec.get("deadline") for j in store.jobs([JobState.QUEUED, JobState.RUNNING])
-             if '"deadline"' in j.spec_json}
-    if not any(specs.values()):
-        return
-    gpus, cpu_slots = _capacity(config)
+    gpus, cpu_slots = _capacity(config())
     forecasts = queue_forecast(store, home, gpus, cpu_slots, now)
     for row in wanted:
-        deadline = deadline_ts(specs.get(row["id"]))
+        deadline = deadline_ts(row["deadline"])
         if deadline is None:
             continue
         f = forecasts.get(row["id"])
         finish = f.finish if f is not None else None
-        row["deadline"] = specs[row["id"]]
         row["projected_finish"] = finish
         row["projected_finish_is_lower_bound"] = bool(f and f.lower_bound)
         row["deadline_at_risk"] = finish is not None and finish > deadline

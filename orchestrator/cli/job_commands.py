@@ -122,7 +122,7 @@ def status(
     from .deadline_view import add_deadline_notes
     from .sweep_status import grouped_table, mark_trials
 
-    add_deadline_notes(store, home, _config_or_none(), rows, time.time())  # deadline jobs only
+    add_deadline_notes(store, home, _config_or_none, rows, time.time())  # deadline jobs only
     mark_trials(store, rows)  # "sweep": the sweep a trial belongs to
     if as_json:
         emit_json(rows)
@@ -163,7 +163,7 @@ def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, 
     data = show_data(store, ctx.home, job_id, reveal=reveal)
     from .deadline_view import add_deadline_notes
 
-    add_deadline_notes(store, ctx.home, _config_or_none(), [data], time.time())
+    add_deadline_notes(store, ctx.home, _config_or_none, [data], time.time())
     data["mirror"] = _mirror_view(store, job_id)
     from ..contract import CHECKPOINT_INTERVAL, read_json
 

@@ -68,6 +68,8 @@ def status_row(job: Job, home: Home, now: float, *, dep_states: dict[int, JobSta
         "reason": reason,
         "where": where,
         "submitted_at": job.submitted_at,
+        # the spec is parsed only when its text names a deadline (`orch status` over 10,000 jobs parses none)
+        **({"deadline": job.spec.get("deadline")} if job.state.is_active and '"deadline"' in job.spec_json else {}),
     }
 
 

@@ -1,7 +1,7 @@
 """A job's copy in the store, and its one commit point, the manifest.
 
     <prefix>/jobs/<uid>/manifest.json                       written last; conditional writes
-    <prefix>/jobs/<uid>/checkpoints/<sha256[:16]>-<name>    immutable, content-named
+    <prefix>/jobs/<uid>/checkpoints/<tag>-<name>            immutable: one key per upload, never rewritten
     <prefix>/jobs/<uid>/files/progress.json, metrics.csv, batch.json, result.json, attempt-N.log
     <prefix>/jobs/<uid>/model/...                           the exported model, on success
 
@@ -36,8 +36,11 @@ def manifest_key(uid: str) -> str:
     return f"{job_prefix(uid)}/manifest.json"
 
 
-def checkpoint_key(uid: str, name: str, sha256: str) -> str:
-    return f"{job_prefix(uid)}/checkpoints/{sha256[:16]}-{name}"
+def checkpoint_key(uid: str, name: str, tag: str) -> str:
+    """`tag`: 16 hex digits naming one queued upload (daemon/mirror/uploads.py), known before the
+    first byte is read, so the upload starts at once and hashes as it goes; the sha256 is in the
+    manifest's record of the checkpoint."""
+    return f"{job_prefix(uid)}/checkpoints/{tag[:16]}-{name}"
 
 
 def file_key(uid: str, name: str) -> str:

@@ -91,6 +91,14 @@ def advance(ctx: SweepContext, sweep: Sweep, now: float) -> None:
     over_budget = section.max_cost is not None and spent >= section.max_cost
     if over_budget:
         _stop_for_budget(ctx, sweep, section, jobs.values(), spent, now)
+    if sweep.cancel_requested_at is not None:  # a trial created while `orch sweep cancel` ran is cancelled too
+        for job in jobs.values():
+            if job.state.is_active and job.cancel_requested_at is None and job.intent is not Intent.CANCEL:
+                try:
+                    cancel_job(ctx.store, ctx.config, ctx.home, job.id, now)
+                except InvalidTransition:
+                    pass
+        jobs = {n: ctx.store.get(j.id) for n, j in jobs.items()}
     active = [j for j in jobs.values() if j.state.is_active]
     if sweep.cancel_requested_at is None and not over_budget:
         created, linked = len(trials), {t.number for t in trials}

@@ -151,6 +151,9 @@ def bill(store: Store, home: Home, config: Config, now: float) -> dict[str, Any]
         j["budget_left"] = round(job_.max_cost - job_.cost, 6) if job_ and job_.max_cost is not None else None
     data["timeline"] = timeline(store, data["jobs"], data["idle_cost"], now, daemon_up=daemon_pid(home) is not None)
     data["now"] = now
+    from ..bill import breakdown_data
+
+    data["ledger"] = breakdown_data(store, home, config, now)  # the goodput ledger: one stacked bar per job
     return data
 
 

@@ -4,8 +4,9 @@ outbox's pattern: it survives a daemon restart), one pass at a time:
 
 1. scan: a checkpoint newer than the newest one queued or mirrored is queued; newest wins (the
    store drops older pending uploads of the same job) — uploads.py;
-2. upload the pending checkpoints, notice checkpoints first, under an immutable content-named
-   key (a killed upload leaves no visible object) — uploads.py;
+2. upload the pending checkpoints, notice checkpoints first, each under an immutable key of its
+   own, hashing the bytes as they go out (one read; a killed upload leaves no visible object),
+   then the job's manifest at once — uploads.py;
 3. write each changed job's manifest with a conditional write: it names only complete uploads,
    and carries the owner lease; then retention — lease.py;
 4. progress, metrics, batch sizes and the current log, at most every throttle_seconds; on
@@ -16,7 +17,8 @@ event (and notification) says so, `orch status` shows the lag, and `mirror_recov
 (events.py). On a preemption notice the upload in flight is cancelled unless it is a notice
 checkpoint, and the notice checkpoint goes out at [storage] notice_concurrency; a stopping daemon
 waits up to notice_deadline_seconds for it, then releases its leases so `orch adopt` elsewhere
-needs no wait (uploader.py: the thread)."""
+needs no wait. Between passes the thread watches the active jobs' checkpoint folders, so an
+upload starts within ~0.1 s of a checkpoint appearing (uploader.py: the thread)."""
 
 from __future__ import annotations
 

@@ -196,7 +196,30 @@
         d.savings !== undefined ? kv("spot savings", money(d.savings, cur)) : null),
       h("h2", { text: "Over time" }), chart,
       h("p", { class: "muted", text: "Each job's cost is spread over its attempts; the idle cost over the gaps between them (the totals are exact). " + d.note.charAt(0).toUpperCase() + d.note.slice(1) + "." }),
-      h("h2", { text: "By job" }), table);
+      h("h2", { text: "By job" }), table,
+      h("h2", { text: "Where the money went" }), ledgerBars(d.ledger, cur));
+  }
+
+  // The goodput ledger: one bar per job, its parts stacked in proportion to what they cost.
+  const PARTS = [["useful", "useful training"], ["redone", "redone steps"], ["checkpoint", "checkpoint stall"],
+    ["startup", "start-up and restore"], ["data_wait", "data wait"], ["eval", "evaluation"]];
+  function ledgerBars(ledger, cur) {
+    if (!ledger) return null;
+    const jobs = ledger.jobs.filter((j) => j.billed > 0);
+    if (!jobs.length) return h("p", { class: "muted", text: "Nothing billed yet." });
+    const legend = h("div", { class: "legend" }, ...PARTS.map(([k, label]) => h("span", {}, h("span", { class: `sw part-${k}` }), label)));
+    const rows = jobs.map((j) => h("div", { class: "stack-row", "data-job-id": j.id },
+      h("span", { class: "stack-name", text: `${j.id} ${j.name}` }),
+      h("span", { class: "stack" }, ...PARTS.filter(([k]) => j.money[k] > 0).map(([k, label]) => {
+        const part = h("span", { class: `part part-${k}`, "data-part": k, "data-money": j.money[k].toFixed(6),
+          title: `${label}: ${money(j.money[k], cur)} (${dur(j.seconds[k])})` });
+        part.style.width = (100 * j.money[k] / j.billed).toFixed(2) + "%";  // CSSOM: the CSP allows no style attribute
+        return part;
+      })),
+      h("span", { class: "num stack-total", text: money(j.billed, cur) })));
+    const advice = ledger.jobs.flatMap((j) => j.advice.map((a) => `job ${j.id} (${j.name}): ${a}`)).concat(ledger.advice);
+    return h("div", { class: "card", id: "ledger" }, legend, ...rows,
+      advice.length ? h("ul", { class: "advice" }, ...advice.map((a) => h("li", { text: a }))) : null);
   }
 
   // -- routing and polling ---------------------------------------------------------------------
