@@ -97,7 +97,7 @@ class Bench:
     def latency(self, n: int) -> dict[str, float]:
         """Submit one job into an idle queue, wait for it; n times."""
         dispatch, spawn = [], []
-        for i in range(n):
+        for _ in range(n):
             job_id = self.submit("latency", ["true"])
             wait_for(lambda: self.done(job_id), 30, f"latency job {job_id}")
             job = self.store.get(job_id)

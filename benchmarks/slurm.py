@@ -187,7 +187,7 @@ def bench_poll_cpu(c: SlurmCluster, tmp: Path, n: int, polls: int) -> dict:
     ids = []
     wrap = root / "held.sh"
     wrap.write_text("#!/bin/bash\ntrue\n")
-    for i in range(n):
+    for _ in range(n):
         ids.append(c.run("sbatch", "--parsable", "--hold", "-p", "low", "-o", "/dev/null", str(wrap)).stdout.strip())
     submit_s = time.perf_counter() - t0
     jf = root / "job.toml"

@@ -4,7 +4,7 @@ Notifier protocol the daemon calls, and the two errors (a delivery failure, a ba
 from __future__ import annotations
 
 import html as html_lib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
 from typing import Any, Protocol, runtime_checkable
 
@@ -78,19 +78,20 @@ class Message:
     gpu_hours: float | None = None
     waste_s: float | None = None
     waste_cost: float | None = None
-    # The run's metrics.csv, set by the outbox on end-of-job messages: channels that can show a
-    # picture attach its loss curve (curve_png); the others ignore it.
-    curve_csv: str = ""
+    # The run's metric series ({metric: [[step, value], ...]}, from its metrics.csv), set by the
+    # outbox on end-of-job messages: channels that can show a picture attach its loss curve
+    # (curve_png); the others ignore it.
+    curve_series: dict[str, list[list[Any]]] = field(default_factory=dict)
 
     def curve_png(self) -> bytes | None:
-        """The loss curve as a small PNG, or None (no metrics.csv, no loss column)."""
-        if not self.curve_csv:
+        """The loss curve as a small PNG, or None (no series, no loss column)."""
+        if not self.curve_series:
             return None
-        from .curve import loss_curve_png
+        from .curve import draw_curves
 
         try:
-            return loss_curve_png(self.curve_csv)
-        except (OSError, ValueError):
+            return draw_curves(self.curve_series)
+        except ValueError:
             return None
 
     def to_dict(self) -> dict[str, Any]:
@@ -230,9 +231,11 @@ class NotifierConfigError(ConfigError):
 @runtime_checkable
 class Notifier(Protocol):
     name: str
-    type: str
     events: frozenset[str]
     min_interval_s: float
+
+    @property
+    def type(self) -> str: ...  # a class attribute on the channels
 
     def send(self, message: Message) -> None: ...
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import email.utils
 import time
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Type
 
 import httpx
 from pydantic import SecretStr
@@ -20,7 +20,7 @@ class Channel:
     implement `send` and `_target` (where messages go, for describe())."""
 
     type: ClassVar[str]
-    Config: ClassVar[type[ChannelConfig]]
+    Config: ClassVar[Type[ChannelConfig]]  # typing.Type: `type` is the class attribute above
     secret_keys: ClassVar[tuple[str, ...]] = ()
     min_interval_s: float = 0.0
 

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from orchestrator.tomlfile import problems_from
+from orchestrator.problems import problems_from
 
 from .base import DEFAULT_EVENTS, EVENT_KINDS
 from .redaction import redact
@@ -25,7 +25,7 @@ class ChannelConfig(BaseModel):
 
     type: str
     name: str | None = Field(default=None, min_length=1)
-    events: list[EventName] = Field(default_factory=lambda: sorted(DEFAULT_EVENTS))  # type: ignore[valid-type]
+    events: list[EventName] = Field(default_factory=lambda: sorted(DEFAULT_EVENTS))
 
 
 def secret(value: SecretStr | None) -> str:

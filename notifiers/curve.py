@@ -8,10 +8,8 @@ from __future__ import annotations
 import math
 import struct
 import zlib
-from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
-from orchestrator.metrics import read_metrics
 
 WIDTH, HEIGHT = 480, 240
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 52, 12, 22, 22
@@ -117,10 +115,10 @@ def _label(value: float) -> str:
     return f"{value:.4g}"
 
 
-def draw_curves(series: dict[str, Sequence[Sequence[Optional[float]]]], names: Sequence[str] = CURVES,
+def draw_curves(series: Mapping[str, Sequence[Sequence[Optional[float]]]], names: Sequence[str] = CURVES,
                 width: int = WIDTH, height: int = HEIGHT) -> Optional[bytes]:
     """PNG bytes of the named series ([[step, value], ...]), or None when none has a point."""
-    points = {n: [(float(s), float(v)) for s, v in series.get(n, []) if v is not None and math.isfinite(v)]
+    points = {n: [(float(s or 0), float(v)) for s, v in series.get(n, []) if v is not None and math.isfinite(v)]
               for n in names}
     points = {n: p for n, p in points.items() if p}
     if not points:
@@ -165,7 +163,3 @@ def draw_curves(series: dict[str, Sequence[Sequence[Optional[float]]]], names: S
             c.line(px(pts[0][0]) - 2, py(pts[0][1]), px(pts[0][0]) + 2, py(pts[0][1]), color, thick=3)
     return c.png()
 
-
-def loss_curve_png(metrics_csv: str | Path) -> Optional[bytes]:
-    """The loss curve of a run's metrics.csv, or None (no file, no loss column, no finite point)."""
-    return draw_curves(read_metrics(metrics_csv)["series"])

@@ -10,7 +10,7 @@ import ssl
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid, parseaddr
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -102,7 +102,9 @@ class EmailNotifier(Channel):
         mail.set_content(message.text())
         mail.add_alternative(html, subtype="html")
         if png:
-            mail.get_payload()[1].add_related(png, maintype="image", subtype="png", cid=cid, filename="loss-curve.png",
+            parts: Any = mail.get_payload()
+            html_part = parts[1]  # the alternative just added (an EmailMessage)
+            html_part.add_related(png, maintype="image", subtype="png", cid=cid, filename="loss-curve.png",
                                               disposition="inline")
         return mail
 

@@ -50,8 +50,9 @@ class SignedBot(HttpChannel):
         self._clock = clock
 
     def _target(self) -> str:
-        signed = ", signed" if self.config.secret else ""
-        return redact(secret(self.config.url)) + signed
+        config: Any = self.config  # a subclass's Config: url and secret
+        signed = ", signed" if config.secret else ""
+        return redact(secret(config.url)) + signed
 
 
 class FeishuConfig(ChannelConfig):

@@ -124,7 +124,7 @@ def read_candidate(remote: Remote, uid: str) -> Optional[Candidate]:
 def choose(remote: Remote, wanted: list[str], take_all: bool) -> list[Candidate]:
     """The jobs asked for. `--job` by id or id prefix reads only those manifests; a name is looked
     up in every readable manifest."""
-    uids = sorted(remote.list_dirs("jobs"))
+    uids: list[str] = sorted(remote.list_dirs("jobs"))
     if take_all:
         every = [c for c in (read_candidate(remote, u) for u in uids) if c is not None]
         return [c for c in every if c.manifest is None or c.manifest.get("state") in ADOPTABLE]
@@ -336,6 +336,6 @@ def _attempts(m: dict[str, Any], now: float) -> list[dict[str, Any]]:
         last["step_reached"] = max(steps) if steps else None
         ended = progress.get("updated_at")
         ok = isinstance(ended, (int, float)) and not isinstance(ended, bool) and 0 <= ended < 1e11
-        last["ended_at"] = float(ended if ok else m.get("written_at") or now)
+        last["ended_at"] = float(ended if ok and ended is not None else m.get("written_at") or now)
         last["outcome"] = "lost"
     return out

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .bounds import control_problem
 from .errors import ConfigError
 from .states import DEFAULT_NOTIFY_EVENTS, EventKind
-from .tomlfile import problems_from, read_toml
+from .problems import problems_from
+from .tomlfile import read_toml
 
 EVENT_NAMES = frozenset(k.value for k in EventKind)
 

@@ -120,7 +120,8 @@ def queue_forecast(store: Store, home: Home, gpus: int, cpu_slots: int, now: flo
     would put it)."""
     active = store.jobs([JobState.QUEUED, JobState.RUNNING])
     finished = store.jobs([JobState.SUCCEEDED])
-    running, queued = [], []
+    running: list[tuple[Job, Optional[float]]] = []
+    queued: list[tuple[Job, Optional[float]]] = []
     for job in active:
         progress = read_json(home.run_dir(job.id) / PROGRESS) if job.attempt else None
         attempts = store.attempts(job.id) if job.attempt else []

@@ -14,15 +14,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .bounds import INT64_MAX, INT64_MIN, control_problem, name_problem
 from .datafile_keys import first_keys
-from .errors import SpecError
-from .tomlfile import problems_from, read_toml
+from .errors import SpecError  # raised by every loader here; training catches it from here
+from .problems import problems_from
+from .tomlfile import read_toml
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-TASK_CLASSIFY, TASK_CAUSAL_LM, TASK_TOKENS = "sequence-classification", "causal-lm", "token-classification"
+TaskName = Literal["sequence-classification", "causal-lm", "token-classification"]
+TASK_CLASSIFY: TaskName = "sequence-classification"
+TASK_CAUSAL_LM: TaskName = "causal-lm"
+TASK_TOKENS: TaskName = "token-classification"
 # What each task's validation reports: the metrics early_stopping.monitor may name.
 TASK_METRICS = {
     TASK_CLASSIFY: ("val_loss", "val_acc", "val_f1", "train_loss"),
@@ -33,7 +37,7 @@ TASK_METRICS = {
 
 class ModelSection(_Section):
     name_or_path: str = Field(min_length=1)
-    task: Literal["sequence-classification", "causal-lm", "token-classification"] = TASK_CLASSIFY
+    task: TaskName = TASK_CLASSIFY
     num_labels: int = Field(default=2, ge=1)
     gradient_checkpointing: bool = False
 

@@ -84,8 +84,8 @@ def job_ledger(job: Job, attempts: Sequence[Attempt], goodput: Optional[Mapping[
 
 def sum_ledgers(ledgers: Sequence[Ledger]) -> dict[str, dict[str, float]]:
     """`orch cost --breakdown`: each part summed over jobs, in seconds and money."""
-    return {"seconds": {p: math.fsum(l.seconds[p] for l in ledgers) for p in PARTS},
-            "money": {p: math.fsum(l.money[p] for l in ledgers) for p in PARTS}}
+    return {"seconds": {p: math.fsum(ledger.seconds[p] for ledger in ledgers) for p in PARTS},
+            "money": {p: math.fsum(ledger.money[p] for ledger in ledgers) for p in PARTS}}
 
 
 def _number(value: Any) -> Optional[float]:

@@ -1,9 +1,9 @@
-"""Reading TOML files and turning pydantic validation errors into one plain line per problem:
-`job.toml: train.batch_size: must be greater than 0 (got 0)`. Shared by jobspec and config."""
+"""Reading a TOML file: a missing file, a syntax error or an out-of-bounds value becomes one plain
+line per problem (the validation of what it says is problems.py's wording). Shared by jobspec,
+config and the sweep file."""
 
 from __future__ import annotations
 
-import difflib
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,8 +12,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 images
     import tomli as tomllib
-
-from pydantic import BaseModel, ValidationError
 
 from .bounds import MAX_DEPTH, value_problems
 
@@ -39,105 +37,3 @@ def read_toml(path: Path, label: str, error_cls: type[Exception]) -> dict[str, A
     if problems:
         raise error_cls(problems)
     return data
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dict, list)):
-        text = repr(value)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return str(value)
-
-
-def _dotted(loc: tuple[Any, ...]) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
-        else:
-            parts.append(str(item))
-    return ".".join(parts)
-
-
-def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model class that owns the field at loc (for did-you-mean suggestions)."""
-    current: Any = model
-    for item in loc:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return None
-        field = current.model_fields.get(str(item))
-        if field is None:
-            return None
-        current = _unwrap(field.annotation)
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
-
-
-def _unwrap(annotation: Any) -> Any:
-    for arg in getattr(annotation, "__args__", ()) or ():
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    return annotation
-
-
-def _bound(value: Any) -> Any:
-    # pydantic reports a float field's bound as 0.0; users wrote (and read) 0.
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-# pydantic's error type -> what it means for a TOML value ({bound}: the limit in the error's ctx).
-_WORDS = {
-    "greater_than": ("must be greater than {bound}", "gt"),
-    "greater_than_equal": ("must be at least {bound}", "ge"),
-    "less_than": ("must be less than {bound}", "lt"),
-    "less_than_equal": ("must be at most {bound}", "le"),
-    **dict.fromkeys(("int_type", "int_parsing", "int_from_float"), ("must be a whole number", None)),
-    **dict.fromkeys(("float_type", "float_parsing"), ("must be a number", None)),
-    **dict.fromkeys(("bool_type", "bool_parsing"), ("must be true or false", None)),
-    "string_type": ("must be a string", None),
-    "list_type": ("must be a list", None),
-    **dict.fromkeys(("dict_type", "model_type", "model_attributes_type"), ("must be a table", None)),
-    **dict.fromkeys(("too_short", "string_too_short"), ("must not be empty", None)),
-}
-
-
-def _message(err: dict[str, Any]) -> str:
-    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
-    got = f" (got {_show(value)})"
-    if kind == "missing":
-        return "is required"
-    if kind == "value_error":
-        return str(ctx.get("error", err["msg"]))
-    if kind == "literal_error":
-        return f"must be one of {ctx.get('expected')}{got}"
-    if kind in _WORDS:
-        words, limit = _WORDS[kind]
-        return words.format(bound=_bound(ctx[limit]) if limit else "") + got
-    return f"{err['msg'][0].lower()}{err['msg'][1:]}{got}"
-
-
-def problems_from(exc: ValidationError, model: type[BaseModel], label: str) -> list[str]:
-    lines: list[str] = []
-    for err in exc.errors():
-        loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-")))
-        # pydantic puts union branch names in loc ("list[str]", "float"); drop them.
-        loc = tuple(x for x in loc if not (isinstance(x, str) and ("[" in x or x in {"float", "int", "str", "bool"})))
-        if err["type"] == "extra_forbidden":
-            # The unknown key is the last item of the raw loc, whatever it looks like ("[x", "int").
-            key, parent = str(err["loc"][-1]), loc[:-1] if loc and loc[-1] == err["loc"][-1] else loc
-            owner = _model_at(model, parent)
-            choices = list(owner.model_fields) if owner else []
-            near = difflib.get_close_matches(key, choices, n=1, cutoff=0.6)
-            prefix = _dotted(parent) + "." if parent else ""
-            hint = f" (did you mean '{prefix}{near[0]}'?)" if near else ""
-            if not hint and choices:
-                hint = f" (known keys: {', '.join(choices)})"
-            lines.append(f"{label}: unknown key '{prefix}{key}'{hint}")
-        elif loc:
-            lines.append(f"{label}: {_dotted(loc)}: {_message(err)}")
-        else:
-            lines.append(f"{label}: {_message(err)}")
-    # Keep order, drop repeats (unions can report one problem twice).
-    return list(dict.fromkeys(lines))

@@ -6,6 +6,7 @@ ORCH_EXTRAS="${ORCH_EXTRAS:-test,docs}" bash scripts/setup.sh
 bash scripts/system-deps.sh
 . "${ORCH_VENV:-.venv}/bin/activate"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+bash scripts/lint.sh  # import rules, lint, format, types: a violation fails before any test runs
 rc=0
 python -m pytest -q -ra --durations=15 "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then

@@ -314,7 +314,7 @@ def test_help_is_useful(orch):
 
 # -- the CLI stays light ----------------------------------------------------------------------
 
-HEAVY = ("torch", "lightning", "pytorch_lightning", "transformers", "datasets")
+HEAVY = ("torch", "lightning", "pytorch_lightning", "transformers", "datasets", "optuna", "peft")
 PROBE = """
 import json, os, sys
 import orchestrator.cli.app, orchestrator.daemon.runtime, orchestrator.daemon.tick, notifiers

@@ -3,7 +3,6 @@ job-process contract (env, attempt-<n>.exit, attempt-<n>.log) and `orch logs -f`
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)

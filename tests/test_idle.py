@@ -140,7 +140,7 @@ def test_real_daemon_runs_the_shutdown_command_once_per_idle_period(make_orch, t
                             "shutdown_command": [PY, "-c", APPEND, str(marker)]}})
     daemon = o.start_daemon()
     wait_for(lambda: _fired(marker) == 1, 20, "the first idle shutdown")
-    time.sleep(3)  # noqa: a quiet period must not fire it again
+    time.sleep(3)  # a quiet period must not fire it again
     assert _fired(marker) == 1
 
     # Held with --at in the future: it counts as queued, so no shutdown while it waits.

@@ -29,7 +29,7 @@ from orchestrator.daemon.preemption import (
 NOW = 1_790_000_000.0
 TIMEOUT_S = 0.25
 
-from metadata_fakes import Fake, FakeAws, FakeAzure, FakeGcp, closed_port_url, serve  # noqa: F401  (fixtures)
+from metadata_fakes import Fake, FakeAws, FakeAzure, FakeGcp, closed_port_url, serve  # noqa: E402,F401  (fixtures)
 
 
 # --- AWS ---------------------------------------------------------------------------------

@@ -243,7 +243,7 @@ def _optuna_trials(h, sweep_id: int) -> list:
 
 def test_tpe_with_a_fixed_seed_proposes_the_same_parameters_on_a_rerun(tmp_path, orch_home):
     proposals = []
-    for run in range(2):
+    for _ in range(2):
         h = orch_home(cpu_slots=1)
         write_score_job(h.tmp, steps=2, pause=0.0)
         # 12 trials: Optuna's TPE proposes at random for its first 10, then from the model it fitted.

@@ -4,7 +4,7 @@ orchestrator/adopt.py; here: show what each job will run and ask (a terminal), o
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 NO_TERMINAL = ("orch adopt: not adopting: these jobs run their command on this machine with the daemon's "
                "environment, and there is no terminal to ask on; read the list above, then add --yes")
@@ -33,7 +33,7 @@ def confirmer(yes: bool, interactive: bool, ask: Callable[[str], str] = input) -
 
 
 def run_adopt(home: Any, config: Any, store: Any, url: str, *, jobs: list[str], take_all: bool, force: bool,
-              maps: list[str] = (), yes: bool = False) -> int:
+              maps: Sequence[str] = (), yes: bool = False) -> int:
     from ..adopt import adopt_jobs, exit_code
     from ..wake import poke
 

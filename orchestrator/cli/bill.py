@@ -51,7 +51,7 @@ def breakdown_data(store: Store, home: Home, config: Any, now: float) -> dict[st
     summed = sum_ledgers(ledgers)
     book = store.ledger()
     idle = book.get("idle_cost", 0.0)
-    jobs_cost = sum(l.billed for l in ledgers)
+    jobs_cost = sum(ledger.billed for ledger in ledgers)
     from ..gpus import managed_gpus
 
     p = config.pricing

@@ -11,7 +11,7 @@ from ..store import Store
 
 
 def cost_data(store: Store, config: Config) -> dict[str, Any]:
-    jobs = []
+    jobs: list[dict[str, Any]] = []
     for job in store.jobs():
         jobs.append({
             "id": job.id, "name": job.name, "state": job.state.value,
@@ -25,7 +25,7 @@ def cost_data(store: Store, config: Config) -> dict[str, Any]:
     ledger = store.ledger()
     idle = round(ledger.get("idle_cost", 0.0), 6)
     jobs_total = round(sum(j["cost"] for j in jobs), 6)
-    data = {
+    data: dict[str, Any] = {
         "currency": config.pricing.currency,
         "jobs": jobs,
         "jobs_cost": jobs_total,

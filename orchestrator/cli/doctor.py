@@ -263,7 +263,7 @@ def check_disk(home: Home, out: list[Finding]) -> None:
     usage = shutil.disk_usage(folder)
     size, where = newest_checkpoint_size(home)
     free = f"{usage.free / 1e9:.1f} GB free of {usage.total / 1e9:.1f} GB at {folder}"
-    if size and usage.free < size:
+    if size and where is not None and usage.free < size:
         out.append(Finding("disk", BAD, f"{free}: less than one checkpoint ({size / 1e6:.0f} MB, {where.name}); "
                                         "the next save fails", f"du -sh {home.runs}/*/checkpoints  # free space, or lower "
                                                                "[checkpoint] keep"))

@@ -118,7 +118,7 @@ def run_probe(job_toml: Path, *, warmup: int, steps: int, env: Optional[dict[str
                               cwd=str(Path(__file__).resolve().parents[2]))
     except subprocess.TimeoutExpired:
         raise OrchError(f"the probe of {job_toml} took over {PROBE_TIMEOUT_S:.0f} s; nothing was estimated") from None
-    lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
         raise OrchError(f"the probe of {job_toml} failed (exit {done.returncode}):\n{tail}")

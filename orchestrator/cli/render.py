@@ -121,8 +121,9 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
     from .bill import bill_lines
     from .deadline_view import deadline_line
 
-    if deadline_line(d):
-        lines.append(deadline_line(d))
+    deadline = deadline_line(d)
+    if deadline:
+        lines.append(deadline)
 
     lines += bill_lines(d.get("bill"), currency)
     if d["attempts"]:

@@ -3,7 +3,6 @@ keys. The table and `--json` are rendered from the same dicts."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -40,7 +39,7 @@ def status_row(job: Job, home: Home, now: float, *, dep_states: dict[int, JobSta
     step = progress.get("step") if progress else None
     total = progress.get("total_steps") if progress else None
     rate = step_rate(progress, attempt) if running else None
-    eta = cost.eta_seconds(step, total, rate) if rate is not None else None
+    eta = cost.eta_seconds(step, total, rate) if rate is not None and step is not None else None
     projected = projection(job, eta) if running else None
     reason = job.reason
     if job.state is JobState.QUEUED:

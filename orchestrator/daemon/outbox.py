@@ -16,6 +16,7 @@ from notifiers import Message, Notifier, NotifyError, redact
 from ..backoff import backoff_s
 from ..contract import METRICS_CSV
 from ..cost import format_duration
+from ..metrics import read_metrics
 from ..paths import Home
 
 log = logging.getLogger("orch.outbox")
@@ -97,9 +98,7 @@ class OutboxSender:
 
     def _attach_curve(self, message: Message) -> None:
         if message.event in _CURVE_EVENTS and message.job_id is not None and self.runs_dir is not None:
-            csv = self.runs_dir / str(message.job_id) / METRICS_CSV
-            if csv.is_file():
-                message.curve_csv = str(csv)
+            message.curve_series = read_metrics(self.runs_dir / str(message.job_id) / METRICS_CSV)["series"]
 
     def backoff_s(self, tries: int) -> float:
         """Delay after the (tries + 1)-th failed try: base, 2×base, 4×base, ... capped."""

@@ -12,7 +12,7 @@ import email.utils
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import httpx
 
@@ -318,7 +318,7 @@ def build_sources(
         raise ConfigError([f"[preemption] sources: unknown {unknown}; choose from {list(SOURCE_NAMES)}"])
     if "file" in names and file_path is None:
         raise ConfigError(["[preemption] sources has \"file\" but no file path is set"])
-    makers = {
+    makers: dict[str, Callable[[], NoticeSource]] = {
         "aws": lambda: AwsSource(aws_endpoint, timeout_s),
         "gcp": lambda: GcpSource(gcp_endpoint, timeout_s),
         "azure": lambda: AzureSource(azure_endpoint, timeout_s),

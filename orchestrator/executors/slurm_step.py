@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Optional
 
 from ..contract import ENV_SRUN, RESULT, attempt_log, attempt_slurm_info, write_exit_record, write_json_atomic
 
@@ -36,7 +37,7 @@ def rank_log(n: int, rank: int) -> str:
 def batch(args: argparse.Namespace, command: list[str]) -> int:
     run_dir: Path = args.run_dir
     n = args.attempt
-    state = {"stop": False, "srun": None}
+    state: dict[str, Any] = {"stop": False, "srun": None}
 
     def note(signum: int, _frame: object) -> None:
         name = signal.Signals(signum).name
@@ -46,8 +47,8 @@ def batch(args: argparse.Namespace, command: list[str]) -> int:
             print(f"[orch] batch step got {name}" + (" (the job's tasks get their own signal from Slurm)"
                                                      if state["srun"] is not None else ""), flush=True)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
-        signal.signal(sig, note)
+    for caught in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
+        signal.signal(caught, note)
     started_at = time.time()
     job_id = os.environ.get("SLURM_JOB_ID", "")
     write_json_atomic(run_dir / attempt_slurm_info(n), {
@@ -60,7 +61,8 @@ def batch(args: argparse.Namespace, command: list[str]) -> int:
     srun = [step, "--kill-on-bad-exit=1", f"--nodes={args.nodes}", f"--ntasks-per-node={args.ntasks_per_node}",
             sys.executable, "-m", "orchestrator.executors.slurm_step", "task", "--log-dir", str(run_dir),
             "--attempt", str(n)] + (["--cwd", args.cwd] if args.cwd else []) + ["--", *command]
-    code, sig = None, None
+    code: Optional[int] = None
+    sig: Optional[int] = None
     if state["stop"]:
         print("[orch] a stop was asked before the job started; not starting it", flush=True)
         code, sig = None, signal.SIGTERM.value

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from ..contract import attempt_pid, write_exit_record, write_json_atomic
 from ..procs import group_members, signal_group, start_time
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir: Path = args.run_dir
     n = args.attempt
 
-    state = {"job": None, "term_at": None}
+    state: dict[str, Any] = {"job": None, "term_at": None}
     lock = threading.Lock()
 
     def kill_later(pgid: int, grace: float) -> None:

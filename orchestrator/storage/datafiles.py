@@ -47,7 +47,7 @@ def collect(spec: dict[str, Any], max_bytes: int,
             cache: Optional[dict[tuple[str, float, int], str]] = None) -> list[dict[str, Any]]:
     """Every input file with its fingerprint; `key` set when they travel (total under the limit)."""
     cache = {} if cache is None else cache
-    entries = []
+    entries: list[dict[str, Any]] = []
     for role, root in local_inputs(spec):
         for rel, path in _files(root):
             st = path.stat()

@@ -17,7 +17,7 @@ from ..contract import parse_checkpoint_name
 from ..errors import SpecError
 from ..jobspec import spec_from_dict
 from ..states import AttemptOutcome, JobState
-from ..tomlfile import problems_from
+from ..problems import problems_from
 from .datafiles import ROLES
 
 VERSION = 1

@@ -12,6 +12,7 @@ locks work across machines, like AutoDL's autodl-fs)."""
 from __future__ import annotations
 
 import asyncio
+import builtins
 import fcntl
 import hashlib
 import os
@@ -86,8 +87,8 @@ class Remote:
     def _build(self, storage: Any, env: Mapping[str, str]) -> Any:
         from obstore.store import from_url
 
-        client = {"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=600)}
-        retry = {"max_retries": 2, "retry_timeout": timedelta(seconds=20),
+        client: dict[str, Any] = {"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=600)}
+        retry: dict[str, Any] = {"max_retries": 2, "retry_timeout": timedelta(seconds=20),
                  "backoff": {"init_backoff": timedelta(milliseconds=200), "max_backoff": timedelta(seconds=5),
                              "base": 2}}
         if self.url.scheme == "file":
@@ -106,18 +107,18 @@ class Remote:
         elif storage.endpoint and storage.endpoint.startswith("http://"):
             client["allow_http"] = True
         try:
-            return from_url(self.url.raw, client_options=client, retry_config=retry, **kwargs)
+            return from_url(self.url.raw, client_options=client, retry_config=retry, **kwargs)  # type: ignore[call-overload]
         except Exception as exc:  # obstore's config errors
             raise StorageError(f"[storage] url {self.url.raw}: {_short(exc)}", permanent=True) from None
 
     # -- objects --------------------------------------------------------------------------
 
-    def put_file(self, key: str, path: Path, *, concurrency: Optional[int] = None, create: bool = False) -> dict:
+    def put_file(self, key: str, path: Path, *, concurrency: Optional[int] = None, create: bool = False) -> Any:
         """Upload a local file (multipart above the part size). `create`: only if the key is new."""
         return asyncio.run(self.put_file_async(key, path, concurrency=concurrency, create=create))
 
     async def put_file_async(self, key: str, path: Path, *, concurrency: Optional[int] = None,
-                             create: bool = False) -> dict:
+                             create: bool = False) -> Any:
         import obstore
 
         size = Path(path).stat().st_size
@@ -171,7 +172,7 @@ class Remote:
                 raise self._error("upload", key, exc) from None
         return h.hexdigest(), sent
 
-    def put_bytes(self, key: str, data: bytes) -> dict:
+    def put_bytes(self, key: str, data: bytes) -> Any:
         import obstore
 
         try:
@@ -247,7 +248,7 @@ class Remote:
                 return
             raise self._error("delete", key, exc) from None
 
-    def list(self, prefix: str) -> list[dict[str, Any]]:
+    def list(self, prefix: str) -> builtins.list[Any]:
         import obstore
 
         try:
@@ -258,7 +259,7 @@ class Remote:
         except Exception as exc:
             raise self._error("list", prefix, exc) from None
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         """The 'folders' directly under `prefix` (without it and without a trailing slash)."""
         import obstore
 
@@ -308,7 +309,7 @@ class Remote:
                 return self._compare_and_put(key, data, etag)
             raise self._error("write", key, exc) from None
         if result.get("e_tag"):
-            return result["e_tag"]
+            return str(result["e_tag"])
         got = self.get_with_etag(key)
         return (got[1] if got else None) or ""
 

@@ -9,15 +9,15 @@ mirror's state and upload queue), sweeps.py (sweeps and their trials); schema.py
 
 from __future__ import annotations
 
-from .jobs import JobRows, implied_columns
+from .jobs import implied_columns
 from .mirror import MirrorRows
-from .outbox import OutboxRows
 from .schema import MIGRATIONS, SCHEMA_VERSION
 from .sweeps import SweepRows
 
 
-class Store(SweepRows, MirrorRows, OutboxRows, JobRows):
-    pass
+class Store(SweepRows, MirrorRows):
+    """The whole store: jobs (JobRows), the outbox and ledger (OutboxRows), the mirror's state
+    (MirrorRows) and sweeps (SweepRows), on one connection per thread."""
 
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Store", "implied_columns"]

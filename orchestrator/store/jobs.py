@@ -27,6 +27,13 @@ _UPDATABLE = frozenset(
 _JSON_COLUMNS = frozenset({"after_ids", "gpu_ids", "executor_ref"})
 
 
+def inserted_id(cur: sqlite3.Cursor) -> int:
+    """The rowid an INSERT just made (sqlite3 types it Optional; after an INSERT it is set)."""
+    if cur.lastrowid is None:
+        raise OrchError("the store inserted a row but reported no id")
+    return cur.lastrowid
+
+
 def implied_columns(src: JobState, dst: JobState, now: float, job_attempt: int,
                     begin: Optional[AttemptStart]) -> dict[str, Any]:
     """The columns a transition resets, written here once instead of at every call site:
@@ -178,7 +185,7 @@ class JobRows:
                  None if git_dirty is None else int(git_dirty), now, now, max_cost, max_hours,
                  uid or uuid.uuid4().hex, executor),
             )
-            job_id = cur.lastrowid
+            job_id = inserted_id(cur)
             if link is not None:
                 link(db, job_id)
             # Messages are built before the id exists; stamp it in.
@@ -332,7 +339,7 @@ class JobRows:
         cur = db.execute(
             "INSERT INTO events(job_id, at, kind, detail) VALUES(?,?,?,?)", (job_id, now, str(kind), detail)
         )
-        event_id = cur.lastrowid
+        event_id = inserted_id(cur)
         for out in outgoing:
             db.execute(
                 "INSERT INTO outbox(event_id, job_id, channel, payload, created_at, next_try_at) VALUES(?,?,?,?,?,?)",
@@ -346,7 +353,7 @@ class JobRows:
             return self._event(db, job_id, kind, detail, now, outgoing)
 
     def events(self, job_id: Optional[int] = None, *, kinds: Optional[Iterable[str]] = None) -> list[Event]:
-        sql, params = "SELECT * FROM events", []
+        sql, params = "SELECT * FROM events", list[Any]()
         where = []
         if job_id is not None:
             where.append("job_id=?")

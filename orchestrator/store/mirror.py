@@ -9,9 +9,11 @@ from typing import Any, Optional
 from ..errors import OrchError
 from ..records import Job
 from ..states import JobState
+from .jobs import inserted_id
+from .outbox import OutboxRows
 
 
-class MirrorRows:
+class MirrorRows(OutboxRows):
     """Mixed into Store: uses its `db`, `_tx`, `_get` and `_event`."""
 
     # -- the mirror ([storage]) --------------------------------------------------------------
@@ -43,9 +45,9 @@ class MirrorRows:
                 """UPDATE uploads SET dropped_at=?, last_error='superseded by '||? WHERE job_id=? AND done_at IS NULL
                    AND dropped_at IS NULL AND (step < ? OR (step = ? AND notice <= ?))""",
                 (now, name, job_id, step, step, int(notice)))
-            return db.execute(
+            return inserted_id(db.execute(
                 """INSERT INTO uploads(job_id, uid, path, name, step, notice, created_at, next_try_at)
-                   VALUES(?,?,?,?,?,?,?,?)""", (job_id, uid, path, name, step, int(notice), now, now)).lastrowid
+                   VALUES(?,?,?,?,?,?,?,?)""", (job_id, uid, path, name, step, int(notice), now, now)))
 
     def uploads_pending(self, job_id: Optional[int] = None) -> list[dict[str, Any]]:
         """Pending uploads, notice checkpoints first, then the newest step first."""
@@ -102,7 +104,7 @@ class MirrorRows:
                  float(c.get("run_seconds") or 0), float(c.get("gpu_seconds") or 0), float(c.get("waste_seconds") or 0),
                  float(c.get("waste_cost") or 0), int(c.get("steps_lost") or 0), b.get("max_cost"), b.get("max_hours"),
                  m["uid"]))
-            job_id = cur.lastrowid
+            job_id = inserted_id(cur)
             for a in attempts:
                 db.execute(
                     """INSERT INTO attempts(job_id, n, started_at, ended_at, gpu_ids, exit_code, exit_signal, outcome,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 
 from ..records import OutboxRow
+from .jobs import JobRows
 from ..states import EventKind
 
 
-class OutboxRows:
+class OutboxRows(JobRows):
     """Mixed into Store: uses its `db`, `_tx` and `_event`."""
 
     # -- outbox --------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Optional
 
 from ..errors import OrchError
 from ..sweep_records import Sweep, SweepState, Trial
+from .jobs import JobRows, inserted_id
 
 
 class SweepNotFound(OrchError):
@@ -18,7 +19,7 @@ class SweepNotFound(OrchError):
         super().__init__(f"no sweep with id {sweep_id}; `orch status --all` lists the sweeps and their trials")
 
 
-class SweepRows:
+class SweepRows(JobRows):
     """Mixed into Store: uses its `db`, `_tx` and `submit`."""
 
     def create_sweep(self, *, name: str, spec: dict[str, Any], spec_path: str, now: float) -> Sweep:
@@ -26,7 +27,7 @@ class SweepRows:
             cur = db.execute(
                 "INSERT INTO sweeps(name, state, spec_json, spec_path, created_at, updated_at) VALUES(?,?,?,?,?,?)",
                 (name, SweepState.RUNNING.value, json.dumps(spec), spec_path, now, now))
-            return self._sweep(db, cur.lastrowid)
+            return self._sweep(db, inserted_id(cur))
 
     def sweep(self, sweep_id: int) -> Sweep:
         return self._sweep(self.db, sweep_id)

@@ -81,8 +81,8 @@ def advance(ctx: SweepContext, sweep: Sweep, now: float) -> None:
             for step, value in objective.series(run_dir, section.objective):
                 study.report(ft, step, value)
             if section.pruner != "none" and study.should_prune(t.number):
-                step = study.trials()[t.number].last_step
-                ctx.stop(job, Intent.PRUNE, f"pruned by the sweep's {section.pruner} pruner at step {step}: "
+                reached = study.trials()[t.number].last_step
+                ctx.stop(job, Intent.PRUNE, f"pruned by the sweep's {section.pruner} pruner at step {reached}: "
                                             f"{section.objective} behind the other trials")
         elif job.state is JobState.QUEUED and not (run_dir / JOB_TOML).is_file():
             write_run_spec(ctx.home, job.id, job.spec)  # the daemon died between the insert and this write

@@ -48,6 +48,5 @@ def final_value(run_dir: Path, objective: str) -> Optional[float]:
 def steps_done(run_dir: Path) -> tuple[int, Optional[int]]:
     """(the step the trial reached, the steps it would take in all) from progress.json."""
     progress = read_json(run_dir / PROGRESS) or {}
-    step = progress.get("step") if isinstance(progress.get("step"), int) else 0
-    total = progress.get("total_steps") if isinstance(progress.get("total_steps"), int) else None
-    return step, total
+    step, total = progress.get("step"), progress.get("total_steps")
+    return (step if isinstance(step, int) else 0), (total if isinstance(total, int) else None)

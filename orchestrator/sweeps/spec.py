@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..contract import ENV_PARAM_PREFIX
 from ..errors import SpecError
 from ..jobspec import JobSpec, load_jobspec, spec_from_dict
-from ..tomlfile import _model_at, _unwrap, problems_from, read_toml
+from ..problems import _model_at, _unwrap, problems_from
+from ..tomlfile import read_toml
 
 Number = Union[int, float]
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -71,7 +72,7 @@ class ParamSpec(_Strict):
 
     def probes(self) -> list[Any]:
         """Values that stand for the range when checking the base job accepts it."""
-        return self.grid_points() if self.values is not None else list(self.bounds or ())
+        return (self.grid_points() or []) if self.values is not None else list(self.bounds or ())
 
 
 class SweepSection(_Strict):
@@ -152,7 +153,7 @@ def check_params(section: SweepSection, base: JobSpec, label: str) -> list[str]:
         for name in sorted(used - set(section.params)):
             problems.append(f"{label}: sweep.params: the job's command uses {{{name}}} but no parameter is named {name!r}")
     if section.sampler == "grid":
-        points = 1
+        points: float = 1
         for key, param in section.params.items():
             grid = param.grid_points()
             if grid is None:
@@ -177,7 +178,7 @@ def _field_at(key: str) -> Any:
         if part not in fields:
             prefix = ".".join(parts[:i])
             choices = [f"{prefix}.{f}" if prefix else f for f in fields]
-            choices += [f"{s}.{f}" for s in ("train", "model", "data") for f in _model_at(JobSpec, (s,)).model_fields]
+            choices += [f"{s}.{f}" for s in ("train", "model", "data") for f in (_model_at(JobSpec, (s,)) or JobSpec).model_fields]
             near = difflib.get_close_matches(key, choices, n=1, cutoff=0.6) or [c for c in choices if c.endswith("." + key)]
             hint = f" (did you mean '{near[0]}'?)" if near else ""
             return f"unknown job.toml path '{key}'{hint}"

@@ -12,6 +12,7 @@ import json
 import sqlite3
 import tarfile
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -131,14 +132,14 @@ def test_a_tampered_manifest_is_refused_before_anything_is_written(sandbox, orig
     sandbox.assert_nothing_outside_home()  # the store too: no lease was taken
 
 
-def _tar_bytes(members: dict[str, bytes], links: dict[str, str] = {}) -> bytes:
+def _tar_bytes(members: dict[str, bytes], links: Optional[dict[str, str]] = None) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in members.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-        for name, target in links.items():
+        for name, target in (links or {}).items():
             info = tarfile.TarInfo(name)
             info.type, info.linkname = tarfile.SYMTYPE, target
             tar.addfile(info)

@@ -49,16 +49,17 @@ def test_flush_puts_every_logged_event_in_the_file_before_it_returns(tmp_path):
 def test_the_loss_curve_png_decodes_and_is_none_without_a_loss(tmp_path):
     import zlib
 
-    from notifiers.curve import draw_curves, loss_curve_png
+    from notifiers.curve import draw_curves
+    from orchestrator.metrics import read_metrics
 
     csv = tmp_path / "metrics.csv"
     csv.write_text("epoch,step,train_loss,val_loss\n0,9,0.9,\n0,9,,0.8\n0,19,0.5,\n0,19,,nan\n")
-    png = loss_curve_png(csv)
+    png = draw_curves(read_metrics(csv)["series"])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
     idat = png.index(b"IDAT")
     length = int.from_bytes(png[idat - 4:idat], "big")
     assert len(zlib.decompress(png[idat + 4:idat + 4 + length])) == 240 * (1 + 480 * 3)
-    assert loss_curve_png(tmp_path / "missing.csv") is None
+    assert draw_curves(read_metrics(tmp_path / "missing.csv")["series"]) is None
     assert draw_curves({"val_acc": [[1, 0.5]]}) is None
 
 
@@ -155,10 +156,9 @@ def test_the_wecom_robot_gets_the_curve_as_an_image_message_after_the_text(tmp_p
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/cgi-bin/webhook/send?key=693a91f6-7xxx-4bc4-97a0-0ec2sifa5aaa"
         (robot,) = build_notifiers([{"type": "wecom", "url": url}], label="test", env={})
-        csv = tmp_path / "metrics.csv"
-        csv.write_text("epoch,step,train_loss\n0,9,0.9\n0,19,0.5\n")
-        robot.send(Message(event="succeeded", job_id=3, job_name="x", state="succeeded", curve_csv=str(csv)))
-        robot.send(Message(event="preempted", job_id=3, job_name="x", state="queued"))  # no curve_csv: text only
+        series = {"train_loss": [[9, 0.9], [19, 0.5]]}
+        robot.send(Message(event="succeeded", job_id=3, job_name="x", state="succeeded", curve_series=series))
+        robot.send(Message(event="preempted", job_id=3, job_name="x", state="queued"))  # no curve: text only
     finally:
         server.shutdown()
     assert [b["msgtype"] for b in bodies] == ["markdown", "image", "markdown"]

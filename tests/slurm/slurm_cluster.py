@@ -198,7 +198,8 @@ class SlurmCluster:
                 break
             except OSError:
                 if time.monotonic() > deadline or self.procs["slurmdbd"].poll() is not None:
-                    raise RuntimeError(f"slurmdbd did not start: {(base / 'log' / 'slurmdbd.out').read_text()[-2000:]}")
+                    raise RuntimeError(f"slurmdbd did not start: {(base / 'log' / 'slurmdbd.out').read_text()[-2000:]}") \
+                        from None
                 time.sleep(0.2)
         return (f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\n"
                 f"AccountingStoragePort={dbd_port}\nAccountingStoragePass={base}/munge/munge.socket.2")

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -120,7 +119,7 @@ class Job:
             except ProcessLookupError:
                 pass
             self.proc.wait()
-            raise AssertionError(f"job did not exit within {timeout}s; log:\n{self.output()[-3000:]}")
+            raise AssertionError(f"job did not exit within {timeout}s; log:\n{self.output()[-3000:]}") from None
         finally:
             self._fh.close()
 

@@ -13,7 +13,6 @@ from typing import Any, Optional
 
 from ...config import Config
 from ...contract import HEALTH, METRICS_CSV, attempt_log, read_json
-from ...errors import OrchError
 from ...metrics import read_metrics
 from ...paths import Home
 from ...store import Store

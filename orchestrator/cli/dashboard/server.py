@@ -64,7 +64,7 @@ class Dashboard:
         self.home, self.config, self.token = home, config, token
         self.store = Store(home.db, read_only=True)
         self.snapshot = data.Snapshot(ttl)
-        self.assets = {name: resources.files(__package__).joinpath("static", name).read_bytes() for name in STATIC}
+        self.assets = {name: resources.files(__package__).joinpath("static").joinpath(name).read_bytes() for name in STATIC}
 
     def api(self, path: str) -> tuple[int, Any]:
         now = time.time()
