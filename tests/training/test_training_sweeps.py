@@ -37,9 +37,9 @@ def test_the_median_pruner_finds_the_grids_best_learning_rate_in_at_most_65_perc
     assert full["best"]["params"] == pruned["best"]["params"]
     assert pruned["steps_total"] <= GOAL_STEPS_RATIO * full["steps_total"], (pruned["steps_total"], full["steps_total"])
     assert pruned["saved_seconds"] > 0
-    for trial in pruned["trials"]:
-        if trial["state"] == "pruned":
-            assert 20 <= trial["steps"] < 120
+    stopped_at = [t["steps"] for t in pruned["trials"] if t["state"] == "pruned"]
+    assert all(20 <= steps <= 120 for steps in stopped_at)  # never before prune_after_steps
+    assert sum(steps < 60 for steps in stopped_at) >= 5  # most at their first check (2e-2 may end as it is judged)
     print(f"steps: {pruned['steps_total']} of {full['steps_total']}; best {pruned['best']}")
 
 
