@@ -71,6 +71,17 @@ def test_a_command_sweep_placeholder_without_a_parameter_is_refused(tmp_path, ho
     assert "uses {x} but no parameter is named 'x'" in out.err
 
 
+def test_submit_flags_for_a_single_job_are_refused_for_a_sweep_and_priority_reaches_its_trials(tmp_path, home, cli):
+    write_score_job(tmp_path)
+    path = write_sweep(tmp_path)
+    out = cli("submit", path, "--after", "1", "--at", "+1h")
+    assert out.rc == 2 and "--after, --at are for a single job" in out.err
+    assert Store(home / "orch.db").sweeps() == []
+    out = cli("submit", path, "--priority", "7", "--json")
+    assert out.rc == 0, out.err
+    assert Store(home / "orch.db").sweep(json.loads(out.out)["id"]).spec["job"]["priority"] == 7
+
+
 # -- the outcome table's prune row ---------------------------------------------------------------
 
 @pytest.mark.parametrize("code, sig, has_result, state", [

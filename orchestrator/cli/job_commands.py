@@ -37,7 +37,7 @@ def submit(
     if is_sweep_file(job_toml):  # a [sweep] table: the daemon makes its trials (cli/sweep_commands.py)
         from .sweep_commands import submit_sweep
 
-        return submit_sweep(job_toml, as_json)
+        return submit_sweep(job_toml, as_json, priority=priority, after=after, at=at, estimate=estimate_first)
     now = time.time()
     not_before = parse_at(at, now) if at else None
     config = ctx.config()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Sequence
 
 import typer
 
@@ -16,12 +16,21 @@ sweep_app = typer.Typer(no_args_is_help=True, help="Look at or cancel a sweep (s
 app.add_typer(sweep_app, name="sweep")
 
 
-def submit_sweep(path: Path, as_json: bool) -> None:
+def submit_sweep(path: Path, as_json: bool, *, priority: Optional[int] = None, after: Sequence[int] = (),
+                 at: Optional[str] = None, estimate: bool = False) -> None:
+    from ..errors import UsageError
     from ..gpus import managed_gpus
     from ..lifecycle import check_gpus, check_nodes
     from ..sweeps.spec import load_sweep
 
+    unused = [flag for flag, given in (("--after", bool(after)), ("--at", at is not None), ("--estimate", estimate))
+              if given]
+    if unused:
+        raise UsageError(f"{path}: {', '.join(unused)} {'is' if len(unused) == 1 else 'are'} for a single job; a sweep "
+                         "starts its trials as its `parallel` slots free up (submit the sweep later to delay it)")
     section, base = load_sweep(path)
+    if priority is not None:  # every trial's priority
+        base = base.model_copy(update={"priority": priority})
     config = ctx.config()
     machine_gpus = config.slurm.max_gpus if config.executor.kind == "slurm" else len(managed_gpus(config.daemon.gpus))
     check_gpus(base, section.job, machine_gpus)

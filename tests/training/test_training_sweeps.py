@@ -22,11 +22,14 @@ from conftest import assert_same_weights, final_weights, read_progress, wait_for
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.timeout(2400)  # 16 trials of a real runner: minutes on a loaded two-core machine
 def test_the_median_pruner_finds_the_grids_best_learning_rate_in_at_most_65_percent_of_the_steps(tmp_path):
-    # Grid seed 3 tries 5e-3 (the best of the grid on this task) first; see benchmarks/sweep.py.
+    # Grid seed 3 tries 5e-3 (the best of the grid on this task) first, beside 2e-2 (two at a time,
+    # so this runs in half the time; 2e-2 is not pruned, having no finished trial to be compared
+    # with until it is nearly done); see benchmarks/sweep.py.
     write_job(tmp_path, steps=120, every=10, slow=0.05)
-    full = run_sweep(write_sweep(tmp_path, "full", pruner="none", parallel=1, every=10, seed=3), tmp_path / "h-full")
-    pruned = run_sweep(write_sweep(tmp_path, "pruned", pruner="median", parallel=1, every=10, seed=3),
+    full = run_sweep(write_sweep(tmp_path, "full", pruner="none", parallel=2, every=10, seed=3), tmp_path / "h-full")
+    pruned = run_sweep(write_sweep(tmp_path, "pruned", pruner="median", parallel=2, every=10, seed=3),
                        tmp_path / "h-pruned")
     assert full["state"] == pruned["state"] == "succeeded"
     assert len(full["trials"]) == len(pruned["trials"]) == 8
@@ -34,9 +37,10 @@ def test_the_median_pruner_finds_the_grids_best_learning_rate_in_at_most_65_perc
     assert full["best"]["params"] == pruned["best"]["params"]
     assert pruned["steps_total"] <= GOAL_STEPS_RATIO * full["steps_total"], (pruned["steps_total"], full["steps_total"])
     assert pruned["saved_seconds"] > 0
-    for trial in pruned["trials"]:
-        if trial["state"] == "pruned":
-            assert 20 <= trial["steps"] < 120
+    stopped_at = [t["steps"] for t in pruned["trials"] if t["state"] == "pruned"]
+    assert all(20 <= steps <= 120 for steps in stopped_at)  # never before prune_after_steps
+    assert sum(steps < 60 for steps in stopped_at) >= 5  # most at their first check (2e-2 may end as it is judged)
+    print(f"steps: {pruned['steps_total']} of {full['steps_total']}; best {pruned['best']}")
 
 
 def _one_trial_sweep(tmp_path, name: str):
