@@ -111,7 +111,8 @@ def read_candidate(remote: Remote, uid: str) -> Optional[Candidate]:
     try:
         got = remote.get_with_etag(key, max_bytes=MAX_MANIFEST_BYTES)
     except TooLarge as exc:
-        return Candidate(uid, None, None, f"job {uid[:12]}: {exc}")
+        return Candidate(uid, None, None, f"job {uid[:12]}: its manifest is over the {MAX_MANIFEST_BYTES >> 20} MB "
+                                          f"limit: {exc}")
     if got is None:
         return None
     try:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
+from .contract import ENV_CONFIG, ENV_HOME
+
 
 @dataclass(frozen=True)
 class Home:
@@ -18,7 +20,7 @@ class Home:
 
     @classmethod
     def locate(cls, home: Optional[str | Path] = None, env: Mapping[str, str] = os.environ) -> "Home":
-        value = home or env.get("ORCH_HOME") or "~/.orch"
+        value = home or env.get(ENV_HOME) or "~/.orch"
         return cls(Path(os.path.expanduser(str(value))).resolve())
 
     def ensure(self) -> "Home":
@@ -95,5 +97,5 @@ class Home:
         return self.root / "wake.sock"
 
     def config_path(self, explicit: Optional[str | Path] = None, env: Mapping[str, str] = os.environ) -> Path:
-        value = explicit or env.get("ORCH_CONFIG")
+        value = explicit or env.get(ENV_CONFIG)
         return Path(os.path.expanduser(str(value))).resolve() if value else self.root / "config.toml"

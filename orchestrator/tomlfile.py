@@ -125,7 +125,8 @@ def problems_from(exc: ValidationError, model: type[BaseModel], label: str) -> l
         # pydantic puts union branch names in loc ("list[str]", "float"); drop them.
         loc = tuple(x for x in loc if not (isinstance(x, str) and ("[" in x or x in {"float", "int", "str", "bool"})))
         if err["type"] == "extra_forbidden":
-            key, parent = str(loc[-1]), loc[:-1]
+            # The unknown key is the last item of the raw loc, whatever it looks like ("[x", "int").
+            key, parent = str(err["loc"][-1]), loc[:-1] if loc and loc[-1] == err["loc"][-1] else loc
             owner = _model_at(model, parent)
             choices = list(owner.model_fields) if owner else []
             near = difflib.get_close_matches(key, choices, n=1, cutoff=0.6)

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
+from sweep_harness import starts, write_score_job, write_sweep
 
-from daemon_harness import wait_for
 from orchestrator.states import EventKind, JobState
 from orchestrator.store import Store
-from orchestrator.sweeps.records import SweepState
-from sweep_harness import starts, write_score_job, write_sweep
+from orchestrator.sweep_records import SweepState
 
 SHOW_KEYS = {"id", "state", "objective", "direction", "best", "trials", "steps_total", "cost_total", "pruned", "saved"}
 TRIAL_KEYS = {"id", "params", "state", "value", "steps", "cost"}
@@ -71,10 +71,30 @@ def test_a_command_sweep_placeholder_without_a_parameter_is_refused(tmp_path, ho
     assert "uses {x} but no parameter is named 'x'" in out.err
 
 
+# -- the outcome table's prune row ---------------------------------------------------------------
+
+@pytest.mark.parametrize("code, sig, has_result, state", [
+    (0, None, True, JobState.SUCCEEDED),  # it finished before the signal landed
+    (0, None, False, JobState.PRUNED),
+    (75, None, False, JobState.PRUNED),  # checkpointed on SIGTERM: the usual way a trial is pruned
+    (76, None, False, JobState.PRUNED),
+    (None, 9, False, JobState.PRUNED),
+    (1, None, False, JobState.PRUNED),
+])
+def test_a_prune_intent_decides_pruned_whatever_the_exit_unless_the_job_finished(code, sig, has_result, state):
+    from orchestrator.outcome import decide
+    from orchestrator.states import Intent
+
+    d = decide(Intent.PRUNE, code, sig, has_result=has_result, is_command=False, failures=0, retries=2)
+    assert d.state is state and not d.charged
+    assert d.event is (EventKind.SUCCEEDED if state is JobState.SUCCEEDED else EventKind.PRUNED)
+
+
 # -- a command-job sweep end to end --------------------------------------------------------------
 
 def test_a_command_job_sweep_runs_its_trials_as_jobs_and_reports_the_best(orch_home):
     h = orch_home(cpu_slots=2)
+    h.configure({"notifiers": [{"type": "webhook", "name": "hook", "url": "http://127.0.0.1:9/unused"}]}, cpu_slots=2)
     write_score_job(h.tmp)
     sweep_id = _submit(h, write_sweep(h.tmp, trials=5, parallel=2, sampler="random", seed=4))
     d = h.local_daemon()
@@ -100,6 +120,9 @@ def test_a_command_job_sweep_runs_its_trials_as_jobs_and_reports_the_best(orch_h
     assert shown["steps_total"] == 5 * 8
     ends = h.store.events(None, kinds=[EventKind.SWEEP_FINISHED.value])
     assert len(ends) == 1 and f"sweep {sweep_id}" in ends[0].detail and "best trial" in ends[0].detail
+    messages = [row.payload for row in h.store.outbox()]
+    finished = [m for m in messages if m["event"] == "sweep_finished"]  # a default event of every channel
+    assert len(finished) == 1 and "best trial" in finished[0]["reason"] and "x=" in finished[0]["reason"]
 
     text = h.cli("status", "--all").stdout
     assert f"sweep {sweep_id} (sweep): succeeded, 5 of 5 trials" in text
@@ -233,6 +256,25 @@ def test_tpe_with_a_fixed_seed_proposes_the_same_parameters_on_a_rerun(tmp_path,
     assert proposals[0] == proposals[1]
 
 
+DAEMON_PROBE = r"""
+import sys
+from orchestrator.config import load_config
+from orchestrator.daemon.tick import Daemon
+from orchestrator.paths import Home
+from orchestrator.polling import poll
+from orchestrator.store import Store
+
+from pathlib import Path
+home = Home(Path(sys.argv[1])); store = Store(home.db); job_id = int(sys.argv[2])
+d = Daemon(home, load_config(home.root / "config.toml"), store, gpu_ids=[])
+poll(lambda: d.tick() or store.get(job_id).state.is_terminal, 60, 0.1)
+print("optuna" in sys.modules, store.get(job_id).state.value, flush=True)
+sys.stdin.readline()
+d.tick()
+print("optuna" in sys.modules, len(store.trials(1)), flush=True)
+"""
+
+
 def test_the_daemon_imports_optuna_only_while_a_sweep_exists(orch_home):
     import subprocess
 
@@ -240,18 +282,25 @@ def test_the_daemon_imports_optuna_only_while_a_sweep_exists(orch_home):
     job_id = h.submit("plain")
     write_score_job(h.tmp, steps=2, pause=0.0)
     sweep = write_sweep(h.tmp, trials=1, parallel=1)
-    code = ("import sys, time; from orchestrator.paths import Home; from orchestrator.config import load_config;"
-            "from orchestrator.store import Store; from orchestrator.daemon.tick import Daemon;"
-            "from orchestrator.polling import poll;"
-            f"home = Home({str(h.root)!r}); store = Store(home.db);"
-            "d = Daemon(home, load_config(home.root / 'config.toml'), store, gpu_ids=[]);"
-            f"poll(lambda: d.tick() or store.get({job_id}).state.is_terminal, 60, 0.1);"
-            "print('optuna' in sys.modules, store.get(%d).state.value);"
-            "sys.stdin.readline(); d.tick(); print('optuna' in sys.modules)" % job_id)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=h.env())
+    proc = subprocess.Popen([sys.executable, "-c", DAEMON_PROBE, str(h.root), str(job_id)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=h.env())
     first = proc.stdout.readline().split()
-    assert first == ["False", "succeeded"], proc.stderr.read() if proc.poll() is not None else first
-    _submit(h, sweep)
+    if first != ["False", "succeeded"]:
+        proc.kill()
+        raise AssertionError(f"{first}: {proc.communicate()[1]}")
+    assert _submit(h, sweep) == 1
     out, errs = proc.communicate("go\n", timeout=60)
-    assert out.strip() == "True", errs
+    assert out.split() == ["True", "1"], errs
+
+
+def test_a_successive_halving_sweep_prunes_against_its_rungs_and_ends(orch_home):
+    h = orch_home(cpu_slots=1)
+    write_score_job(h.tmp, steps=12, pause=0.05)
+    sweep_id = _submit(h, write_sweep(h.tmp, trials=4, parallel=1, sampler="grid", seed=4, pruner="halving",
+                                      prune_after_steps=2, params={"x": {"values": [0.3, 0.6, 0.9, 0.0]}}))
+    d = h.local_daemon()
+    _tick_until_done(h, d, sweep_id, timeout=120)
+    shown = h.cli_json("sweep", "show", str(sweep_id))
+    assert shown["state"] == "succeeded" and len(shown["trials"]) == 4
+    assert shown["best"]["params"] == {"x": 0.3}  # tried first (grid seed 4), never pruned
+    assert shown["pruned"] >= 1 and shown["steps_total"] < 4 * 12

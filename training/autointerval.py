@@ -16,7 +16,7 @@ from typing import Any, Optional
 import pytorch_lightning as pl
 
 from orchestrator.contract import (  # noqa: F401 (young_daly, DEFAULT_MTBF_S re-exported to the tests)
-    CHECKPOINT_INTERVAL, DEFAULT_MTBF_S, ENV_MTBF_S, periodic_name, write_json_atomic, young_daly,
+    CHECKPOINT_INTERVAL, DEFAULT_MTBF_S, ENV_MTBF_S, ENV_RUN_DIR, periodic_name, write_json_atomic, young_daly,
 )
 
 
@@ -75,6 +75,6 @@ class AutoCheckpoint(pl.Callback):
 def auto_checkpoint(spec: Any, ckpt_dir: Path) -> AutoCheckpoint:
     ck = spec.checkpoint
     mtbf_s, source = mtbf_for(ck.mtbf_hours)
-    run_dir = os.environ.get("ORCH_RUN_DIR")
+    run_dir = os.environ.get(ENV_RUN_DIR)
     return AutoCheckpoint(ckpt_dir, Path(run_dir) if run_dir else None, first_s=(ck.every_minutes or 10.0) * 60,
                           mtbf_s=mtbf_s, source=source)

@@ -13,11 +13,10 @@ from typing import Any, Optional
 
 import pytorch_lightning as pl
 
-from orchestrator.contract import PROGRESS, read_json, write_json_atomic
+from orchestrator.contract import ENV_ATTEMPT, ENV_PROBE_WARMUP, ENV_RUN_DIR, PROGRESS, read_json, write_json_atomic
 
 # The estimate's probe: the step at which its steady-state clock starts (after the warm-up), and
 # the file in its temporary run folder where the meter leaves its figures.
-ENV_PROBE_WARMUP = "ORCH_PROBE_WARMUP"
 PROBE = "probe.json"
 
 
@@ -26,7 +25,7 @@ class GoodputMeter(pl.Callback):
     lives there), less the checkpoint saves and evaluation that also run in that gap."""
 
     def __init__(self, run_dir: Optional[Path] = None, attempt: Optional[str] = None):
-        self.attempt = attempt or os.environ.get("ORCH_ATTEMPT") or "1"
+        self.attempt = attempt or os.environ.get(ENV_ATTEMPT) or "1"
         self.previous = _earlier_attempts(run_dir, self.attempt)
         self.data_wait_s = self.checkpoint_s = self.eval_s = self.step_s = 0.0
         self.steps = self.checkpoints = self.evals = 0
@@ -116,7 +115,7 @@ class GoodputMeter(pl.Callback):
 
     def teardown(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
         """The probe's figures, once training is over (the final save included)."""
-        folder = self.run_dir or (Path(os.environ["ORCH_RUN_DIR"]) if os.environ.get("ORCH_RUN_DIR") else None)
+        folder = self.run_dir or (Path(os.environ[ENV_RUN_DIR]) if os.environ.get(ENV_RUN_DIR) else None)
         if not self.warmup or folder is None or trainer.global_rank != 0:
             return
         own = self.figures()["goodput"][self.attempt]
@@ -130,7 +129,7 @@ class GoodputMeter(pl.Callback):
 
 def _earlier_attempts(run_dir: Optional[Path], attempt: str) -> dict[str, Any]:
     """The figures earlier attempts left in progress.json (this attempt overwrites the file)."""
-    folder = run_dir or (Path(os.environ["ORCH_RUN_DIR"]) if os.environ.get("ORCH_RUN_DIR") else None)
+    folder = run_dir or (Path(os.environ[ENV_RUN_DIR]) if os.environ.get(ENV_RUN_DIR) else None)
     if folder is None:
         return {}
     earlier = (read_json(folder / PROGRESS) or {}).get("goodput")

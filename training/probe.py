@@ -19,6 +19,10 @@ import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
+from orchestrator.contract import (  # noqa: E402
+    ENV_ATTEMPT, ENV_CKPT_DIR, ENV_JOB_ID, ENV_PROBE_WARMUP, ENV_RESUME_FROM, ENV_RUN_DIR, JOB_TOML, checkpoint_dir,
+)
+
 DEFAULT_WARMUP, DEFAULT_STEPS = 10, 30
 
 
@@ -85,10 +89,10 @@ def probe(job_toml: Path, warmup: int, steps: int) -> dict[str, Any]:
         run_dir = Path(tmp)
         body = probe_spec(spec.to_toml_dict(), probe_steps, steps_per_epoch, train.accumulate_grad_batches, batches,
                           has_val)
-        (run_dir / "job.toml").write_text(tomli_w.dumps(body))
-        os.environ.update({"ORCH_RUN_DIR": str(run_dir), "ORCH_CKPT_DIR": str(run_dir / "checkpoints"),
-                           "ORCH_ATTEMPT": "1", "ORCH_RESUME_FROM": "", "ORCH_PROBE_WARMUP": str(warmup)})
-        os.environ.pop("ORCH_JOB_ID", None)
+        (run_dir / JOB_TOML).write_text(tomli_w.dumps(body))
+        os.environ.update({ENV_RUN_DIR: str(run_dir), ENV_CKPT_DIR: str(checkpoint_dir(run_dir)),
+                           ENV_ATTEMPT: "1", ENV_RESUME_FROM: "", ENV_PROBE_WARMUP: str(warmup)})
+        os.environ.pop(ENV_JOB_ID, None)
         code = run_main(run_dir)
         ended = time.time()
         from .goodput import PROBE

@@ -19,6 +19,7 @@ from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from .. import procs
+from ..contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_RUN_DIR
 from ..executors.local import SUPERVISOR_MODULE
 from ..paths import Home
 from ..records import Job
@@ -219,9 +220,9 @@ def orch_processes(home: Home) -> list[tuple[int, str, str, bool]]:
     found = []
     for pid in procs.pids():
         env = procs.environ(pid)
-        if not env.get(b"ORCH_RUN_DIR", b"").startswith(prefix) or procs.stat_fields(pid) is None:
+        if not env.get(ENV_RUN_DIR.encode(), b"").startswith(prefix) or procs.stat_fields(pid) is None:
             continue
-        found.append((pid, env.get(b"ORCH_JOB_ID", b"?").decode(), env.get(b"ORCH_ATTEMPT", b"?").decode(),
+        found.append((pid, env.get(ENV_JOB_ID.encode(), b"?").decode(), env.get(ENV_ATTEMPT.encode(), b"?").decode(),
                       SUPERVISOR_MODULE in procs.cmdline(pid)))
     return found
 
@@ -242,13 +243,13 @@ def check_orphans(home: Home, jobs: list[Job], out: list[Finding]) -> None:
 
 
 def newest_checkpoint_size(home: Home) -> tuple[int, Optional[Path]]:
-    from ..contract import newest_checkpoint
+    from ..contract import checkpoint_dir, newest_checkpoint
 
     best, where = 0, None
     if not home.runs.is_dir():
         return 0, None
     for run in home.runs.iterdir():
-        path, _ = newest_checkpoint(run / "checkpoints")
+        path, _ = newest_checkpoint(checkpoint_dir(run))
         try:
             if path is not None and path.stat().st_size > best:
                 best, where = path.stat().st_size, path

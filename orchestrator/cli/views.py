@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import cost
-from ..contract import PROGRESS, RESULT, SNAPSHOT_MEMORY, parse_checkpoint_name, read_json
+from ..contract import CKPT_SUFFIX, PROGRESS, RESULT, SNAPSHOT_MEMORY, checkpoint_dir, parse_checkpoint_name, read_json
 from ..dispatch import hold_reason
 from ..forecast import step_rate
 from ..paths import Home
@@ -89,10 +89,10 @@ def status_rows(store: Store, home: Home, now: float, *, include_all: bool = Fal
 
 
 def list_checkpoints(run_dir: Path) -> list[dict[str, Any]]:
-    folder = run_dir / "checkpoints"
+    folder = checkpoint_dir(run_dir)
     out = []
     if folder.is_dir():
-        for path in sorted(folder.glob("*.ckpt")):
+        for path in sorted(folder.glob("*" + CKPT_SUFFIX)):
             parsed = parse_checkpoint_name(path.name)
             step = parsed.step if parsed else None
             try:  # a Trainer checkpoint is a link to a folder: its files add up

@@ -7,7 +7,7 @@ import logging
 import sqlite3
 
 from ..attempts import begin_attempt
-from ..contract import attempt_exit, attempt_log, write_json_atomic
+from ..contract import attempt_log, write_exit_record
 from ..dispatch import edf_order, fits, hold_reason
 from ..records import AttemptLaunch
 from ..records import Job
@@ -75,8 +75,7 @@ def start(d: StepContext, job: Job, gpu_ids: list[int], now: float) -> bool:
         note_start_failure(begun.launch, exc)
         # Write the exit record ourselves so the normal reap path decides (a retry after the
         # backoff, or failed): never a tight loop of starts.
-        write_json_atomic(begun.launch.run_dir / attempt_exit(begun.launch.attempt),
-                          {"code": 127, "signal": None, "started_at": now, "ended_at": now})
+        write_exit_record(begun.launch.run_dir, begun.launch.attempt, 127, None, now, now)
         return True
     d.store.update(job.id, now, only_if_state=[JobState.RUNNING], **handle)
     return True

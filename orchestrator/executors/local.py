@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..paths import Home
-from ..contract import attempt_exit, attempt_log, attempt_pid, read_json
+from ..contract import attempt_exit, attempt_log, attempt_pid, checkpoint_dir, read_json
 from ..procs import group_members, is_alive, signal_group, signal_process, start_time, with_environment
 from ..records import AttemptLaunch, Job
 
@@ -48,7 +48,7 @@ class LocalExecutor:
     def start(self, launch: AttemptLaunch) -> dict[str, Any]:
         run_dir = launch.run_dir
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        checkpoint_dir(run_dir).mkdir(exist_ok=True)
         sup = [self.python, "-m", SUPERVISOR_MODULE, "--run-dir", str(run_dir),
                "--attempt", str(launch.attempt), "--grace", str(launch.grace_s)]
         if launch.cwd:

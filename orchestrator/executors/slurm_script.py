@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from ..bounds import control_problem
-from ..contract import attempt_log
+from ..contract import attempt_log, attempt_sbatch
 from ..records import AttemptLaunch
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def write_script(cfg: "SlurmSection", launch: AttemptLaunch, job_name: str, pyth
         cmd += ["--cwd", launch.cwd]
     cmd += ["--", *launch.argv]
     lines.append("exec " + shlex.join(cmd))
-    path = launch.run_dir / f"attempt-{launch.attempt}.sbatch"
+    path = launch.run_dir / attempt_sbatch(launch.attempt)
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..contract import write_json_atomic
+from ..contract import attempt_pid, write_exit_record, write_json_atomic
 from ..procs import group_members, signal_group, start_time
 from ..wake import poke
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             pending = state["term_at"] is not None
         if pending:  # a SIGTERM came while the job was being started
             forward(signal.SIGTERM, None)
-        write_json_atomic(run_dir / f"attempt-{n}.pid", {
+        write_json_atomic(run_dir / attempt_pid(n), {
             "supervisor_pid": os.getpid(), "supervisor_start": start_time(os.getpid()),
             "job_pid": job.pid, "job_start": start_time(job.pid), "started_at": started_at,
         })
@@ -88,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     ended_at = time.time()
     how = f"exit code {code}" if sig is None else f"signal {sig} ({_signame(sig)})"
     print(f"[orch] attempt {n} ended after {ended_at - started_at:.1f}s: {how}", flush=True)
-    write_json_atomic(run_dir / f"attempt-{n}.exit",
-                      {"code": code, "signal": sig, "started_at": started_at, "ended_at": ended_at})
+    write_exit_record(run_dir, n, code, sig, started_at, ended_at)
     if args.wake:
         poke(args.wake)
     return 0

@@ -1,7 +1,7 @@
 """A job's copy in the store, and its one commit point, the manifest.
 
     <prefix>/jobs/<uid>/manifest.json                       written last; conditional writes
-    <prefix>/jobs/<uid>/checkpoints/<sha256[:16]>-<name>    immutable, content-named
+    <prefix>/jobs/<uid>/checkpoints/<tag>-<name>            immutable: one key per upload, never rewritten
     <prefix>/jobs/<uid>/files/progress.json, metrics.csv, batch.json, result.json, attempt-N.log
     <prefix>/jobs/<uid>/model/...                           the exported model, on success
 
@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from ..contract import checkpoint_dir
 from ..paths import Home
 
 VERSION = 1
@@ -35,8 +36,11 @@ def manifest_key(uid: str) -> str:
     return f"{job_prefix(uid)}/manifest.json"
 
 
-def checkpoint_key(uid: str, name: str, sha256: str) -> str:
-    return f"{job_prefix(uid)}/checkpoints/{sha256[:16]}-{name}"
+def checkpoint_key(uid: str, name: str, tag: str) -> str:
+    """`tag`: 16 hex digits naming one queued upload (daemon/mirror/uploads.py), known before the
+    first byte is read, so the upload starts at once and hashes as it goes; the sha256 is in the
+    manifest's record of the checkpoint."""
+    return f"{job_prefix(uid)}/checkpoints/{tag[:16]}-{name}"
 
 
 def file_key(uid: str, name: str) -> str:
@@ -153,7 +157,12 @@ def parse_manifest(raw: bytes, where: str) -> dict[str, Any]:
         raise ValueError(f"{where}: not a JSON manifest ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("uid"), str):
         raise ValueError(f"{where}: not an orch manifest (no uid)")
-    if int(data.get("version") or 0) > VERSION:
+    # The daemon reads only the version and the owner lease here (adopt checks everything:
+    # manifest_model.py); whoever writes the store may have put anything in them.
+    version, own = data.get("version") or 0, data.get("owner")
+    if not isinstance(version, int) or (own is not None and not isinstance(own, dict)):
+        raise ValueError(f"{where}: not an orch manifest (version or owner of the wrong type)")
+    if version > VERSION:
         raise ValueError(f"{where}: written by a newer orch (manifest version {data.get('version')}); upgrade orch")
     return data
 
@@ -168,4 +177,4 @@ def newest_step(manifest: dict[str, Any]) -> Optional[int]:
 
 
 def local_checkpoint_path(run_dir: Path, record: dict[str, Any]) -> Path:
-    return run_dir / "checkpoints" / record["name"]
+    return checkpoint_dir(run_dir) / record["name"]

@@ -19,7 +19,6 @@ from ..jobspec import spec_from_dict
 from ..states import AttemptOutcome, JobState
 from ..tomlfile import problems_from
 from .datafiles import ROLES
-from .packing import PACKED_TAR
 
 VERSION = 1
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a real one is a few KB; a bigger one is refused unread
@@ -229,14 +228,13 @@ def parse(raw: bytes, where: str, uid: Optional[str] = None) -> dict[str, Any]:
     if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
         raise ManifestError(f"{label}: {where}: written by a newer orch (manifest version {version}); upgrade orch")
     problems = value_problems(data, f"{label}: manifest", finite=False)
+    if uid is not None and data.get("uid") != uid:
+        problems.append(f"{label}: manifest: uid: must be {uid}, the folder it is in (got {str(data.get('uid'))[:40]!r})")
     if not problems:
         try:
             model = Manifest.model_validate(data)
         except ValidationError as exc:
             problems = problems_from(exc, Manifest, f"{label}: manifest")
-        else:
-            if uid is not None and model.uid != uid:
-                problems = [f"{label}: manifest: uid: names another job (got {model.uid[:40]!r})"]
     if problems:
         raise ManifestError("\n".join(problems[:5]) + (f"\n(and {len(problems) - 5} more)" if len(problems) > 5 else "")
                             + f"\n{label}: refused: {where} does not look like a manifest orch wrote")

@@ -136,6 +136,41 @@ class Remote:
         except Exception as exc:
             raise self._error("upload", key, exc) from None
 
+    async def put_file_hashed_async(self, key: str, path: Path, *, concurrency: Optional[int] = None) -> tuple[str, int]:
+        """Upload a local file and return the sha256 and size of exactly the bytes sent, from the
+        one read of the file the upload makes: each part is hashed as it is handed to the store,
+        so the first part is in flight at once instead of after a pass over the whole file.
+        FileNotFoundError when the file is gone."""
+        import obstore
+
+        h = hashlib.sha256()
+        sent = 0
+        with open(path, "rb", buffering=0) as f:  # one open file: a rename over the path mid-upload changes nothing
+            size = os.fstat(f.fileno()).st_size
+
+            async def parts() -> Any:
+                nonlocal sent
+                while True:
+                    block = f.read(self.part_size)  # hashlib and the read release the GIL: obstore's parts go on
+                    if not block:
+                        return
+                    h.update(block)
+                    sent += len(block)
+                    yield block
+
+            try:
+                if size <= self.part_size:  # one request, as put_file_async makes for a small file
+                    data = f.read()
+                    h.update(data)
+                    sent = len(data)
+                    await obstore.put_async(self.store, key, data, use_multipart=False)
+                else:
+                    await obstore.put_async(self.store, key, parts(), chunk_size=self.part_size,
+                                            max_concurrency=concurrency or self.concurrency, use_multipart=True)
+            except Exception as exc:
+                raise self._error("upload", key, exc) from None
+        return h.hexdigest(), sent
+
     def put_bytes(self, key: str, data: bytes) -> dict:
         import obstore
 

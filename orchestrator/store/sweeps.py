@@ -8,7 +8,7 @@ import sqlite3
 from typing import Any, Iterable, Optional
 
 from ..errors import OrchError
-from ..sweeps.records import Sweep, SweepState, Trial
+from ..sweep_records import Sweep, SweepState, Trial
 
 
 class SweepNotFound(OrchError):

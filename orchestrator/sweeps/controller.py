@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..config import Config
+from ..contract import JOB_TOML
 from ..cost import format_money
 from ..errors import InvalidTransition
 from ..lifecycle import cancel_job, outgoing_for, write_run_spec
@@ -20,7 +21,7 @@ from ..records import Job
 from ..states import EventKind, Intent, JobState
 from ..store import Store
 from . import objective
-from .records import Sweep, SweepState
+from ..sweep_records import Sweep, SweepState
 from .spec import SweepSection, apply_params
 from .study import SweepStudy
 from .summary import describe_params, summarize
@@ -83,13 +84,21 @@ def advance(ctx: SweepContext, sweep: Sweep, now: float) -> None:
                 step = study.trials()[t.number].last_step
                 ctx.stop(job, Intent.PRUNE, f"pruned by the sweep's {section.pruner} pruner at step {step}: "
                                             f"{section.objective} behind the other trials")
-        elif job.state is JobState.QUEUED and not (run_dir / "job.toml").is_file():
+        elif job.state is JobState.QUEUED and not (run_dir / JOB_TOML).is_file():
             write_run_spec(ctx.home, job.id, job.spec)  # the daemon died between the insert and this write
 
     spent = sum(j.cost for j in jobs.values())
     over_budget = section.max_cost is not None and spent >= section.max_cost
     if over_budget:
         _stop_for_budget(ctx, sweep, section, jobs.values(), spent, now)
+    if sweep.cancel_requested_at is not None:  # a trial created while `orch sweep cancel` ran is cancelled too
+        for job in jobs.values():
+            if job.state.is_active and job.cancel_requested_at is None and job.intent is not Intent.CANCEL:
+                try:
+                    cancel_job(ctx.store, ctx.config, ctx.home, job.id, now)
+                except InvalidTransition:
+                    pass
+        jobs = {n: ctx.store.get(j.id) for n, j in jobs.items()}
     active = [j for j in jobs.values() if j.state.is_active]
     if sweep.cancel_requested_at is None and not over_budget:
         created, linked = len(trials), {t.number for t in trials}

@@ -12,7 +12,6 @@ from ..contract import METRICS_CSV, PROGRESS, RESULT, read_json
 from ..metrics import read_metrics
 
 
-
 def _finite(value: object) -> Optional[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None

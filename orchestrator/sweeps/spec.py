@@ -13,6 +13,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ..contract import ENV_PARAM_PREFIX
 from ..errors import SpecError
 from ..jobspec import JobSpec, load_jobspec, spec_from_dict
 from ..tomlfile import _model_at, _unwrap, problems_from, read_toml
@@ -20,7 +21,7 @@ from ..tomlfile import _model_at, _unwrap, problems_from, read_toml
 Number = Union[int, float]
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-ENV_PREFIX = "ORCH_PARAM_"  # a command job's parameters, as environment variables
+ENV_PREFIX = ENV_PARAM_PREFIX  # a command job's parameters, as environment variables
 
 
 class _Strict(BaseModel):

@@ -1,17 +1,19 @@
 """A sweep as `orch sweep show`, the dashboard and the end-of-sweep message see it: its trials
 best first, the best trial, steps and money spent, how many were pruned and what that saved
-("saved": what a pruned trial would have cost to finish at its own measured cost per step)."""
+("saved": what a pruned trial would have cost to finish at its own measured time per step and
+cost per running second)."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..contract import PROGRESS, read_json
 from ..paths import Home
 from ..records import Job
 from ..states import JobState
 from ..store import Store
 from . import objective
-from .records import Sweep
+from ..sweep_records import Sweep
 
 
 def describe_params(params: dict[str, Any]) -> str:
@@ -25,12 +27,26 @@ def trial_steps(store: Store, home: Home, job: Job) -> int:
     return max([step, *reached])
 
 
-def saved_by_pruning(job: Job, steps: int, total: Optional[int]) -> tuple[float, float]:
-    """(money, running seconds) a pruned trial would have spent to reach its last step."""
+def seconds_per_step(run_dir, attempts, steps: int, run_seconds: float) -> float:
+    """The trial's measured time per optimizer step: its last attempt's steps over the time since
+    its first step (progress.json), so start-up (imports, model load) is not counted as training;
+    without those figures, its running time over its steps."""
+    progress = read_json(run_dir / PROGRESS) or {}
+    first, updated = progress.get("first_step_at"), progress.get("updated_at")
+    since = (attempts[-1].resumed_from_step or 0) if attempts else 0
+    if isinstance(first, (int, float)) and isinstance(updated, (int, float)) and updated > first and steps > since:
+        return (updated - first) / (steps - since)
+    return run_seconds / steps if steps > 0 else 0.0
+
+
+def saved_by_pruning(job: Job, steps: int, total: Optional[int], per_step: float) -> tuple[float, float]:
+    """(money, running seconds) a pruned trial would have spent to reach its last step, at its
+    measured time per step and cost per running second."""
     if job.state is not JobState.PRUNED or not total or steps <= 0 or total <= steps:
         return 0.0, 0.0
-    left = (total - steps) / steps
-    return job.cost * left, job.run_seconds * left
+    seconds = (total - steps) * per_step
+    rate = job.cost / job.run_seconds if job.run_seconds > 0 else 0.0
+    return seconds * rate, seconds
 
 
 def summarize(store: Store, home: Home, sweep: Sweep) -> dict[str, Any]:
@@ -47,7 +63,8 @@ def summarize(store: Store, home: Home, sweep: Sweep) -> dict[str, Any]:
         else:
             points = objective.series(run_dir, name)
             value = points[-1][1] if points else None
-        money, seconds = saved_by_pruning(job, steps, objective.steps_done(run_dir)[1])
+        per_step = seconds_per_step(run_dir, store.attempts(job.id), steps, job.run_seconds)
+        money, seconds = saved_by_pruning(job, steps, objective.steps_done(run_dir)[1], per_step)
         saved += money
         saved_seconds += seconds
         rows.append({"id": job.id, "number": trial.number, "params": trial.params, "state": job.state.value,

@@ -110,13 +110,15 @@ def test_packing_keeps_attention_within_each_example(tiny_llama, tmp_path):
                      packing=True).splits["train"]
     assert len(packed) < len(plain)
     assert sum(len(r["input_ids"]) for r in packed) == sum(len(r["input_ids"]) for r in plain)
-    model = AutoModelForCausalLM.from_pretrained(str(tiny_llama)).eval()
     from training.tasks.causal_lm import LMCollator
+    from training.tasks.modules import CausalLMModule
 
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_llama)).eval()
+    module = CausalLMModule(str(tiny_llama), 1, model=model).eval()  # the forward training uses
     batch = LMCollator(tok.pad_token_id)([packed[0], packed[1]])
     assert "attention_mask" not in batch
     with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits[0]
+        logits = module(**batch).logits[0]
         start = 0
         for example in plain:
             n = len(example["input_ids"])

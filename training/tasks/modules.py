@@ -27,6 +27,11 @@ class CausalLMModule(TransformerClassifier):
         self.strict_loading = not adapters_only
         self._val_tokens = 0
 
+    def forward(self, **batch: torch.Tensor):
+        # No KV cache in training: transformers builds the packed-rows mask (attention within each
+        # example) only when there is none, and nothing here generates.
+        return self.model(**batch, use_cache=False)
+
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         out = self(**batch)
         tokens = int((batch["labels"][:, 1:] != IGNORE).sum())

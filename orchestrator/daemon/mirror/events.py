@@ -1,16 +1,14 @@
 """What the mirror tells the rest of the daemon: the store going down and coming back (one
 `mirror_failed` event and notification, then `mirror_recovered`, with the lag on each active
-job's row for `orch status`), and `build_mirror`, which wires a lost lease and those events into
-the daemon."""
+job's row for `orch status`). `build_mirror` (the package's __init__) wires them, and a lost
+lease, into the daemon."""
 
 from __future__ import annotations
 
 import logging
-import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
-from ...records import Job
-from ...states import EventKind, JobState
+from ...states import EventKind
 from ...storage.remote import Remote, StorageError
 from ...store import Store
 from .lease import ACTIVE
@@ -55,31 +53,3 @@ class Outage:
             row = self.store.mirror_state(job.id)
             if row is not None and row["error"]:
                 self.store.mirror_set(job.id, job.uid, error="", error_since=None)
-
-
-def build_mirror(rt: Any) -> Optional[Any]:
-    """The runtime's uploader, wired to its daemon: a lost lease stops the job here with a
-    checkpoint (its own intent: SIGTERM, exit 75, `stopped`), or cancels it if it is queued; the
-    store going down and coming back are recorded events with notifications."""
-    if not rt.config.storage.url:
-        return None
-    import socket
-
-    from ...lifecycle import outgoing_for
-    from .. import stop_requests
-    from .uploader import Mirror
-
-    d = rt.daemon
-
-    def lease_lost(job: Job, reason: str) -> None:
-        now = time.time()
-        with d.lock:
-            stop_requests.stop_for_lost_lease(d, job.id, reason, now)
-
-    def event(kind: EventKind, detail: str) -> None:
-        payload = {"event": kind.value, "reason": detail, "host": socket.gethostname(), "state": "",
-                   "currency": rt.config.pricing.currency}
-        rt.store.record_event(None, kind, time.time(), detail=detail, outgoing=outgoing_for(rt.config, kind, payload))
-        rt.hooks.submit_event(kind.value, None)
-
-    return Mirror(rt.home, rt.config, rt.store, on_lease_lost=lease_lost, on_event=event)

@@ -5,11 +5,14 @@ it: uploads.py, lease.py, files.py, events.py."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ...config import Config
+from ...contract import CHECKPOINTS
 from ...paths import Home
 from ...records import Job
 from ...states import TERMINAL, EventKind, JobState
@@ -23,6 +26,8 @@ from .uploads import UploadQueue
 
 log = logging.getLogger("orch.mirror")
 
+_WATCH_S = 0.1  # how often the checkpoint folders are looked at between passes
+
 
 class Mirror:
     def __init__(self, home: Home, config: Config, store: Store, *,
@@ -35,13 +40,14 @@ class Mirror:
         self.started_at = time.time()
         self.wake = threading.Event()
         self.stopping = threading.Event()
-        self.uploads = UploadQueue(home, store, self.s, self.remote, self.stopping)
-        self.manifests = ManifestWriter(home, store, self.remote, mf.home_identity(home),
-                                        on_lease_lost or (lambda job, holder: None))
+        home_id = mf.home_identity(home)
+        self.uploads = UploadQueue(home, store, self.s, self.remote, home_id, self.stopping, self._commit)
+        self.manifests = ManifestWriter(home, store, self.remote, home_id, on_lease_lost or (lambda job, holder: None))
         self.files = FileSync(home, store, self.s, self.remote)
         self.outage = Outage(store, self.remote, on_event or (lambda kind, detail: None))
         self._thread: Optional[threading.Thread] = None
         self._busy = threading.Event()  # a pass is running
+        self._watched: list[Path] = []  # the active jobs' checkpoint folders, as of the last pass
 
     @property
     def urgent(self) -> bool:
@@ -70,8 +76,18 @@ class Mirror:
                 log.exception("mirror pass failed; the uploader goes on")
             finally:
                 self._busy.clear()
-            self.wake.wait(0.2 if self.urgent else 1.0)
-            self.wake.clear()
+            self._wait(0.2 if self.urgent else 1.0)
+
+    def _wait(self, timeout: float) -> None:
+        """Until poked, `timeout` passes, or a watched checkpoint folder changes (a checkpoint renamed
+        into place changes its folder's mtime): the upload starts within ~0.1 s of the checkpoint
+        appearing, not at the next pass. A stat per active job every 0.1 s."""
+        deadline = time.monotonic() + timeout
+        seen = _stamps(self._watched)
+        while not self.wake.wait(min(_WATCH_S, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline or _stamps(self._watched) != seen:
+                break
+        self.wake.clear()
 
     def stop(self, timeout: float = 10.0) -> None:
         self.stopping.set()
@@ -148,6 +164,7 @@ class Mirror:
                 self.manifests.on_lease_lost(self.store.get(job_id), f"adopted by {row['lost']}: cancelled here")
         try:
             jobs = self._jobs(now)
+            self._watched = [self.home.run_dir(job.id) / CHECKPOINTS for job in jobs if job.state in ACTIVE]
             for job in jobs:  # finished ones too: the final checkpoint may be written just before the end
                 self.scan(job, now)
             self.upload_pending()
@@ -198,5 +215,24 @@ class Mirror:
         if due:
             self.write_manifest(job, row, now, released=job.state in TERMINAL)
 
+    def _commit(self, job_id: int) -> None:
+        """A checkpoint was just uploaded: an active job's manifest names it now (a finished job's
+        last manifest waits for its outputs, in sync_job; a stopping daemon's for release_all)."""
+        if self.stopping.is_set():
+            return
+        job = self.store.get(job_id)
+        if job.state in ACTIVE:
+            self.write_manifest(job, self.store.mirror_state(job_id), time.time())
+
     def write_manifest(self, job: Job, row: Optional[dict[str, Any]], now: float, *, released: bool = False) -> None:
         self.manifests.write(job, row, now, released=released, data_files=self.files.inputs.get(job.id))
+
+
+def _stamps(folders: list[Path]) -> list[Optional[int]]:
+    out: list[Optional[int]] = []
+    for folder in folders:
+        try:
+            out.append(os.stat(folder).st_mtime_ns)
+        except OSError:
+            out.append(None)
+    return out

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..states import Word
+from .states import Word
 
 
 class SweepState(Word):
