@@ -90,14 +90,14 @@ def test_sigkill_and_resume_put_redone_steps_and_restore_in_the_ledger_and_its_p
     progress = read_json(h.run_dir(job_id) / "progress.json")
     attempts = {a["n"]: a for a in data["attempts"]}
     starts = [progress["goodput"][str(n)]["first_step_at"] - attempts[n]["started_at"] for n in (1, 2)]
-    assert all(s > 0 for s in starts) and math.isclose(seconds["startup"], sum(starts), rel_tol=1e-6), (starts, seconds)
+    assert all(s > 0 for s in starts) and math.isclose(seconds["startup"], sum(starts), abs_tol=0.002)  # shown to 1 ms, (starts, seconds)
     # redone steps at the measured time of a step, not the attempt's mean with its start-up in it
     figures = progress["goodput"].values()
     step_s = sum(f["step_s"] for f in figures) / sum(f["steps"] for f in figures)
-    assert math.isclose(seconds["redone"], job.steps_lost * step_s, rel_tol=1e-3)
+    assert math.isclose(seconds["redone"], job.steps_lost * step_s, abs_tol=0.002)
     # the parts add up to what was billed
     assert abs(sum(money.values()) - job.cost) <= 0.01 * job.cost, (money, job.cost)
-    assert math.isclose(bill["billed"], job.cost, rel_tol=1e-6)
+    assert math.isclose(bill["billed"], job.cost, abs_tol=1e-5)  # shown to 6 places
     assert abs(sum(seconds.values()) - job.run_seconds) <= 0.01 * job.run_seconds
 
     text = h.cli("show", str(job_id)).stdout

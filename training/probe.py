@@ -119,6 +119,9 @@ def probe(job_toml: Path, warmup: int, steps: int) -> dict[str, Any]:
         # the model, result.json, shutdown) is the end every run has
         "end_s": max(0.0, ended - figures["last_step_at"] - figures.get("after_last_step_s", 0.0))
         if figures.get("last_step_at") else None,
+        # the CLI, which sees this process start and end, recomputes start-up and end from these
+        "first_step_at": first, "last_step_at": figures.get("last_step_at"), "counting_s": counting_s,
+        "after_last_step_s": figures.get("after_last_step_s", 0.0),
         "rows": rows,
         "steps_per_epoch": steps_per_epoch,
         "total_steps": total,

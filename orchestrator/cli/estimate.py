@@ -113,9 +113,11 @@ def command_projection(spec: JobSpec, history: Optional[History], rate_hour: flo
 
 def run_probe(job_toml: Path, *, warmup: int, steps: int, env: Optional[dict[str, str]] = None) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "training.probe", str(job_toml), "--warmup", str(warmup), "--steps", str(steps)]
+    spawned = time.time()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env or dict(os.environ),
                               cwd=str(Path(__file__).resolve().parents[2]))
+        exited = time.time()
     except subprocess.TimeoutExpired:
         raise OrchError(f"the probe of {job_toml} took over {PROBE_TIMEOUT_S:.0f} s; nothing was estimated") from None
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -123,6 +125,13 @@ def run_probe(job_toml: Path, *, warmup: int, steps: int, env: Optional[dict[str
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
         raise OrchError(f"the probe of {job_toml} failed (exit {done.returncode}):\n{tail}")
     result = json.loads(lines[-1])
+    # Seen from here, the probe's start-up includes the interpreter's own start, and its end the
+    # interpreter's shutdown after the export (threads joined, files closed): a real attempt pays both.
+    if result.get("first_step_at"):
+        result["startup_s"] = max(0.0, result["first_step_at"] - spawned - float(result.get("counting_s") or 0.0))
+    if result.get("last_step_at"):
+        result["end_s"] = max(0.0, exited - result["last_step_at"] - float(result.get("after_last_step_s") or 0.0))
+    result["probe_s"] = exited - spawned
     if not result.get("steps_per_s"):
         raise OrchError(f"the probe of {job_toml} measured no steady steps (too few steps: raise --steps)")
     return result
