@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrator.jobspec import JobSpec, load_resolved
+from orchestrator.jobspec import TASK_CLASSIFY, JobSpec, load_resolved
 
 from .exits import EX_OK, EX_OOM, EX_TEMPFAIL, RunError, install_early_sigterm
 
@@ -219,7 +219,7 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     except DataError as exc:
         raise RunError(str(exc)) from None
     num_labels = data.resolved_num_labels or spec.model.num_labels
-    if rank0 and num_labels != spec.model.num_labels and spec.model.task == "sequence-classification":
+    if rank0 and num_labels != spec.model.num_labels and spec.model.task == TASK_CLASSIFY:
         say(f"warning: the training data has {num_labels} distinct labels; using num_labels = {num_labels} "
             f"(job.toml says {spec.model.num_labels})")
     try:
