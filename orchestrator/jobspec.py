@@ -1,4 +1,4 @@
-"""job.toml -> JobSpec. The model mirrors SPEC.md's names exactly (extra keys are errors), paths
+"""job.toml -> JobSpec. The model mirrors docs/job-toml.md's names exactly (extra keys are errors), paths
 are resolved against the file's folder, and every problem in a file is reported at once.
 Pure pydantic plus a few filesystem checks: `training/` imports this module too."""
 
@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .bounds import INT64_MAX, INT64_MIN, control_problem, name_problem
 from .datafile_keys import first_keys
 from .errors import SpecError
 from .tomlfile import problems_from, read_toml
@@ -87,7 +89,7 @@ class TrainSection(_Section):
     learning_rate: float = Field(default=2e-5, gt=0)
     weight_decay: float = Field(default=0.01, ge=0)
     warmup_ratio: float = Field(default=0.1, ge=0, le=1)
-    seed: int = 42
+    seed: int = Field(default=42, ge=INT64_MIN, le=INT64_MAX)
     val_check_interval: Union[int, float] = 1.0
     gradient_clip_val: Optional[float] = Field(default=1.0, ge=0)
     deterministic: bool = False
@@ -147,6 +149,16 @@ class SlurmJobSection(_Section):
     time: Optional[str] = Field(default=None, min_length=1)
     extra_args: list[str] = []
 
+    @model_validator(mode="after")
+    def _one_line_each(self) -> "SlurmJobSection":
+        # Each value becomes an `#SBATCH` line: a newline would end it and start a shell line.
+        for field, value in (("partition", self.partition), ("time", self.time),
+                             *((f"extra_args[{i}]", a) for i, a in enumerate(self.extra_args))):
+            problem = control_problem(value, allow_tab=False) if value is not None else None
+            if problem:
+                raise ValueError(f"{field}: {problem} (got {value!r})")
+        return self
+
 _BUILTIN_SECTIONS = ("model", "data", "train", "early_stopping", "lora")
 
 
@@ -172,7 +184,7 @@ class JobSpec(_Section):
     name: Optional[str] = Field(default=None, min_length=1, max_length=100)
     gpus: int = Field(default=1, ge=0, le=64)
     nodes: int = Field(default=1, ge=1, le=1024)  # Slurm executor: `gpus` is then per node
-    priority: int = 0
+    priority: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
     retries: int = Field(default=2, ge=0, le=1000)
     grace_seconds: Optional[float] = Field(default=None, gt=0)  # default: config [daemon]
     watchdog_minutes: Optional[float] = Field(default=None, gt=0, le=10080)  # any job writing progress.json
@@ -187,16 +199,36 @@ class JobSpec(_Section):
     budget: BudgetSection = BudgetSection()
     env: dict[str, str] = {}
     slurm: Optional[SlurmJobSection] = None
+    # When the job must be done, with its time zone ("2026-12-05T18:00+08:00"): among jobs of equal
+    # priority the earliest deadline starts first, and `deadline_at_risk` says when it will be missed.
+    deadline: Optional[Union[datetime, str]] = None
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline_with_zone(cls, value: Any) -> Optional[str]:
+        if value is None:
+            return None
+        when = value if isinstance(value, datetime) else _parse_time(str(value))
+        if when.tzinfo is None:
+            raise ValueError(f"deadline: {value!s} has no time zone; write it as 2026-12-05T18:00+08:00 (or Z for UTC)")
+        return when.isoformat()
 
     @model_validator(mode="after")
     def _one_kind(self) -> "JobSpec":
         problem = kind_problem(self.model_fields_set - {k for k in ("model", "data") if getattr(self, k) is None})
         if problem:
             raise ValueError(problem)
+        if self.name is not None and name_problem(self.name):
+            raise ValueError(f"name: {name_problem(self.name)} (got {self.name!r})")
         if self.command is not None:
             if any(not part for part in self.command):
                 raise ValueError("command: no part of the command may be an empty string")
-        else:
+        for field, value in _texts(self):
+            problem = control_problem(value)
+            if problem:  # an env value may be a secret: never echoed
+                shown = "" if field.startswith("env.") else f" (got {value[:60]!r})"
+                raise ValueError(f"{field}: {problem}{shown}")
+        if self.command is None:
             if self.train is None:
                 self.train = TrainSection()
             if self.train.max_epochs is None and self.train.max_steps is None:
@@ -210,12 +242,25 @@ class JobSpec(_Section):
         return self
 
     @property
+    def deadline_ts(self) -> Optional[float]:
+        return deadline_ts(self.deadline)
+
+    @property
     def is_command(self) -> bool:
         return self.command is not None
 
     def to_toml_dict(self) -> dict[str, Any]:
         """The resolved spec as plain data for runs/<id>/job.toml (None values dropped)."""
         return self.model_dump(mode="json", exclude_none=True)
+
+
+def _texts(spec: "JobSpec") -> list[tuple[str, str]]:
+    """The text a job hands to exec, its environment and its working folder (field, value)."""
+    out = [(f"command[{i}]", part) for i, part in enumerate(spec.command or [])]
+    out += [(f"env.{k}", v) for k, v in spec.env.items()]
+    if spec.workdir is not None:
+        out.append(("workdir", spec.workdir))
+    return out
 
 
 def task_problems(spec: JobSpec) -> list[str]:
@@ -261,13 +306,35 @@ def data_field_problems(spec: JobSpec, label: str) -> list[str]:
                 seen = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "") if keys else "no keys"
                 problems.append(f"{label}: data.{field}: {value!r} is not a field of {source} (its first row has: {seen})")
     return problems
+def _parse_time(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"deadline: {text!r} is not a date and time; write it as 2026-12-05T18:00+08:00") from None
+
+
+def deadline_ts(value: Any) -> Optional[float]:
+    """A stored deadline (ISO text with its zone) as Unix seconds; None when there is none."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return None
+
+
+def check_deadline(spec: JobSpec, label: str, now: float) -> None:
+    """At submit: a deadline already past cannot be met (exit 2)."""
+    when = spec.deadline_ts
+    if when is not None and when <= now:
+        raise SpecError([f"{label}: deadline: {spec.deadline} is already past"])
 
 
 _EXT = re.compile(r"^\.[A-Za-z][A-Za-z0-9]{0,9}$")
 
 
 def looks_local(value: str, base: Path) -> bool:
-    """SPEC: a value that starts with . / or ~, has a file extension, or exists is a local path;
+    """A value that starts with . / or ~, has a file extension, or exists is a local path;
     anything else is a hub id (checked when the job runs)."""
     if value.startswith((".", "/", "~")):
         return True
@@ -302,6 +369,9 @@ def resolve(spec: JobSpec, base: Path, label: str, *, check_paths: bool = True, 
     spec = spec.model_copy(deep=True)
     if spec.name is None:
         spec.name = stem
+        if name_problem(stem):
+            problems.append(f"{label}: name: the file's name {stem!r} is not a usable job name "
+                            f"({name_problem(stem)}); set name = \"...\" in the file")
     if spec.is_command:
         workdir = _resolve(spec.workdir or ".", base)
         if check_paths and not workdir.is_dir():

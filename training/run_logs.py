@@ -1,5 +1,8 @@
-"""The built-in runner's metric logs: metrics.csv and TensorBoard event files in the run folder,
-both continued across attempts, plus the learning rate and samples/s logged beside the loss.
+"""The built-in runner's metric logs: metrics.csv and TensorBoard event files (tensorboardX) in
+the run folder, both continued across attempts, plus the learning rate and samples/s logged
+beside the loss. Off the step where it can be: metrics.csv is written at most every
+FLUSH_EVERY_S (a validation row at once), TensorBoard events by tensorboardX's own thread, and both are flushed before
+every checkpoint (so a resumed attempt finds every row from before its step) and at the end.
 
 Lightning's CSVLogger deletes an existing metrics.csv when a new process starts, so a resumed
 attempt used to wipe its predecessors' curve. Here each attempt keeps the rows logged before the
@@ -11,6 +14,9 @@ from __future__ import annotations
 
 import csv
 import os
+import queue
+import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -22,11 +28,10 @@ from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from pytorch_lightning.loggers.logger import Logger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from orchestrator.contract import ENV_TENSORBOARD_DIR, METRICS_CSV, TENSORBOARD, atomic_file
-
-from . import tb
+from orchestrator.contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_TENSORBOARD_DIR, METRICS_CSV, TENSORBOARD, atomic_file
 
 NOT_METRICS = frozenset({"epoch", "step"})  # columns Lightning adds to every row
+FLUSH_EVERY_S = 5.0  # metrics.csv and TensorBoard lag training by at most this (and the log interval)
 
 
 def keep_rows_before(path: Path, purge_step: int) -> list[str]:
@@ -64,11 +69,15 @@ class _ContinuingWriter(ExperimentWriter):
 
 
 class ContinuingCSVLogger(CSVLogger):
-    """CSVLogger(save_dir=run_dir, name="", version="") that continues metrics.csv."""
+    """CSVLogger(save_dir=run_dir, name="", version="") that continues metrics.csv and writes it at
+    most every `flush_every_s` (Lightning asks for a write at every logged step)."""
 
-    def __init__(self, run_dir: str | Path, *, purge_step: int, flush_logs_every_n_steps: int = 1):
-        super().__init__(save_dir=str(run_dir), name="", version="", flush_logs_every_n_steps=flush_logs_every_n_steps)
+    def __init__(self, run_dir: str | Path, *, purge_step: int, flush_every_s: float = FLUSH_EVERY_S):
+        super().__init__(save_dir=str(run_dir), name="", version="", flush_logs_every_n_steps=1)
         self.purge_step = purge_step
+        self.flush_every_s = flush_every_s
+        self._last_flush = time.monotonic()
+        self._validation_logged = False
 
     @property
     @rank_zero_only
@@ -78,21 +87,105 @@ class ContinuingCSVLogger(CSVLogger):
             self._experiment = _ContinuingWriter(self.log_dir, self.purge_step)
         return self._experiment
 
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
+        super().log_metrics(metrics, step)
+        # A validation row is written at once: a sweep's pruner judges the trial by it.
+        self._validation_logged = self._validation_logged or any(k.startswith("val_") for k in metrics)
+
+    @rank_zero_only
+    def save(self) -> None:
+        if self._validation_logged or time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    @rank_zero_only
+    def flush(self) -> None:
+        self._last_flush, self._validation_logged = time.monotonic(), False
+        if self._experiment is not None:
+            super().save()
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        self.flush()
+
+
+class EventsThread:
+    """tensorboardX's EventsWriter (the record framing, its CRC and the protobufs) fed by one
+    thread, so building and writing events happens off the step; `flush` returns once every event
+    handed in is in the file. (tensorboardX's SummaryWriter does this too, but its flush() skips
+    its queue, and only close() drains it.)"""
+
+    def __init__(self, folder: Path, *, purge_step: Optional[int], suffix: str, flush_every_s: float):
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+        self._event = Event
+        self._writer = EventsWriter(str(folder / "events"), suffix)  # writes its file_version event
+        if purge_step is not None:  # TensorBoard drops what earlier files hold from this step on
+            self._writer.write_event(Event(wall_time=time.time(), step=purge_step,
+                                           session_log=SessionLog(status=SessionLog.START)))
+        self._writer.flush()
+        self.path = Path(self._writer._file_name)
+        self.flush_every_s = flush_every_s
+        self._queue: queue.Queue[Optional[tuple[float, int, dict[str, float]]]] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="orch-tensorboard", daemon=True)
+        self._thread.start()
+
+    def add_scalars(self, scalars: dict[str, float], step: int) -> None:
+        self._queue.put((time.time(), step, scalars))
+
+    def _run(self) -> None:
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        last_flush = time.monotonic()
+        while True:
+            try:
+                item = self._queue.get(timeout=self.flush_every_s)
+            except queue.Empty:
+                item = ()
+            try:
+                if item is None:
+                    self._writer.close()
+                    return
+                if item:
+                    wall_time, step, scalars = item
+                    values = [Summary.Value(tag=tag, simple_value=v) for tag, v in scalars.items()]
+                    self._writer.write_event(self._event(wall_time=wall_time, step=step, summary=Summary(value=values)))
+                if time.monotonic() - last_flush >= self.flush_every_s:
+                    self._writer.flush()
+                    last_flush = time.monotonic()
+            except OSError as exc:  # a full disk must not kill training
+                print(f"[orch] could not write {self.path.name}: {exc}", file=sys.stderr, flush=True)
+            finally:
+                if item != ():
+                    self._queue.task_done()
+
+    def flush(self) -> None:
+        self._queue.join()
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
 
 class TensorBoardEvents(Logger):
     """Every logged metric as a TensorBoard scalar, tag = the metrics.csv column name. One events
-    file per attempt under RUN_DIR/tensorboard/; `link_dir` also shows them under a folder named
-    after the job (config [logging] tensorboard_dir, e.g. AutoDL's /root/tf-logs)."""
+    file per attempt under RUN_DIR/tensorboard/, starting with a SessionLog START at the step the
+    attempt resumes from (TensorBoard then drops what earlier attempts logged from that step on);
+    `link_dir` also shows them under a folder named after the job (config [logging]
+    tensorboard_dir, e.g. AutoDL's /root/tf-logs)."""
 
     def __init__(self, folder: str | Path, *, purge_step: int, attempt: str = "", link_dir: Optional[str] = None,
-                 link_name: str = ""):
+                 link_name: str = "", flush_every_s: float = FLUSH_EVERY_S):
         super().__init__()
         self.folder = Path(folder)
         self.purge_step = purge_step
         self.attempt = attempt
         self.link_dir = link_dir
         self.link_name = link_name
-        self._writer: Optional[tb.EventFileWriter] = None
+        self.flush_every_s = flush_every_s
+        self._writer: Optional[EventsThread] = None
 
     @property
     def name(self) -> str:
@@ -103,12 +196,11 @@ class TensorBoardEvents(Logger):
         return ""
 
     @property
-    def writer(self) -> tb.EventFileWriter:
+    def writer(self) -> EventsThread:
         if self._writer is None:
-            # Flushed at every write, like metrics.csv (a row every log_every_n_steps steps): after
-            # a SIGKILL both hold the same rows.
-            self._writer = tb.EventFileWriter(self.folder, purge_step=self.purge_step, flush_every_s=0.0,
-                                              suffix=f"attempt-{self.attempt}" if self.attempt else "")
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._writer = EventsThread(self.folder, purge_step=self.purge_step, flush_every_s=self.flush_every_s,
+                                        suffix=f".attempt-{self.attempt}" if self.attempt else "")
             if self.link_dir:
                 link_tensorboard(self.folder, Path(self.link_dir), self.link_name)
         return self._writer
@@ -119,11 +211,22 @@ class TensorBoardEvents(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
-        scalars = {k: v for k, v in metrics.items() if k not in NOT_METRICS}
-        self.writer.add_scalars(scalars, int(step or 0))
+        scalars = {}
+        for tag, value in metrics.items():
+            if tag not in NOT_METRICS:
+                try:
+                    scalars[str(tag)] = float(value)
+                except (TypeError, ValueError):
+                    continue
+        if scalars:
+            self.writer.add_scalars(scalars, int(step or 0))
 
     @rank_zero_only
     def save(self) -> None:
+        pass  # the writer thread flushes every flush_every_s
+
+    @rank_zero_only
+    def flush(self) -> None:
         if self._writer is not None:
             self._writer.flush()
 
@@ -154,8 +257,10 @@ def link_tensorboard(folder: Path, link_dir: Path, name: str) -> Optional[Path]:
 
 
 class RateAndLR(pl.Callback):
-    """Logs `lr` (the first parameter group's) and `samples_per_s` (over the last
-    `window` batches, all ranks) at every step; the loggers keep every log_every_n_steps-th."""
+    """Logs `lr` (the first parameter group's) and `samples_per_s` (over the last `window`
+    batches, all ranks) on the steps the loggers write (every log_every_n_steps): a
+    LightningModule.log costs about as much as the rest of orch's per-step work together. Also
+    flushes the run's loggers before every checkpoint."""
 
     def __init__(self, window: int = 10):
         self.window = max(2, window)
@@ -178,6 +283,8 @@ class RateAndLR(pl.Callback):
         self._samples += _count(batch) * trainer.world_size
         now = time.monotonic()
         self._times.append((now, self._samples))
+        if not _loggers_write_now(trainer):
+            return
         values: dict[str, float] = {}
         (t0, s0) = self._times[0]
         if now > t0 and self._samples > s0:
@@ -187,6 +294,22 @@ class RateAndLR(pl.Callback):
         if values:
             pl_module.log_dict(values, on_step=True, on_epoch=False, prog_bar=False, logger=True, batch_size=1)
 
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+        for logger in trainer.loggers:
+            flush = getattr(logger, "flush", None)
+            if callable(flush):
+                flush()
+
+
+def _loggers_write_now(trainer: pl.Trainer) -> bool:
+    """Whether Lightning hands this batch's step metrics to the loggers (its own test, read at
+    on_train_batch_end, before it counts the step); True if that test is not where it was."""
+    connector = getattr(trainer, "_logger_connector", None)
+    try:
+        return bool(connector.should_update_logs) if trainer.loggers else False
+    except AttributeError:
+        return True
+
 
 def run_loggers(run_dir: Path, *, resume_step: Optional[int], job_name: str) -> list[Logger]:
     """metrics.csv and TensorBoard, both cut at the step of the checkpoint this attempt resumes
@@ -194,10 +317,10 @@ def run_loggers(run_dir: Path, *, resume_step: Optional[int], job_name: str) -> 
     step S were logged by batches the checkpoint of step S includes, and the rows from S on
     come from batches this attempt runs (again)."""
     purge = resume_step or 0
-    job_id = os.environ.get("ORCH_JOB_ID", "")
+    job_id = os.environ.get(ENV_JOB_ID, "")
     return [
         ContinuingCSVLogger(run_dir, purge_step=purge),
-        TensorBoardEvents(run_dir / TENSORBOARD, purge_step=purge, attempt=os.environ.get("ORCH_ATTEMPT", ""),
+        TensorBoardEvents(run_dir / TENSORBOARD, purge_step=purge, attempt=os.environ.get(ENV_ATTEMPT, ""),
                           link_dir=os.environ.get(ENV_TENSORBOARD_DIR) or None,
                           link_name=f"{job_name}-{job_id}" if job_id else job_name),
     ]

@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.contract import HEALTH, parse_checkpoint_name, read_json
 from orchestrator.states import JobState
-from training import tb
+import tb_reader as tb
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
-"""Fast checks of issue 14's parts, without training: the TensorBoard writer's framing and
-resume cut, the PNG writer, the daemon's health.json reading, the dashboard's read-only store,
-and that the daemon never loads the event writer."""
+"""Fast checks of issue 14's parts, without training: the TensorBoard events as TensorBoard's own
+reader sees them (and the resume cut), the PNG writer, the daemon's health.json reading, the
+dashboard's read-only store, and that the daemon never loads the event writer."""
 
 from __future__ import annotations
 
@@ -12,52 +12,38 @@ from pathlib import Path
 
 import pytest
 
-from training import tb
+import tb_reader as tb
+from training.run_logs import TensorBoardEvents
 
 
-def test_crc32c_and_record_framing_match_the_tfrecord_format():
-    assert tb.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
-    assert tb.crc32c(b"") == 0
-    framed = tb.frame(b"abc")
-    assert len(framed) == 8 + 4 + 3 + 4 and framed[12:15] == b"abc"
-
-
-def test_events_round_trip_and_a_resumed_writer_cuts_from_its_step(tmp_path):
-    first = tb.EventFileWriter(tmp_path, suffix="attempt-1")
-    first.add_scalars({"loss": 1.0, "lr": 0.1}, step=10)
-    first.add_scalars({"loss": 0.5}, step=20)
-    first.add_scalars({"loss": 0.25, "bad": "x"}, step=30)  # steps 20+ are redone by attempt 2
-    first.close()
+def test_events_read_back_by_tensorboard_and_a_resumed_attempt_cuts_from_its_step(tmp_path):
+    first = TensorBoardEvents(tmp_path, purge_step=0, attempt="1")
+    first.log_metrics({"loss": 1.0, "lr": 0.1, "epoch": 0}, step=10)
+    first.log_metrics({"loss": 0.5}, step=20)
+    first.log_metrics({"loss": 0.25, "bad": "x"}, step=30)  # steps 20+ are redone by attempt 2
+    first.finalize("failed")
     time.sleep(1.01)  # the file name carries the second it was made in
-    second = tb.EventFileWriter(tmp_path, purge_step=20, suffix="attempt-2")
-    second.add_scalars({"loss": 0.4}, step=20)
-    second.add_scalars({"loss": float("nan")}, step=40)
-    second.close()
+    second = TensorBoardEvents(tmp_path, purge_step=20, attempt="2")
+    second.log_metrics({"loss": 0.4}, step=20)
+    second.log_metrics({"loss": float("nan")}, step=40)
+    second.finalize("success")
+    assert [p.name.rsplit(".", 1)[-1] for p in tb.event_files(tmp_path)] == ["attempt-1", "attempt-2"]
     series = tb.read_scalars(tmp_path)
+    assert set(series) == {"loss", "lr"}  # not the step/epoch columns, not a value that is no number
     assert [s for s, _ in series["loss"]] == [10, 20, 40]
     assert series["loss"][1][1] == pytest.approx(0.4) and series["lr"] == [(10, pytest.approx(0.1))]
     assert tb.same_value(series["loss"][2][1], float("nan"))
-    events = [tb.decode_event(r) for r in tb.read_records(tb.event_files(tmp_path)[0])]
-    assert events[0].file_version == "brain.Event:2" and "bad" not in events[-1].scalars
 
 
-def test_a_torn_last_record_ends_the_file_quietly(tmp_path):
-    w = tb.EventFileWriter(tmp_path)
-    w.add_scalars({"loss": 1.0}, step=1)
-    w.close()
-    path = tb.event_files(tmp_path)[0]
-    path.write_bytes(path.read_bytes() + tb.frame(b"x" * 40)[:-10])  # a writer killed mid-record
-    assert tb.read_scalars(tmp_path) == {"loss": [(1, 1.0)]}
-
-
-def test_the_tensorboard_package_reads_our_files_when_it_is_installed(tmp_path):
-    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
-    w = tb.EventFileWriter(tmp_path)
-    w.add_scalars({"train_loss": 0.75}, step=9)
-    w.close()
-    acc = event_accumulator.EventAccumulator(str(tmp_path))
-    acc.Reload()
-    assert [(e.step, e.value) for e in acc.Scalars("train_loss")] == [(9, 0.75)]
+def test_flush_puts_every_logged_event_in_the_file_before_it_returns(tmp_path):
+    writer = TensorBoardEvents(tmp_path, purge_step=0, attempt="1", flush_every_s=600)
+    for step in range(0, 200, 10):
+        writer.log_metrics({"loss": step / 10}, step=step)
+    writer.flush()  # what a checkpoint does before its file is written: the writer stays open
+    assert [s for s, _ in tb.read_scalars(tmp_path)["loss"]] == list(range(0, 200, 10))
+    writer.log_metrics({"loss": 99.0}, step=200)
+    writer.finalize("success")
+    assert len(tb.event_files(tmp_path)) == 1 and tb.read_scalars(tmp_path)["loss"][-1] == (200, 99.0)
 
 
 def test_the_loss_curve_png_decodes_and_is_none_without_a_loss(tmp_path):
@@ -112,17 +98,16 @@ def test_the_daemon_records_a_flat_loss_once_and_a_divergence_fails_without_retr
 
 
 def test_the_dashboard_store_is_read_only(tmp_path):
-    from orchestrator.cli.dashboard.data import ReadOnlyStore
     from orchestrator.errors import OrchError
     from orchestrator.paths import Home
     from orchestrator.store import Store
 
     home = Home(tmp_path / "home").ensure()
     with pytest.raises(OrchError, match="no orch state"):
-        ReadOnlyStore(home.db).jobs()
+        Store(home.db, read_only=True).jobs()
     assert not home.db.exists()  # looking created nothing
     Store(home.db).close()
-    ro = ReadOnlyStore(home.db)
+    ro = Store(home.db, read_only=True)
     assert ro.jobs() == []
     with pytest.raises(OrchError, match="read-only"):
         ro.submit(name="x", kind="command", gpus=0, priority=0, retries=0, spec={}, spec_path="", now=1.0)
@@ -135,7 +120,7 @@ def test_the_dashboard_store_is_read_only(tmp_path):
 def test_the_daemon_and_the_dashboard_never_import_the_event_writer_or_torch():
     code = ("import sys; import orchestrator.daemon.tick, orchestrator.daemon.outbox, orchestrator.cli.dashboard.server;"
             "import notifiers.email, notifiers.wechat, notifiers.curve;"
-            "bad = [m for m in ('training.tb', 'training.run_logs', 'torch', 'pytorch_lightning') if m in sys.modules];"
+            "bad = [m for m in ('tensorboardX', 'training.run_logs', 'torch', 'pytorch_lightning') if m in sys.modules];"
             "print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr
