@@ -42,7 +42,7 @@ def test_sft_lora_example_runs_and_exports_the_adapter_and_merged_model(tmp_path
     print("sft-lora metrics:", result["metrics"])
     assert (run_dir / "model" / "adapter_model.safetensors").is_file()
     assert (run_dir / "model" / "merged" / "model.safetensors").is_file()
-    assert result["metrics"]["val_perplexity"] < 3.0, result  # from ~400 untrained: it learned the answers
+    assert result["metrics"]["val_perplexity"] < 10, result  # hundreds untrained: it learned the answers
 
 
 def test_ner_example_runs_and_reports_entity_f1(tmp_path):
