@@ -217,7 +217,7 @@ def test_ner_export_predicts_tag_names_and_reports_entity_f1(uninterrupted):
     metrics = run["show"]["result"]["metrics"]
     print(f"entity F1 on the tiny dev set: {metrics['val_f1']:.3f} (P {metrics['val_precision']:.3f}, "
           f"R {metrics['val_recall']:.3f})")
-    assert 0.0 <= metrics["val_f1"] <= 1.0
+    assert metrics["val_f1"] >= 0.5  # about 0.87 on the CPU: the spans are being learned
     folder = run["run_dir"] / "model"
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     model = AutoModelForTokenClassification.from_pretrained(str(folder)).eval()
@@ -231,3 +231,4 @@ def test_ner_export_predicts_tag_names_and_reports_entity_f1(uninterrupted):
     assert len(tags) == len(words)
     assert set(model.config.id2label.values()) == {"O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"}
     assert all(t in model.config.label2id for t in tags)
+    assert tags[0] == "B-PER" and tags[3] == "B-LOC", tags  # 'john ... paris'

@@ -15,7 +15,7 @@ from orchestrator.contract import (
     ENV_ATTEMPT, ENV_CKPT_DIR, ENV_JOB_ID, ENV_RESUME_CHECKED, ENV_RESUME_FROM, ENV_RUN_DIR, JOB_TOML, PERIODIC_FILENAME_TEMPLATE,
     RESULT, checkpoint_dir, model_dir,
 )
-from orchestrator.jobspec import JobSpec, load_resolved
+from orchestrator.jobspec import TASK_CLASSIFY, JobSpec, load_resolved
 
 from .exits import EX_CHECKPOINTED, EX_OK, EX_OOM, RunError, install_early_sigterm
 
@@ -227,7 +227,7 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     except DataError as exc:
         raise RunError(str(exc)) from None
     num_labels = data.resolved_num_labels or spec.model.num_labels
-    if rank0 and num_labels != spec.model.num_labels and spec.model.task == "sequence-classification":
+    if rank0 and num_labels != spec.model.num_labels and spec.model.task == TASK_CLASSIFY:
         say(f"warning: the training data has {num_labels} distinct labels; using num_labels = {num_labels} "
             f"(job.toml says {spec.model.num_labels})")
     try:

@@ -32,9 +32,12 @@ def instruction_rows(n: int, seed: int = 0) -> list[dict]:
 
 
 def build_tiny_llama(folder: str | Path, texts: Iterable[str], *, hidden: int = 32, layers: int = 2, heads: int = 4,
-                     vocab_size: int = 512, max_positions: int = 256, seed: int = 0) -> Path:
+                     vocab_size: int = 512, max_positions: int = 256, seed: int = 0,
+                     initializer_range: float = 0.2) -> Path:
     """A byte-level BPE tokenizer trained on `texts` with a chat template, and a randomly
-    initialised LlamaForCausalLM, saved with save_pretrained into `folder`."""
+    initialised LlamaForCausalLM, saved with save_pretrained into `folder`. The weights start
+    10x larger than Llama's default: with hidden size 32 a frozen output layer at the default
+    scale spans logits of about +-0.6, so LoRA (which leaves it frozen) could not learn anything."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -55,7 +58,8 @@ def build_tiny_llama(folder: str | Path, texts: Iterable[str], *, hidden: int = 
     config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=hidden, intermediate_size=hidden * 2,
                          num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads // 2,
                          max_position_embeddings=max_positions, pad_token_id=fast.pad_token_id,
-                         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, tie_word_embeddings=False)
+                         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, tie_word_embeddings=False,
+                         initializer_range=initializer_range)
     torch.manual_seed(seed)
     LlamaForCausalLM(config).save_pretrained(str(folder))
     return folder

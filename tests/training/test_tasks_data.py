@@ -68,6 +68,23 @@ def test_sft_prompt_tokens_are_labelled_minus_100(tiny_llama, tmp_path):
         assert example["input_ids"] == prompt + response
         assert example["labels"] == [IGNORE] * len(prompt) + response  # loss on the response only
 
+    # ... and the loss the training step takes is the cross-entropy of the response tokens alone
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from training.tasks.causal_lm import LMCollator
+    from training.tasks.modules import CausalLMModule
+
+    module = CausalLMModule(str(tiny_llama), 1, model=AutoModelForCausalLM.from_pretrained(str(tiny_llama))).eval()
+    batch = LMCollator(tok.pad_token_id)([ds[0], ds[1]])
+    with torch.no_grad():
+        out = module(**batch)
+    logits, labels = out.logits[:, :-1], batch["labels"][:, 1:]
+    trained = labels != IGNORE
+    manual = torch.nn.functional.cross_entropy(logits[trained], labels[trained])
+    assert int(trained.sum()) == sum(sum(t != IGNORE for t in ds[i]["labels"]) for i in (0, 1))
+    assert torch.allclose(out.loss, manual, atol=1e-6)
+
 
 def test_messages_use_the_chat_template_and_train_on_assistant_turns_only(tiny_llama, tmp_path):
     from transformers import AutoTokenizer
