@@ -10,9 +10,10 @@ cost is not hidden under the model's. Three arms, alternated, `--reps` runs each
   runner   the built-in runner's set: OrchCallback, ModelCheckpoint (time-based, not due),
            FinalCheckpoint, HealthCallback, RateAndLR, and its loggers (metrics.csv, TensorBoard).
 
-In the runner arm every hook of every callback, and every logger call, is timed from inside
-(perf_counter around the call): that gives each one's own cost in microseconds per step, which is
-stable even on a busy machine. `runner - none` (per step, median of the paired runs) is the whole
+All times are CPU time (process_time for whole steps, thread_time inside hooks), which holds up
+when other work shares the machine far better than wall time. In the runner arm every hook of
+every callback, and every logger call, is timed from inside: each one's own cost in microseconds
+per step. (Work orch does on its writer threads is in the process's CPU time, not in a hook's.) `runner - none` (per step, median of the paired runs) is the whole
 bill, own costs plus dispatch; the report shows both so they can be checked against each other.
 
     python benchmarks/callbacks.py [--steps 1500] [--reps 7] [--json]
@@ -73,7 +74,7 @@ def build(arm: str, run_dir: Path, steps: int):
             self.times: list[float] = []
 
         def on_train_batch_end(self, trainer, *args: Any) -> None:
-            self.times.append(time.perf_counter())
+            self.times.append(time.process_time())
 
     clock = Clock()
     callbacks: list[Any] = [clock]
@@ -118,11 +119,11 @@ def instrument(objects: list[Any], names: tuple[str, ...], spent: dict[str, floa
             key = f"{type(obj).__name__}.{name}"
 
             def timed(*args: Any, _original=original, _key=key, **kwargs: Any) -> Any:
-                start = time.perf_counter()
+                start = time.thread_time()
                 try:
                     return _original(*args, **kwargs)
                 finally:
-                    spent[_key] += time.perf_counter() - start
+                    spent[_key] += time.thread_time() - start
 
             setattr(obj, name, timed)
 
