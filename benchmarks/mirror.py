@@ -5,6 +5,11 @@ put of the same file to the same server at the same concurrency, arms alternated
 - upload ratio: bare put time / orch time (goal >= 0.9). orch's path is the daemon's: sha256 of
   the file, the put under its content-named key, the uploads-queue bookkeeping in SQLite, and the
   manifest naming it (the commit point).
+  The split of orch's time (`split_s`, medians over the orch reps): the put (with the sha256
+  taken from the bytes as they go out), a separate hash pass if the uploader makes one, the
+  manifest's conditional write, retention's deletes, SQLite, and the rest (Python between them).
+  `--size-mb N` uses N MB of random bytes instead of the BERT checkpoint (quicker to iterate on;
+  the upload path does not look inside the file).
 - notice -> mirrored: the same path at notice_concurrency, against AWS's 105 s window.
 - adopt: `orch adopt` on a fresh home (download + sha256 verify + import), the part of "adopt ->
   first resumed step" that grows with the checkpoint (the job's own start-up is the same as any
@@ -14,7 +19,7 @@ put of the same file to the same server at the same concurrency, arms alternated
   periodic save written in the background (training/snapshot.py: the snapshot) vs today's
   synchronous save (serialise + fsync + rename), same state, arms alternated (goal <= 0.25).
 
-    python benchmarks/mirror.py [--reps 2] [--concurrency 4] [--part-mb 16] [--ckpt PATH]
+    python benchmarks/mirror.py [--reps 2] [--concurrency 4] [--part-mb 16] [--ckpt PATH | --size-mb N]
     python benchmarks/mirror.py --blocking [--reps 3] [--ckpt PATH]
     python benchmarks/mirror.py --throughput [--reps 2] [--steps 200]
 
@@ -37,6 +42,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
+
 from orchestrator.contract import notice_name, periodic_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -158,6 +165,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--part-mb", type=int, default=16)
     ap.add_argument("--ckpt", type=Path, default=None)
+    ap.add_argument("--size-mb", type=int, default=None, help="random bytes of this size instead of the BERT checkpoint")
     args = ap.parse_args()
     if args.throughput:
         throughput(args.reps, args.steps)
@@ -175,6 +183,10 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="orch-bench-mirror-"))
     ckpt = args.ckpt or tmp / "step-00000001.ckpt"
+    if not ckpt.exists() and args.size_mb:
+        with open(ckpt, "wb") as f:
+            for _ in range(args.size_mb):
+                f.write(os.urandom(1_000_000))
     if not ckpt.exists():
         t = time.monotonic()
         make_checkpoint(ckpt)
@@ -204,6 +216,16 @@ def main() -> None:
     run_ckpts.mkdir(parents=True, exist_ok=True)
     mirror = Mirror(home, config, store)
     bare = mirror.remote.store
+    split = _instrument(mirror)
+    splits: list[dict[str, float]] = []
+    import hashlib
+
+    t = time.monotonic()
+    with open(ckpt, "rb") as f:
+        h = hashlib.sha256()
+        while block := f.read(16 * 1024 * 1024):
+            h.update(block)
+    hash_alone_s = time.monotonic() - t
 
     def bare_put(i: int) -> float:
         t = time.monotonic()
@@ -218,11 +240,13 @@ def main() -> None:
         target = run_ckpts / name
         if not target.exists():
             os.link(ckpt, target)
+        split.clear()
         t = time.monotonic()
         mirror.scan(store.get(job.id), time.time())  # queue it, as the daemon's pass does
         mirror.upload_pending()
         mirror.sync_job(store.get(job.id), time.time())  # the manifest naming it: now it is mirrored
         took = time.monotonic() - t
+        splits.append({**split, "other": took - sum(split.values())})
         row = store.mirror_state(job.id)
         assert row["checkpoints"][0]["name"] == name, row["checkpoints"]
         target.unlink()
@@ -239,6 +263,7 @@ def main() -> None:
             else:
                 orchs.append(orch_put(rep + 10))
             print(f"rep {rep} {arm}: {(bares if arm == 'bare' else orchs)[-1]:.2f} s", flush=True)
+    orch_splits = splits[1:]  # not the warm-up
     notice_s = orch_put(99, notice=True)
     print(f"notice checkpoint mirrored in {notice_s:.2f} s", flush=True)
 
@@ -260,6 +285,11 @@ def main() -> None:
         "bare_put_s": [round(x, 2) for x in bares],
         "orch_mirrored_s": [round(x, 2) for x in orchs],
         "upload_ratio_bare_over_orch": round(ratio, 3),
+        "pair_ratios": [round(b / o, 3) for b, o in zip(bares, orchs)],
+        "split_s": {k: round(statistics.median(sp.get(k, 0.0) for sp in orch_splits), 3)
+                    for k in ("put", "hash", "manifest", "retention", "sqlite", "other")},
+        "sha256_alone_s": round(hash_alone_s, 2),
+        "load_avg_1min": round(os.getloadavg()[0], 2),
         "orch_mb_per_s": round(size / 1e6 / statistics.median(orchs), 1),
         "notice_to_mirrored_s": round(notice_s, 2),
         "notice_deadline_s": 105,
@@ -270,6 +300,60 @@ def main() -> None:
     }
     print(json.dumps(report, indent=1))
     server.stop()
+
+
+def _instrument(mirror: Any) -> dict[str, float]:
+    """Seconds spent in each part of orch's path, added up per call into the returned dict: the
+    put, a hash pass, the manifest's write, retention's deletes, and every SQLite call of the store."""
+    import functools
+    import inspect
+
+    spent: dict[str, float] = {}
+    inside: set[str] = set()
+
+    def timed(part: str, fn: Any) -> Any:
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def awrapper(*a: Any, **kw: Any) -> Any:
+                t = time.monotonic()
+                try:
+                    return await fn(*a, **kw)
+                finally:
+                    spent[part] = spent.get(part, 0.0) + time.monotonic() - t
+            return awrapper
+
+        @functools.wraps(fn)
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            if part in inside:  # a store method calling another: counted once
+                return fn(*a, **kw)
+            inside.add(part)
+            t = time.monotonic()
+            try:
+                return fn(*a, **kw)
+            finally:
+                inside.discard(part)
+                spent[part] = spent.get(part, 0.0) + time.monotonic() - t
+        return wrapper
+
+    remote = mirror.remote
+    for name, part in (("put_file_async", "put"), ("put_file_hashed_async", "put"), ("cas_put", "manifest"),
+                       ("get_with_etag", "manifest"), ("delete", "retention")):
+        if hasattr(remote, name):
+            setattr(remote, name, timed(part, getattr(remote, name)))
+    store = mirror.store
+    for name in dir(type(store)):
+        if not name.startswith("_") and callable(getattr(store, name)) and name not in ("db",):
+            setattr(store, name, timed("sqlite", getattr(store, name)))
+    import importlib
+
+    for mod in ("orchestrator.daemon.mirror.uploads", "orchestrator.daemon.mirror.uploader"):
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        if hasattr(m, "sha256_file"):  # an uploader that hashes before the put
+            m.sha256_file = timed("hash", m.sha256_file)
+    return spent
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ _HEADLINE = {
     "idle_shutdown": "is idle and powering the machine off",
     "diverged": "diverged: its loss became NaN or infinite",
     "loss_flat": "has a flat training loss",
+    "deadline_at_risk": "will miss its deadline",
+    "deadline_recovered": "is on time for its deadline again",
     "test": "says hello: notifications work",  # `orch notify test`; not a subscribable event
 }
 
@@ -48,6 +50,7 @@ _NEXT_STEP = {
     "diverged": "Lower [train] learning_rate (or set gradient_clip_val) and submit it again; the checkpoints "
                 "from before the divergence stay in its run folder.",
     "loss_flat": "It goes on training. Look at its curve (`orch dashboard`); `orch cancel {id}` if it will not learn.",
+    "deadline_at_risk": "It goes on. The reason says what would help: a higher priority or fewer epochs.",
 }
 
 _LOG_TAIL_LINES = 30

@@ -10,20 +10,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from .backoff import backoff_s
 from .config import Config
 from .contract import (
     BATCH, CHECKPOINTS, ENV_ATTEMPT, ENV_CKPT_DIR, ENV_JOB_ID, ENV_RESUME_FROM, ENV_RUN_DIR, EX_OOM, JOB_TOML,
-    ENV_TENSORBOARD_DIR, PROGRESS, RESULT, newest_checkpoint, read_json,
+    ENV_SNAPSHOTS_HELD, ENV_TENSORBOARD_DIR, PROGRESS, RESULT, SNAPSHOT_MEMORY, newest_checkpoint, read_json,
 )
 from .errors import InvalidTransition
-from .executors.base import AttemptLaunch
 from .gpus import visible_devices
 from .diskfull import disk_full, disk_full_decision, disk_full_text
 from .health import diverged_decision, diverged_text, divergence
 from .lifecycle import change_state, log_tail, write_run_spec
-from .outcome import Decision, decide, describe_exit
+from .outcome import Decision, charged_failure, decide, describe_exit
 from .paths import Home
-from .records import Attempt, AttemptEnd, AttemptStart, Job
+from .records import Attempt, AttemptEnd, AttemptLaunch, AttemptStart, Job
 from .states import AttemptOutcome, EventKind, Intent, JobState
 from .store import Store
 
@@ -72,7 +72,7 @@ def begin_attempt(store: Store, config: Config, home: Home, job: Job, gpu_ids: l
                   environ: Mapping[str, str], where: str = "") -> Optional[Begun]:
     """Record the next attempt of a queued job as running and build its launch. None when the job
     is no longer where the caller read it (another process moved it first)."""
-    run_dir = home.run_dir(job.id)
+    run_dir = home.make_run_dir(job.id)  # a link planted at runs/<id> is refused, never followed
     if not (run_dir / JOB_TOML).exists():
         write_run_spec(home, job.id, job.spec)
     (run_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
@@ -91,11 +91,22 @@ def begin_attempt(store: Store, config: Config, home: Home, job: Job, gpu_ids: l
     argv, cwd = job_argv(started.spec, run_dir)
     env = job_env(environ, job_id=job.id, attempt=n, run_dir=run_dir, gpu_ids=gpu_ids, resume_from=resume_path,
                   extra=started.spec.get("env") or {})
+    env[ENV_SNAPSHOTS_HELD] = str(snapshots_held(store, home, job.id))
     if config.logging.tensorboard_dir:  # the runner links its TensorBoard folder there
         env[ENV_TENSORBOARD_DIR] = str(Path(config.logging.tensorboard_dir).expanduser())
     launch = AttemptLaunch(job_id=job.id, attempt=n, run_dir=run_dir, argv=argv, cwd=cwd, env=env,
                            grace_s=grace_for(started, config), gpu_ids=list(gpu_ids), spec=started.spec)
     return Begun(started, launch, resume_step)
+
+
+def snapshots_held(store: Store, home: Home, job_id: int) -> int:
+    """Host memory the other running jobs' background snapshots hold (their SNAPSHOT_MEMORY)."""
+    held = 0
+    for other in store.jobs([JobState.RUNNING]):
+        info = read_json(home.run_dir(other.id) / SNAPSHOT_MEMORY) if other.id != job_id else None
+        if info and info.get("background") and isinstance(info.get("state_bytes"), int):
+            held += max(0, info["state_bytes"])
+    return held
 
 
 def lost_steps_updates(job: Job, attempts: Sequence[Attempt], resume_step: Optional[int]) -> dict[str, Any]:
@@ -176,7 +187,7 @@ def stalled_resumes(home: Home, store: Store, job: Job) -> int:
 
 def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info: Mapping[str, Any],
                    now: float) -> Optional[Settled]:
-    """Decide what an ended attempt makes of its job (SPEC's intent x exit table) and record it.
+    """Decide what an ended attempt makes of its job (the intent x exit table in outcome.py) and record it.
     None when the job was no longer running (someone else settled it)."""
     run_dir = home.run_dir(job.id)
     started = attempt_started_at(store, job)
@@ -206,9 +217,8 @@ def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info
         if d.backoff or stalls:
             # A job that keeps exiting 75 without a newer checkpoint would otherwise restart
             # several times a second, uncharged: back off as if it were failing.
-            base = config.daemon.retry_backoff_seconds
-            exponent = job.failures + stalls - 1 if stalls else job.failures
-            updates["retry_after"] = now + min(config.daemon.max_retry_backoff_seconds, base * 2 ** exponent)
+            tries = job.failures + stalls - 1 if stalls else job.failures
+            updates["retry_after"] = now + retry_backoff_s(config, tries)
     end = AttemptEnd(ended_at=exit_info.get("ended_at") or now, outcome=d.outcome, exit_code=code, exit_signal=sig,
                      step_reached=step_reached(home, job, started))
     reason = d.reason or job.reason
@@ -233,21 +243,37 @@ def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info
     return Settled(new, d, tuple(kind for kind, _ in also))
 
 
+def retry_backoff_s(config: Config, tries: int) -> float:
+    """How long a failing job waits before its next attempt, after `tries` charged ones."""
+    return backoff_s(tries, config.daemon.retry_backoff_seconds, config.daemon.max_retry_backoff_seconds)
+
+
 def lose_attempt(store: Store, config: Config, home: Home, job: Job, now: float) -> Optional[Settled]:
     """No exit record and nothing left running: the machine restarted or someone killed the
     attempt's whole session. A cancel or budget stop still ends the job; otherwise it resumes."""
     started = attempt_started_at(store, job)
     if job.intent is Intent.CANCEL:
         d = Decision(JobState.CANCELLED, EventKind.CANCELLED, AttemptOutcome.LOST, "cancelled by the user")
-    elif job.intent is Intent.BUDGET:
+    elif job.intent in (Intent.BUDGET, Intent.LEASE_LOST):
         d = Decision(JobState.STOPPED, EventKind.STOPPED, AttemptOutcome.LOST, job.reason)
+    elif job.intent is Intent.HANG:  # hung, then vanished: the retry is charged all the same
+        charged = charged_failure("hung and stopped by the watchdog; its processes then vanished", job.failures,
+                                  job.retries)
+        d = replace(charged, outcome=AttemptOutcome.LOST)
+    elif job.intent is Intent.PRUNE:
+        d = Decision(JobState.PRUNED, EventKind.PRUNED, AttemptOutcome.LOST, job.reason)
     else:
         d = Decision(JobState.QUEUED, EventKind.PREEMPTED, AttemptOutcome.LOST,
                      "its processes vanished (killed, or the machine restarted); queued to resume from its latest checkpoint")
+    updates: dict[str, Any] = {}
+    if d.charged:
+        updates["failures"] = job.failures + 1
+        if d.state is JobState.QUEUED:
+            updates["retry_after"] = now + retry_backoff_s(config, job.failures)
     end = AttemptEnd(ended_at=now, outcome=d.outcome, step_reached=step_reached(home, job, started))
     try:
         new = change_state(store, config, home, job, d.state, d.event, now, detail=d.reason, reason=d.reason,
-                           expect=[JobState.RUNNING], end_attempt=end)
+                           expect=[JobState.RUNNING], end_attempt=end, updates=updates)
     except InvalidTransition:
         return None
     return Settled(new, d)

@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .bounds import control_problem
 from .errors import ConfigError
 from .states import DEFAULT_NOTIFY_EVENTS, EventKind
 from .tomlfile import problems_from, read_toml
@@ -82,7 +83,7 @@ class NotifySection(_Section):
 
 class StorageSection(_Section):
     """[storage]: mirror every job to object storage or a network disk so `orch adopt` can resume it
-    on another machine (README: "Surviving the loss of the machine"). Credentials come only from
+    on another machine (docs/mirror.md). Credentials come only from
     the environment or the instance role, never from this file."""
 
     url: Optional[str] = None  # s3://bucket/prefix, gs://bucket/prefix, az://account/container/prefix, file:///path
@@ -129,7 +130,7 @@ class ExecutorSection(_Section):
 
 
 class SlurmSection(_Section):
-    """[slurm]: how orch submits attempts when [executor] kind = "slurm" (see README)."""
+    """[slurm]: how orch submits attempts when [executor] kind = "slurm" (see docs/slurm.md)."""
 
     partition: Optional[str] = None  # sbatch --partition (a job.toml [slurm] partition overrides it)
     account: Optional[str] = None  # sbatch --account
@@ -146,6 +147,21 @@ class SlurmSection(_Section):
     accounting: Literal["auto", "on", "off"] = "auto"  # sacct for jobs squeue forgot (auto: if the cluster has it)
     shared_dirs: list[str] = []  # folders the nodes see although not on NFS/Lustre/GPFS/BeeGFS/CephFS
     max_gpus: int = Field(default=64, ge=0)  # GPUs orch keeps submitted at once; CPU jobs: [daemon] cpu_slots
+
+    @model_validator(mode="after")
+    def _one_line_each(self) -> "SlurmSection":
+        # Each value becomes an `#SBATCH` line or a Slurm argument: a newline would start a shell line.
+        for field in ("partition", "account", "qos", "time", "gres", "mem_per_gpu", "slurm_conf"):
+            value = getattr(self, field)
+            problem = control_problem(value, allow_tab=False) if value is not None else None
+            if problem:
+                raise ValueError(f"{field}: {problem} (got {value!r})")
+        for field in ("extra_args", "shared_dirs"):
+            for i, value in enumerate(getattr(self, field)):
+                problem = control_problem(value, allow_tab=False)
+                if problem:
+                    raise ValueError(f"{field}[{i}]: {problem} (got {value!r})")
+        return self
 
 
 class Config(_Section):

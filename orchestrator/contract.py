@@ -2,15 +2,17 @@
 is given, the files it writes into its run folder, the checkpoint names (with their one parser)
 and the atomic JSON write both sides use. Standard library only: `training/` imports it before
 torch, the supervisor sits beside every job with it, and the daemon never imports anything heavy.
-DESIGN.md ("The job-process contract") and SPEC.md ("The run folder") describe it for people."""
+docs/trainers.md ("The job-process contract") and docs/commands.md ("Where things live")
+describe it for people."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-from pathlib import Path
+import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO, Any, Iterator, NamedTuple, Optional
 
 # -- exit codes --------------------------------------------------------------------------------
@@ -28,6 +30,36 @@ ENV_RUN_DIR = "ORCH_RUN_DIR"
 ENV_CKPT_DIR = "ORCH_CKPT_DIR"
 ENV_RESUME_FROM = "ORCH_RESUME_FROM"  # newest checkpoint by the step in its name, or ""
 ENV_TENSORBOARD_DIR = "ORCH_TENSORBOARD_DIR"  # config [logging] tensorboard_dir; unset: none
+ENV_MTBF_S = "ORCH_MTBF_S"  # the daemon's mean time between preemptions on this machine, when it has seen some
+ENV_PROGRESS_EVERY_S = "ORCH_PROGRESS_EVERY_S"  # seconds between progress.json writes (tests poll faster)
+ENV_RESUME_CHECKED = "ORCH_RESUME_CHECKED"  # the runner already validated ORCH_RESUME_FROM (DDP children)
+
+# Test-only fault seams a job reads (no effect unless set).
+ENV_FAULT_OOM_ABOVE_BATCH = "ORCH_FAULT_OOM_ABOVE_BATCH"  # a micro-batch above this raises CUDA OOM
+ENV_FAULT_OOM_AT_STEP = "ORCH_FAULT_OOM_AT_STEP"  # an OOM at this step
+ENV_FAULT_SLOW_STEP_S = "ORCH_FAULT_SLOW_STEP_S"  # a sleep per training step: gives signal tests a window
+ENV_FAULT_HANG_AT_STEP = "ORCH_FAULT_HANG_AT_STEP"  # attempt 1 blocks forever at this step (hang watchdog)
+ENV_FAULT_SLOW_SAVE_S = "ORCH_FAULT_SLOW_SAVE_S"  # a sleep between a checkpoint's temp write and its rename
+ENV_TRACE_SAMPLES = "ORCH_TRACE_SAMPLES"  # a file: one JSON line per trained micro-batch (sample accounting)
+ENV_PROBE_WARMUP = "ORCH_PROBE_WARMUP"  # `orch estimate`'s probe: the step its steady-state clock starts at
+ENV_PARAM_PREFIX = "ORCH_PARAM_"  # a sweep trial's parameters, as environment variables of a command job
+
+# -- the environment of a user hook ([hooks] on_<event>) -------------------------------------------
+
+HOOK_ENV_JOB_ID = ENV_JOB_ID
+HOOK_ENV_JOB_NAME = "ORCH_JOB_NAME"
+HOOK_ENV_JOB_STATE = "ORCH_JOB_STATE"
+HOOK_ENV_JOB_COST = "ORCH_JOB_COST"
+HOOK_ENV_JOB_ATTEMPT = "ORCH_JOB_ATTEMPT"
+HOOK_ENV_RUN_DIR = ENV_RUN_DIR
+HOOK_ENV_EVENT = "ORCH_EVENT"
+HOOK_ENV_EVENT_DETAIL = "ORCH_EVENT_DETAIL"
+
+# -- orch's own settings from the environment -------------------------------------------------------
+
+ENV_HOME = "ORCH_HOME"  # the state folder (default ~/.orch)
+ENV_CONFIG = "ORCH_CONFIG"  # config.toml (default $ORCH_HOME/config.toml)
+ENV_SRUN = "ORCH_SRUN"  # the srun a Slurm batch step runs (tests point it elsewhere)
 
 # -- the run folder ----------------------------------------------------------------------------
 
@@ -41,8 +73,20 @@ METRICS_CSV = "metrics.csv"
 TENSORBOARD = "tensorboard"  # the runner's TensorBoard event files, one per attempt
 HEALTH = "health.json"  # training health (diverged, loss_flat), written by the runner, read by the daemon
 CHECKPOINT_INTERVAL = "checkpoint-interval.json"  # [checkpoint] every = "auto": what it chose and why (runner -> show)
-ENV_MTBF_S = "ORCH_MTBF_S"  # the daemon's mean time between preemptions on this machine, when it has seen some
+DEFAULT_MTBF_S = 6 * 3600.0  # what orch assumes before it has seen a preemption on a machine
+
+
+def young_daly(cost_s: float, mtbf_s: float) -> float:
+    """The checkpoint interval that balances save stalls against redone work: sqrt(2 x C x M).
+    The runner's `every = "auto"` uses it, and `orch estimate` projects with it."""
+    import math
+
+    return math.sqrt(2.0 * max(cost_s, 1e-6) * mtbf_s)
 DISK_FULL = "disk_full.json"  # a checkpoint write found the disk full: needed vs free bytes (runner -> daemon)
+# Background periodic checkpoints keep a host copy of the state: its size, the memory it was
+# weighed against, and whether it was too big (then saves are synchronous) (runner -> daemon, show).
+SNAPSHOT_MEMORY = "snapshot-memory.json"
+ENV_SNAPSHOTS_HELD = "ORCH_SNAPSHOTS_HELD_BYTES"  # host memory other running jobs' snapshots hold
 
 
 def attempt_log(n: int, rank: int = 0) -> str:
@@ -69,6 +113,51 @@ def attempt_pid(n: int) -> str:
     return f"attempt-{n}.pid"
 
 
+def attempt_rank_logs(n: int) -> str:
+    """A glob for attempt n's logs of ranks > 0 (see attempt_log)."""
+    return f"attempt-{n}.rank-*.log"
+
+
+def attempt_sbatch(n: int) -> str:
+    """The batch script the Slurm executor submitted for attempt n."""
+    return f"attempt-{n}.sbatch"
+
+
+def attempt_submitted(n: int) -> str:
+    """The Slurm executor's handle for attempt n, written before it is recorded in the store."""
+    return f"attempt-{n}.submitted.json"
+
+
+def attempt_slurm_info(n: int) -> str:
+    """Where attempt n's Slurm batch step started (job id, host, nodes), written by the step."""
+    return f"attempt-{n}.slurm.json"
+
+
+def exit_record(code: Optional[int], signal: Optional[int], started_at: float, ended_at: float,
+                **extra: Any) -> dict[str, Any]:
+    """attempt-<n>.exit's content: the exit code (None when a signal ended it), the signal, when
+    it started and ended, and what an executor adds (its own ids, what the cluster said)."""
+    return {"code": code, "signal": signal, "started_at": started_at, "ended_at": ended_at, **extra}
+
+
+def write_exit_record(run_dir: Path, n: int, code: Optional[int], signal: Optional[int], started_at: float,
+                      ended_at: float, **extra: Any) -> dict[str, Any]:
+    """Write attempt n's exit record atomically; returns it."""
+    record = exit_record(code, signal, started_at, ended_at, **extra)
+    write_json_atomic(Path(run_dir) / attempt_exit(n), record)
+    return record
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    """RUN_DIR/checkpoints: what ORCH_CKPT_DIR points at."""
+    return Path(run_dir) / CHECKPOINTS
+
+
+def model_dir(run_dir: Path) -> Path:
+    """RUN_DIR/model: the built-in runner's exported model (save_pretrained)."""
+    return Path(run_dir) / MODEL
+
+
 # -- checkpoint names ----------------------------------------------------------------------------
 
 PERIODIC_PREFIX = "step-"
@@ -88,12 +177,17 @@ class CheckpointName(NamedTuple):
         return (self.step, int(self.notice))
 
 
+CKPT_SUFFIX = ".ckpt"
+# Lightning's ModelCheckpoint `filename` (it appends CKPT_SUFFIX): the same name periodic_name makes.
+PERIODIC_FILENAME_TEMPLATE = PERIODIC_PREFIX + "{step:08d}"
+
+
 def periodic_name(step: int) -> str:
-    return f"{PERIODIC_PREFIX}{step:08d}.ckpt"
+    return PERIODIC_FILENAME_TEMPLATE.format(step=step) + CKPT_SUFFIX
 
 
 def notice_name(step: int) -> str:
-    return f"{NOTICE_PREFIX}{step:08d}.ckpt"
+    return NOTICE_PREFIX + f"{step:08d}" + CKPT_SUFFIX
 
 
 def parse_checkpoint_name(name: str | Path) -> Optional[CheckpointName]:
@@ -144,21 +238,28 @@ def fsync_dir(folder: Path) -> None:
 
 
 @contextmanager
-def atomic_file(path: Path, mode: str = "wb", **open_kw: Any) -> Iterator[IO[Any]]:
+def atomic_file(path: Path, mode: str = "wb", *, timings: Optional[dict[str, float]] = None,
+                **open_kw: Any) -> Iterator[IO[Any]]:
     """Write `path` all or nothing: the caller writes into a temp file beside it (TEMP_MARK, pid,
     name); on a clean exit it is fsynced, renamed over `path`, and the folder fsynced, so a reader
     sees the old file or the new one, never half of one, even after a power cut. On an error the
-    temp file is removed and `path` is untouched."""
+    temp file is removed and `path` is untouched. `timings`, when given, receives where the time
+    went (seconds: write_s = the caller's writing into the page cache, fsync_s = the file's data to
+    disk, rename_s = the rename and the folder's fsync) and the file's size in `bytes`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{TEMP_MARK}{os.getpid()}-{path.name}")
     if "b" not in mode:
         open_kw.setdefault("encoding", "utf-8")
+    started = time.perf_counter()
     try:
         with open(tmp, mode, **open_kw) as fh:
             yield fh
             fh.flush()
+            written = time.perf_counter()
             os.fsync(fh.fileno())
+            synced = time.perf_counter()
+            size = fh.tell()
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -167,6 +268,9 @@ def atomic_file(path: Path, mode: str = "wb", **open_kw: Any) -> Iterator[IO[Any
             pass
         raise
     fsync_dir(path.parent)
+    if timings is not None:
+        timings.update(write_s=written - started, fsync_s=synced - written,
+                       rename_s=time.perf_counter() - synced, bytes=float(size))
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -1,4 +1,4 @@
-"""Money and time: SPEC's one cost formula, spot savings, ETA and projected cost, budget checks,
+"""Money and time: the one cost formula (docs/cost.md), spot savings, ETA and projected cost, budget checks,
 and the one way amounts and durations are printed. Pure functions over numbers; the daemon passes
 pricing, intervals and clocks in, and the store keeps the running totals.
 """
@@ -36,9 +36,9 @@ def job_hourly_rates(
 ) -> tuple[dict[JobId, float], float]:
     """Each running job's price per hour, and the machine's, for the current mix of jobs.
 
-    A job with g GPUs takes g × gpu_hour + instance_hour × g / managed_gpus (SPEC). CPU jobs
+    A job with g GPUs takes g × gpu_hour + instance_hour × g / managed_gpus. CPU jobs
     (g = 0) take nothing of gpu_hour and share equally the part of instance_hour that GPU jobs
-    leave unclaimed — on a GPU-less machine that is all of it, as SPEC says; on a GPU machine
+    leave unclaimed — on a GPU-less machine that is all of it; on a GPU machine
     it is the share of the idle GPUs. So a CPU job is charged only for machine time nothing else
     is paying for, a busy GPU box stays fully charged to its GPU jobs, and the rule is the same
     with or without GPUs. Raises ValueError if the jobs hold more GPUs than the machine has:

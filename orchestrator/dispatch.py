@@ -3,6 +3,7 @@ daemon's choice and the reason `orch status` prints come from the same code."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
@@ -23,7 +24,7 @@ def hold_reason(job: Job, dep_states: Mapping[int, JobState], now: float, *,
         state = dep_states.get(dep)
         if state is None:
             return Hold(f"dependency {dep} no longer exists", fail=True)
-        if state in (JobState.FAILED, JobState.CANCELLED, JobState.STOPPED):
+        if state in (JobState.FAILED, JobState.CANCELLED, JobState.STOPPED, JobState.PRUNED):
             return Hold(f"dependency {dep} {state.value}" if state is not JobState.FAILED else f"dependency {dep} failed",
                         fail=True)
         if state is not JobState.SUCCEEDED:
@@ -43,6 +44,18 @@ def _clock(ts: float) -> str:
     import time
 
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def edf_order(queue: Sequence[Job]) -> list[Job]:
+    """Dispatch order: priority high first; among equal priority the earliest deadline first (jobs
+    without one after those with one); then submit order."""
+    from .jobspec import deadline_ts
+
+    def key(job: Job) -> tuple[int, float, int]:
+        when = deadline_ts(job.spec.get("deadline")) if '"deadline"' in job.spec_json else None
+        return (-job.priority, math.inf if when is None else when, job.id)
+
+    return sorted(queue, key=key)
 
 
 def fits(job: Job, free_gpus: Sequence[int], free_cpu_slots: int) -> bool:

@@ -32,6 +32,11 @@ class UsageError(BadInput):
     """A command-line value is wrong (bad --at, bad id format, ...)."""
 
 
+class HomeError(BadInput):
+    """$ORCH_HOME (or a folder in it) is not safe to use: someone else owns or may write it, or a
+    link stands where a run folder belongs."""
+
+
 class JobNotFound(OrchError):
     def __init__(self, job_id: int):
         self.job_id = job_id

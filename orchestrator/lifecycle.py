@@ -11,10 +11,10 @@ from typing import Any, Iterable, Optional, Sequence
 import tomli_w
 
 from .config import Config
-from .errors import InvalidTransition, SpecError
-from .jobspec import JobSpec, load_jobspec
+from .errors import HomeError, InvalidTransition, SpecError
+from .jobspec import JobSpec, check_deadline, load_jobspec
 from .paths import Home
-from .contract import read_json
+from .contract import JOB_TOML, RESULT, atomic_file, attempt_log, read_json
 from .provenance import git_state
 from .records import AttemptEnd, AttemptStart, Job, Outgoing
 from .states import RETRYABLE, EventKind, JobState
@@ -27,7 +27,7 @@ def outgoing_for(config: Config, kind: EventKind | str, payload: dict[str, Any])
 
 
 def log_tail(run_dir: Path, attempt: int, lines: int = 20) -> str:
-    path = run_dir / f"attempt-{attempt}.log"
+    path = run_dir / attempt_log(attempt)
     try:
         with path.open("rb") as f:
             f.seek(0, 2)
@@ -42,7 +42,7 @@ def payload_for(job: Job, kind: EventKind | str, config: Config, home: Home, *, 
                 state: Optional[JobState] = None, with_log: bool = False) -> dict[str, Any]:
     """The notification for an event, as notifiers.Message fields (plain JSON for the outbox)."""
     run_dir = home.run_dir(job.id)
-    result = read_json(run_dir / "result.json") or {}
+    result = read_json(run_dir / RESULT) or {}
     best = result.get("best_metric")
     if isinstance(best, dict):
         best = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best.items())
@@ -75,12 +75,10 @@ def payload_for(job: Job, kind: EventKind | str, config: Config, home: Home, *, 
 
 def write_run_spec(home: Home, job_id: int, spec: dict[str, Any]) -> Path:
     """runs/<id>/job.toml: the resolved spec, so the job runs the same from anywhere."""
-    run_dir = home.run_dir(job_id)
-    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    target = run_dir / "job.toml"
-    tmp = run_dir / ".job.toml.tmp"
-    tmp.write_text(tomli_w.dumps(spec))
-    tmp.replace(target)
+    run_dir = home.make_run_dir(job_id)
+    target = run_dir / JOB_TOML
+    with atomic_file(target, "w") as fh:
+        fh.write(tomli_w.dumps(spec))
     return target
 
 
@@ -105,6 +103,7 @@ def submit_job(store: Store, config: Config, home: Home, toml_path: Path, *, now
                priority: Optional[int] = None, after: Sequence[int] = (), not_before: Optional[float] = None) -> Job:
     spec = load_jobspec(toml_path)
     check_gpus(spec, str(toml_path), machine_gpus)
+    check_deadline(spec, str(toml_path), now)
     check_nodes(spec, str(toml_path), config.executor.kind)
     folder = Path(spec.workdir) if spec.is_command and spec.workdir else toml_path.resolve().parent
     commit, dirty = git_state(folder)
@@ -127,7 +126,12 @@ def submit_job(store: Store, config: Config, home: Home, toml_path: Path, *, now
         detail=f"from {toml_path.resolve()}",
         outgoing=_submitted_outgoing(config, home, spec, now),
     )
-    write_run_spec(home, job.id, data)
+    try:
+        write_run_spec(home, job.id, data)
+    except HomeError as exc:  # a link planted at runs/<id>: the job never runs, and says why
+        change_state(store, config, home, job, JobState.FAILED, EventKind.FAILED, now, reason=str(exc),
+                     expect=[JobState.QUEUED])
+        raise
     return job
 
 

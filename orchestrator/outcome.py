@@ -1,4 +1,4 @@
-"""SPEC.md's table "What ends an attempt, and what the job becomes": the daemon's intent plus the
+"""The table "What ends an attempt, and what the job becomes": the daemon's intent plus the
 exit read from attempt-<n>.exit decide the next state. Pure: the daemon applies the decision."""
 
 from __future__ import annotations
@@ -38,11 +38,15 @@ def decide(intent: Intent, code: Optional[int], sig: Optional[int], *, has_resul
         return Decision(JobState.SUCCEEDED, EventKind.SUCCEEDED, AttemptOutcome.SUCCEEDED, "")
     if intent is Intent.CANCEL:
         return Decision(JobState.CANCELLED, EventKind.CANCELLED, AttemptOutcome.CANCELLED, f"cancelled by the user ({how})")
-    if intent is Intent.BUDGET:
+    if intent in (Intent.BUDGET, Intent.LEASE_LOST):  # the reason recorded with the intent stays
         return Decision(JobState.STOPPED, EventKind.STOPPED, AttemptOutcome.STOPPED, "")
+    if intent is Intent.PRUNE:
+        return Decision(JobState.PRUNED, EventKind.PRUNED, AttemptOutcome.PRUNED, "")
     if intent is Intent.PREEMPT:
         return Decision(JobState.QUEUED, EventKind.PREEMPTED, AttemptOutcome.PREEMPTED,
                         f"preempted ({how}); queued to resume from its latest checkpoint")
+    if intent is Intent.HANG:  # an exit 75 or 76 after the watchdog's SIGTERM still spends a retry
+        return charged_failure(f"hung and stopped by the watchdog ({how})", failures, retries)
     if code == 0:
         if is_command:
             return Decision(JobState.SUCCEEDED, EventKind.SUCCEEDED, AttemptOutcome.SUCCEEDED, "")
@@ -54,6 +58,11 @@ def decide(intent: Intent, code: Optional[int], sig: Optional[int], *, has_resul
     if code == EX_OOM:
         return Decision(JobState.QUEUED, EventKind.OOM, AttemptOutcome.OOM,
                         "out of GPU memory: running again with half the micro-batch and twice the accumulation")
+    return charged_failure(how, failures, retries)
+
+
+def charged_failure(how: str, failures: int, retries: int) -> Decision:
+    """A failed attempt: retried (with backoff, from the latest checkpoint) while retries remain."""
     if failures + 1 <= retries:
         return Decision(JobState.QUEUED, EventKind.RETRYING, AttemptOutcome.FAILED,
                         f"{how}; retry {failures + 1} of {retries}, resuming from the latest checkpoint",

@@ -1,11 +1,13 @@
-"""Plain records read from the store: a job, an attempt, an event, an outbox row. No I/O here,
-so the CLI, the daemon and the renderers share one vocabulary."""
+"""Plain records: a job, an attempt, an event, an outbox row (read from the store), and an
+attempt launch (handed to an executor). No I/O here, so the CLI, the daemon, the executors and the
+renderers share one vocabulary."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Optional
 
 from .states import AttemptOutcome, Intent, JobState
@@ -72,7 +74,7 @@ class Job:
 
     @property
     def shown_attempt(self) -> int:
-        """SPEC: 1-based; a job that never started is on its first attempt."""
+        """1-based; a job that never started is on its first attempt."""
         return max(1, self.attempt)
 
 
@@ -166,3 +168,18 @@ class Outgoing:
 
     channel: str
     payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AttemptLaunch:
+    """What `start` needs: the command and environment built from the contract (attempts.py)."""
+
+    job_id: int
+    attempt: int
+    run_dir: Path
+    argv: list[str]
+    cwd: Optional[str]
+    env: dict[str, str]
+    grace_s: float
+    gpu_ids: list[int] = field(default_factory=list)
+    spec: dict[str, Any] = field(default_factory=dict)

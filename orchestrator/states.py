@@ -22,6 +22,7 @@ class JobState(Word):
     FAILED = "failed"
     CANCELLED = "cancelled"
     STOPPED = "stopped"  # by a budget; resumable with `orch retry`
+    PRUNED = "pruned"  # a sweep's pruner stopped it (with a checkpoint); resumable with `orch retry`
 
     @property
     def is_terminal(self) -> bool:
@@ -32,17 +33,20 @@ class JobState(Word):
         return self in (JobState.QUEUED, JobState.RUNNING)
 
 
-TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED})
-RETRYABLE = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.STOPPED})
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED, JobState.PRUNED})
+RETRYABLE = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.STOPPED, JobState.PRUNED})
 
 
 class Intent(Word):
-    """Why the daemon signalled a job; recorded before the signal (SPEC: 'What ends an attempt')."""
+    """Why the daemon signalled a job; recorded before the signal (outcome.py: 'What ends an attempt')."""
 
     NONE = ""
     PREEMPT = "preempt"
     CANCEL = "cancel"
     BUDGET = "budget"
+    LEASE_LOST = "lease_lost"  # another machine adopted the job (the mirror's owner lease): stop here
+    HANG = "hang"  # the hang watchdog stopped it: a charged retry whatever the exit code
+    PRUNE = "prune"  # a sweep's pruner judged the trial a loser
 
 
 class AttemptOutcome(Word):
@@ -56,6 +60,7 @@ class AttemptOutcome(Word):
     OOM = "oom"
     CANCELLED = "cancelled"
     STOPPED = "stopped"
+    PRUNED = "pruned"
     LOST = "lost"  # no exit record and nothing left running
 
 
@@ -84,6 +89,10 @@ class EventKind(Word):
     LEASE_LOST = "lease_lost"  # another machine adopted the job: stopped here, its manifest left alone
     DIVERGED = "diverged"  # the loss became NaN/inf: beside the `failed` transition, naming the step
     LOSS_FLAT = "loss_flat"  # [train] flat_after_steps: the loss has not improved; the job goes on
+    DEADLINE_AT_RISK = "deadline_at_risk"  # the projected finish crossed the job's deadline
+    DEADLINE_RECOVERED = "deadline_recovered"  # ... and came back before it
+    PRUNED = "pruned"  # a sweep trial stopped by the pruner
+    SWEEP_FINISHED = "sweep_finished"  # a sweep's last trial ended: the best trial, its cost, what pruning saved
 
 
 # History-only kinds: part of `orch show`, never a notification or hook.
@@ -93,21 +102,23 @@ SUBSCRIBABLE = tuple(k.value for k in EventKind if k not in HISTORY_ONLY)
 # A job that ended, was preempted or needs a look (hung, flat loss), and the machine powering off or
 # losing its mirror: what a channel gets when it names no events.
 DEFAULT_NOTIFY_EVENTS = frozenset({"succeeded", "failed", "stopped", "preempted", "idle_shutdown", "loss_flat", "hang",
-                                   "mirror_failed", "lease_lost"})
+                                   "mirror_failed", "lease_lost", "deadline_at_risk", "sweep_finished"})
 
 
 Q, R = JobState.QUEUED, JobState.RUNNING
 S, F, C, T = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED
+P = JobState.PRUNED
 
 # src -> the states it may become. A running job going back to queued is a resume
 # (preemption, checkpointed exit, OOM, charged retry); a terminal one going back is `orch retry`.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     Q: frozenset({R, C, F}),  # F: a dependency failed
-    R: frozenset({S, F, C, T, Q}),
+    R: frozenset({S, F, C, T, P, Q}),
     S: frozenset(),
     F: frozenset({Q}),
     C: frozenset({Q}),
     T: frozenset({Q}),
+    P: frozenset({Q}),
 }
 
 

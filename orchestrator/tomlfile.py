@@ -15,6 +15,8 @@ else:  # pragma: no cover - Python 3.10 images
 
 from pydantic import BaseModel, ValidationError
 
+from .bounds import MAX_DEPTH, value_problems
+
 
 def read_toml(path: Path, label: str, error_cls: type[Exception]) -> dict[str, Any]:
     """Parse `path`; a missing file or a syntax error becomes error_cls([one line])."""
@@ -27,10 +29,16 @@ def read_toml(path: Path, label: str, error_cls: type[Exception]) -> dict[str, A
     except (OSError, UnicodeDecodeError) as exc:
         raise error_cls([f"{label}: cannot read: {exc}"]) from None
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         # tomllib's message already ends with "(at line L, column C)".
         raise error_cls([f"{label}: TOML syntax error: {exc}"]) from None
+    except RecursionError:
+        raise error_cls([f"{label}: nested more than {MAX_DEPTH} levels deep"]) from None
+    problems = value_problems(data, label)
+    if problems:
+        raise error_cls(problems)
+    return data
 
 
 def _show(value: Any) -> str:
@@ -117,7 +125,8 @@ def problems_from(exc: ValidationError, model: type[BaseModel], label: str) -> l
         # pydantic puts union branch names in loc ("list[str]", "float"); drop them.
         loc = tuple(x for x in loc if not (isinstance(x, str) and ("[" in x or x in {"float", "int", "str", "bool"})))
         if err["type"] == "extra_forbidden":
-            key, parent = str(loc[-1]), loc[:-1]
+            # The unknown key is the last item of the raw loc, whatever it looks like ("[x", "int").
+            key, parent = str(err["loc"][-1]), loc[:-1] if loc and loc[-1] == err["loc"][-1] else loc
             owner = _model_at(model, parent)
             choices = list(owner.model_fields) if owner else []
             near = difflib.get_close_matches(key, choices, n=1, cutoff=0.6)

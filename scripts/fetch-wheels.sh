@@ -3,7 +3,7 @@
 # none: orch's pure-Python dependencies (pydantic + pydantic-core, datasets + its helpers,
 # APScheduler, torchdata, typer, click, httpx, tomli-w, ...) for CPython 3.12, manylinux x86_64.
 # torch, Lightning, transformers and what they are built on are never fetched (see PROTECTED in
-# training/gpucheck/wheels.py): the GPU machine's own copies are used.
+# tools/gpucheck/wheels.py): the GPU machine's own copies are used.
 #
 #   bash scripts/fetch-wheels.sh [DIR] [EXTRA_REQ ...]     # DIR defaults to wheels/ (git-ignored)
 #
@@ -18,7 +18,7 @@ PY=${PYTHON:-python3}
 
 mkdir -p "$DIR"
 REQS="$DIR/requirements.txt"
-"$PY" -m training.gpucheck.wheels requirements > "$REQS"
+"$PY" -m tools.gpucheck.wheels requirements > "$REQS"
 for extra in "$@"; do echo "$extra" >> "$REQS"; done
 echo "fetching $(wc -l < "$REQS") wheels listed in $REQS into $DIR/" >&2
 
@@ -34,7 +34,7 @@ done
 "$PY" - "$DIR" <<'EOF'
 import sys
 from pathlib import Path
-from training.gpucheck.wheels import normalize, wheel_name_version
+from tools.gpucheck.wheels import normalize, wheel_name_version
 folder = Path(sys.argv[1])
 wanted = {}
 for line in (folder / "requirements.txt").read_text().split():

@@ -6,7 +6,7 @@
 #   bash scripts/gpu-check.sh [--only a,c] [--budget-s 450] [--keep] [--work DIR] OUT
 #
 # Writes OUT/report.json, OUT/summary.md and OUT/logs.tar.gz; exits 1 if a section failed, 2 on
-# bad usage or a missing dependency. See README.md ("GPU check") for what each figure means.
+# bad usage or a missing dependency. See docs/gpu-check.md for what each figure means.
 #
 # Dependencies: the machine's own python3 with torch, Lightning and transformers is used as it is,
 # never replaced. If wheels/ (from scripts/fetch-wheels.sh) is here, the wheels this machine lacks
@@ -29,7 +29,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 if compgen -G "$WHEELS/*.whl" > /dev/null; then
   # the planner runs on the machine's own packages (PYTHONPATH without the private folder)
-  "$PY" -m training.gpucheck.wheels install "$WHEELS" "$SITE"
+  "$PY" -m tools.gpucheck.wheels install "$WHEELS" "$SITE"
   export PYTHONPATH="$SITE:$PYTHONPATH" GPUCHECK_WHEELS_PLAN="$SITE/gpucheck-wheels.json"
 fi
 
@@ -51,4 +51,4 @@ if [ -n "$missing" ]; then
   exit 2
 fi
 
-exec "$PY" -m training.gpucheck "$@"
+exec "$PY" -m tools.gpucheck "$@"

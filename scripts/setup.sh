@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${ORCH_VENV:-.venv}"
 PY="${PYTHON:-python3}"
+EXTRAS="${ORCH_EXTRAS:-test}"           # scripts/test.sh adds docs (the site's build is tested)
 
 "$PY" - <<'PYEOF'
 import sys
@@ -29,7 +30,7 @@ if ! python -c "import torch" >/dev/null 2>&1; then
   python -m pip install -q "torch==2.13.0" 2>&1 | grep -v -i "warning" || true
 fi
 echo "installing orch and its dependencies ..."
-python -m pip install -q -e ".[test]" 2>&1 | grep -v -i "warning" || true
+python -m pip install -q -e ".[$EXTRAS]" 2>&1 | grep -v -i "warning" || true
 python -c "import torch, pytorch_lightning, transformers, datasets, orchestrator, training, notifiers" \
   || { echo "setup failed: the packages above do not import" >&2; exit 1; }
 echo "ready: . $VENV/bin/activate  (torch $(python -c 'import torch; print(torch.__version__)'))"

@@ -2,7 +2,7 @@
 # Set up (if needed) and run the whole test suite, slow tests included. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+ORCH_EXTRAS="${ORCH_EXTRAS:-test,docs}" bash scripts/setup.sh
 bash scripts/system-deps.sh
 . "${ORCH_VENV:-.venv}/bin/activate"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false

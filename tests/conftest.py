@@ -30,7 +30,7 @@ class Ran(NamedTuple):
     err: str
 
     def assert_failed(self, rc: int) -> "Ran":
-        """The exit code SPEC promises, a message on stderr, and never a Python traceback."""
+        """The exit code orch promises, a message on stderr, and never a Python traceback."""
         assert self.rc == rc, self
         assert "Traceback" not in self.err and "Traceback" not in self.out, self.err
         assert self.err.strip(), "a failure must say why on stderr"

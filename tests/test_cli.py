@@ -1,5 +1,5 @@
 """`orch` as users and scripts drive it, through the real console script (subprocess) and through
-typer's CliRunner: SPEC's commands, options, exit codes, JSON keys, and hints on stderr only."""
+typer's CliRunner: the documented commands, options, exit codes, JSON keys, and hints on stderr only."""
 
 from __future__ import annotations
 
@@ -146,7 +146,8 @@ def six_jobs(cli, good_job, store):
                 JobState.SUCCEEDED: [JobState.RUNNING, JobState.SUCCEEDED],
                 JobState.FAILED: [JobState.RUNNING, JobState.FAILED],
                 JobState.CANCELLED: [JobState.CANCELLED],
-                JobState.STOPPED: [JobState.RUNNING, JobState.STOPPED]}[state]
+                JobState.STOPPED: [JobState.RUNNING, JobState.STOPPED],
+                JobState.PRUNED: [JobState.RUNNING, JobState.PRUNED]}[state]
         walk(store, job_id, *path)
         ids[state] = job_id
     return ids

@@ -1,4 +1,4 @@
-"""SPEC's one cost formula and what is built on it: spot savings, waste, ETA, projection, budgets,
+"""The one cost formula and what is built on it: spot savings, waste, ETA, projection, budgets,
 formatting."""
 
 from __future__ import annotations

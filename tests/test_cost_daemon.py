@@ -1,6 +1,6 @@
 """Cost as the daemon keeps it: accrual tick by tick on the real store (an injected clock), kept
 across attempts, not counted while no daemon runs; preemption waste at the next attempt; ETA and
-projected cost in status/show; `orch cost` totals; SPEC's worked example and the [hooks] through
+projected cost in status/show; `orch cost` totals; the worked example and the [hooks] through
 a real daemon."""
 
 from __future__ import annotations

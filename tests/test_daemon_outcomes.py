@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
@@ -172,3 +173,31 @@ def test_a_job_with_its_own_longer_grace_gets_all_of_it_when_the_daemon_stops(or
     job = h.job(job_id)
     assert job.state is JobState.QUEUED and job.failures == 0
     assert h.store.attempts(job_id)[0].outcome == "preempted"
+
+
+def test_a_lost_mirror_lease_stops_the_job_with_its_own_intent_not_the_budgets(orch_home):
+    """Another machine adopted the job: the running attempt is told to checkpoint and stop, the
+    intent recorded is `lease_lost` (a budget stop is a different fact), and the job ends stopped
+    with the lease's reason — also when a preemption notice was already stopping it."""
+    from orchestrator.daemon.stop_requests import signal_job, stop_for_lost_lease
+    from orchestrator.states import Intent
+
+    h = orch_home(cpu_slots=2)
+    d = h.local_daemon()
+    plain = h.submit("plain", hold="never", on_term=75, ckpt=3)
+    noticed = h.submit("noticed", hold="never", on_term=75, ckpt=3, term_delay=1.0)
+    h.tick_until(d, lambda: len(h.records(event="start")) == 2, what="both jobs to start")
+    signal_job(d, h.job(noticed), Intent.PREEMPT, time.time(), "a test notice")  # already stopping
+    assert h.job(plain).intent is Intent.NONE
+    assert h.job(noticed).intent is Intent.PREEMPT
+    reason = "lease lost: host other-machine adopted this job"
+    for job_id in (plain, noticed):
+        stop_for_lost_lease(d, job_id, reason, time.time())
+        assert h.job(job_id).intent is Intent.LEASE_LOST
+    for job_id in (plain, noticed):
+        job = h.tick_until(d, lambda: (lambda j: j if j.state is JobState.STOPPED else None)(h.job(job_id)),
+                           what=f"job {job_id} to stop")
+        assert job.reason == reason and h.store.attempts(job_id)[-1].outcome == "stopped"
+    queued = h.submit("queued-elsewhere", hold="never")  # never dispatched: no tick before the lease is lost
+    stop_for_lost_lease(d, queued, reason, time.time())
+    assert h.job(queued).state is JobState.CANCELLED and h.job(queued).reason == reason

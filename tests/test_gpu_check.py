@@ -84,8 +84,8 @@ def test_on_a_gpu_every_section_passes(tmp_path):
 
 
 def test_a_failing_section_fails_the_run_and_a_skip_keeps_its_reason(tmp_path, monkeypatch):
-    from training.gpucheck import check, sections
-    from training.gpucheck.frame import Skip
+    from tools.gpucheck import check, sections
+    from tools.gpucheck.frame import Skip
 
     def good(ctx, sec):
         sec.check("fine", True)
@@ -142,7 +142,7 @@ def _wheel(folder: Path, name: str, version: str, requires: list[str]) -> Path:
 
 
 def test_wheel_plan_installs_only_what_is_missing_or_too_old_and_never_torch(tmp_path, monkeypatch):
-    from training.gpucheck.wheels import install, plan
+    from tools.gpucheck.wheels import install, plan
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()
@@ -166,7 +166,7 @@ def test_wheel_plan_installs_only_what_is_missing_or_too_old_and_never_torch(tmp
     real.mkdir()
     _wheel(real, "orch-fake-missing", "1.0", [])
     target = tmp_path / "site"
-    from training.gpucheck import wheels as w
+    from tools.gpucheck import wheels as w
 
     monkeypatch.setattr(w, "project_requirements", lambda pyproject=None: ["orch-fake-missing>=1", "pydantic>=2"])
     done = install(real, target)
@@ -176,7 +176,7 @@ def test_wheel_plan_installs_only_what_is_missing_or_too_old_and_never_torch(tmp
 
 
 def test_fetch_list_leaves_out_the_machines_stack():
-    from training.gpucheck.wheels import closure, is_protected
+    from tools.gpucheck.wheels import closure, is_protected
 
     found, _ = closure()
     assert {"pydantic", "pydantic-core", "datasets", "apscheduler", "torchdata", "tomli-w"} <= set(found)

@@ -15,6 +15,8 @@ import pytest
 import tomli_w
 from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
 
+from orchestrator.states import Intent
+
 from orchestrator.config import load_config
 from orchestrator.lifecycle import submit_job
 from orchestrator.states import JobState
@@ -85,8 +87,8 @@ def test_command_jobs_that_stop_advancing_or_never_start_are_stopped_and_retried
     # A hung attempt that exits 75 on SIGTERM is charged all the same: with no retry left, failed.
     silent75 = command_job(h, "silent75", "silent75", retries=0)
     job = h.wait_state(silent75, JobState.FAILED, timeout=60)
-    assert "hung in attempt 1 and no retries are left" in job.reason, job.reason
-    assert [a.outcome for a in h.store.attempts(silent75)] == ["checkpointed"]
+    assert "hung and stopped by the watchdog (exit code 75)" in job.reason and job.failures == 1, job.reason
+    assert [a.outcome for a in h.store.attempts(silent75)] == ["failed"]
     for job_id, where in ((stuck, "stuck at step 3"), (silent, "stuck before its first step")):
         job = h.job(job_id)
         attempts = h.store.attempts(job_id)
@@ -146,3 +148,23 @@ def test_a_builtin_job_whose_step_blocks_gets_its_stacks_dumped_and_resumes(orch
     assert attempts[0].outcome == "failed" and attempts[0].exit_signal == 9, attempts[0]  # the step ignored SIGTERM
     assert attempts[1].resumed_from_step == 2 and attempts[1].outcome == "succeeded", attempts
     assert json.loads((h.run_dir(job_id) / "result.json").read_text())["steps"] == 8
+
+
+def test_a_hung_job_stopped_before_a_daemon_restart_is_still_charged_after_it(orch_home):
+    """The watchdog stops a hung attempt; the daemon is replaced before the attempt's exit (75:
+    it checkpointed) is read. The new daemon knows it was a hang from the store alone (the job's
+    intent) and charges the retry: with none left, the job fails instead of running again."""
+    h = orch_home(cpu_slots=1, grace_seconds=5)
+    job_id = command_job(h, "hangs-across-restart", "silent75", retries=0)
+    first = h.local_daemon()
+    h.tick_until(first, lambda: "hang" in h.event_kinds(job_id), timeout=60, what="the hang")
+    assert h.job(job_id).intent is Intent.HANG
+    wait_for(lambda: h.exit_record(job_id, 1), 30, what="attempt 1 to answer the SIGTERM")
+    assert h.exit_record(job_id, 1)["code"] == 75
+    del first  # the daemon is gone; a new one starts (recover reads the exit written meanwhile)
+    second = h.local_daemon()
+    second.tick()
+    job = h.job(job_id)
+    assert job.state is JobState.FAILED, (job.state, job.reason)
+    assert job.failures == 1 and "hung and stopped by the watchdog" in job.reason, job.reason
+    assert [a.outcome for a in h.store.attempts(job_id)] == ["failed"]

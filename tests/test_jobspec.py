@@ -69,7 +69,8 @@ CASES = [
     ("workdir_on_builtin", BUILTIN.replace("gpus = 0\n", 'gpus = 0\nworkdir = "."\n'),
      "'workdir' is only for command jobs"),
     ("monitor_unknown", BUILTIN + '[early_stopping]\nmonitor = "val_auc"\n',
-     "early_stopping.monitor: must be one of 'val_loss', 'val_acc', 'val_f1' or 'train_loss' (got 'val_auc')"),
+     "early_stopping.monitor: must be one of 'val_loss', 'val_acc', 'val_f1', 'val_precision', 'val_recall', "
+     "'val_perplexity' or 'train_loss' (got 'val_auc')"),
     ("val_check_interval_fraction", BUILTIN + "[train]\nval_check_interval = 1.5\n",
      "train: val_check_interval: a fraction of an epoch must be in (0, 1]"),
     ("checkpoint_keep_zero", COMMAND + "[checkpoint]\nkeep = 0\n", "checkpoint.keep: must be at least 1 (got 0)"),

@@ -31,7 +31,8 @@ ILLEGAL = [(src, dst) for src, dst in itertools.product(JobState, JobState) if n
 # The event each kind of move writes in practice (any kind is accepted by the store).
 KIND_FOR = {JobState.RUNNING: EventKind.STARTED, JobState.QUEUED: EventKind.RETRYING,
             JobState.SUCCEEDED: EventKind.SUCCEEDED, JobState.FAILED: EventKind.FAILED,
-            JobState.CANCELLED: EventKind.CANCELLED, JobState.STOPPED: EventKind.STOPPED}
+            JobState.CANCELLED: EventKind.CANCELLED, JobState.STOPPED: EventKind.STOPPED,
+            JobState.PRUNED: EventKind.PRUNED}
 
 
 def path_to(target: JobState) -> list[JobState]:
@@ -71,20 +72,20 @@ def test_every_state_is_reachable_from_queued():
 
 
 def test_the_table_is_the_designed_lifecycle():
-    Q, R, S, F, C, T = (JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED,
-                        JobState.CANCELLED, JobState.STOPPED)
+    Q, R, S, F, C, T, P = (JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED,
+                           JobState.CANCELLED, JobState.STOPPED, JobState.PRUNED)
     assert TRANSITIONS == {
         Q: {R, C, F},  # start; cancel while queued; a dependency failed
-        R: {S, F, C, T, Q},  # Q: preempted / checkpointed / OOM / charged retry, resumes
+        R: {S, F, C, T, P, Q},  # Q: preempted / checkpointed / OOM / charged retry, resumes; P: a sweep's pruner
         S: set(),
-        F: {Q}, C: {Q}, T: {Q},  # orch retry
+        F: {Q}, C: {Q}, T: {Q}, P: {Q},  # orch retry
     }
 
 
 def test_terminal_states_and_the_table_agree():
     assert JobState.SUCCEEDED in TERMINAL and not TRANSITIONS[JobState.SUCCEEDED]
     for state in TERMINAL - {JobState.SUCCEEDED}:
-        assert TRANSITIONS[state] == {JobState.QUEUED}, "failed/cancelled/stopped come back only through retry"
+        assert TRANSITIONS[state] == {JobState.QUEUED}, "failed/cancelled/stopped/pruned come back only through retry"
     assert not JobState.QUEUED.is_terminal and JobState.QUEUED.is_active and JobState.RUNNING.is_active
 
 

@@ -8,7 +8,6 @@ save re-chooses the interval. What it chose and why goes to checkpoint-interval.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from pathlib import Path
@@ -16,13 +15,9 @@ from typing import Any, Optional
 
 import pytorch_lightning as pl
 
-from orchestrator.contract import CHECKPOINT_INTERVAL, ENV_MTBF_S, periodic_name, write_json_atomic
-
-DEFAULT_MTBF_S = 6 * 3600.0
-
-
-def young_daly(cost_s: float, mtbf_s: float) -> float:
-    return math.sqrt(2.0 * max(cost_s, 1e-6) * mtbf_s)
+from orchestrator.contract import (  # noqa: F401 (young_daly, DEFAULT_MTBF_S re-exported to the tests)
+    CHECKPOINT_INTERVAL, DEFAULT_MTBF_S, ENV_MTBF_S, ENV_RUN_DIR, periodic_name, write_json_atomic, young_daly,
+)
 
 
 def mtbf_for(mtbf_hours: Optional[float], environ: Any = os.environ) -> tuple[float, str]:
@@ -80,6 +75,6 @@ class AutoCheckpoint(pl.Callback):
 def auto_checkpoint(spec: Any, ckpt_dir: Path) -> AutoCheckpoint:
     ck = spec.checkpoint
     mtbf_s, source = mtbf_for(ck.mtbf_hours)
-    run_dir = os.environ.get("ORCH_RUN_DIR")
+    run_dir = os.environ.get(ENV_RUN_DIR)
     return AutoCheckpoint(ckpt_dir, Path(run_dir) if run_dir else None, first_s=(ck.every_minutes or 10.0) * 60,
                           mtbf_s=mtbf_s, source=source)

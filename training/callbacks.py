@@ -24,7 +24,7 @@ import pytorch_lightning as pl
 import torch
 
 from . import rng
-from orchestrator.contract import EX_CHECKPOINTED as EX_TEMPFAIL, PROGRESS
+from orchestrator.contract import CHECKPOINTS, ENV_CKPT_DIR, ENV_PROGRESS_EVERY_S, ENV_RUN_DIR, EX_CHECKPOINTED, PROGRESS
 
 from .checkpoints import notice_name
 from .progress import ProgressWriter, as_numbers
@@ -36,7 +36,7 @@ class Preempted(SystemExit):
 
     def __init__(self, checkpoint: Optional[str], rank: int = 0):
         self.checkpoint = checkpoint
-        super().__init__(EX_TEMPFAIL if rank == 0 else 0)
+        super().__init__(EX_CHECKPOINTED if rank == 0 else 0)
 
 
 def _env_path(name: str) -> Optional[Path]:
@@ -150,10 +150,10 @@ def _restore_rank_rng(state: Optional[dict[str, Any]], trainer: pl.Trainer) -> N
 class OrchCallback(pl.Callback):
     def __init__(self, run_dir: Optional[str | Path] = None, ckpt_dir: Optional[str | Path] = None, *,
                  progress_every_s: Optional[float] = None, log_every_s: Optional[float] = None, handle_sigint: bool = False):
-        self.run_dir = Path(run_dir) if run_dir else _env_path("ORCH_RUN_DIR")
-        self.ckpt_dir = Path(ckpt_dir) if ckpt_dir else _env_path("ORCH_CKPT_DIR")
+        self.run_dir = Path(run_dir) if run_dir else _env_path(ENV_RUN_DIR)
+        self.ckpt_dir = Path(ckpt_dir) if ckpt_dir else _env_path(ENV_CKPT_DIR)
         # ORCH_PROGRESS_EVERY_S overrides the default 3 s (tests poll faster)
-        self.progress_every_s = progress_every_s or float(os.environ.get("ORCH_PROGRESS_EVERY_S") or 3.0)
+        self.progress_every_s = progress_every_s or float(os.environ.get(ENV_PROGRESS_EVERY_S) or 3.0)
         self.log_every_s = log_every_s
         self.sigterm_received = False
         self.notice_checkpoint: Optional[str] = None
@@ -173,6 +173,7 @@ class OrchCallback(pl.Callback):
         self._start_step = 0
         self.train_started_at: Optional[float] = None
         self.first_step_at: Optional[float] = None  # end of this attempt's first batch (Unix s)
+        self.progress_extras: list[Any] = []  # callables adding fields to progress.json (training/goodput.py)
 
     # -- SIGTERM: flag only; acted on at a batch boundary on every rank --------------------------
     def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -232,7 +233,7 @@ class OrchCallback(pl.Callback):
 
     def save_notice(self, trainer: pl.Trainer, step_end: Optional[float] = None) -> str:
         start = time.perf_counter()
-        folder = self.ckpt_dir or Path(trainer.default_root_dir) / "checkpoints"
+        folder = self.ckpt_dir or Path(trainer.default_root_dir) / CHECKPOINTS
         path = str(folder / notice_name(trainer.global_step))
         trainer.save_checkpoint(path, weights_only=False)  # every rank calls it: it ends with a barrier
         took = time.perf_counter() - (step_end if step_end is not None else start)
@@ -245,7 +246,7 @@ class OrchCallback(pl.Callback):
                 detail = (f" ({parts['bytes'] / 1e6:.0f} MB; write {parts['write_s']:.2f} s, fsync {parts['fsync_s']:.2f} s,"
                           f" rename {parts['rename_s']:.2f} s)")
             print(f"[orch] SIGTERM: saved {path} at step {trainer.global_step} in {took:.2f} s{detail}; "
-                  f"exiting {EX_TEMPFAIL} to be resumed", file=sys.stderr, flush=True)
+                  f"exiting {EX_CHECKPOINTED} to be resumed", file=sys.stderr, flush=True)
             prune = getattr(checkpoint_io, "prune", None)
             if callable(prune):
                 prune()  # retention after the file is durable and reported
@@ -281,6 +282,7 @@ class OrchCallback(pl.Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer = trainer
+        safe_loads(trainer)  # before Lightning restores ckpt_path
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending_rng = state_dict.get("rng")
@@ -302,7 +304,10 @@ class OrchCallback(pl.Callback):
     def progress(self, trainer: pl.Trainer) -> dict[str, Any]:
         """The progress.json snapshot; metric values stay as logged (tensors) until written."""
         total = trainer.estimated_stepping_batches
-        return {
+        extras: dict[str, Any] = {}
+        for extra in self.progress_extras:
+            extras.update(extra())
+        return {**extras,
             "step": int(trainer.global_step),
             "total_steps": int(total) if total is not None and math.isfinite(total) else None,
             "epoch": int(trainer.current_epoch),
@@ -341,3 +346,20 @@ class OrchCallback(pl.Callback):
             rate = done / (time.monotonic() - self._train_start)
             parts.append("ETA " + _fmt_duration((p["total_steps"] - p["step"]) / rate))
         print("[orch] " + " | ".join(parts), flush=True)
+
+
+def safe_loads(trainer: pl.Trainer) -> None:
+    """Every checkpoint Lightning restores goes through torch.load(weights_only=True), whatever the
+    caller passed and whatever the installed torch's default: a checkpoint is data, and one whose
+    pickle would run code (a tampered file in the checkpoint folder) is refused, not run."""
+    io = getattr(trainer.strategy, "checkpoint_io", None)
+    if io is None or getattr(io, "_orch_weights_only", False):
+        return
+    load = io.load_checkpoint
+
+    def load_weights_only(path: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs["weights_only"] = True
+        return load(path, *args[:1], **kwargs)
+
+    io.load_checkpoint = load_weights_only
+    io._orch_weights_only = True

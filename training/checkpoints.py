@@ -1,4 +1,4 @@
-"""Checkpoint files of a run: atomic durable writes, the names SPEC.md fixes (the step is in the
+"""Checkpoint files of a run: atomic durable writes, the names the contract fixes (the step is in the
 name so the daemon can pick one without torch), integrity checks, retention."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from orchestrator.contract import (  # noqa: F401 (names re-exported to the runn
     BEST_NAME, NOTICE_PREFIX, PERIODIC_PREFIX, TEMP_MARK, fsync_dir, notice_name, parse_checkpoint_name, periodic_name,
     step_checkpoints,
 )
-from orchestrator.contract import DISK_FULL as DISK_FULL_FILE, write_json_atomic
+from orchestrator.contract import DISK_FULL as DISK_FULL_FILE, ENV_ATTEMPT, ENV_FAULT_SLOW_SAVE_S, ENV_RUN_DIR, atomic_file, write_json_atomic
 from training.exits import RunError
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 # Test-only fault seam: seconds to sleep between writing a checkpoint's temp file and its rename
 # (the chaos test kills jobs while a .tmp- file exists). No effect unless set.
-FAULT_SLOW_SAVE = "ORCH_FAULT_SLOW_SAVE_S"
+FAULT_SLOW_SAVE = ENV_FAULT_SLOW_SAVE_S
 
 # Keys every Lightning training checkpoint has; a file without them cannot resume a run.
 EXPECTED_KEYS = ("state_dict", "global_step", "epoch", "loops", "optimizer_states")
@@ -46,33 +46,16 @@ def is_notice(path: str | Path) -> bool:
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> dict[str, float]:
-    """torch.save to a temp file beside `path`, fsync, rename over it, fsync the folder: a kill at
-    any instant leaves either the old file or the new one, never a torn one. Returns where the time
-    went (seconds: write = serialise into the page cache, fsync = the file's data to disk, rename =
-    rename + fsync of the folder) and the file's size."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{TEMP_MARK}{os.getpid()}-{path.name}")
-    t0 = time.perf_counter()
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(obj, fh)
+    """torch.save through contract.atomic_file (temp file, fsync, rename, fsync of the folder): a
+    kill at any instant leaves either the old file or the new one, never a torn one. Returns where
+    the time went (write_s, fsync_s, rename_s) and the file's size (bytes)."""
+    timings: dict[str, float] = {}
+    with atomic_file(Path(path), "wb", timings=timings) as fh:
+        torch.save(obj, fh)
+        if os.environ.get(FAULT_SLOW_SAVE):  # test-only: widen the window a kill mid-write needs
             fh.flush()
-            if os.environ.get(FAULT_SLOW_SAVE):  # test-only: widen the window a kill mid-write needs
-                time.sleep(float(os.environ[FAULT_SLOW_SAVE]))
-            t1 = time.perf_counter()
-            os.fsync(fh.fileno())
-            t2 = time.perf_counter()
-            size = fh.tell()
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    fsync_dir(path.parent)
-    return {"write_s": t1 - t0, "fsync_s": t2 - t1, "rename_s": time.perf_counter() - t2, "bytes": float(size)}
+            time.sleep(float(os.environ[FAULT_SLOW_SAVE]))
+    return timings
 
 
 class DiskFull(RunError):
@@ -110,10 +93,10 @@ def disk_full(obj: Any, path: Path, *, certain: bool = False) -> Optional[DiskFu
     if not certain and (free is None or counter.n <= free):
         return None
     previous = next((p.name for p in list_checkpoints(folder) if p.name != path.name), None)
-    info = {"attempt": os.environ.get("ORCH_ATTEMPT", ""), "name": path.name, "folder": str(folder),
+    info = {"attempt": os.environ.get(ENV_ATTEMPT, ""), "name": path.name, "folder": str(folder),
             "needed_bytes": counter.n, "free_bytes": free, "step": step_of(path), "previous": previous,
             "at": time.time()}
-    run_dir = Path(os.environ.get("ORCH_RUN_DIR") or folder.parent)
+    run_dir = Path(os.environ.get(ENV_RUN_DIR) or folder.parent)
     try:
         write_json_atomic(run_dir / DISK_FULL_FILE, info)
     except OSError as exc:
@@ -236,6 +219,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 self._prune_pending = Path(path).parent
             else:
                 prune_checkpoints(Path(path).parent, self.keep)
+
+    def load_checkpoint(self, path: Any, map_location: Optional[Any] = None, weights_only: Optional[bool] = None) -> Any:
+        """Always weights_only: a checkpoint is tensors and plain data (training/rng.py keeps RNG
+        states that way), never pickled code, even on a torch whose default is unsafe."""
+        return super().load_checkpoint(path, map_location=map_location or (lambda storage, loc: storage),
+                                       weights_only=True)
 
     def prune(self) -> list[Path]:
         """Retention deferred by a notice save; a no-op when nothing is pending."""

@@ -148,13 +148,21 @@ class TextClassificationData(pl.LightningDataModule):
     def _tokenize(self, ds):
         kwargs = dict(tokenizer=self.tokenizer, text_field=self.text_field, text_pair_field=self.text_pair_field,
                       max_length=self.max_length, label_field=self.label_field, label2id=self.label2id)
-        key = json.dumps([TOKENIZE_VERSION, ds._fingerprint, tokenizer_fingerprint(self.tokenizer),
-                          self.text_field, self.text_pair_field, self.max_length, self.label_field,
-                          sorted((self.label2id or {}).items())])
+        return self._map(ds, tokenize_batch, kwargs, [self.text_field, self.text_pair_field, self.max_length,
+                                                      self.label_field, sorted((self.label2id or {}).items())])
+
+    def _map(self, ds, fn, kwargs: dict[str, Any], key_parts: list, columns=MODEL_COLUMNS):
+        """ds.map(fn) cached under a fingerprint of the data, the tokenizer and `key_parts` (what
+        else changes the result); the other tasks (training/tasks/) tokenize through this too."""
+        key = json.dumps([TOKENIZE_VERSION, ds._fingerprint, tokenizer_fingerprint(self.tokenizer), *key_parts])
         fingerprint = hashlib.sha256(key.encode()).hexdigest()[:16]
-        out = ds.map(tokenize_batch, batched=True, fn_kwargs=kwargs, remove_columns=ds.column_names,
+        out = ds.map(fn, batched=True, fn_kwargs=kwargs, remove_columns=ds.column_names,
                      new_fingerprint=fingerprint, desc="tokenizing")
-        return out.select_columns([c for c in MODEL_COLUMNS if c in out.column_names])
+        return out.select_columns([c for c in columns if c in out.column_names])
+
+    def collator(self):
+        """Rows -> a padded batch (the other tasks pad labels and positions their own way)."""
+        return PadCollator(self.tokenizer.pad_token_id or 0)
 
     @property
     def resolved_num_labels(self) -> Optional[int]:
@@ -181,7 +189,7 @@ class TextClassificationData(pl.LightningDataModule):
     def _loader_kwargs(self) -> dict[str, Any]:
         workers = self.num_workers
         return dict(
-            collate_fn=PadCollator(self.tokenizer.pad_token_id or 0),
+            collate_fn=self.collator(),
             num_workers=workers,
             persistent_workers=workers > 0,
             pin_memory=torch.cuda.is_available(),

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from orchestrator.contract import EX_CHECKPOINTED as EX_TEMPFAIL, EX_FAIL, EX_OK, EX_OOM  # noqa: F401 (re-exported)
+from orchestrator.contract import EX_CHECKPOINTED, EX_FAIL, EX_OK, EX_OOM  # noqa: F401 (re-exported)
 
 
 class RunError(Exception):
@@ -18,7 +18,7 @@ class EarlyStop(SystemExit):
     """SIGTERM outside training (imports, model load, tokenization, export): exit 75."""
 
     def __init__(self) -> None:
-        super().__init__(EX_TEMPFAIL)
+        super().__init__(EX_CHECKPOINTED)
 
 
 # True in `python -m training.run`: the process is ours, so an early SIGTERM ends it at once. An
@@ -27,7 +27,7 @@ class EarlyStop(SystemExit):
 # fails with an unrelated error instead of exiting 75.
 EXIT_AT_ONCE = False
 
-EARLY_MESSAGE = f"[orch] SIGTERM before training started; exiting {EX_TEMPFAIL} (nothing new to save)"
+EARLY_MESSAGE = f"[orch] SIGTERM before training started; exiting {EX_CHECKPOINTED} (nothing new to save)"
 
 
 def _early_stop(signum, frame):
@@ -37,7 +37,7 @@ def _early_stop(signum, frame):
             sys.stderr.flush()
             sys.stdout.flush()
         finally:
-            os._exit(EX_TEMPFAIL)
+            os._exit(EX_CHECKPOINTED)
     raise EarlyStop()
 
 

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from orchestrator.contract import (
-    ENV_CKPT_DIR, ENV_RESUME_FROM, ENV_RUN_DIR, EX_CHECKPOINTED, PROGRESS, RESULT, write_json_atomic,
+    ENV_CKPT_DIR, ENV_FAULT_SLOW_STEP_S, ENV_PROGRESS_EVERY_S, ENV_RESUME_FROM, ENV_RUN_DIR, EX_CHECKPOINTED, PROGRESS,
+    RESULT, write_json_atomic,
 )
 
-PROGRESS_EVERY_S = "ORCH_PROGRESS_EVERY_S"  # tests poll faster than the default 3 s
-FAULT_SLOW_STEP_S = "ORCH_FAULT_SLOW_STEP_S"  # same knob as the built-in runner: a sleep per step for signal tests
+PROGRESS_EVERY_S = ENV_PROGRESS_EVERY_S  # tests poll faster than the default 3 s
+FAULT_SLOW_STEP_S = ENV_FAULT_SLOW_STEP_S  # same knob as the built-in runner: a sleep per step for signal tests
 
 
 class Preempted(SystemExit):

@@ -11,11 +11,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Optional
 
+from orchestrator.contract import (
+    ENV_ATTEMPT, ENV_CKPT_DIR, ENV_JOB_ID, ENV_RESUME_CHECKED, ENV_RESUME_FROM, ENV_RUN_DIR, JOB_TOML, PERIODIC_FILENAME_TEMPLATE,
+    RESULT, checkpoint_dir, model_dir,
+)
 from orchestrator.jobspec import JobSpec, load_resolved
 
-from .exits import EX_OK, EX_OOM, EX_TEMPFAIL, RunError, install_early_sigterm
+from .exits import EX_CHECKPOINTED, EX_OK, EX_OOM, RunError, install_early_sigterm
 
-RESUME_CHECKED_ENV = "ORCH_RESUME_CHECKED"
+RESUME_CHECKED_ENV = ENV_RESUME_CHECKED
 
 
 def say(msg: str) -> None:
@@ -41,9 +45,9 @@ def srun_geometry() -> tuple[int, int]:
 
 
 def load_spec(run_dir: Path) -> JobSpec:
-    spec = load_resolved(run_dir / "job.toml")
+    spec = load_resolved(run_dir / JOB_TOML)
     if spec.is_command:
-        raise RunError(f"{run_dir / 'job.toml'} is a command job; run its command, not the built-in fine-tune")
+        raise RunError(f"{run_dir / JOB_TOML} is a command job; run its command, not the built-in fine-tune")
     return spec
 
 
@@ -106,13 +110,13 @@ def choose_resume(ckpt_dir: Path) -> Optional[Path]:
     from .checkpoints import latest_valid_checkpoint, remove_orphan_temps
 
     if os.environ.get(RESUME_CHECKED_ENV) == "1" and not _is_rank_zero():
-        value = os.environ.get("ORCH_RESUME_FROM", "")
+        value = os.environ.get(ENV_RESUME_FROM, "")
         return Path(value) if value else None
     for orphan in remove_orphan_temps(ckpt_dir):
         say(f"removed {orphan.name}, left by a save that was interrupted")
-    chosen = latest_valid_checkpoint(ckpt_dir, prefer=os.environ.get("ORCH_RESUME_FROM") or None,
+    chosen = latest_valid_checkpoint(ckpt_dir, prefer=os.environ.get(ENV_RESUME_FROM) or None,
                                      warn=lambda msg: say("warning: " + msg))
-    os.environ["ORCH_RESUME_FROM"] = str(chosen) if chosen else ""
+    os.environ[ENV_RESUME_FROM] = str(chosen) if chosen else ""
     os.environ[RESUME_CHECKED_ENV] = "1"
     return chosen
 
@@ -133,9 +137,13 @@ def build_callbacks(spec: JobSpec, ckpt_dir: Path, *, has_val: bool, progress: b
 
     from .callbacks import OrchCallback
 
+    from .goodput import GoodputMeter
+
     orch = OrchCallback(ckpt_dir=ckpt_dir, log_every_s=None if progress else 30.0, handle_sigint=progress)
-    callbacks: list[Any] = [orch]
-    common = dict(dirpath=str(ckpt_dir), filename="step-{step:08d}", auto_insert_metric_name=False,
+    meter = GoodputMeter()
+    orch.progress_extras.append(meter.figures)
+    callbacks: list[Any] = [meter, orch]
+    common = dict(dirpath=str(ckpt_dir), filename=PERIODIC_FILENAME_TEMPLATE, auto_insert_metric_name=False,
                   save_top_k=-1, save_last=False, enable_version_counter=False, save_on_train_epoch_end=False)
     ck = spec.checkpoint
     if ck.every == "auto":  # Young/Daly from the measured save cost (training/autointerval.py)
@@ -148,7 +156,9 @@ def build_callbacks(spec: JobSpec, ckpt_dir: Path, *, has_val: bool, progress: b
         callbacks.append(ModelCheckpoint(train_time_interval=timedelta(minutes=ck.every_minutes), **common))
     early = None
     es = spec.early_stopping
-    monitor, mode = (es.monitor, es.resolved_mode) if es else ("val_acc", "max")
+    from .tasks import DEFAULT_MONITOR
+
+    monitor, mode = (es.monitor, es.resolved_mode) if es else DEFAULT_MONITOR[spec.model.task]
     if es:
         if es.monitor.startswith("val_") and not has_val:
             raise RunError(f"early_stopping.monitor = {es.monitor!r} needs data.validation")
@@ -167,9 +177,9 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     spec = load_spec(run_dir)
     for key, value in spec.env.items():
         os.environ.setdefault(key, value)
-    os.environ.setdefault("ORCH_RUN_DIR", str(run_dir))
-    ckpt_dir = Path(os.environ.get("ORCH_CKPT_DIR") or run_dir / "checkpoints")
-    os.environ.setdefault("ORCH_CKPT_DIR", str(ckpt_dir))
+    os.environ.setdefault(ENV_RUN_DIR, str(run_dir))
+    ckpt_dir = Path(os.environ.get(ENV_CKPT_DIR) or checkpoint_dir(run_dir))
+    os.environ.setdefault(ENV_CKPT_DIR, str(ckpt_dir))
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     assert spec.model is not None and spec.data is not None and spec.train is not None
     train = spec.train
@@ -189,8 +199,8 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     from .health import Diverged, HealthCallback
     from .run_logs import RateAndLR, run_loggers
     from .checkpoints import AtomicCheckpointIO
-    from .data import DataError, TextClassificationData
-    from .module import TransformerClassifier
+    from .data import DataError
+    from .tasks import export, make_data, make_module
     from .resize import record_shrink, shrink
 
     rank0 = _is_rank_zero()
@@ -202,7 +212,7 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     factor = max(1, train.batch_size // batch_size)
     resume = choose_resume(ckpt_dir)
     if rank0:
-        say(f"job {os.environ.get('ORCH_JOB_ID', '?')} attempt {os.environ.get('ORCH_ATTEMPT', '?')}: "
+        say(f"job {os.environ.get(ENV_JOB_ID, '?')} attempt {os.environ.get(ENV_ATTEMPT, '?')}: "
             f"batch {batch_size} x accumulate {accumulate}; "
             + (f"resuming from {resume.name}" if resume else "starting from scratch"))
 
@@ -211,24 +221,19 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         tokenizer = AutoTokenizer.from_pretrained(spec.model.name_or_path)
     except OSError as exc:
         raise RunError(f"cannot load the tokenizer of {spec.model.name_or_path!r}: {str(exc).splitlines()[0]}") from None
-    data = TextClassificationData(
-        tokenizer=tokenizer, train=spec.data.train, validation=spec.data.validation, text_field=spec.data.text_field,
-        text_pair_field=spec.data.text_pair_field, label_field=spec.data.label_field, max_length=spec.data.max_length,
-        batch_size=batch_size, num_workers=spec.data.num_workers, shuffle=spec.data.shuffle, seed=train.seed,
-        num_labels=spec.model.num_labels)
+    data = make_data(spec, tokenizer, batch_size)
     try:
         data.prepare()
     except DataError as exc:
         raise RunError(str(exc)) from None
     num_labels = data.resolved_num_labels or spec.model.num_labels
-    if rank0 and num_labels != spec.model.num_labels:
+    if rank0 and num_labels != spec.model.num_labels and spec.model.task == "sequence-classification":
         say(f"warning: the training data has {num_labels} distinct labels; using num_labels = {num_labels} "
             f"(job.toml says {spec.model.num_labels})")
     try:
-        model = TransformerClassifier(
-            spec.model.name_or_path, num_labels, learning_rate=train.learning_rate, weight_decay=train.weight_decay,
-            warmup_ratio=train.warmup_ratio, gradient_checkpointing=spec.model.gradient_checkpointing,
-            label_names=data.label_names, batch_size=batch_size,
+        model = make_module(
+            spec, data, num_labels, learning_rate=train.learning_rate, weight_decay=train.weight_decay,
+            warmup_ratio=train.warmup_ratio, batch_size=batch_size,
             total_steps=total_steps(len(data.splits["train"]), plan["world"], batch_size, accumulate, train))
     except OSError as exc:
         raise RunError(f"cannot load the model {spec.model.name_or_path!r}: {str(exc).splitlines()[0]}") from None
@@ -238,7 +243,7 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     callbacks.append(FinalCheckpoint(ckpt_dir))
     callbacks += [HealthCallback(run_dir, ckpt_dir, flat_after_steps=train.flat_after_steps,
                                  flat_min_improvement=train.flat_min_improvement,
-                                 attempt=os.environ.get("ORCH_ATTEMPT", "")), RateAndLR()]
+                                 attempt=os.environ.get(ENV_ATTEMPT, "")), RateAndLR()]
     resume_name = parse_checkpoint_name(resume) if resume else None
     val_interval = train.val_check_interval
     if isinstance(val_interval, int):
@@ -261,7 +266,7 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         trainer.fit(model, datamodule=data, ckpt_path=str(resume) if resume else None)
     except Preempted:
         _wait_for_other_ranks(trainer)
-        return EX_TEMPFAIL if rank0 else EX_OK
+        return EX_CHECKPOINTED if rank0 else EX_OK
     except torch.cuda.OutOfMemoryError as exc:
         return _out_of_memory(trainer, run_dir, batch_size, accumulate, exc, record_shrink, shrink)
     except Diverged as exc:  # health.json tells the daemon; the exit is a plain failure
@@ -270,11 +275,11 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
 
     if not rank0:
         return EX_OK
-    _export(model, tokenizer, run_dir / "model")
+    export(spec, model, tokenizer, model_dir(run_dir))
     result = _result(trainer, early, best, batch_size, accumulate, time.monotonic() - started)
     from orchestrator.contract import write_json_atomic
 
-    write_json_atomic(run_dir / "result.json", result)
+    write_json_atomic(run_dir / RESULT, result)
     say(f"done: {result['steps']} steps, {result['epochs']} epochs, metrics {result['metrics']}")
     return EX_OK
 
@@ -376,18 +381,12 @@ def _out_of_memory(trainer, run_dir: Path, batch_size: int, accumulate: int, exc
                        "max_length, gradient_checkpointing = true, or a bigger GPU")
     new_batch, new_accumulate = smaller
     record_shrink(run_dir, batch_size=batch_size, accumulate=accumulate, new_batch=new_batch,
-                  new_accumulate=new_accumulate, attempt=os.environ.get("ORCH_ATTEMPT"),
+                  new_accumulate=new_accumulate, attempt=os.environ.get(ENV_ATTEMPT),
                   step=int(trainer.global_step), error=message)
     say(f"out of GPU memory at step {trainer.global_step} with batch {batch_size}: the next attempt uses batch "
         f"{new_batch} x accumulate {new_accumulate} (same effective batch) from the last periodic checkpoint; "
         f"exiting {EX_OOM}")
     return EX_OOM
-
-
-def _export(model, tokenizer, folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    model.model.save_pretrained(str(folder))
-    tokenizer.save_pretrained(str(folder))
 
 
 def _stopped_early(trainer, early) -> bool:

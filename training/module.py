@@ -10,14 +10,19 @@ from typing import Any, Optional
 import pytorch_lightning as pl
 import torch
 
+from orchestrator.contract import (
+    ENV_ATTEMPT, ENV_FAULT_HANG_AT_STEP, ENV_FAULT_OOM_ABOVE_BATCH, ENV_FAULT_OOM_AT_STEP, ENV_FAULT_SLOW_STEP_S,
+    ENV_TRACE_SAMPLES,
+)
+
 from .resize import rescale_checkpoint
 
-# Fault-injection seams for the OOM path (tests and drills; no effect unless set).
-FAULT_OOM_ABOVE_BATCH = "ORCH_FAULT_OOM_ABOVE_BATCH"
-FAULT_OOM_AT_STEP = "ORCH_FAULT_OOM_AT_STEP"
-FAULT_SLOW_STEP = "ORCH_FAULT_SLOW_STEP_S"  # sleep per training step: gives signal tests a window
-FAULT_HANG_AT_STEP = "ORCH_FAULT_HANG_AT_STEP"  # test-only: attempt 1 blocks forever at this step (hang watchdog tests)
-TRACE_SAMPLES = "ORCH_TRACE_SAMPLES"  # a file: one JSON line per trained micro-batch (sample accounting)
+# Fault-injection seams (tests and drills; no effect unless set): their names are in the contract.
+FAULT_OOM_ABOVE_BATCH = ENV_FAULT_OOM_ABOVE_BATCH
+FAULT_OOM_AT_STEP = ENV_FAULT_OOM_AT_STEP
+FAULT_SLOW_STEP = ENV_FAULT_SLOW_STEP_S
+FAULT_HANG_AT_STEP = ENV_FAULT_HANG_AT_STEP
+TRACE_SAMPLES = ENV_TRACE_SAMPLES
 
 
 def load_classifier(name_or_path: str, num_labels: int, label_names: Optional[list[str]] = None):
@@ -50,7 +55,7 @@ class TransformerClassifier(pl.LightningModule):
         self._oom_above = int(os.environ.get(FAULT_OOM_ABOVE_BATCH, "0") or 0)
         self._oom_at_step = int(os.environ.get(FAULT_OOM_AT_STEP, "0") or 0)
         self._slow_step = float(os.environ.get(FAULT_SLOW_STEP, "0") or 0)
-        self._hang_at = (os.environ.get(FAULT_HANG_AT_STEP) or "") if os.environ.get("ORCH_ATTEMPT", "1") == "1" else ""
+        self._hang_at = (os.environ.get(FAULT_HANG_AT_STEP) or "") if os.environ.get(ENV_ATTEMPT, "1") == "1" else ""
         self._trace = os.environ.get(TRACE_SAMPLES)
         self._prog_bar = True
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from training.exits import EARLY_MESSAGE, EX_FAIL, EX_TEMPFAIL, EarlyStop, RunError, install_early_sigterm
+from training.exits import EARLY_MESSAGE, EX_CHECKPOINTED, EX_FAIL, EarlyStop, RunError, install_early_sigterm
 
 # Installed before the heavy imports: they take seconds, and a default SIGTERM would exit -15.
 if __name__ == "__main__":
@@ -46,7 +46,7 @@ def main(run_dir: str | Path, *, progress: bool = False) -> int:
         return run_job(run_dir, progress=progress)
     except EarlyStop:
         print(EARLY_MESSAGE, file=sys.stderr, flush=True)
-        return EX_TEMPFAIL
+        return EX_CHECKPOINTED
     except KeyboardInterrupt:
         print("[orch] interrupted", file=sys.stderr, flush=True)
         return 130

@@ -1,7 +1,7 @@
 """The built-in runner's metric logs: metrics.csv and TensorBoard event files (tensorboardX) in
 the run folder, both continued across attempts, plus the learning rate and samples/s logged
 beside the loss. Off the step where it can be: metrics.csv is written at most every
-FLUSH_EVERY_S, TensorBoard events by tensorboardX's own thread, and both are flushed before
+FLUSH_EVERY_S (a validation row at once), TensorBoard events by tensorboardX's own thread, and both are flushed before
 every checkpoint (so a resumed attempt finds every row from before its step) and at the end.
 
 Lightning's CSVLogger deletes an existing metrics.csv when a new process starts, so a resumed
@@ -28,7 +28,7 @@ from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from pytorch_lightning.loggers.logger import Logger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from orchestrator.contract import ENV_TENSORBOARD_DIR, METRICS_CSV, TENSORBOARD, atomic_file
+from orchestrator.contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_TENSORBOARD_DIR, METRICS_CSV, TENSORBOARD, atomic_file
 
 NOT_METRICS = frozenset({"epoch", "step"})  # columns Lightning adds to every row
 FLUSH_EVERY_S = 5.0  # metrics.csv and TensorBoard lag training by at most this (and the log interval)
@@ -96,14 +96,9 @@ class ContinuingCSVLogger(CSVLogger):
         self.purge_step = purge_step
         self.flush_every_s = flush_every_s
         self._last_flush = time.monotonic()
+        self._validation_logged = False
         self.extras: Optional[StepExtras] = None  # RateAndLR hands its own in at train start
         self._extras_seen = 0
-
-    @rank_zero_only
-    def log_metrics(self, metrics: dict[str, Any], step: Optional[int] = None) -> None:
-        if self.extras is not None:
-            metrics, self._extras_seen = self.extras.merge_into(metrics, self._extras_seen)
-        super().log_metrics(metrics, step)
 
     @property
     @rank_zero_only
@@ -114,13 +109,21 @@ class ContinuingCSVLogger(CSVLogger):
         return self._experiment
 
     @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
+        if self.extras is not None:
+            metrics, self._extras_seen = self.extras.merge_into(metrics, self._extras_seen)
+        super().log_metrics(metrics, step)
+        # A validation row is written at once: a sweep's pruner judges the trial by it.
+        self._validation_logged = self._validation_logged or any(k.startswith("val_") for k in metrics)
+
+    @rank_zero_only
     def save(self) -> None:
-        if time.monotonic() - self._last_flush >= self.flush_every_s:
+        if self._validation_logged or time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
 
     @rank_zero_only
     def flush(self) -> None:
-        self._last_flush = time.monotonic()
+        self._last_flush, self._validation_logged = time.monotonic(), False
         if self._experiment is not None:
             super().save()
 
@@ -345,10 +348,10 @@ def run_loggers(run_dir: Path, *, resume_step: Optional[int], job_name: str) -> 
     step S were logged by batches the checkpoint of step S includes, and the rows from S on
     come from batches this attempt runs (again)."""
     purge = resume_step or 0
-    job_id = os.environ.get("ORCH_JOB_ID", "")
+    job_id = os.environ.get(ENV_JOB_ID, "")
     return [
         ContinuingCSVLogger(run_dir, purge_step=purge),
-        TensorBoardEvents(run_dir / TENSORBOARD, purge_step=purge, attempt=os.environ.get("ORCH_ATTEMPT", ""),
+        TensorBoardEvents(run_dir / TENSORBOARD, purge_step=purge, attempt=os.environ.get(ENV_ATTEMPT, ""),
                           link_dir=os.environ.get(ENV_TENSORBOARD_DIR) or None,
                           link_name=f"{job_name}-{job_id}" if job_id else job_name),
     ]

@@ -11,6 +11,8 @@ uploads the file once it appears (CheckFreq's split; torch.distributed.checkpoin
 - Notice checkpoints are never deferred: they are written synchronously and are durable before the
   job exits 75. A periodic write still in flight then is abandoned (its temp file is removed at the
   next start); the notice checkpoint is newer anyway.
+- Before the first snapshot, training/memory_guard.py weighs the state against the host memory
+  left; a state too big to copy is saved synchronously instead, with one warning.
 - An error of a background write (a full disk) is raised in the training thread at the next save,
   or when training ends; the end of training waits for the last write (the final checkpoint)."""
 
@@ -24,6 +26,7 @@ from typing import Any, Optional
 
 import torch
 
+from . import memory_guard
 from .checkpoints import AtomicCheckpointIO, is_notice, step_of
 
 
@@ -80,12 +83,18 @@ class BackgroundCheckpointIO(AtomicCheckpointIO):
         self.last_snapshot: dict[str, float] = {}  # blocking seconds of the latest periodic save
         self.last_background: dict[str, float] = {}  # the background write's timings
         self._buffers: dict[tuple, torch.Tensor] = {}  # host copies reused by the next snapshot
+        self.memory: Optional[dict[str, Any]] = None  # memory_guard's decision, made at the first periodic save
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
         if step_of(path) is None or is_notice(path):
             if is_notice(path):
                 self._noticed = True
             super().save_checkpoint(checkpoint, path, storage_options)  # synchronous and durable
+            return
+        if self.memory is None:
+            self.memory = memory_guard.check(checkpoint)
+        if not self.memory["background"]:  # a host copy would not fit: written in the step, as a notice is
+            super().save_checkpoint(checkpoint, path, storage_options)
             return
         t0 = time.perf_counter()
         self.wait()  # one write in flight at most (its buffers are free again); raises its error here

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 import torch
 
 from orchestrator.contract import (
-    TEMP_MARK, atomic_file, notice_name, parse_checkpoint_name, periodic_name, step_checkpoints,
+    CHECKPOINTS, TEMP_MARK, atomic_file, notice_name, parse_checkpoint_name, periodic_name, step_checkpoints,
 )
 
 from . import heartbeat
@@ -121,7 +121,7 @@ class OrchLoop:
         self.keep = keep
         self.samples_per_step = samples_per_step
         self.run_dir = Path(run_dir) if run_dir else heartbeat.run_dir()
-        self.ckpt_dir = Path(ckpt_dir) if ckpt_dir else (heartbeat.ckpt_dir() or Path("checkpoints"))
+        self.ckpt_dir = Path(ckpt_dir) if ckpt_dir else (heartbeat.ckpt_dir() or Path(CHECKPOINTS))
         self.step = 0
         self.epoch: Optional[int] = None
         self.resumed_from: Optional[Path] = None

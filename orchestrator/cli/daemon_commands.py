@@ -6,7 +6,7 @@ import time
 
 import typer
 
-from .app import _poke, app, ctx, daemon_app, emit_json
+from .context import app, ctx, daemon_app, emit_json, poke
 
 
 # -- daemon -----------------------------------------------------------------------------
@@ -52,7 +52,7 @@ def daemon_drain(wait: bool = typer.Option(False, "--wait", help="Block until th
     if pid is None:
         raise DaemonError(f"no daemon is running for {home.root}; nothing to drain")
     request(home)
-    _poke(home)
+    poke(home)
     print(f"daemon (pid {pid}) draining: running jobs finish, nothing new starts, then it exits"
           " (`orch daemon start` runs the queue again)")
     if wait:

@@ -11,16 +11,19 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import sqlite3
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from .. import procs
+from ..contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_RUN_DIR
+from ..executors.local import SUPERVISOR_MODULE
 from ..paths import Home
+from ..records import Job
+from ..states import JobState
 
 OK, WARN, BAD = "ok", "warn", "problem"
 PROGRESS_STALE_S = 15 * 60  # a running job's progress.json older than this (or its watchdog) is stale
@@ -45,10 +48,12 @@ def run_checks(home: Home, config_path: Path, config_required: bool, *, now: Opt
     if daemon_pid is None and jobs:
         out.append(Finding("daemon", BAD, f"{len(jobs)} job(s) queued or running but no daemon runs them",
                            "orch daemon start"))
-    check_jobs(home, jobs, daemon_pid, out, now)
+    config_findings: list[Finding] = []
+    config = check_config(config_path, config_required, config_findings)
+    check_jobs(home, config, jobs, daemon_pid, out, now)
     check_orphans(home, jobs, out)
     check_disk(home, out)
-    config = check_config(config_path, config_required, out)
+    out.extend(config_findings)
     if config is not None:
         check_notifiers(config, out)
     check_clock(home, out, now)
@@ -95,8 +100,9 @@ def check_daemon(home: Home, out: list[Finding]) -> Optional[int]:
 # -- the store ----------------------------------------------------------------------------------------
 
 
-def check_store(home: Home, out: list[Finding], now: float) -> list[dict[str, Any]]:
-    from ..store import SCHEMA_VERSION
+def check_store(home: Home, out: list[Finding], now: float) -> list[Job]:
+    from ..store import SCHEMA_VERSION, Store
+    from ..store.inspect import StoreReadError, check_database
 
     db = home.db
     if not db.exists():
@@ -114,34 +120,30 @@ def check_store(home: Home, out: list[Finding], now: float) -> list[dict[str, An
     if root_mode & 0o022:
         problems.append(Finding("store", BAD, f"{home.root} is mode {root_mode:o}: others can write to it",
                                 f"chmod 700 {home.root}"))
-    jobs: list[dict[str, Any]] = []
+    jobs: list[Job] = []
     try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-        con.row_factory = sqlite3.Row
-        try:
-            verdict = [r[0] for r in con.execute("PRAGMA integrity_check").fetchall()]
-            version = con.execute("PRAGMA user_version").fetchone()[0]
-            if verdict != ["ok"]:
-                problems.append(Finding("store", BAD, "SQLite integrity check failed: " + "; ".join(verdict[:3]),
-                                        f"cp {db} {db}.broken && sqlite3 {db}.broken .recover | sqlite3 {db}.new"
-                                        f"  # then stop the daemon and move {db}.new over {db}"))
-            if version != SCHEMA_VERSION:
-                fix = "orch status  # opening the store migrates it" if version < SCHEMA_VERSION else \
-                    "pip install -U orch  # this store was written by a newer orch"
-                problems.append(Finding("store", BAD, f"schema version {version}, this orch expects {SCHEMA_VERSION}",
-                                        fix))
-            else:
-                jobs = [dict(r) for r in con.execute(
-                    "SELECT id, name, state, attempt, spec_json AS spec, kind, supervisor_pid, supervisor_start FROM jobs "
-                    "WHERE state IN ('running', 'queued')").fetchall()]
-        finally:
-            con.close()
-    except sqlite3.Error as exc:
+        checked = check_database(db)
+        if checked.problems:
+            problems.append(Finding("store", BAD, "SQLite integrity check failed: " + "; ".join(checked.problems[:3]),
+                                    f"cp {db} {db}.broken && sqlite3 {db}.broken .recover | sqlite3 {db}.new"
+                                    f"  # then stop the daemon and move {db}.new over {db}"))
+        if checked.version != SCHEMA_VERSION:
+            fix = "orch status  # opening the store migrates it" if checked.version < SCHEMA_VERSION else \
+                "pip install -U orch  # this store was written by a newer orch"
+            problems.append(Finding("store", BAD, f"schema version {checked.version}, this orch expects "
+                                                  f"{SCHEMA_VERSION}", fix))
+        else:
+            store = Store(db, read_only=True)
+            try:
+                jobs = store.jobs([JobState.RUNNING, JobState.QUEUED])
+            finally:
+                store.close()
+    except StoreReadError as exc:
         problems.append(Finding("store", BAD, f"cannot read {db}: {exc}", f"ls -l {db}  # and see `orch status`"))
     if problems:
         out.extend(problems)
     else:
-        running = sum(1 for j in jobs if j["state"] == "running")
+        running = sum(1 for j in jobs if j.state is JobState.RUNNING)
         out.append(Finding("store", OK, f"integrity ok, schema {SCHEMA_VERSION}, mode 600; "
                                         f"{running} running, {len(jobs) - running} queued"))
     return jobs
@@ -150,41 +152,53 @@ def check_store(home: Home, out: list[Finding], now: float) -> list[dict[str, An
 # -- running jobs and orphans -----------------------------------------------------------------------
 
 
-def check_jobs(home: Home, jobs: list[dict[str, Any]], daemon_pid: Optional[int], out: list[Finding],
+def check_jobs(home: Home, config: Any, jobs: list[Job], daemon_pid: Optional[int], out: list[Finding],
                now: float) -> None:
-    import json
-
-    from ..contract import PROGRESS, attempt_exit, attempt_pid, read_json
+    """Each running job's attempt, as the executor that runs it sees it (the daemon's, from
+    config.toml: a local supervisor, a Slurm job): ended but not settled, gone, or alive with its
+    progress fresh or stale."""
+    from ..config import load_config
+    from ..contract import PROGRESS, attempt_pid, read_json
+    from ..executors import build_executor
     from ..procs import is_alive
 
-    for job in (j for j in jobs if j["state"] == "running"):
-        run_dir = home.run_dir(job["id"])
-        label = f"job {job['id']} ({job['name']})"
-        info = read_json(run_dir / attempt_pid(job["attempt"])) or {}
-        sup = is_alive(job["supervisor_pid"] or info.get("supervisor_pid"),
-                       job["supervisor_start"] or info.get("supervisor_start"))
-        proc = is_alive(info.get("job_pid"), info.get("job_start"))
-        ended = (run_dir / attempt_exit(job["attempt"])).exists()
-        restart = "orch daemon start" if daemon_pid is None else "nothing: the daemon settles it on its next tick"
-        if ended:
+    running = [j for j in jobs if j.state is JobState.RUNNING]
+    if not running:
+        return
+    executor = build_executor(config or load_config(None), home)
+    try:
+        executor.refresh(running, now)
+    except Exception as exc:  # a cluster queue that cannot be asked: say so, do not guess
+        out.append(Finding("jobs", WARN, f"cannot ask the {executor.name} executor about its jobs: {exc}",
+                           "orch daemon status  # and the daemon log"))
+        return
+    restart_note = "orch daemon start" if daemon_pid is None else "nothing: the daemon settles it on its next tick"
+    for job in running:
+        run_dir = home.run_dir(job.id)
+        label = f"job {job.id} ({job.name})"
+        if not job.supervisor_pid and not job.executor_ref:  # the daemon died before recording it
+            job = replace(job, **(executor.adopt(job) or {}))
+        if executor.exit(job) is not None:
             out.append(Finding("jobs", WARN if daemon_pid else BAD,
-                               f"{label}: attempt {job['attempt']} has ended but is not settled yet", restart))
+                               f"{label}: attempt {job.attempt} has ended but is not settled yet", restart_note))
             continue
-        if not sup and not proc:
-            out.append(Finding("jobs", BAD, f"{label}: attempt {job['attempt']}'s supervisor and job are gone",
-                               restart.replace("settles", "requeues")))
+        # The job's own pid means something only on this machine (a Slurm step runs on a node).
+        info = (read_json(run_dir / attempt_pid(job.attempt)) or {}) if executor.name == "local" else {}
+        job_alive = is_alive(info.get("job_pid"), info.get("job_start"))
+        if not executor.alive(job):
+            if job_alive:
+                out.append(Finding("jobs", BAD, f"{label}: its supervisor is gone but the job (pid "
+                                                f"{info.get('job_pid')}) runs unwatched",
+                                   restart_note.replace("settles", "stops and requeues")))
+            else:
+                out.append(Finding("jobs", BAD, f"{label}: attempt {job.attempt} is gone ({executor.name} executor)",
+                                   restart_note.replace("settles", "requeues")))
             continue
-        if not sup:
-            out.append(Finding("jobs", BAD, f"{label}: its supervisor is gone but the job (pid {info.get('job_pid')}) "
-                                            "runs unwatched", restart.replace("settles", "stops and requeues")))
-            continue
-        if not proc:
+        where = executor.describe(job)
+        if info.get("job_pid") and not job_alive:
             out.append(Finding("jobs", WARN, f"{label}: supervisor alive, job process not started or just ended"))
             continue
-        try:
-            spec = json.loads(job["spec"] or "{}")
-        except ValueError:
-            spec = {}
+        spec = job.spec if job.spec_json else {}
         limit = spec.get("watchdog_minutes") or (spec.get("train") or {}).get("hang_minutes")
         stale_after = float(limit) * 60 if limit else PROGRESS_STALE_S
         progress = read_json(run_dir / PROGRESS) or {}
@@ -192,10 +206,11 @@ def check_jobs(home: Home, jobs: list[dict[str, Any]], daemon_pid: Optional[int]
         if progress and age > stale_after:
             out.append(Finding("jobs", WARN, f"{label}: progress.json not updated for {age / 60:.0f} min "
                                              f"(step {progress.get('step')}): hung?",
-                               f"orch logs {job['id']} -n 50  # set watchdog_minutes / [train] hang_minutes to act on it"))
+                               f"orch logs {job.id} -n 50  # set watchdog_minutes / [train] hang_minutes to act on it"))
         else:
-            where = f"step {progress.get('step')}" if progress else "no progress yet"
-            out.append(Finding("jobs", OK, f"{label}: supervisor and job alive, {where}"))
+            step = f"step {progress.get('step')}" if progress else "no progress yet"
+            alive = "supervisor and job alive" if info else f"{executor.name} attempt alive" + (f" ({where})" if where else "")
+            out.append(Finding("jobs", OK, f"{label}: {alive}, {step}"))
 
 
 def orch_processes(home: Home) -> list[tuple[int, str, str, bool]]:
@@ -205,15 +220,15 @@ def orch_processes(home: Home) -> list[tuple[int, str, str, bool]]:
     found = []
     for pid in procs.pids():
         env = procs.environ(pid)
-        if not env.get(b"ORCH_RUN_DIR", b"").startswith(prefix) or procs.stat_fields(pid) is None:
+        if not env.get(ENV_RUN_DIR.encode(), b"").startswith(prefix) or procs.stat_fields(pid) is None:
             continue
-        found.append((pid, env.get(b"ORCH_JOB_ID", b"?").decode(), env.get(b"ORCH_ATTEMPT", b"?").decode(),
-                      "orchestrator.supervisor" in procs.cmdline(pid)))
+        found.append((pid, env.get(ENV_JOB_ID.encode(), b"?").decode(), env.get(ENV_ATTEMPT.encode(), b"?").decode(),
+                      SUPERVISOR_MODULE in procs.cmdline(pid)))
     return found
 
 
-def check_orphans(home: Home, jobs: list[dict[str, Any]], out: list[Finding]) -> None:
-    current = {(str(j["id"]), str(j["attempt"])) for j in jobs if j["state"] == "running"}
+def check_orphans(home: Home, jobs: list[Job], out: list[Finding]) -> None:
+    current = {(str(j.id), str(j.attempt)) for j in jobs if j.state is JobState.RUNNING}
     orphans = [(pid, job, att) for pid, job, att, _ in orch_processes(home) if (job, att) not in current]
     if orphans:
         pids = " ".join(str(p) for p, _, _ in orphans)
@@ -228,13 +243,13 @@ def check_orphans(home: Home, jobs: list[dict[str, Any]], out: list[Finding]) ->
 
 
 def newest_checkpoint_size(home: Home) -> tuple[int, Optional[Path]]:
-    from ..contract import newest_checkpoint
+    from ..contract import checkpoint_dir, newest_checkpoint
 
     best, where = 0, None
     if not home.runs.is_dir():
         return 0, None
     for run in home.runs.iterdir():
-        path, _ = newest_checkpoint(run / "checkpoints")
+        path, _ = newest_checkpoint(checkpoint_dir(run))
         try:
             if path is not None and path.stat().st_size > best:
                 best, where = path.stat().st_size, path
@@ -335,16 +350,9 @@ def check_notifiers(config: Any, out: list[Finding], timeout: float = 3.0) -> No
 
 
 def check_clock(home: Home, out: list[Finding], now: float) -> None:
-    latest = None
-    if home.db.exists():
-        try:
-            con = sqlite3.connect(f"file:{home.db}?mode=ro", uri=True, timeout=10)
-            try:
-                latest = con.execute("SELECT MAX(at) FROM events").fetchone()[0]
-            finally:
-                con.close()
-        except sqlite3.Error:
-            pass
+    from ..store.inspect import newest_event_at
+
+    latest = newest_event_at(home.db) if home.db.exists() else None
     if latest is not None and latest > now + 60:
         out.append(Finding("clock", BAD, f"the clock is {latest - now:.0f}s behind the store's newest event: "
                                          "durations and costs will be wrong", "timedatectl set-ntp true"))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..attempts import Settled, begin_attempt, settle_attempt
 from ..config import Config
-from ..contract import attempt_exit, attempt_log, write_json_atomic
+from ..contract import attempt_exit, attempt_log, exit_record, write_json_atomic
 from ..errors import InvalidTransition
 from ..gpus import managed_gpus
 from ..lifecycle import retry_job, submit_job
@@ -119,7 +119,7 @@ class _Foreground:
         # No daemon accrues a foreground run: count its running time here (cost needs the daemon's clock).
         now_job = self.store.get(job.id)
         self.store.update(job.id, ended, only_if_state=[JobState.RUNNING], run_seconds=now_job.run_seconds + (ended - started))
-        exit_info = {"code": code, "signal": sig, "started_at": started, "ended_at": ended}
+        exit_info = exit_record(code, sig, started, ended)
         settled = settle_attempt(self.store, self.config, self.home, self.store.get(job.id), exit_info, ended)
         # The exit record only after the outcome is recorded: a daemon that saw the file first
         # would settle the attempt itself.

@@ -11,7 +11,7 @@ import typer
 
 from ..errors import OrchError
 from ..paths import Home
-from .app import _currency, _daemon_pid, _poke, app, ctx, emit_json, err
+from .context import app, ctx, currency, daemon_pid, emit_json, err, poke
 
 
 # -- submit / run -----------------------------------------------------------------------
@@ -20,30 +20,72 @@ from .app import _currency, _daemon_pid, _poke, app, ctx, emit_json, err
 @app.command()
 def submit(
     job_toml: Path = typer.Argument(..., help="The job file (see examples/)."),
-    priority: Optional[int] = typer.Option(None, "--priority", help="Higher runs first (overrides the file)."),
+    priority: Optional[int] = typer.Option(None, "--priority", min=-(2 ** 63), max=2 ** 63 - 1,
+                                            help="Higher runs first (overrides the file)."),
     after: List[int] = typer.Option([], "--after", help="Start only after job ID succeeded (repeatable)."),
     at: Optional[str] = typer.Option(None, "--at", help="Hold until a time: 2026-12-01T02:00 (local), or +30m, +2h."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"id\", \"name\", \"state\"} as JSON."),
+    estimate_first: bool = typer.Option(False, "--estimate", help="Print `orch estimate` for it and ask before queueing."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="With --estimate: queue without asking."),
 ) -> None:
-    """Validate a job file and queue it."""
+    """Validate a job file and queue it (a file with a [sweep] table queues a sweep)."""
     from ..gpus import managed_gpus
     from ..lifecycle import submit_job
+    from ..sweeps.spec import is_sweep_file
     from .when import parse_at
 
+    if is_sweep_file(job_toml):  # a [sweep] table: the daemon makes its trials (cli/sweep_commands.py)
+        from .sweep_commands import submit_sweep
+
+        return submit_sweep(job_toml, as_json)
     now = time.time()
     not_before = parse_at(at, now) if at else None
     config = ctx.config()
     store = ctx.store()
+    if estimate_first:
+        from ..jobspec import check_deadline, load_jobspec
+        from .estimate import estimate_data, estimate_text
+
+        check_deadline(load_jobspec(job_toml), str(job_toml), now)  # bad input before a probe is paid for
+        print(estimate_text(estimate_data(store, ctx.home, config, job_toml, now,
+                                          daemon_running=daemon_pid(ctx.home) is not None)), file=sys.stderr)
+        if not yes and not sys.stdin.isatty():
+            err("not queued: no terminal to ask on (--yes queues it after the estimate)")
+            raise typer.Exit(1)
+        if not yes and not typer.confirm("queue it?", default=False, err=True):
+            err("not queued")
+            raise typer.Exit(1)
+        now = time.time()
     job = submit_job(store, config, ctx.home, job_toml, now=now, priority=priority, after=after,
                      not_before=not_before, machine_gpus=config.slurm.max_gpus if config.executor.kind == "slurm"
                      else len(managed_gpus(config.daemon.gpus)))
-    running = _poke(ctx.home)
+    running = poke(ctx.home)
     if as_json:
         emit_json({"id": job.id, "name": job.name, "state": job.state.value})
     else:
         print(f"submitted job {job.id} ({job.name})")
     if not running:
         err("note: no daemon is running; start one with `orch daemon start` (or run it now with `orch run`)")
+
+
+@app.command()
+def estimate(
+    job_toml: Path = typer.Argument(..., help="The job file."),
+    as_json: bool = typer.Option(False, "--json", help="The same fields as JSON."),
+    warmup: int = typer.Option(10, "--warmup", min=1, help="Probe: optimizer steps before the clock starts."),
+    steps: int = typer.Option(30, "--steps", min=1, help="Probe: optimizer steps measured."),
+) -> None:
+    """What a job will take and cost here, before it is queued: a short probe of a built-in job
+    (steps/s, wall time, GPU-hours, cost, checkpoints, preemption waste, the wait), or a command
+    job's history."""
+    from .estimate import estimate_data, estimate_text
+
+    data = estimate_data(ctx.store(), ctx.home, ctx.config(), job_toml, time.time(), warmup=warmup, steps=steps,
+                         daemon_running=daemon_pid(ctx.home) is not None)
+    if as_json:
+        emit_json(data)
+    else:
+        print(estimate_text(data))
 
 
 @app.command()
@@ -71,12 +113,17 @@ def status(
     """The queue: id, name, state, attempt, progress, ETA, runtime, cost."""
     from .views import status_rows
 
-    from ..storage.status import add_lag_notes
+    from .mirror_status import add_lag_notes
 
     home = ctx.home
     store = ctx.store()
     rows = status_rows(store, home, time.time(), include_all=show_all)
     add_lag_notes(store, rows)  # [storage]: a note when the mirror lags
+    from .deadline_view import add_deadline_notes
+    from .sweep_status import grouped_table, mark_trials
+
+    add_deadline_notes(store, home, _config_or_none, rows, time.time())  # deadline jobs only
+    mark_trials(store, rows)  # "sweep": the sweep a trial belongs to
     if as_json:
         emit_json(rows)
         return
@@ -90,9 +137,10 @@ def status(
     from .render import status_table
 
     tty = sys.stdout.isatty()
-    print(status_table(rows, _currency(), color=tty and not os.environ.get("NO_COLOR"),
-                       width=shutil.get_terminal_size().columns if tty else None))
-    if _daemon_pid(home) is None and any(r["state"] in ("queued", "running") for r in rows):
+    cur, color = currency(), tty and not os.environ.get("NO_COLOR")
+    width = shutil.get_terminal_size().columns if tty else None
+    print(grouped_table(store, rows, lambda some: status_table(some, cur, color=color, width=width)))
+    if daemon_pid(home) is None and any(r["state"] in ("queued", "running") for r in rows):
         err("note: no daemon is running; `orch daemon start` runs the queue")
     _say_draining(home)
 
@@ -100,26 +148,33 @@ def status(
 def _say_draining(home: Home) -> None:
     from ..drain import requested
 
-    if requested(home) is not None and _daemon_pid(home) is not None:
+    if requested(home) is not None and daemon_pid(home) is not None:
         err("note: the daemon is draining: running jobs finish, nothing new starts, then it exits")
 
 
 @app.command()
-def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
+def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, "--json"),
+         reveal: bool = typer.Option(False, "--reveal", help="Show [env] values (masked as *** otherwise).")) -> None:
     """A job's spec, state, provenance, attempts, checkpoints, cost and event history."""
     from .render import show_text
     from .views import show_data
 
     store = ctx.store()
-    data = show_data(store, ctx.home, job_id)
+    data = show_data(store, ctx.home, job_id, reveal=reveal)
+    from .deadline_view import add_deadline_notes
+
+    add_deadline_notes(store, ctx.home, _config_or_none, [data], time.time())
     data["mirror"] = _mirror_view(store, job_id)
     from ..contract import CHECKPOINT_INTERVAL, read_json
 
     data["checkpoint_interval"] = read_json(ctx.home.run_dir(job_id) / CHECKPOINT_INTERVAL)  # every = "auto"
+    from .bill import job_bill
+
+    data["bill"] = job_bill(store, ctx.home, store.get(job_id), time.time(), currency())
     if as_json:
         emit_json(data)
     else:
-        print(show_text(data, _currency()))
+        print(show_text(data, currency()))
 
 
 @app.command()
@@ -147,7 +202,7 @@ def cancel(job_id: int = typer.Argument(...)) -> None:
     if done:
         print(f"cancelled job {job.id} ({job.name})")
         return
-    alive = _poke(ctx.home)
+    alive = poke(ctx.home)
     print(f"cancelling job {job.id} ({job.name}): SIGTERM now, SIGKILL after {config.daemon.grace_seconds:g}s")
     if not alive:
         err("note: no daemon is running; the cancel happens when one starts (`orch daemon start`)")
@@ -164,20 +219,40 @@ def retry(
 
     job = retry_job(ctx.store(), ctx.config(), ctx.home, job_id, time.time(), budget=budget, hours=hours)
     print(f"job {job.id} ({job.name}) queued again; it resumes from its latest checkpoint")
-    if not _poke(ctx.home):
+    if not poke(ctx.home):
         err("note: no daemon is running; start one with `orch daemon start`")
 
 
 @app.command()
-def cost(as_json: bool = typer.Option(False, "--json")) -> None:
+def cost(as_json: bool = typer.Option(False, "--json"),
+         breakdown: bool = typer.Option(False, "--breakdown", help="Where the money went: the goodput ledger summed "
+                                        "over jobs (useful, redone, checkpoint, start-up, data wait, eval) and idle.")) -> None:
     """Per-job and total cost, GPU-hours, idle cost and preemption waste."""
     from .cost_report import cost_data, cost_table
 
+    if breakdown:
+        from .bill import breakdown_data, breakdown_table
+
+        data = breakdown_data(ctx.store(), ctx.home, ctx.config(), time.time())
+        if as_json:
+            emit_json(data)
+        else:
+            print(breakdown_table(data))
+        return
     data = cost_data(ctx.store(), ctx.config())
     if as_json:
         emit_json(data)
     else:
         print(cost_table(data))
+
+
+def _config_or_none() -> Any:
+    if ctx.config_arg is None and not ctx.config_path.exists():
+        return None
+    try:
+        return ctx.config()
+    except OrchError:
+        return None
 
 
 def _mirror_view(store: Any, job_id: int) -> Optional[dict]:
@@ -187,6 +262,6 @@ def _mirror_view(store: Any, job_id: int) -> Optional[dict]:
         config = ctx.config()
     except OrchError:
         return None
-    from ..storage.status import mirror_view
+    from .mirror_status import mirror_view
 
     return mirror_view(store, config, store.get(job_id))

@@ -21,7 +21,7 @@ def send_test(config: Config, channel: Optional[str] = None) -> int:
             names = ", ".join(n for n, _ in config.routes()) or "none configured"
             raise UsageError(f"--channel: no notifier named {channel!r} (configured: {names})")
     if not channels:
-        print("no notifiers configured: add [[notifiers]] to config.toml (see README, Notifications)", file=sys.stderr)
+        print("no notifiers configured: add [[notifiers]] to config.toml (see docs/notifications.md)", file=sys.stderr)
         return 1
     msg = Message(event="test", job_name="orch notify test", state="ok", host=socket.gethostname(),
                   reason="a test message from `orch notify test`: this channel works")

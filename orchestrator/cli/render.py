@@ -9,7 +9,7 @@ from typing import Any, Optional
 from ..cost import format_duration, format_money
 
 STATE_STYLE = {"queued": "yellow", "running": "cyan", "succeeded": "green", "failed": "red",
-               "cancelled": "magenta", "stopped": "magenta"}
+               "cancelled": "magenta", "stopped": "magenta", "pruned": "magenta"}
 
 
 def duration(seconds: Optional[float]) -> str:
@@ -118,6 +118,13 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
     lines.append(f"  cost:      {money(d['cost'], currency)}   gpu-hours: {d['gpu_hours']:.3f}"
                  f"   steps lost: {d['steps_lost']} ({duration(d['waste_s'])}, {money(d['waste_cost'], currency)})"
                  + (f"   budget: {', '.join(budget)}" if budget else ""))
+    from .bill import bill_lines
+    from .deadline_view import deadline_line
+
+    if deadline_line(d):
+        lines.append(deadline_line(d))
+
+    lines += bill_lines(d.get("bill"), currency)
     if d["attempts"]:
         lines.append("  attempts:")
         for a in d["attempts"]:
@@ -136,6 +143,9 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
     if auto and auto.get("interval_s") is not None:
         lines.append(f"  checkpoint: every {duration(auto['interval_s'])} (auto: {auto.get('why')}; MTBF from "
                      f"{auto.get('mtbf_source')})")
+    memory = d.get("snapshot_memory") or {}
+    if memory.get("background") is False:
+        lines.append(f"  warning:   {memory.get('reason')}")
     mirror = d.get("mirror")
     if mirror:
         lines.append(f"  mirror:    {mirror['url']}   step {mirror['step'] if mirror['step'] is not None else '-'}"

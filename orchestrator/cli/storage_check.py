@@ -13,13 +13,13 @@ from typing import Any, Callable, Optional
 
 
 def newest_local_checkpoint(home: Any) -> Optional[Path]:
-    from ..contract import step_checkpoints
+    from ..contract import checkpoint_dir, step_checkpoints
 
     best: Optional[tuple[float, Path]] = None
     if not home.runs.is_dir():
         return None
     for run in home.runs.iterdir():
-        for path, _ in step_checkpoints(run / "checkpoints")[:1]:
+        for path, _ in step_checkpoints(checkpoint_dir(run))[:1]:
             try:
                 mtime = path.stat().st_mtime
             except OSError:
@@ -30,7 +30,7 @@ def newest_local_checkpoint(home: Any) -> Optional[Path]:
 
 
 def check_storage(home: Any, config: Any, url: Optional[str], probe_mb: float, say: Callable[[str], None]) -> int:
-    from ..storage.adopt import storage_for
+    from ..adopt import storage_for
     from ..storage.remote import Conflict, Remote, StorageError
 
     section = storage_for(config, url)

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .app import app, config_app, ctx, notify_app, storage_app
+from .context import app, config_app, ctx, notify_app, storage_app
 
 
 # -- notify / config --------------------------------------------------------------------
@@ -60,12 +60,14 @@ def adopt(
     all_jobs: bool = typer.Option(False, "--all", help="Every unfinished job (queued, running, stopped) in the mirror."),
     force: bool = typer.Option(False, "--force", help="Adopt even if its owner's heartbeat is fresh."),
     maps: List[str] = typer.Option([], "--map", help="OLD=NEW: look for input files under OLD at NEW (repeatable)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Adopt without asking (scripts); the list is still printed."),
 ) -> None:
-    """Take unfinished jobs over from another machine's mirror and queue them to resume here."""
+    """Take unfinished jobs over from another machine's mirror and queue them to resume here.
+    Each adopted job runs its command here with the daemon's environment: read the list it shows."""
     from .adopt import run_adopt
 
     raise typer.Exit(run_adopt(ctx.home.ensure(), ctx.config(), ctx.store(), url, jobs=job, take_all=all_jobs,
-                               force=force, maps=maps))
+                               force=force, maps=maps, yes=yes))
 
 
 @storage_app.command("check")

@@ -1,4 +1,4 @@
-"""The data behind `orch status`, `orch show` and `orch cost`: one dict per job with SPEC.md's
+"""The data behind `orch status`, `orch show` and `orch cost`: one dict per job with the documented
 keys. The table and `--json` are rendered from the same dicts."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import cost
-from ..contract import PROGRESS, RESULT, parse_checkpoint_name, read_json
+from ..contract import CKPT_SUFFIX, PROGRESS, RESULT, SNAPSHOT_MEMORY, checkpoint_dir, parse_checkpoint_name, read_json
 from ..dispatch import hold_reason
+from ..forecast import step_rate
 from ..paths import Home
 from ..records import Attempt, Job
 from ..states import JobState
@@ -19,22 +20,6 @@ from ..store import Store
 
 def read_progress(run_dir: Path) -> Optional[dict[str, Any]]:
     return read_json(run_dir / PROGRESS)
-
-
-def step_rate(progress: Optional[dict[str, Any]], attempt: Optional[Attempt]) -> Optional[float]:
-    """This attempt's steps per second: steps done since it started (or resumed) over the time
-    they took. A mean over the whole attempt is the smoothest rate the CLI can have without the
-    daemon's history; counting the start-up keeps the ETA on the safe (later) side."""
-    if not progress or attempt is None:
-        return None
-    step, total, at = progress.get("step"), progress.get("total_steps"), progress.get("updated_at")
-    if not isinstance(step, int) or not isinstance(total, int) or not isinstance(at, (int, float)) or total <= 0:
-        return None
-    done = step - (attempt.resumed_from_step or 0)
-    elapsed = at - attempt.started_at
-    if done <= 0 or elapsed <= 0:
-        return None
-    return done / elapsed
 
 
 def projection(job: Job, eta: Optional[float]) -> Optional[cost.Projection]:
@@ -84,6 +69,8 @@ def status_row(job: Job, home: Home, now: float, *, dep_states: dict[int, JobSta
         "reason": reason,
         "where": where,
         "submitted_at": job.submitted_at,
+        # the spec is parsed only when its text names a deadline (`orch status` over 10,000 jobs parses none)
+        **({"deadline": job.spec.get("deadline")} if job.state.is_active and '"deadline"' in job.spec_json else {}),
     }
 
 
@@ -102,10 +89,10 @@ def status_rows(store: Store, home: Home, now: float, *, include_all: bool = Fal
 
 
 def list_checkpoints(run_dir: Path) -> list[dict[str, Any]]:
-    folder = run_dir / "checkpoints"
+    folder = checkpoint_dir(run_dir)
     out = []
     if folder.is_dir():
-        for path in sorted(folder.glob("*.ckpt")):
+        for path in sorted(folder.glob("*" + CKPT_SUFFIX)):
             parsed = parse_checkpoint_name(path.name)
             step = parsed.step if parsed else None
             try:  # a Trainer checkpoint is a link to a folder: its files add up
@@ -118,7 +105,16 @@ def list_checkpoints(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def show_data(store: Store, home: Home, job_id: int, now: Optional[float] = None) -> dict[str, Any]:
+def masked_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """[env] values may be secrets (tokens, keys): `show --json` and the dashboard give their names only."""
+    spec = dict(spec)
+    if isinstance(spec.get("env"), dict):
+        spec["env"] = {k: "***" for k in spec["env"]}
+    return spec
+
+
+def show_data(store: Store, home: Home, job_id: int, now: Optional[float] = None, *,
+              reveal: bool = False) -> dict[str, Any]:
     now = time.time() if now is None else now
     job = store.get(job_id)
     attempts = store.attempts(job_id)
@@ -128,7 +124,7 @@ def show_data(store: Store, home: Home, job_id: int, now: Optional[float] = None
     run_dir = home.run_dir(job_id)
     result = read_json(run_dir / RESULT)
     data.update({
-        "spec": job.spec,
+        "spec": job.spec if reveal else masked_spec(job.spec),
         "spec_path": job.spec_path,
         "kind": job.kind,
         "run_dir": str(run_dir),
@@ -146,6 +142,7 @@ def show_data(store: Store, home: Home, job_id: int, now: Optional[float] = None
         ],
         "checkpoints": list_checkpoints(run_dir),
         "result": result,
+        "snapshot_memory": read_json(run_dir / SNAPSHOT_MEMORY),  # training/memory_guard.py's decision
         "gpu_hours": round(job.gpu_seconds / 3600, 4),
         "steps_lost": job.steps_lost,
         "waste_s": round(job.waste_seconds, 1),

@@ -1,5 +1,5 @@
 """The daemon's bookkeeping of money: one accounting interval split among the running jobs
-(SPEC's one formula, from cost.py), the rest idle."""
+(the one formula, from cost.py), the rest idle."""
 
 from __future__ import annotations
 

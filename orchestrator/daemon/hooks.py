@@ -4,7 +4,7 @@ Both run the user's program directly (never through a shell, so a job name such 
 `x; rm -rf /` is only ever data in ORCH_JOB_NAME), in their own process group so a timeout can
 kill everything they started, with their output going to the daemon log. Nothing here raises
 into the daemon: a missing, failing or hanging hook becomes a logged, failed HookResult.
-HookRunner runs hooks on one background thread, in submission order, so the loop never waits.
+HookRunner runs hooks on a one-worker ThreadPoolExecutor, in submission order, so the loop never waits.
 """
 
 from __future__ import annotations
@@ -15,11 +15,15 @@ import signal
 import subprocess
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from queue import SimpleQueue
 from typing import Any, Mapping, Sequence
+
+from ..contract import (
+    HOOK_ENV_EVENT, HOOK_ENV_EVENT_DETAIL, HOOK_ENV_JOB_ATTEMPT, HOOK_ENV_JOB_COST, HOOK_ENV_JOB_ID, HOOK_ENV_JOB_NAME,
+    HOOK_ENV_JOB_STATE, HOOK_ENV_RUN_DIR,
+)
 
 DEFAULT_TIMEOUT_S = 60.0
 SHUTDOWN_TIMEOUT_S = 120.0
@@ -29,12 +33,12 @@ OUTPUT_LIMIT = 16_384  # bytes of a hook's output kept and logged (the tail)
 # job dict key -> environment variable. Every one is always set ("" when unknown) so a value
 # inherited from the daemon's own environment can never pass for the event's.
 JOB_ENV = {
-    "id": "ORCH_JOB_ID",
-    "name": "ORCH_JOB_NAME",
-    "state": "ORCH_JOB_STATE",
-    "cost": "ORCH_JOB_COST",
-    "attempt": "ORCH_JOB_ATTEMPT",
-    "run_dir": "ORCH_RUN_DIR",
+    "id": HOOK_ENV_JOB_ID,
+    "name": HOOK_ENV_JOB_NAME,
+    "state": HOOK_ENV_JOB_STATE,
+    "cost": HOOK_ENV_JOB_COST,
+    "attempt": HOOK_ENV_JOB_ATTEMPT,
+    "run_dir": HOOK_ENV_RUN_DIR,
 }
 
 
@@ -75,8 +79,8 @@ def hook_env(
 ) -> dict[str, str]:
     """The hook's environment: the daemon's, plus ORCH_EVENT, ORCH_EVENT_DETAIL and ORCH_JOB_*."""
     env = {k: v for k, v in env_base.items() if k not in JOB_ENV.values()}
-    env["ORCH_EVENT"] = event
-    env["ORCH_EVENT_DETAIL"] = detail
+    env[HOOK_ENV_EVENT] = event
+    env[HOOK_ENV_EVENT_DETAIL] = detail
     for key, name in JOB_ENV.items():
         env[name] = _env_value((job or {}).get(key))
     return env
@@ -198,7 +202,7 @@ def run_shutdown_command(
 
 
 class HookRunner:
-    """Runs hooks on one background thread, in order, so the daemon loop never waits for them.
+    """Runs hooks on one worker thread, in order, so the daemon loop never waits for them.
 
     `hooks` maps config keys ("on_succeeded", "on_queue_drained", any "on_<event kind>") to argv
     lists. Order matters: an on_succeeded hook finishes before the on_queue_drained that follows.
@@ -218,10 +222,10 @@ class HookRunner:
         self.timeout_s = timeout_s
         self.env_base = env_base
         self.cwd = cwd
-        self._queue: SimpleQueue = SimpleQueue()
+        # One worker: hooks run in submission order, off the daemon loop.
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="orch-hooks")
         self._idle = threading.Condition()
         self._pending = 0
-        self._thread: threading.Thread | None = None
         self._closed = False
 
     def hook_for(self, event: str) -> list[str] | None:
@@ -238,17 +242,13 @@ class HookRunner:
     def submit(
         self, argv: Sequence[str], event: str, job: Mapping[str, Any] | None = None, *, detail: str = ""
     ) -> Future[HookResult]:
-        future: Future[HookResult] = Future()
         with self._idle:
             if self._closed:
-                future.set_result(HookResult(tuple(argv), event, error="the daemon is shutting down; hook not run"))
-                return future
+                refused: Future[HookResult] = Future()
+                refused.set_result(HookResult(tuple(argv), event, error="the daemon is shutting down; hook not run"))
+                return refused
             self._pending += 1
-            self._queue.put((list(argv), event, dict(job) if job else None, detail, future))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name="orch-hooks", daemon=True)
-                self._thread.start()
-        return future
+            return self._pool.submit(self._work, list(argv), event, dict(job) if job else None, detail)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until every submitted hook has finished; False if `timeout` passed first."""
@@ -259,28 +259,19 @@ class HookRunner:
         """Stop accepting hooks, let the queued ones finish (up to `timeout`); True if all did."""
         with self._idle:
             self._closed = True
-            thread = self._thread
-        if thread is None:
-            return True
-        self._queue.put(None)
-        thread.join(timeout)
-        return not thread.is_alive()
+        self._pool.shutdown(wait=False)  # the queued hooks still run; none is accepted any more
+        return self.wait_idle(timeout)
 
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            argv, event, job, detail, future = item
-            try:
-                future.set_result(self._run(argv, event, job, detail))
-            except Exception as exc:  # noqa: BLE001 - a bug here must not kill the hook thread
-                self.log.exception("hook for %s crashed the hook runner", event)
-                future.set_exception(exc)
-            finally:
-                with self._idle:
-                    self._pending -= 1
-                    self._idle.notify_all()
+    def _work(self, argv: list[str], event: str, job: dict | None, detail: str) -> HookResult:
+        try:
+            return self._run(argv, event, job, detail)
+        except Exception:
+            self.log.exception("hook for %s crashed the hook runner", event)
+            raise
+        finally:
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
 
     def _run(self, argv: list[str], event: str, job: dict | None, detail: str) -> HookResult:
         env_base = os.environ if self.env_base is None else self.env_base

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from notifiers import Message, Notifier, NotifyError, redact
 
+from ..backoff import backoff_s
 from ..contract import METRICS_CSV
 from ..cost import format_duration
 from ..paths import Home
@@ -102,7 +103,7 @@ class OutboxSender:
 
     def backoff_s(self, tries: int) -> float:
         """Delay after the (tries + 1)-th failed try: base, 2×base, 4×base, ... capped."""
-        return min(self.max_backoff_s, self.base_backoff_s * 2 ** min(tries, 32))
+        return backoff_s(tries, self.base_backoff_s, self.max_backoff_s)
 
     def _failed(self, row: Any, now: float, exc: NotifyError) -> None:
         # The store prefixes the channel name; summary is the provider's words and code.

@@ -4,23 +4,23 @@ each through the same begin step as `orch run`, then handed to the executor."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import sqlite3
 
 from ..attempts import begin_attempt
-from ..contract import attempt_exit, write_json_atomic
-from ..dispatch import fits, hold_reason
+from ..contract import attempt_log, write_exit_record
+from ..dispatch import edf_order, fits, hold_reason
+from ..records import AttemptLaunch
 from ..records import Job
 from ..states import EventKind, JobState
-from .requests import total_budget_hold
-
-if TYPE_CHECKING:
-    from .tick import Daemon
+from .guard import fail_job, reason_for
+from .step_context import StepContext
+from .stop_requests import total_budget_hold
 
 log = logging.getLogger("orch.daemon")
 
 
-def dispatch(d: "Daemon", now: float) -> list[int]:
-    queue = d.store.queue_order()
+def dispatch(d: StepContext, now: float) -> list[int]:
+    queue = edf_order(d.store.queue_order())
     if not queue:
         return []
     running = d.store.jobs([JobState.RUNNING])
@@ -57,18 +57,34 @@ def dispatch(d: "Daemon", now: float) -> list[int]:
     return started
 
 
-def start(d: "Daemon", job: Job, gpu_ids: list[int], now: float) -> bool:
-    begun = begin_attempt(d.store, d.config, d.home, job, gpu_ids, now, environ=d.environ)
+def start(d: StepContext, job: Job, gpu_ids: list[int], now: float) -> bool:
+    try:
+        begun = begin_attempt(d.store, d.config, d.home, job, gpu_ids, now, environ=d.environ)
+    except sqlite3.Error:
+        raise  # the store, not this job
+    except Exception as exc:  # e.g. a link planted at its run folder: this job ends, the queue goes on
+        fail_job(d, job, now, "prepare an attempt of", exc)
+        return False
     if begun is None:
         return False
     d.changed(job, begun.job, EventKind.RESUMED if begun.resume_step is not None else EventKind.STARTED)
     try:
         handle = d.executor.start(begun.launch)
-    except OSError as exc:
-        log.error("job %s: cannot start attempt %s: %s", job.id, begun.launch.attempt, exc)
-        # Write the exit record ourselves so the normal reap path decides (retry or fail).
-        write_json_atomic(begun.launch.run_dir / attempt_exit(begun.launch.attempt),
-                          {"code": 127, "signal": None, "started_at": now, "ended_at": now})
+    except Exception as exc:  # any type: one job that cannot start must not stop the ones behind it
+        log.error("job %s: cannot start attempt %s: %s", job.id, begun.launch.attempt, reason_for("start", exc))
+        note_start_failure(begun.launch, exc)
+        # Write the exit record ourselves so the normal reap path decides (a retry after the
+        # backoff, or failed): never a tight loop of starts.
+        write_exit_record(begun.launch.run_dir, begun.launch.attempt, 127, None, now, now)
         return True
     d.store.update(job.id, now, only_if_state=[JobState.RUNNING], **handle)
     return True
+
+
+def note_start_failure(launch: AttemptLaunch, exc: BaseException) -> None:
+    """One line in the attempt's log, so `orch logs` and the failure notice say why."""
+    try:
+        with open(launch.run_dir / attempt_log(launch.attempt), "a", encoding="utf-8") as out:
+            out.write(f"[orch] cannot start attempt {launch.attempt}: {reason_for('start', exc)}\n")
+    except OSError:
+        pass

@@ -1,7 +1,8 @@
 """The daemon's work, as one `tick(now)` made of small named, idempotent steps: reap finished
-attempts (reap.py), act on cancel requests, budgets and overdue signals (requests.py), start
+attempts (reap.py), act on cancel requests, budgets and overdue signals (stop_requests.py), start
 queued jobs (spawn.py), accrue cost, notice a drained queue. Tests call the steps with a given
-`now`; runtime.py drives them with APScheduler. Attempts are reached only through the executor
+`now`; runtime.py drives them with APScheduler. The steps see the daemon only through
+step_context.StepContext. Attempts are reached only through the executor
 interface (executors/base.py), so the tick does not know where a job runs."""
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from ..paths import Home
 from ..records import Job
 from ..states import EventKind, Intent, JobState
 from ..store import Store
-from . import reap, requests, spawn, watchdog
+from . import guard, reap, spawn, stop_requests, watchdog
 from .accounting import accrue_interval
+from .sweep_step import advance_sweeps
 
 log = logging.getLogger("orch.daemon")
 
@@ -45,6 +47,7 @@ class Daemon:
         self.stopping = False
         self.last_accrual: Optional[float] = None
         self.had_work = False
+        self.watchdog = watchdog.Watchdog()
 
     # -- start-up --------------------------------------------------------------------------
 
@@ -65,23 +68,25 @@ class Daemon:
     def tick(self, now: Optional[float] = None) -> None:
         now = time.time() if now is None else now
         with self.lock:
-            self.executor.refresh(self.store.jobs([JobState.RUNNING]), now)
-            self.reap(now)
-            watchdog.check(self, now)  # hung jobs: stacks, SIGTERM, retry (daemon/watchdog.py)
-            self.watch_health(now)
-            self.apply_cancels(now)
-            self.check_budgets(now)
-            self.escalate(now)
+            # Each step guarded (daemon/guard.py): an error in one is logged and the others run.
+            guard.step("refresh", lambda t: self.executor.refresh(self.store.jobs([JobState.RUNNING]), t), now)
+            guard.step("reap", self.reap, now)
+            guard.step("watchdog", lambda t: self.watchdog.check(self, t), now)  # hung jobs: stacks, SIGTERM, retry
+            for name, run in (("health", self.watch_health), ("deadlines", self.watch_deadlines),
+                              ("cancels", self.apply_cancels), ("budgets", self.check_budgets),
+                              ("escalate", self.escalate)):
+                guard.step(name, run, now)
             if not self.stopping:
-                self.dispatch(now)
-            self.accrue(now)
-            self.notice_drained(now)
+                guard.step("sweeps", lambda t: advance_sweeps(self, t), now)  # prune, create trials (sweep_step.py)
+                guard.step("dispatch", self.dispatch, now)
+            guard.step("accrue", self.accrue, now)
+            guard.step("drained", self.notice_drained, now)
 
     def reap(self, now: float) -> None:
         reap.reap(self, now)
 
     def apply_cancels(self, now: float) -> None:
-        requests.apply_cancels(self, now)
+        stop_requests.apply_cancels(self, now)
 
     def watch_health(self, now: float) -> None:
         """A running job's runner reported a flat loss (health.json): one `loss_flat` event."""
@@ -90,11 +95,18 @@ class Daemon:
         for job in record_loss_flat(self.store, self.config, self.home, now):
             self.on_event(EventKind.LOSS_FLAT.value, job)
 
+    def watch_deadlines(self, now: float) -> None:
+        """A deadline job whose projected finish crossed its deadline: one `deadline_at_risk` event."""
+        from .deadlines import watch_deadlines
+
+        for job in watch_deadlines(self, now):
+            self.on_event(EventKind.DEADLINE_AT_RISK.value, job)
+
     def check_budgets(self, now: float) -> None:
-        requests.check_budgets(self, now)
+        stop_requests.check_budgets(self, now)
 
     def escalate(self, now: float) -> None:
-        requests.escalate(self, now)
+        stop_requests.escalate(self, now)
 
     def dispatch(self, now: float) -> list[int]:
         return spawn.dispatch(self, now)
@@ -117,7 +129,7 @@ class Daemon:
         return self.changed(job, new, kind, kw.get("reason") or "")
 
     def total_budget_reason(self) -> Optional[str]:
-        return requests.total_budget_reason(self)
+        return stop_requests.total_budget_reason(self)
 
     # -- cost --------------------------------------------------------------------------------
 
@@ -152,7 +164,7 @@ class Daemon:
             signalled = []
             for job in self.store.jobs([JobState.RUNNING]):
                 if job.intent is Intent.NONE:
-                    requests.signal_job(self, job, Intent.PREEMPT, now, reason)
+                    stop_requests.signal_job(self, job, Intent.PREEMPT, now, reason)
                     signalled.append(job.id)
             return signalled
 

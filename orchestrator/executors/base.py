@@ -8,31 +8,17 @@ handle the executor returned from `start` (stored on the job row by the tick).""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence
 
-from ..records import Job
+from ..records import AttemptLaunch, Job
 
-
-@dataclass(frozen=True)
-class AttemptLaunch:
-    """What `start` needs: the command and environment built from the contract (attempts.py)."""
-
-    job_id: int
-    attempt: int
-    run_dir: Path
-    argv: list[str]
-    cwd: Optional[str]
-    env: dict[str, str]
-    grace_s: float
-    gpu_ids: list[int] = field(default_factory=list)
-    spec: dict[str, Any] = field(default_factory=dict)
+__all__ = ["AttemptLaunch", "Executor"]
 
 
 class Executor(Protocol):
     name: str
-    # How cost accrues (SPEC "Cost"): False — this machine's uptime is split among running jobs
+    # How cost accrues (docs/cost.md): False — this machine's uptime is split among running jobs
     # and the rest is idle; True — only what a job holds while it runs is charged (a cluster
     # allocation: pending costs nothing, and there is no idle machine of ours).
     bills_by_allocation: bool

@@ -1,4 +1,4 @@
-"""The local executor: each attempt runs under its own supervisor (orchestrator/supervisor.py) in
+"""The local executor: each attempt runs under its own supervisor (supervisor.py) in
 a new session on this machine. The daemon only ever signals the supervisor, checked by pid AND
 start time, and reads the exit from attempt-<n>.exit, which the supervisor writes even when no
 daemon runs."""
@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..paths import Home
-from ..contract import attempt_exit, attempt_log, attempt_pid, read_json
+from ..contract import attempt_exit, attempt_log, attempt_pid, checkpoint_dir, read_json
 from ..procs import group_members, is_alive, signal_group, signal_process, start_time, with_environment
-from ..records import Job
-from .base import AttemptLaunch
+from ..records import AttemptLaunch, Job
 
 log = logging.getLogger("orch.executor.local")
+
+# What the local executor runs as each attempt's parent (`python -m ...`); doctor finds it by name.
+SUPERVISOR_MODULE = "orchestrator.executors.supervisor"
 
 # How long a lost attempt's process group may take to die before the next attempt starts anyway
 # (with a line in the daemon log): a dying process on a GPU still holds its memory.
@@ -46,8 +48,8 @@ class LocalExecutor:
     def start(self, launch: AttemptLaunch) -> dict[str, Any]:
         run_dir = launch.run_dir
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        (run_dir / "checkpoints").mkdir(exist_ok=True)
-        sup = [self.python, "-m", "orchestrator.supervisor", "--run-dir", str(run_dir),
+        checkpoint_dir(run_dir).mkdir(exist_ok=True)
+        sup = [self.python, "-m", SUPERVISOR_MODULE, "--run-dir", str(run_dir),
                "--attempt", str(launch.attempt), "--grace", str(launch.grace_s)]
         if launch.cwd:
             sup += ["--cwd", launch.cwd]

@@ -32,17 +32,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
-from ..contract import attempt_exit, attempt_log, read_json, write_json_atomic
+from ..contract import (
+    attempt_exit, attempt_log, attempt_rank_logs, attempt_slurm_info, attempt_submitted, checkpoint_dir, exit_record, read_json,
+    write_exit_record, write_json_atomic,
+)
 from ..paths import Home
-from ..records import Job
+from ..records import AttemptLaunch, Job
 from ..states import JobState
-from .base import AttemptLaunch
 from .slurm_query import (
     BILLABLE, INFRA_ENDS, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, accounting_disabled, expand_nodelist, parse_sacct,
     parse_sbatch, parse_squeue,
 )
 from .slurm_script import SlurmError, check_shared, write_script
-from .slurm_step import SLURM_INFO, rank_log
+from .slurm_step import rank_log
 
 if TYPE_CHECKING:
     from ..config import SlurmSection
@@ -106,7 +108,7 @@ class SlurmExecutor:
     def start(self, launch: AttemptLaunch) -> dict[str, Any]:
         run_dir = launch.run_dir
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        checkpoint_dir(run_dir).mkdir(exist_ok=True)
         try:
             check_shared(self.cfg, run_dir)
             script = write_script(self.cfg, launch, self.job_name(launch.job_id, launch.attempt), self.python)
@@ -133,7 +135,7 @@ class SlurmExecutor:
         now = time.time()
         ref = {"slurm_job_id": job_id, "submitted_at": now, "state": SUBMITTED, "where": f"Slurm {job_id}: submitted",
                "script": script.name}
-        write_json_atomic(run_dir / f"attempt-{launch.attempt}.submitted.json", ref)
+        write_json_atomic(run_dir / attempt_submitted(launch.attempt), ref)
         self.cache.jobs[job_id] = _Tracked()
         log.info("job %s: attempt %s submitted as Slurm job %s", launch.job_id, launch.attempt, job_id)
         return {"executor_ref": ref}
@@ -206,7 +208,7 @@ class SlurmExecutor:
         for sid, job in tracked.items():
             t = self.cache.jobs.setdefault(sid, _Tracked())
             if t.exit_record is None and job.attempt:
-                path = os.path.join(runs, str(job.id), f"attempt-{job.attempt}.exit")
+                path = os.path.join(runs, str(job.id), attempt_exit(job.attempt))
                 if os.path.exists(path):
                     t.exit_record = read_json(Path(path))
 
@@ -240,7 +242,7 @@ class SlurmExecutor:
         if not job.attempt:
             return None
         run_dir = self.home.run_dir(job.id)
-        ref = read_json(run_dir / f"attempt-{job.attempt}.submitted.json")
+        ref = read_json(run_dir / attempt_submitted(job.attempt))
         if ref and ref.get("slurm_job_id"):
             return {"executor_ref": ref}
         sid = self._find_by_name(job.id, job.attempt)
@@ -297,7 +299,7 @@ class SlurmExecutor:
         if code is None and sig is None:
             code, sig = (None, 15) if a.state == "CANCELLED" else (None, 9) if a.state == "TIMEOUT" else (1, None)
         now = time.time()
-        record = {"code": code, "signal": sig, "started_at": now, "ended_at": now, "slurm_state": a.state}
+        record = exit_record(code, sig, now, now, slurm_state=a.state)
         log.warning("job %s: Slurm job %s ended %s without an exit record; reading it as %s", job.id, a.job_id,
                     a.state, record)
         with open(self.home.run_dir(job.id) / attempt_log(job.attempt), "a", encoding="utf-8") as f:
@@ -324,7 +326,7 @@ class SlurmExecutor:
         return r is not None and r.returncode == 0
 
     def _started(self, job: Job) -> bool:
-        return (self.home.run_dir(job.id) / SLURM_INFO.format(n=job.attempt)).exists()
+        return (self.home.run_dir(job.id) / attempt_slurm_info(job.attempt)).exists()
 
     def _pending_exit(self, job: Job, sid: str) -> None:
         """Cancelled before it ran: the exit record is ours to write (the wrapper never will)."""
@@ -332,8 +334,8 @@ class SlurmExecutor:
         if path.exists() or self._started(job):
             return
         now = time.time()
-        write_json_atomic(path, {"code": None, "signal": 15, "started_at": now, "ended_at": now,
-                                 "slurm_job_id": sid, "slurm_state": "CANCELLED while PENDING"})
+        write_exit_record(self.home.run_dir(job.id), job.attempt, None, 15, now, now, slurm_job_id=sid,
+                          slurm_state="CANCELLED while PENDING")
         with open(self.home.run_dir(job.id) / attempt_log(job.attempt), "a", encoding="utf-8") as f:
             f.write(f"[orch] Slurm job {sid} cancelled while pending\n")
         t = self.cache.jobs.get(sid)
@@ -357,13 +359,29 @@ class SlurmExecutor:
             if not (t and t.answer and t.answer.ended):
                 self._run(["scancel", sid], what="scancel")
 
+    def dump_stacks(self, job: Job) -> str:
+        """The built-in runner: SIGUSR1 to the step's tasks on every node (`scancel --signal=USR1`,
+        no --batch: the wrapper is not the job), which faulthandler turns into every thread's
+        stack in each rank's log. A command job is not signalled: SIGUSR1's default action would
+        kill a program that did not ask for it (and py-spy would have to run on its node)."""
+        sid = self.slurm_id(job)
+        if sid is None or not self._started(job):
+            return "no stack dump: the Slurm job has not started"
+        if job.kind == "command":
+            return "no stack dump: a command job on Slurm is not sent SIGUSR1 (it could kill it)"
+        r = self._run(["scancel", "--signal=USR1", sid], what="scancel")
+        if r is None or r.returncode != 0:
+            why = (r.stderr.strip() if r is not None else "") or "scancel did not answer"
+            return f"no stack dump: {why}"
+        return "Python stacks dumped into the rank logs (SIGUSR1 to the Slurm step's tasks, faulthandler)"
+
     # -- looking -------------------------------------------------------------------------------
 
     def log_paths(self, job: Job) -> list[Path]:
         if not job.attempt:
             return []
         run_dir = self.home.run_dir(job.id)
-        ranks = sorted(run_dir.glob(f"attempt-{job.attempt}.rank-*.log"),
+        ranks = sorted(run_dir.glob(attempt_rank_logs(job.attempt)),
                        key=lambda p: int(p.name.rsplit("-", 1)[1].split(".")[0]))
         return [run_dir / rank_log(job.attempt, 0), *ranks]
 

@@ -8,8 +8,9 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from ..contract import attempt_log
-from .base import AttemptLaunch
+from ..bounds import control_problem
+from ..contract import attempt_log, attempt_sbatch
+from ..records import AttemptLaunch
 
 if TYPE_CHECKING:
     from ..config import SlurmSection
@@ -83,14 +84,18 @@ def write_script(cfg: "SlurmSection", launch: AttemptLaunch, job_name: str, pyth
     nodes = int(spec.get("nodes") or 1)
     per_node = max(1, gpus) if not spec.get("command") else 1
     lines = ["#!/bin/bash", f"# orch job {launch.job_id}, attempt {launch.attempt}: written by orch, submitted once"]
-    lines += [f"#SBATCH {a}" for a in sbatch_args(cfg, launch, job_name)]
+    args = sbatch_args(cfg, launch, job_name)
+    for a in args:  # job.toml and config.toml refuse these already; a script line is never a second chance
+        if control_problem(a, allow_tab=False):
+            raise SlurmError(f"an sbatch flag holds a control character ({a[:60]!r}); it would end its #SBATCH line")
+    lines += [f"#SBATCH {a}" for a in args]
     cmd = [python, "-m", "orchestrator.executors.slurm_step", "batch", "--run-dir", str(launch.run_dir),
            "--attempt", str(launch.attempt), "--nodes", str(nodes), "--ntasks-per-node", str(per_node)]
     if launch.cwd:
         cmd += ["--cwd", launch.cwd]
     cmd += ["--", *launch.argv]
     lines.append("exec " + shlex.join(cmd))
-    path = launch.run_dir / f"attempt-{launch.attempt}.sbatch"
+    path = launch.run_dir / attempt_sbatch(launch.attempt)
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -25,9 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..contract import RESULT, attempt_exit, attempt_log, write_json_atomic
+from ..contract import ENV_SRUN, RESULT, attempt_log, attempt_slurm_info, write_exit_record, write_json_atomic
 
-SLURM_INFO = "attempt-{n}.slurm.json"
 
 
 def rank_log(n: int, rank: int) -> str:
@@ -51,13 +50,13 @@ def batch(args: argparse.Namespace, command: list[str]) -> int:
         signal.signal(sig, note)
     started_at = time.time()
     job_id = os.environ.get("SLURM_JOB_ID", "")
-    write_json_atomic(run_dir / SLURM_INFO.format(n=n), {
+    write_json_atomic(run_dir / attempt_slurm_info(n), {
         "slurm_job_id": job_id, "batch_host": os.environ.get("SLURMD_NODENAME") or os.uname().nodename,
         "nodes": os.environ.get("SLURM_JOB_NODELIST", ""), "wrapper_pid": os.getpid(), "started_at": started_at,
     })
     print(f"[orch] attempt {n} started {time.strftime('%Y-%m-%d %H:%M:%S')} as Slurm job {job_id} on "
           f"{os.environ.get('SLURM_JOB_NODELIST', '?')}: {' '.join(command)}", flush=True)
-    step = os.environ.get("ORCH_SRUN", "srun")
+    step = os.environ.get(ENV_SRUN, "srun")
     srun = [step, "--kill-on-bad-exit=1", f"--nodes={args.nodes}", f"--ntasks-per-node={args.ntasks_per_node}",
             sys.executable, "-m", "orchestrator.executors.slurm_step", "task", "--log-dir", str(run_dir),
             "--attempt", str(n)] + (["--cwd", args.cwd] if args.cwd else []) + ["--", *command]
@@ -87,8 +86,7 @@ def batch(args: argparse.Namespace, command: list[str]) -> int:
         code, sig = 0, None
     how = f"exit code {code}" if sig is None else f"signal {sig}"
     print(f"[orch] attempt {n} ended after {ended_at - started_at:.1f}s: {how}", flush=True)
-    write_json_atomic(run_dir / attempt_exit(n), {"code": code, "signal": sig, "started_at": started_at,
-                                                  "ended_at": ended_at, "slurm_job_id": job_id})
+    write_exit_record(run_dir, n, code, sig, started_at, ended_at, slurm_job_id=job_id)
     return 0
 
 

@@ -126,6 +126,9 @@ def fetch(remote: Remote, entries: list[dict[str, Any]], role: str, dest_root: P
     target_root = base / Path(files[0]["root"]).name if single else base / Path(files[0]["root"]).name
     for e in files:
         dest = target_root if single else target_root / e["rel"]
+        inside = dest.resolve(strict=False)
+        if not single and target_root.resolve(strict=False) not in inside.parents:
+            raise ValueError(f"{role}: {e['rel']!r} does not stay inside {target_root}; refused")
         sha, size = remote.download(e["key"], dest)
         if sha != e["sha256"] or size != e["bytes"]:
             dest.unlink(missing_ok=True)

@@ -1,7 +1,7 @@
 """A job's copy in the store, and its one commit point, the manifest.
 
     <prefix>/jobs/<uid>/manifest.json                       written last; conditional writes
-    <prefix>/jobs/<uid>/checkpoints/<sha256[:16]>-<name>    immutable, content-named
+    <prefix>/jobs/<uid>/checkpoints/<tag>-<name>            immutable: one key per upload, never rewritten
     <prefix>/jobs/<uid>/files/progress.json, metrics.csv, batch.json, result.json, attempt-N.log
     <prefix>/jobs/<uid>/model/...                           the exported model, on success
 
@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from ..contract import checkpoint_dir
 from ..paths import Home
 
 VERSION = 1
@@ -35,8 +36,11 @@ def manifest_key(uid: str) -> str:
     return f"{job_prefix(uid)}/manifest.json"
 
 
-def checkpoint_key(uid: str, name: str, sha256: str) -> str:
-    return f"{job_prefix(uid)}/checkpoints/{sha256[:16]}-{name}"
+def checkpoint_key(uid: str, name: str, tag: str) -> str:
+    """`tag`: 16 hex digits naming one queued upload (daemon/mirror/uploads.py), known before the
+    first byte is read, so the upload starts at once and hashes as it goes; the sha256 is in the
+    manifest's record of the checkpoint."""
+    return f"{job_prefix(uid)}/checkpoints/{tag[:16]}-{name}"
 
 
 def file_key(uid: str, name: str) -> str:
@@ -105,7 +109,7 @@ def build_manifest(job: Any, attempts: Sequence[Any], *, home_id: str, checkpoin
                    result: Optional[dict[str, Any]] = None, model: Optional[list[str]] = None,
                    data_files: Optional[list[dict[str, Any]]] = None, released: bool = False,
                    now: Optional[float] = None) -> dict[str, Any]:
-    """Everything another machine needs to take the job over (SPEC: jobs.uid is its name)."""
+    """Everything another machine needs to take the job over (jobs.uid is its name)."""
     now = time.time() if now is None else now
     return {
         "version": VERSION,
@@ -168,4 +172,4 @@ def newest_step(manifest: dict[str, Any]) -> Optional[int]:
 
 
 def local_checkpoint_path(run_dir: Path, record: dict[str, Any]) -> Path:
-    return run_dir / "checkpoints" / record["name"]
+    return checkpoint_dir(run_dir) / record["name"]

@@ -7,6 +7,7 @@ no links out of the folder, no devices)."""
 from __future__ import annotations
 
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -40,7 +41,11 @@ def pack_folder(folder: Path, dest: Path) -> Path:
 def unpack_folder(archive: Path, dest: Path) -> Path:
     """Unpack `archive` into a new folder `dest` (beside it, renamed into place when complete)."""
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.unpack")
-    with tarfile.open(archive, "r") as tar:
-        tar.extractall(tmp, filter="data")
-    os.replace(tmp, dest)
+    try:
+        with tarfile.open(archive, "r") as tar:
+            tar.extractall(tmp, filter="data")
+        os.replace(tmp, dest)
+    except BaseException:  # a rejected member or a torn tar leaves no half folder behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return dest

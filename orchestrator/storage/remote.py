@@ -29,6 +29,10 @@ LOCKS = ".orch-locks"  # file:// only: lock files for conditional writes (never 
 _SECRETY = re.compile(r"(?i)(signature|credential|x-amz-security-token|sig|token|key)=[^&\s\"']+")
 
 
+class TooLarge(ValueError):
+    """An object bigger than its reader allows (a manifest): refused unread."""
+
+
 class StorageError(OrchError):
     """The store could not be reached or refused a request (retryable unless `permanent`)."""
 
@@ -132,6 +136,41 @@ class Remote:
         except Exception as exc:
             raise self._error("upload", key, exc) from None
 
+    async def put_file_hashed_async(self, key: str, path: Path, *, concurrency: Optional[int] = None) -> tuple[str, int]:
+        """Upload a local file and return the sha256 and size of exactly the bytes sent, from the
+        one read of the file the upload makes: each part is hashed as it is handed to the store,
+        so the first part is in flight at once instead of after a pass over the whole file.
+        FileNotFoundError when the file is gone."""
+        import obstore
+
+        h = hashlib.sha256()
+        sent = 0
+        with open(path, "rb", buffering=0) as f:  # one open file: a rename over the path mid-upload changes nothing
+            size = os.fstat(f.fileno()).st_size
+
+            async def parts() -> Any:
+                nonlocal sent
+                while True:
+                    block = f.read(self.part_size)  # hashlib and the read release the GIL: obstore's parts go on
+                    if not block:
+                        return
+                    h.update(block)
+                    sent += len(block)
+                    yield block
+
+            try:
+                if size <= self.part_size:  # one request, as put_file_async makes for a small file
+                    data = f.read()
+                    h.update(data)
+                    sent = len(data)
+                    await obstore.put_async(self.store, key, data, use_multipart=False)
+                else:
+                    await obstore.put_async(self.store, key, parts(), chunk_size=self.part_size,
+                                            max_concurrency=concurrency or self.concurrency, use_multipart=True)
+            except Exception as exc:
+                raise self._error("upload", key, exc) from None
+        return h.hexdigest(), sent
+
     def put_bytes(self, key: str, data: bytes) -> dict:
         import obstore
 
@@ -145,12 +184,19 @@ class Remote:
         got = self.get_with_etag(key)
         return None if got is None else got[0]
 
-    def get_with_etag(self, key: str) -> Optional[tuple[bytes, Optional[str]]]:
+    def get_with_etag(self, key: str, max_bytes: Optional[int] = None) -> Optional[tuple[bytes, Optional[str]]]:
+        """The object and its etag, or None when there is none. Above `max_bytes` it is not read:
+        TooLarge."""
         import obstore
 
         try:
             result = obstore.get(self.store, key)
+            size = result.meta.get("size")
+            if max_bytes is not None and isinstance(size, int) and size > max_bytes:
+                raise TooLarge(f"{self.where(key)} is {size} bytes, more than the {max_bytes} allowed; not read")
             return bytes(result.bytes()), result.meta.get("e_tag")
+        except TooLarge:
+            raise
         except Exception as exc:
             if _missing(exc):
                 return None
@@ -291,8 +337,14 @@ class Remote:
     def _file_lock(self, key: str) -> Iterator[None]:
         folder = Path(self.url.prefix) / LOCKS
         folder.mkdir(parents=True, exist_ok=True)
+        if folder.is_symlink():  # whoever can write the store must not aim our writes elsewhere
+            raise StorageError(f"{folder} is a symbolic link; orch never follows one for its lock files: remove it")
         name = hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock"
-        fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(folder / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # ELOOP: a link planted where the lock file belongs
+            raise StorageError(f"cannot open the lock file {folder / name}: {exc.strerror or exc} "
+                               "(a link there is never followed: remove it)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

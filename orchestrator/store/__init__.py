@@ -5,7 +5,7 @@ row, its event and its outbox rows together, so CLI and daemon can never race a 
 
 The store is one class put together from its parts: jobs.py (connection, migrations, jobs,
 transitions, attempts, events), outbox.py (notification outbox, cost ledger), mirror.py (the
-mirror's state and upload queue); schema.py holds the migrations."""
+mirror's state and upload queue), sweeps.py (sweeps and their trials); schema.py holds the migrations."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from .jobs import JobRows, implied_columns
 from .mirror import MirrorRows
 from .outbox import OutboxRows
 from .schema import MIGRATIONS, SCHEMA_VERSION
+from .sweeps import SweepRows
 
 
-class Store(MirrorRows, OutboxRows, JobRows):
+class Store(SweepRows, MirrorRows, OutboxRows, JobRows):
     pass
 
 

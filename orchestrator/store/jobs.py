@@ -10,8 +10,9 @@ import threading
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
+from ..bounds import INT64_MAX, INT64_MIN
 from ..errors import InvalidTransition, JobNotFound, OrchError
 from ..records import JOB_COLUMNS, Attempt, AttemptEnd, AttemptStart, Event, Job, Outgoing
 from ..states import AttemptOutcome, EventKind, JobState, ensure_allowed
@@ -47,9 +48,14 @@ def implied_columns(src: JobState, dst: JobState, now: float, job_attempt: int,
 
 class JobRows:
     """The connection, transactions and migrations; jobs, their transitions, attempts and events."""
-    def __init__(self, path: Path | str):
+    def __init__(self, path: Path | str, *, read_only: bool = False):
+        """`read_only`: the queries on a read-only connection (the dashboard, `orch doctor`): no
+        file is created, nothing migrated, and any write raises."""
         self.path = Path(path)
+        self.read_only = read_only
         self._local = threading.local()
+        if read_only:
+            return
         if not self.path.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
@@ -62,12 +68,30 @@ class JobRows:
     def db(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=60000")
+            conn = self._connect_read_only() if self.read_only else self._connect()
             self._local.conn = conn
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=60000")
+        return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        if not self.path.exists():
+            raise OrchError(f"no orch state at {self.path.parent} yet: submit a job first")
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5, isolation_level=None,
+                               check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA busy_timeout=5000")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            conn.close()
+            raise OrchError(f"{self.path} has schema {version}; this orch reads {SCHEMA_VERSION} "
+                            "(run any other orch command once to migrate it)")
         return conn
 
     def close(self) -> None:
@@ -78,6 +102,8 @@ class JobRows:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        if self.read_only:
+            raise OrchError(f"{self.path} is open read-only here")
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -134,7 +160,10 @@ class JobRows:
         outgoing: Iterable[Outgoing] = (),
         uid: Optional[str] = None,
         executor: str = "local",
+        link: Optional[Callable[[sqlite3.Connection, int], None]] = None,
     ) -> Job:
+        """Insert a queued job and its `submitted` event; `link` writes rows that must commit with
+        the job (a sweep's trial row) in the same transaction."""
         with self._tx() as db:
             for dep in after_ids:
                 if db.execute("SELECT 1 FROM jobs WHERE id=?", (dep,)).fetchone() is None:
@@ -150,6 +179,8 @@ class JobRows:
                  uid or uuid.uuid4().hex, executor),
             )
             job_id = cur.lastrowid
+            if link is not None:
+                link(db, job_id)
             # Messages are built before the id exists; stamp it in.
             outgoing = [Outgoing(o.channel, {**o.payload, "job_id": job_id}) for o in outgoing]
             self._event(db, job_id, EventKind.SUBMITTED, detail, now, outgoing)
@@ -163,6 +194,8 @@ class JobRows:
         return self._get(self.db, job_id)
 
     def _get(self, db: sqlite3.Connection, job_id: int) -> Job:
+        if not INT64_MIN <= job_id <= INT64_MAX:  # an id SQLite cannot hold names no job
+            raise JobNotFound(job_id)
         row = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(job_id)

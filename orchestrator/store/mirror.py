@@ -1,5 +1,5 @@
 """The mirror's rows: each job's mirror state, the persistent upload queue, and importing an
-adopted job (storage/adopt.py)."""
+adopted job (orchestrator/adopt.py)."""
 
 from __future__ import annotations
 
@@ -25,15 +25,15 @@ class MirrorRows:
 
     def mirror_set(self, job_id: int, uid: str, **fields: Any) -> None:
         """Insert or update a job's mirror row (JSON for the list columns)."""
-        unknown = set(fields) - _MIRROR_COLUMNS
-        if unknown:
-            raise ValueError(f"not a mirror column: {sorted(unknown)}")
-        values = {k: (json.dumps(v) if k in ("checkpoints", "doomed") else v) for k, v in fields.items()}
-        cols = ["job_id", "uid", *values]
-        sets = ", ".join(f"{k}=excluded.{k}" for k in values) or "uid=excluded.uid"
         with self._tx() as db:
-            db.execute(f"INSERT INTO mirror({', '.join(cols)}) VALUES({','.join('?' * len(cols))}) "
-                       f"ON CONFLICT(job_id) DO UPDATE SET {sets}", (job_id, uid, *values.values()))
+            _mirror_upsert(db, job_id, uid, fields)
+
+    def upload_done(self, upload_id: int, job_id: int, uid: str, now: float, **fields: Any) -> None:
+        """An upload finished and the job's checkpoint history names it: one transaction, so a
+        daemon killed in between never leaves an upload done that the history does not hold."""
+        with self._tx() as db:
+            db.execute("UPDATE uploads SET done_at=?, tries=tries+1 WHERE id=?", (now, upload_id))
+            _mirror_upsert(db, job_id, uid, fields)
 
     def upload_enqueue(self, job_id: int, uid: str, path: str, name: str, step: int, notice: bool, now: float) -> int:
         """Queue a checkpoint upload. Newest wins: pending uploads of the same job at an older
@@ -116,6 +116,17 @@ class MirrorRows:
 
 _MIRROR_COLUMNS = frozenset("""etag manifest_at checkpoints doomed step uploaded_at error error_since warned lost dirty
     files_at final released""".split())
+
+
+def _mirror_upsert(db: Any, job_id: int, uid: str, fields: dict[str, Any]) -> None:
+    unknown = set(fields) - _MIRROR_COLUMNS
+    if unknown:
+        raise ValueError(f"not a mirror column: {sorted(unknown)}")
+    values = {k: (json.dumps(v) if k in ("checkpoints", "doomed") else v) for k, v in fields.items()}
+    cols = ["job_id", "uid", *values]
+    sets = ", ".join(f"{k}=excluded.{k}" for k in values) or "uid=excluded.uid"
+    db.execute(f"INSERT INTO mirror({', '.join(cols)}) VALUES({','.join('?' * len(cols))}) "
+               f"ON CONFLICT(job_id) DO UPDATE SET {sets}", (job_id, uid, *values.values()))
 
 
 def _mirror_row(row: Any) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Forward migrations: MIGRATIONS[n] takes a database at version n to n + 1.
 MIGRATIONS: dict[int, str] = {
@@ -70,6 +70,20 @@ MIGRATIONS: dict[int, str] = {
       error TEXT NOT NULL DEFAULT '', error_since REAL, warned INTEGER NOT NULL DEFAULT 0,
       lost TEXT NOT NULL DEFAULT '', dirty INTEGER NOT NULL DEFAULT 1, files_at REAL,
       final INTEGER NOT NULL DEFAULT 0, released INTEGER NOT NULL DEFAULT 0
+    );
+    """,
+    # Sweeps: one row per sweep (its spec and state) and one per trial, linking the Optuna trial
+    # number to the job that runs it (written in the job's own insert, so no trial is ever run twice).
+    3: """
+    CREATE TABLE sweeps(
+      id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, state TEXT NOT NULL,
+      spec_json TEXT NOT NULL, spec_path TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+      finished_at REAL, reason TEXT NOT NULL DEFAULT '', cancel_requested_at REAL
+    );
+    CREATE TABLE sweep_trials(
+      sweep_id INTEGER NOT NULL REFERENCES sweeps(id), number INTEGER NOT NULL,
+      job_id INTEGER NOT NULL UNIQUE REFERENCES jobs(id), params TEXT NOT NULL, created_at REAL NOT NULL,
+      PRIMARY KEY(sweep_id, number)
     );
     """,
 }

@@ -142,7 +142,7 @@ class AttemptWatcher(threading.Thread):
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
-            if stat[stat.rfind(")") + 2:].split()[0] in ("Z", "X") or b"orchestrator.supervisor" in cmdline:
+            if stat[stat.rfind(")") + 2:].split()[0] in ("Z", "X") or b"orchestrator.executors.supervisor" in cmdline:
                 continue
             env = dict(part.split(b"=", 1) for part in raw.split(b"\0") if b"=" in part)
             run_dir = env.get(b"ORCH_RUN_DIR", b"").decode(errors="replace")

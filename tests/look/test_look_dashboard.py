@@ -82,7 +82,15 @@ def test_bill_shows_cost_by_job_idle_and_budget_left(scenario, dashboard, artifa
     assert api["total"] > 0 and any(s["name"] == "idle" for s in api["timeline"]["series"])
     text = " ".join(el.text for el in elements if el.tag == "main")
     assert "budget left" in text and "idle" in text
-    screenshot(dashboard.url + "#/bill", artifacts / "dashboard-bill.png", size=(1280, 900))
+    # the goodput ledger: one stacked bar per billed job, its parts adding up to the job's cost
+    bars = {int(el.attrs["data-job-id"]) for el in find(elements, "div") if el.has_class("stack-row")}
+    billed = {j["id"] for j in api["ledger"]["jobs"] if j["billed"] > 0}
+    assert billed and bars == billed
+    for j in api["ledger"]["jobs"]:
+        assert sum(j["money"].values()) == pytest.approx(j["billed"], rel=0.01, abs=1e-6)
+    parts = {el.attrs["data-part"] for el in find(elements, "span") if el.has_class("part")}
+    assert {"useful", "startup", "eval", "checkpoint"} <= parts
+    screenshot(dashboard.url + "#/bill", artifacts / "dashboard-bill.png", size=(1280, 1100))
 
 
 def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:

@@ -98,17 +98,16 @@ def test_the_daemon_records_a_flat_loss_once_and_a_divergence_fails_without_retr
 
 
 def test_the_dashboard_store_is_read_only(tmp_path):
-    from orchestrator.cli.dashboard.data import ReadOnlyStore
     from orchestrator.errors import OrchError
     from orchestrator.paths import Home
     from orchestrator.store import Store
 
     home = Home(tmp_path / "home").ensure()
     with pytest.raises(OrchError, match="no orch state"):
-        ReadOnlyStore(home.db).jobs()
+        Store(home.db, read_only=True).jobs()
     assert not home.db.exists()  # looking created nothing
     Store(home.db).close()
-    ro = ReadOnlyStore(home.db)
+    ro = Store(home.db, read_only=True)
     assert ro.jobs() == []
     with pytest.raises(OrchError, match="read-only"):
         ro.submit(name="x", kind="command", gpus=0, priority=0, retries=0, spec={}, spec_path="", now=1.0)

@@ -48,13 +48,13 @@ def test_inputs_travel_content_addressed_and_are_found_or_downloaded_on_adoption
     assert len(remote.list("data")) == 3  # train.jsonl, config.json, vocab.txt: shared by both jobs
 
     b = storage_home(tmp_path / "b", url, a.config.storage.endpoint)
-    same = b.cli("adopt", url, "--job", "dj", "--force")
+    same = b.cli("adopt", "--yes", url, "--job", "dj", "--force")
     assert same.returncode == 0, same
     assert b.job(b.store.by_uid(uid).id).spec["data"]["train"] == str(tmp_path / "inputs" / "data" / "train.jsonl")
 
     shutil.rmtree(tmp_path / "inputs")  # a new machine without the inputs: they come from the mirror
     c = storage_home(tmp_path / "c", url, a.config.storage.endpoint)
-    got = c.cli("adopt", url, "--job", "dj", "--force")
+    got = c.cli("adopt", "--yes", url, "--job", "dj", "--force")
     assert got.returncode == 0 and "downloaded to" in got.stderr, got
     spec = c.job(c.store.by_uid(uid).id).spec
     assert spec["data"]["train"].startswith(str(c.root / "data"))
@@ -68,10 +68,10 @@ def test_inputs_above_the_limit_are_named_when_missing_and_found_through_map(mir
     assert m["data_files"] and not any(e["key"] for e in m["data_files"])
     shutil.move(str(tmp_path / "inputs"), str(tmp_path / "moved"))
     b = storage_home(tmp_path / "b", url, a.config.storage.endpoint)
-    refused = b.cli("adopt", url, "--job", "dj", "--force")
+    refused = b.cli("adopt", "--yes", url, "--job", "dj", "--force")
     assert refused.returncode == 1 and "data.train" in refused.stderr and "--map" in refused.stderr, refused
     assert b.store.by_uid(uid) is None
-    ok = b.cli("adopt", url, "--job", "dj", "--force", "--map", f"{tmp_path / 'inputs'}={tmp_path / 'moved'}")
+    ok = b.cli("adopt", "--yes", url, "--job", "dj", "--force", "--map", f"{tmp_path / 'inputs'}={tmp_path / 'moved'}")
     assert ok.returncode == 0, ok
     spec = b.job(b.store.by_uid(uid).id).spec
     assert spec["data"]["train"] == str(tmp_path / "moved" / "data" / "train.jsonl")

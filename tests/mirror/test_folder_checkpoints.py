@@ -71,7 +71,7 @@ def test_a_folder_checkpoint_is_mirrored_and_adopted_as_the_same_folder(homes, t
 
     b = storage_home(tmp_path / "b", url, None)
     homes.append(b)
-    ran = b.cli("adopt", url, "--job", uid)
+    ran = b.cli("adopt", "--yes", url, "--job", uid)
     assert ran.returncode == 0, ran.stderr
     assert "resuming from step 7" in ran.stdout, ran.stdout
     job_b = b.store.by_uid(uid)

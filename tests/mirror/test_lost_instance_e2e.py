@@ -116,7 +116,7 @@ def adopt_and_finish(tmp_path: Path, url: str, endpoint: str, homes: list, uid: 
     b = storage_home(tmp_path / "b", url, endpoint)
     homes.append(b)
     started = time.monotonic()
-    ran = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", url, "--all")), 40,
+    ran = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", "--yes", url, "--all")), 40,
                    interval=0.5, what="adoption once the lost machine's lease is stale")
     assert "sha256 verified" in ran.stdout, ran
     job = b.store.by_uid(uid)

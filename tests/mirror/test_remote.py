@@ -32,6 +32,44 @@ def test_put_get_list_delete(remote, tmp_path: Path):
         remote.download("jobs/u1/nothing", tmp_path / "x")
 
 
+@pytest.mark.parametrize("size", [0, 1000, 5 * 1024 * 1024, 11 * 1024 * 1024 + 3])  # one request .. three parts
+def test_a_hashed_upload_returns_the_sha256_and_size_of_exactly_the_bytes_stored(remote, tmp_path: Path, size):
+    import asyncio
+
+    src = tmp_path / "ckpt.bin"
+    src.write_bytes(os.urandom(size))
+    remote.part_size = 5 * 1024 * 1024
+    key = f"jobs/u1/checkpoints/t-{size}.ckpt"
+    got = asyncio.run(remote.put_file_hashed_async(key, src, concurrency=2))
+    assert got == sha256_file(src)
+    assert remote.download(key, tmp_path / "back.bin") == got
+    assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
+
+
+def test_a_hashed_upload_of_a_file_renamed_over_midway_sends_and_hashes_the_file_it_opened(remote, tmp_path: Path):
+    """A job may replace a checkpoint under the same name while it uploads: the object and its
+    sha256 are both the file that was opened (one read), never a mix or a mismatch."""
+    import asyncio
+
+    src, newer = tmp_path / "ckpt.bin", tmp_path / "newer.bin"
+    src.write_bytes(os.urandom(11 * 1024 * 1024))
+    newer.write_bytes(os.urandom(11 * 1024 * 1024))
+    first = sha256_file(src)
+    remote.part_size = 5 * 1024 * 1024
+
+    async def upload() -> tuple[str, int]:
+        async def swap() -> None:  # runs at the upload's first await: after the open, before most reads
+            os.replace(newer, src)  # the path now names other bytes; the open file is unchanged
+        task = asyncio.ensure_future(swap())
+        result = await remote.put_file_hashed_async("jobs/u1/checkpoints/swap.ckpt", src)
+        await task
+        return result
+
+    got = asyncio.run(upload())
+    assert got == first and sha256_file(src) != first
+    assert remote.download("jobs/u1/checkpoints/swap.ckpt", tmp_path / "back.bin") == first
+
+
 def test_conditional_writes(remote):
     etag = remote.cas_put("jobs/u/manifest.json", b"v1", None)
     with pytest.raises(Conflict):

@@ -83,7 +83,8 @@ def test_defaults_name_is_the_type_and_events_are_the_outcomes() -> None:
     assert isinstance(notifier, Notifier)
     assert notifier.name == "wecom" and notifier.type == "wecom"
     assert notifier.events == DEFAULT_EVENTS == {"succeeded", "failed", "stopped", "preempted", "idle_shutdown", "loss_flat",
-                                                 "hang", "mirror_failed", "lease_lost"}
+                                                 "hang", "mirror_failed", "lease_lost", "deadline_at_risk",
+                                                 "sweep_finished"}
     assert notifier.min_interval_s == 3.0
 
 

@@ -4,6 +4,7 @@ and `orch show` report, and `orch cancel` of a running and of a pending Slurm jo
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import pytest
@@ -163,3 +164,49 @@ def test_sbatch_refusal_fails_the_job_with_slurms_reason(slurm_home):
     assert "sbatch refused attempt 1" in log and "partition" in log.lower(), log
     assert "sbatch refused" in [e.detail for e in h.store.events(job)][-1], h.store.events(job)[-1].detail
     assert done.attempt == 1
+
+
+STACK_JOB = r'''
+import faulthandler, os, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # what the built-in runner does
+def waiting_in_a_named_frame():
+    open(os.path.join(sys.argv[1], "ready"), "w").close()
+    time.sleep(300)
+waiting_in_a_named_frame()
+'''
+
+
+def test_doctor_asks_the_slurm_executor_and_dump_stacks_signals_the_steps_tasks(slurm_home):
+    """A running Slurm job is healthy to `orch doctor` (its executor says so: no local supervisor
+    is expected), and SlurmExecutor.dump_stacks reaches the job's task through Slurm: its stack
+    lands in the attempt log, and the job keeps running."""
+    from dataclasses import replace
+
+    from orchestrator.executors.slurm import SlurmExecutor
+
+    h = slurm_home()
+    h.start_daemon()
+    script = h.tmp / "stack_job.py"
+    script.write_text(STACK_JOB)
+    job_id = h.submit(h.job_file("stacks", command=[sys.executable, str(script), str(h.tmp)]))
+    slurm_id(h, job_id)
+    wait_for(lambda: (h.tmp / "ready").exists(), 60, what="the Slurm job to start")
+    wait_for(lambda: h.job(job_id).state is JobState.RUNNING, 10)
+
+    doctor = orch_cli(h, "doctor", "--json")
+    jobs = [f for f in json.loads(doctor.stdout) if f["area"] == "jobs"]
+    assert jobs and all(f["level"] == "ok" for f in jobs), jobs
+    assert f"job {job_id} (stacks): slurm attempt alive" in jobs[0]["text"], jobs
+
+    executor = SlurmExecutor(h.home, h.config.slurm)
+    job = h.job(job_id)
+    executor.refresh([job], time.time())
+    assert "not sent SIGUSR1" in executor.dump_stacks(job)  # a command job that did not ask: untouched
+    said = executor.dump_stacks(replace(job, kind="builtin"))  # as for the built-in runner
+    assert "stacks dumped" in said, said
+    log = h.run_dir(job_id) / "attempt-1.log"
+    wait_for(lambda: "waiting_in_a_named_frame" in log.read_text(errors="replace"), 20,
+             what="faulthandler's dump in the attempt log")
+    assert h.job(job_id).state is JobState.RUNNING and h.exit_record(job_id, 1) is None
+    assert orch_cli(h, "cancel", str(job_id)).returncode == 0
+    h.wait_state(job_id, JobState.CANCELLED, timeout=60)

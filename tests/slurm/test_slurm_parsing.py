@@ -49,7 +49,7 @@ def test_sbatch_geometry_overrides_and_shared_folder_check(tmp_path):
     import pytest
 
     from orchestrator.config import SlurmSection
-    from orchestrator.executors.base import AttemptLaunch
+    from orchestrator.records import AttemptLaunch
     from orchestrator.executors.slurm_script import SlurmError, check_shared, sbatch_args
 
     cfg = SlurmSection(partition="gpu", account="lab", time="4:00:00", warn_before=120, cpus_per_gpu=8,

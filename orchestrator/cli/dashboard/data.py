@@ -6,7 +6,6 @@ never change a job nor take the write lock the daemon needs."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -17,41 +16,12 @@ from ...contract import HEALTH, METRICS_CSV, attempt_log, read_json
 from ...errors import OrchError
 from ...metrics import read_metrics
 from ...paths import Home
-from ...store import SCHEMA_VERSION, Store
+from ...store import Store
 from ..cost_report import cost_data
 from ..views import show_data, status_rows
 
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 32768
-
-
-class ReadOnlyStore(Store):
-    """The Store's queries on a read-only connection: no file is created, nothing migrated."""
-
-    def __init__(self, path: Path | str):  # noqa: super().__init__ would create and migrate
-        self.path = Path(path)
-        self._local = threading.local()
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            if not self.path.exists():
-                raise OrchError(f"no orch state at {self.path.parent} yet: submit a job first")
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5, isolation_level=None,
-                                   check_same_thread=False)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA busy_timeout=5000")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version != SCHEMA_VERSION:
-                conn.close()
-                raise OrchError(f"{self.path} has schema {version}; this orch reads {SCHEMA_VERSION} "
-                                "(run any other orch command once to migrate it)")
-            self._local.conn = conn
-        return conn
-
-    def _tx(self):  # type: ignore[override]
-        raise OrchError("the dashboard is read-only")
 
 
 def daemon_pid(home: Home) -> Optional[int]:
@@ -71,14 +41,6 @@ def queue(store: Store, home: Home, config: Config, now: float) -> dict[str, Any
     done = sorted((r for r in rows if r["state"] not in ("queued", "running")), key=lambda r: -r["id"])
     return {"now": now, "currency": config.pricing.currency, "daemon_pid": daemon_pid(home),
             "jobs": active + done}
-
-
-def _safe_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """[env] values may be secrets (tokens, keys): the page shows their names only."""
-    spec = dict(spec)
-    if isinstance(spec.get("env"), dict):
-        spec["env"] = {k: "***" for k in spec["env"]}
-    return spec
 
 
 def log_tail(run_dir: Path, attempt: int) -> str:
@@ -124,7 +86,6 @@ def markers(attempts: list[dict[str, Any]], health: dict[str, Any]) -> list[dict
 def job(store: Store, home: Home, config: Config, job_id: int, now: float) -> dict[str, Any]:
     data = show_data(store, home, job_id, now)
     run_dir = home.run_dir(job_id)
-    data["spec"] = _safe_spec(data.get("spec") or {})
     data["currency"] = config.pricing.currency
     data["metrics"] = read_metrics(run_dir / METRICS_CSV)
     health = read_json(run_dir / HEALTH) or {}
@@ -191,6 +152,9 @@ def bill(store: Store, home: Home, config: Config, now: float) -> dict[str, Any]
         j["budget_left"] = round(job_.max_cost - job_.cost, 6) if job_ and job_.max_cost is not None else None
     data["timeline"] = timeline(store, data["jobs"], data["idle_cost"], now, daemon_up=daemon_pid(home) is not None)
     data["now"] = now
+    from ..bill import breakdown_data
+
+    data["ledger"] = breakdown_data(store, home, config, now)  # the goodput ledger: one stacked bar per job
     return data
 
 

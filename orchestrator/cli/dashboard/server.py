@@ -21,7 +21,9 @@ from urllib.parse import parse_qs, urlsplit
 from ...config import Config
 from ...errors import JobNotFound, OrchError
 from ...paths import Home
-from . import data
+from ...store import Store
+from ...store.sweeps import SweepNotFound
+from . import data, sweep_data
 
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
           "chart.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
@@ -40,6 +42,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def same_token(given: str, token: str) -> bool:
+    """Constant-time comparison of what a request carries, whatever its characters: compare_digest
+    refuses a non-ASCII str, and a header decoded as latin-1 may hold any byte."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), token.encode())
+
+
 def _json_safe(value: Any) -> Any:
     """NaN and infinity are not JSON: they become null."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -54,7 +62,7 @@ def _json_safe(value: Any) -> Any:
 class Dashboard:
     def __init__(self, home: Home, config: Config, *, token: Optional[str] = None, ttl: float = 1.0):
         self.home, self.config, self.token = home, config, token
-        self.store = data.ReadOnlyStore(home.db)
+        self.store = Store(home.db, read_only=True)
         self.snapshot = data.Snapshot(ttl)
         self.assets = {name: resources.files(__package__).joinpath("static", name).read_bytes() for name in STATIC}
 
@@ -65,12 +73,19 @@ class Dashboard:
                 return 200, self.snapshot.get("queue", lambda: data.queue(self.store, self.home, self.config, now))
             if path == "/api/bill":
                 return 200, self.snapshot.get("bill", lambda: data.bill(self.store, self.home, self.config, now))
-            m = re.fullmatch(r"/api/job/(\d+)", path)
+            if path == "/api/sweeps":
+                return 200, self.snapshot.get("sweeps", lambda: sweep_data.sweeps(self.store))
+            m = re.fullmatch(r"/api/sweep/([0-9]{1,18})", path)  # a longer id names no sweep: 404
+            if m:
+                sweep_id = int(m.group(1))
+                return 200, self.snapshot.get(("sweep", sweep_id), lambda: sweep_data.sweep(
+                    self.store, self.home, sweep_id, self.config.pricing.currency))
+            m = re.fullmatch(r"/api/job/([0-9]{1,18})", path)  # a longer id names no job: 404
             if m:
                 job_id = int(m.group(1))
                 return 200, self.snapshot.get(("job", job_id),
                                               lambda: data.job(self.store, self.home, self.config, job_id, now))
-        except JobNotFound as exc:
+        except (JobNotFound, SweepNotFound) as exc:
             return 404, {"error": str(exc)}
         except OrchError as exc:
             return 503, {"error": str(exc)}
@@ -104,14 +119,14 @@ def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
             if dash.token is None:
                 return True, False
             given = (query.get("token") or [""])[0]
-            if given and hmac.compare_digest(given, dash.token):
+            if given and same_token(given, dash.token):
                 return True, True
             auth = self.headers.get("Authorization", "")
-            if auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].strip(), dash.token):
+            if auth.startswith("Bearer ") and same_token(auth[7:].strip(), dash.token):
                 return True, False
             for part in self.headers.get("Cookie", "").split(";"):
                 name, _, value = part.strip().partition("=")
-                if name == COOKIE and hmac.compare_digest(value, dash.token):
+                if name == COOKIE and same_token(value, dash.token):
                     return True, False
             return False, False
 
@@ -125,6 +140,14 @@ def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
             return name in LOOPBACK_NAMES
 
         def do_GET(self) -> None:  # noqa: N802
+            try:
+                self._get()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client went away
+            except Exception as exc:  # whatever a request holds, it gets an answer, not a dropped connection
+                self._send(500, f"orch dashboard: {type(exc).__name__}\n".encode(), "text/plain; charset=utf-8")
+
+        def _get(self) -> None:
             url = urlsplit(self.path)
             query = parse_qs(url.query)
             if not self._host_ok():

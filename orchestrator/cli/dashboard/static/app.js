@@ -1,4 +1,4 @@
-// The dashboard's three pages (#/ queue, #/job/ID, #/bill), refreshed by polling the read-only
+// The dashboard's pages (#/ queue and sweeps, #/job/ID, #/sweep/ID, #/bill), refreshed by polling the read-only
 // JSON API. Everything is built with textContent: job names and log lines are never parsed as HTML.
 "use strict";
 (function () {
@@ -55,6 +55,39 @@
     return h("td", {}, total ? bar : null, `${r.step}${total ? " / " + total : ""}`);
   }
 
+  // -- sweeps ----------------------------------------------------------------------------------
+  let sweepList = [];
+  function sweepsTable() {
+    if (!sweepList.length) return null;
+    return h("table", { id: "sweeps" },
+      h("thead", {}, h("tr", {}, ...["sweep", "name", "state", "trials", "objective"].map((t) => h("th", { text: t })))),
+      h("tbody", {}, ...sweepList.map((s) => h("tr", { class: "sweep-row", "data-sweep-id": s.id, onclick: () => { location.hash = `#/sweep/${s.id}`; } },
+        h("td", {}, h("a", { href: `#/sweep/${s.id}`, text: String(s.id) })), h("td", { text: s.name }),
+        h("td", {}, stateBadge(s.state)), h("td", { text: `${s.trials} of ${s.planned}` }), h("td", { text: s.objective })))));
+  }
+
+  function renderSweep(d) {
+    const cur = d.currency;
+    const chart = window.OrchChart.line({ title: `${d.objective} against step, every trial`, xLabel: "step",
+      markers: d.markers, series: d.curves.map((c) => ({ name: c.name, points: c.points, dots: c.state === "pruned" })) });
+    const fmtv = (v) => v === null || v === undefined ? "—" : Number(v).toPrecision(4);
+    const table = h("table", { id: "trials" },
+      h("thead", {}, h("tr", {}, ...["job", "params", "state", d.objective, "steps", "cost"].map((t) => h("th", { text: t })))),
+      h("tbody", {}, ...d.trials.map((t) => h("tr", { "data-state": t.state, onclick: () => { location.hash = `#/job/${t.id}`; } },
+        h("td", {}, h("a", { href: `#/job/${t.id}`, text: String(t.id) })), h("td", { text: t.params_text }),
+        h("td", {}, stateBadge(t.state)), h("td", { class: "num", text: fmtv(t.value) }),
+        h("td", { class: "num", text: String(t.steps) }), h("td", { class: "num", text: money(t.cost, cur) })))));
+    const best = d.best ? `job ${d.best.trial}, ${d.objective} = ${fmtv(d.best.value)}` : "no trial finished yet";
+    put(
+      h("h1", {}, `Sweep ${d.id} · ${d.name} `, stateBadge(d.state)),
+      d.reason ? h("p", { class: "reason", text: d.reason }) : null,
+      h("div", { class: "grid" }, kv("trials", `${d.trials.length} of ${d.trials_planned}`), kv("best", best),
+        kv("steps", String(d.steps_total)), kv("cost", money(d.cost_total, cur)), kv("pruned", String(d.pruned)),
+        kv("pruning saved", money(d.saved, cur) + " · " + dur(d.saved_seconds))),
+      h("h2", { text: "Objective" }), h("div", { class: "charts", id: "charts" }, chart),
+      h("h2", { text: "Trials (best first)" }), table);
+  }
+
   function renderQueue(data) {
     const cur = data.currency;
     const active = data.jobs.filter((j) => j.state === "queued" || j.state === "running");
@@ -79,6 +112,7 @@
       h("tbody", {}, ...rows));
     const daemon = data.daemon_pid ? `daemon running (pid ${data.daemon_pid})` : "no daemon running: `orch daemon start` runs the queue";
     put(
+      sweepList.length ? h("h1", { text: "Sweeps" }) : null, sweepsTable(),
       h("h1", { text: "Queue" }),
       h("p", { class: "muted", id: "summary", text: `${active.length} queued or running, ${data.jobs.length} in all · ${daemon}` }),
       data.jobs.length ? table : h("p", { class: "muted", text: "No jobs yet: `orch submit job.toml`." }));
@@ -162,7 +196,30 @@
         d.savings !== undefined ? kv("spot savings", money(d.savings, cur)) : null),
       h("h2", { text: "Over time" }), chart,
       h("p", { class: "muted", text: "Each job's cost is spread over its attempts; the idle cost over the gaps between them (the totals are exact). " + d.note.charAt(0).toUpperCase() + d.note.slice(1) + "." }),
-      h("h2", { text: "By job" }), table);
+      h("h2", { text: "By job" }), table,
+      h("h2", { text: "Where the money went" }), ledgerBars(d.ledger, cur));
+  }
+
+  // The goodput ledger: one bar per job, its parts stacked in proportion to what they cost.
+  const PARTS = [["useful", "useful training"], ["redone", "redone steps"], ["checkpoint", "checkpoint stall"],
+    ["startup", "start-up and restore"], ["data_wait", "data wait"], ["eval", "evaluation"]];
+  function ledgerBars(ledger, cur) {
+    if (!ledger) return null;
+    const jobs = ledger.jobs.filter((j) => j.billed > 0);
+    if (!jobs.length) return h("p", { class: "muted", text: "Nothing billed yet." });
+    const legend = h("div", { class: "legend" }, ...PARTS.map(([k, label]) => h("span", {}, h("span", { class: `sw part-${k}` }), label)));
+    const rows = jobs.map((j) => h("div", { class: "stack-row", "data-job-id": j.id },
+      h("span", { class: "stack-name", text: `${j.id} ${j.name}` }),
+      h("span", { class: "stack" }, ...PARTS.filter(([k]) => j.money[k] > 0).map(([k, label]) => {
+        const part = h("span", { class: `part part-${k}`, "data-part": k, "data-money": j.money[k].toFixed(6),
+          title: `${label}: ${money(j.money[k], cur)} (${dur(j.seconds[k])})` });
+        part.style.width = (100 * j.money[k] / j.billed).toFixed(2) + "%";  // CSSOM: the CSP allows no style attribute
+        return part;
+      })),
+      h("span", { class: "num stack-total", text: money(j.billed, cur) })));
+    const advice = ledger.jobs.flatMap((j) => j.advice.map((a) => `job ${j.id} (${j.name}): ${a}`)).concat(ledger.advice);
+    return h("div", { class: "card", id: "ledger" }, legend, ...rows,
+      advice.length ? h("ul", { class: "advice" }, ...advice.map((a) => h("li", { text: a }))) : null);
   }
 
   // -- routing and polling ---------------------------------------------------------------------
@@ -170,6 +227,8 @@
     const hash = location.hash || "#/";
     const m = hash.match(/^#\/job\/(\d+)/);
     if (m) return { page: "job", path: `/api/job/${m[1]}`, render: renderJob, every: 3000, nav: "queue" };
+    const sw = hash.match(/^#\/sweep\/(\d+)/);
+    if (sw) return { page: "sweep", path: `/api/sweep/${sw[1]}`, render: renderSweep, every: 3000, nav: "queue" };
     if (hash.startsWith("#/bill")) return { page: "bill", path: "/api/bill", render: renderBill, every: 5000, nav: "bill" };
     return { page: "queue", path: "/api/queue", render: renderQueue, every: 2000, nav: "queue" };
   }
@@ -177,6 +236,7 @@
   async function refresh(r, gen) {
     try {
       const data = await getJSON(r.path);
+      if (r.page === "queue") sweepList = await getJSON("/api/sweeps").catch(() => []);
       if (gen !== generation) return;
       const y = window.scrollY;
       r.render(data);

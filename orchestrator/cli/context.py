@@ -1,0 +1,141 @@
+"""What every `orch` verb shares: the typer app and its sub-apps, the global options (`Ctx`), the
+error-to-exit-code group, and small output helpers. The verb modules import this; app.py wires them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from ..errors import OrchError
+from ..paths import Home
+
+
+class OrchGroup(TyperGroup):
+    """Turns our errors into a message on stderr and an exit code (2 bad input, 1 failed
+    request), for the real `orch` and for CliRunner alike: never a traceback."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OrchError as exc:
+            text = str(exc)
+            print(text if exc.exit_code == 2 else f"orch: {text}", file=sys.stderr)
+            raise typer.Exit(exc.exit_code) from None
+        except Exception as exc:
+            if not _disk_full(exc):
+                raise
+            # SQLite rolls the transaction back: the store is as it was, only this request failed.
+            root = _state_root()
+            print(f"orch: the disk holding {root} is full ({exc}); nothing was recorded. Free space "
+                  f"(`df -h {root}`, `orch doctor`) and try again", file=sys.stderr)
+            raise typer.Exit(1) from None
+
+
+def _state_root() -> Path:
+    return Home.locate(ctx.home_arg).root  # the module's Ctx (OrchGroup.invoke's `ctx` is click's)
+
+
+def _disk_full(exc: Optional[BaseException]) -> bool:
+    """ENOSPC, or SQLite's "database or disk is full" — also when a failed ROLLBACK on the full
+    disk replaced it with "disk I/O error" (the original is then the exception's context)."""
+    import errno
+    import sqlite3
+
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
+            return True
+        if isinstance(exc, sqlite3.OperationalError) and "disk I/O error" in str(exc):
+            import shutil
+
+            try:  # opening the WAL on a full disk fails this way: tell it by the free space
+                return shutil.disk_usage(_state_root()).free < (1 << 20)
+            except OSError:
+                return False
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+app = typer.Typer(cls=OrchGroup, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="orch: queue training jobs on rented GPUs; resume after preemption; count the cost; "
+                       "get notified; power off when done.")
+daemon_app = typer.Typer(no_args_is_help=True, help="Run, start, stop or inspect the background daemon.")
+notify_app = typer.Typer(no_args_is_help=True, help="Check the notification channels.")
+config_app = typer.Typer(no_args_is_help=True, help="Check config.toml.")
+app.add_typer(daemon_app, name="daemon")
+app.add_typer(notify_app, name="notify")
+app.add_typer(config_app, name="config")
+storage_app = typer.Typer(no_args_is_help=True, help="Check the [storage] mirror.")
+app.add_typer(storage_app, name="storage")
+
+
+class Ctx:
+    home_arg: Optional[str] = None
+    config_arg: Optional[str] = None
+
+    @property
+    def home(self) -> Home:
+        return Home.locate(self.home_arg)
+
+    def store(self):
+        from ..store import Store
+
+        home = self.home.ensure()
+        return Store(home.db)
+
+    @property
+    def config_path(self) -> Path:
+        return self.home.config_path(self.config_arg)
+
+    def config(self, *, build_notifiers: bool = False):
+        from ..config import load_config
+
+        return load_config(self.config_path, required=self.config_arg is not None, build_notifiers=build_notifiers)
+
+
+ctx = Ctx()
+
+
+def err(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def emit_json(data: Any) -> None:
+    # Indented for a person at a terminal; compact for a pipe (the indenting encoder is ~4x slower).
+    print(json.dumps(data, indent=2 if sys.stdout.isatty() else None, default=str))
+
+
+@app.callback()
+def main_options(
+    home: Optional[str] = typer.Option(None, "--home", help="State folder (default $ORCH_HOME or ~/.orch)."),
+    config: Optional[str] = typer.Option(None, "--config", help="config.toml (default $ORCH_CONFIG or $ORCH_HOME/config.toml)."),
+) -> None:
+    ctx.home_arg, ctx.config_arg = home, config
+
+
+def daemon_pid(home: Home) -> Optional[int]:
+    from ..daemon_control import running_pid
+
+    return running_pid(home)
+
+
+def poke(home: Home) -> bool:
+    from ..wake import poke
+
+    return poke(home.wake_socket)
+
+
+def currency() -> str:
+    if ctx.config_arg is None and not ctx.config_path.exists():
+        return ""  # no config: skip building the config models (part of `orch status`'s budget)
+    try:
+        return ctx.config().pricing.currency
+    except OrchError:
+        return ""

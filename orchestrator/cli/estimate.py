@@ -1,0 +1,189 @@
+"""`orch estimate job.toml` (and `orch submit --estimate`): what a job will take and cost before it
+is queued. A built-in job is measured by a short probe of the real job on this machine
+(`python -m training.probe`, a subprocess: the CLI never imports torch); a command job is estimated
+from the finished jobs of the same name. The store's jobs are only read (the queue ahead)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..contract import DEFAULT_MTBF_S, young_daly
+from ..cost import Pricing, format_duration, format_money, job_hourly_rates
+from ..errors import OrchError
+from ..forecast import History, history_of, queue_forecast
+from ..jobspec import JobSpec, load_jobspec
+from ..paths import Home
+from ..states import JobState
+from ..store import Store
+
+PROBE_TIMEOUT_S = 1800.0
+
+
+@dataclass
+class Candidate:
+    """The job being estimated, placed in the queue as dispatch would place it (never stored)."""
+
+    spec_json: str
+    spec: dict[str, Any]
+    gpus: int
+    priority: int
+    id: int = 2**62
+    started_at: Optional[float] = None
+    state: JobState = JobState.QUEUED
+    after_ids: list[int] = field(default_factory=list)
+
+
+def hourly_rate(pricing: Pricing, gpus: int, managed_gpus: int) -> float:
+    """What the job would pay per hour alone on this machine (SPEC's one formula)."""
+    rates, _ = job_hourly_rates([("job", gpus)], max(managed_gpus, gpus), pricing)
+    return rates["job"]
+
+
+def checkpoint_plan(spec: JobSpec, steps_per_s: float, save_s: float, mtbf_s: float) -> tuple[float, str]:
+    """(seconds between periodic saves, how that was chosen) for the job's [checkpoint]."""
+    ck = spec.checkpoint
+    if ck.every == "auto":
+        return young_daly(save_s, mtbf_s), f'every = "auto": sqrt(2 x {save_s:.3f} s x {mtbf_s:.0f} s)'
+    choices = []
+    if ck.every_n_steps:
+        choices.append((ck.every_n_steps / steps_per_s, f"every_n_steps = {ck.every_n_steps}"))
+    if ck.every_minutes:
+        choices.append((ck.every_minutes * 60.0, f"every_minutes = {ck.every_minutes:g}"))
+    return min(choices) if choices else (math.inf, "no periodic checkpoints")
+
+
+def mtbf_of(store: Store, spec: JobSpec) -> tuple[float, str]:
+    if spec.checkpoint.mtbf_hours:
+        return spec.checkpoint.mtbf_hours * 3600.0, "job.toml [checkpoint] mtbf_hours"
+    count, uptime = store.preemption_history()
+    if count and uptime > 0:
+        return uptime / count, f"this machine: {count} preemption(s) in {format_duration(uptime)} of daemon uptime"
+    return DEFAULT_MTBF_S, "no preemption seen here yet: orch assumes 6 h"
+
+
+def builtin_projection(spec: JobSpec, probe: dict[str, Any], rate_hour: float, mtbf: tuple[float, str]) -> dict[str, Any]:
+    """Wall time = start-up + steps / (steps/s) + evaluations + periodic saves + the end; cost at the rate."""
+    sps = float(probe["steps_per_s"])
+    total = int(probe["total_steps"])
+    startup = float(probe.get("startup_s") or 0.0)
+    save_s = float(probe.get("checkpoint_s") or 0.0)
+    eval_pass = float(probe.get("eval_pass_s") or 0.0)
+    end_s = float(probe.get("end_s") or 0.0)
+    train_s = total / sps
+    evals = float(probe.get("evals") or 0.0)
+    interval_s, interval_why = checkpoint_plan(spec, sps, save_s, mtbf[0])
+    saves = (math.floor(train_s / interval_s) if math.isfinite(interval_s) else 0) + 1  # + the final one
+    wall = startup + train_s + evals * eval_pass + saves * save_s + end_s
+    preemptions = wall / mtbf[0]
+    per_preemption = (min(interval_s, wall) / 2.0) + startup  # half an interval redone, and a restart
+    waste_s = preemptions * per_preemption
+    return {
+        "kind": "builtin", "steps_per_s": round(sps, 4), "total_steps": total, "wall_s": round(wall, 1),
+        "parts_s": {"startup": round(startup, 2), "training": round(train_s, 2), "eval": round(evals * eval_pass, 2),
+                    "checkpoint": round(saves * save_s, 3), "end": round(end_s, 2)},
+        "evals": round(evals, 2), "saves": saves, "checkpoint_interval_s": None if math.isinf(interval_s) else round(interval_s, 1),
+        "checkpoint_interval_why": interval_why, "checkpoint_stall_s": round(save_s, 4),
+        "gpu_hours": round(wall * spec.gpus / 3600.0, 4), "cost": round(wall / 3600.0 * rate_hour, 6),
+        "mtbf_s": round(mtbf[0], 1), "mtbf_source": mtbf[1],
+        "preemption_waste_s": round(waste_s, 1), "preemption_waste_cost": round(waste_s / 3600.0 * rate_hour, 6),
+        "probe": {"warmup_steps": probe.get("warmup_steps"), "measured_steps": probe.get("steady_steps"),
+                  "seconds": round(float(probe["probe_s"]), 1), "cost": round(float(probe["probe_s"]) / 3600.0 * rate_hour, 6)},
+        "early_stopping": spec.early_stopping is not None,
+    }
+
+
+def command_projection(spec: JobSpec, history: Optional[History], rate_hour: float) -> dict[str, Any]:
+    if history is None:
+        return {"kind": "command", "wall_s": None, "cost": None,
+                "cannot_estimate": f"no finished job named {spec.name!r} yet: orch cannot estimate a command it has "
+                                   "never seen run (the built-in job is measured by a probe instead)"}
+    return {"kind": "command", "wall_s": round(history.seconds, 1), "gpu_hours": round(history.seconds * spec.gpus / 3600, 4),
+            "cost": round(history.seconds / 3600.0 * rate_hour, 6), "history_runs": history.runs,
+            "history_mean_cost": round(history.cost, 6),
+            "basis": f"the mean of {history.runs} finished job(s) named {spec.name!r}"}
+
+
+def run_probe(job_toml: Path, *, warmup: int, steps: int, env: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "training.probe", str(job_toml), "--warmup", str(warmup), "--steps", str(steps)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env or dict(os.environ),
+                              cwd=str(Path(__file__).resolve().parents[2]))
+    except subprocess.TimeoutExpired:
+        raise OrchError(f"the probe of {job_toml} took over {PROBE_TIMEOUT_S:.0f} s; nothing was estimated") from None
+    lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
+        raise OrchError(f"the probe of {job_toml} failed (exit {done.returncode}):\n{tail}")
+    result = json.loads(lines[-1])
+    if not result.get("steps_per_s"):
+        raise OrchError(f"the probe of {job_toml} measured no steady steps (too few steps: raise --steps)")
+    return result
+
+
+def estimate_data(store: Store, home: Home, config: Any, job_toml: Path, now: float, *, warmup: int = 10,
+                  steps: int = 30, daemon_running: bool = True) -> dict[str, Any]:
+    from ..gpus import managed_gpus
+
+    spec = load_jobspec(job_toml)
+    managed = len(managed_gpus(config.daemon.gpus))
+    p = config.pricing
+    rate = hourly_rate(Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour), spec.gpus, managed)
+    if spec.is_command:
+        data = command_projection(spec, history_of(store.jobs([JobState.SUCCEEDED]), spec.name or ""), rate)
+    else:
+        data = builtin_projection(spec, run_probe(job_toml, warmup=warmup, steps=steps), rate, mtbf_of(store, spec))
+    body = spec.model_dump(mode="json", exclude_none=True)
+    candidate = Candidate(json.dumps(body), body, spec.gpus, spec.priority)
+    forecast = queue_forecast(store, home, managed, config.daemon.cpu_slots, now, extra=candidate,  # type: ignore[arg-type]
+                              extra_left=data.get("wall_s"))[candidate.id]
+    wait = None if math.isinf(forecast.start) else max(0.0, forecast.start - now)
+    data.update({"job": spec.name, "gpus": spec.gpus, "currency": p.currency, "hourly_rate": round(rate, 6),
+                 "queue_wait_s": None if wait is None else round(wait, 1), "queue_wait_is_lower_bound": forecast.lower_bound,
+                 "queue_ahead": len([j for j in store.jobs([JobState.QUEUED, JobState.RUNNING])]),
+                 "daemon_running": daemon_running})
+    if data.get("wall_s") is not None and wait is not None:
+        data["projected_finish"] = now + wait + data["wall_s"]
+    return data
+
+
+def estimate_text(d: dict[str, Any]) -> str:
+    cur = d["currency"]
+    lines = [f"estimate for {d['job']} ({d['gpus']} GPU{'s' if d['gpus'] != 1 else ''}, "
+             f"{format_money(d['hourly_rate'], cur)}/h on this machine)"]
+    if d.get("cannot_estimate"):
+        lines.append(f"  cannot estimate: {d['cannot_estimate']}")
+    elif d["kind"] == "command":
+        lines.append(f"  wall time:   {format_duration(d['wall_s'])} ({d['basis']})")
+        lines.append(f"  cost:        {format_money(d['cost'], cur)}   gpu-hours: {d['gpu_hours']:.3f}")
+    else:
+        parts = d["parts_s"]
+        lines += [
+            f"  speed:       {d['steps_per_s']:.3g} steps/s (measured over {d['probe']['measured_steps']} steps after "
+            f"{d['probe']['warmup_steps']} warm-up)",
+            f"  steps:       {d['total_steps']}",
+            f"  wall time:   {format_duration(d['wall_s'])} (start-up {format_duration(parts['startup'])}, training "
+            f"{format_duration(parts['training'])}, {d['evals']:g} evaluations {format_duration(parts['eval'])}, "
+            f"{d['saves']} saves {parts['checkpoint']:.2f}s)" + ("; early stopping may end it sooner" if d["early_stopping"] else ""),
+            f"  cost:        {format_money(d['cost'], cur)}   gpu-hours: {d['gpu_hours']:.3f}",
+            f"  checkpoints: every {format_duration(d['checkpoint_interval_s'])} ({d['checkpoint_interval_why']}); "
+            f"each blocks the step {d['checkpoint_stall_s']:.3f}s",
+            f"  preemption:  expect {format_duration(d['preemption_waste_s'])} redone and restarting "
+            f"({format_money(d['preemption_waste_cost'], cur)}) at an MTBF of {format_duration(d['mtbf_s'])} ({d['mtbf_source']})",
+            f"  the probe:   {format_duration(d['probe']['seconds'])}, {format_money(d['probe']['cost'], cur)}",
+        ]
+    wait = d.get("queue_wait_s")
+    wait_text = "never on this machine (it asks for more than it has)" if wait is None else (
+        "now" if wait == 0 else f"in {format_duration(wait)}{' or later' if d['queue_wait_is_lower_bound'] else ''}")
+    lines.append(f"  starts:      {wait_text} ({d['queue_ahead']} job(s) queued or running)"
+                 + ("" if d.get("daemon_running") else "; no daemon is running: `orch daemon start`"))
+    if d.get("projected_finish"):
+        lines.append(f"  finishes:    {time.strftime('%Y-%m-%d %H:%M', time.localtime(d['projected_finish']))}")
+    return "\n".join(lines)

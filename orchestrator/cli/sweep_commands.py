@@ -1,0 +1,99 @@
+"""`orch submit SWEEP.toml` (a file with a [sweep] table), `orch sweep show ID [--json]` and
+`orch sweep cancel ID`. The daemon creates and prunes the trials; the CLI records intent."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..cost import format_duration, format_money
+from .context import app, ctx, currency, emit_json, err, poke
+
+sweep_app = typer.Typer(no_args_is_help=True, help="Look at or cancel a sweep (submit one with `orch submit sweep.toml`).")
+app.add_typer(sweep_app, name="sweep")
+
+
+def submit_sweep(path: Path, as_json: bool) -> None:
+    from ..gpus import managed_gpus
+    from ..lifecycle import check_gpus, check_nodes
+    from ..sweeps.spec import load_sweep
+
+    section, base = load_sweep(path)
+    config = ctx.config()
+    machine_gpus = config.slurm.max_gpus if config.executor.kind == "slurm" else len(managed_gpus(config.daemon.gpus))
+    check_gpus(base, section.job, machine_gpus)
+    check_nodes(base, section.job, config.executor.kind)
+    spec = {"sweep": section.model_dump(mode="json", by_alias=True), "job": base.to_toml_dict(), "job_path": section.job}
+    sweep = ctx.store().create_sweep(name=section.name or path.stem, spec=spec, spec_path=str(path.resolve()),
+                                     now=time.time())
+    running = poke(ctx.home)
+    if as_json:
+        emit_json({"id": sweep.id, "name": sweep.name, "state": sweep.state.value, "kind": "sweep"})
+    else:
+        print(f"submitted sweep {sweep.id} ({sweep.name}): {section.trials} trials, {section.parallel} at a time, "
+              f"{section.sampler} sampler, {section.pruner} pruner")
+    if not running:
+        err("note: no daemon is running; start one with `orch daemon start` (the daemon creates the trials)")
+
+
+@sweep_app.command("show")
+def show(sweep_id: int = typer.Argument(...),
+         as_json: bool = typer.Option(False, "--json", help="Print the sweep as JSON.")) -> None:
+    """The trials best first (params, state, objective, steps, cost), the best trial, and what pruning saved."""
+    from ..sweeps.summary import summarize
+
+    store = ctx.store()
+    summary = summarize(store, ctx.home, store.sweep(sweep_id))
+    if as_json:
+        emit_json(summary)
+    else:
+        print(render(summary, currency()))
+
+
+def render(s: dict[str, Any], currency: str) -> str:
+    from ..sweeps.summary import describe_params
+
+    arrow = "higher is better" if s["direction"] == "maximize" else "lower is better"
+    lines = [f"sweep {s['id']} ({s['name']}): {s['state']}, {len(s['trials'])} of {s['trials_planned']} trials; "
+             f"{s['objective']} ({arrow})"]
+    if s["reason"]:
+        lines.append(f"  {s['reason']}")
+    best = s["best"]
+    lines.append(f"  best: job {best['trial']} {s['objective']}={best['value']:.4g} ({describe_params(best['params'])})"
+                 if best else "  best: no trial has finished yet")
+    lines.append(f"  spent: {s['steps_total']} steps, {format_money(s['cost_total'], currency)}; "
+                 f"pruned {s['pruned']}, saving {format_money(s['saved'], currency)} "
+                 f"({format_duration(s['saved_seconds'])} of running time)")
+    lines.append("")
+    lines.append(f"  {'job':>5}  {'state':<10} {s['objective']:>12} {'steps':>7} {'cost':>10}  params")
+    for t in s["trials"]:
+        value = f"{t['value']:.4g}" if t["value"] is not None else "-"
+        lines.append(f"  {t['id']:>5}  {t['state']:<10} {value:>12} {t['steps']:>7} "
+                     f"{format_money(t['cost'], currency):>10}  {describe_params(t['params'])}")
+    return "\n".join(lines)
+
+
+@sweep_app.command("cancel")
+def cancel(sweep_id: int = typer.Argument(...)) -> None:
+    """Cancel a sweep: no new trials; queued trials cancelled at once, running ones checkpoint and stop."""
+    from ..errors import OrchError
+    from ..lifecycle import cancel_job
+
+    store, config, now = ctx.store(), ctx.config(), time.time()
+    sweep = store.sweep(sweep_id)
+    if not store.request_sweep_cancel(sweep_id, now):
+        raise OrchError(f"sweep {sweep_id} ({sweep.name}) already {sweep.state.value}; nothing to cancel")
+    stopping = 0
+    for trial in store.trials(sweep_id):
+        job = store.get(trial.job_id)
+        if job.state.is_active:
+            job, done = cancel_job(store, config, ctx.home, job.id, now)
+            stopping += not done
+    alive = poke(ctx.home)
+    print(f"cancelling sweep {sweep_id} ({sweep.name}): no new trials"
+          + (f"; {stopping} running trial{'s' if stopping != 1 else ''} checkpoint and stop" if stopping else ""))
+    if not alive:
+        err("note: no daemon is running; the sweep ends when one starts (`orch daemon start`)")

@@ -1,0 +1,32 @@
+"""What the tick's steps (reap, stop_requests, spawn, watchdog) may use of the daemon: a small
+Protocol, so the steps do not import `Daemon` (tick.py imports them) and say what they touch."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Protocol
+
+from ..config import Config
+from ..executors.base import Executor
+from ..paths import Home
+from ..records import Job
+from ..states import EventKind, JobState
+from ..store import Store
+
+
+class StepContext(Protocol):
+    home: Home
+    config: Config
+    store: Store
+    executor: Executor
+    environ: dict[str, str]
+    managed: list[int]  # the GPU ids this daemon hands out
+    notice_active: bool  # a preemption notice is pending: nothing new starts
+    on_event: Callable[[str, Optional[Job]], None]  # hooks, after a transition commits
+
+    def changed(self, job: Job, new: Optional[Job], kind: EventKind, reason: str = "") -> Optional[Job]:
+        """Log a committed transition and run the hooks for it."""
+        ...
+
+    def change(self, job: Job, dst: JobState, kind: EventKind, now: float, **kw: Any) -> Optional[Job]:
+        """Apply a transition (compare-and-set on the job's current state), then `changed`."""
+        ...

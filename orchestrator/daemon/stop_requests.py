@@ -1,0 +1,78 @@
+"""The tick's stop requests: a user's cancel, a spent budget, a lost mirror lease, and the
+backstop for a job that outlived its grace. The daemon records why it signals (the intent)
+before it signals, so the reap step can decide with outcome.py's table whatever the exit code."""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+from ..attempts import grace_for
+from ..cost import budget_exceeded, format_money, total_budget_exceeded
+from ..records import Job
+from ..states import EventKind, Intent, JobState
+from .step_context import StepContext
+
+log = logging.getLogger("orch.daemon")
+
+
+def signal_job(d: StepContext, job: Job, intent: Intent, now: float, reason: str) -> None:
+    if d.store.set_intent_once(job.id, intent.value, now):
+        d.store.update(job.id, now, only_if_state=[JobState.RUNNING], signalled_at=now, reason=reason)
+        log.info("job %s: SIGTERM (%s): %s", job.id, intent.value, reason)
+        d.executor.terminate(job)
+
+
+def stop_for_lost_lease(d: StepContext, job_id: int, reason: str, now: float) -> None:
+    """Another machine adopted the job (the mirror's owner lease is gone): a running attempt stops
+    here with a checkpoint and the job ends `stopped`; a queued one is cancelled."""
+    job = d.store.get(job_id)
+    if job.state is JobState.RUNNING:
+        if job.intent is Intent.NONE:
+            signal_job(d, job, Intent.LEASE_LOST, now, reason)
+        else:  # already stopping (a notice): it must not be queued again here
+            d.store.update(job.id, now, only_if_state=[JobState.RUNNING], intent=Intent.LEASE_LOST.value, reason=reason)
+    elif job.state is JobState.QUEUED:
+        d.change(job, JobState.CANCELLED, EventKind.CANCELLED, now, reason=reason)
+
+
+def apply_cancels(d: StepContext, now: float) -> None:
+    for job in d.store.jobs([JobState.RUNNING]):
+        if job.cancel_requested_at is not None and job.intent is not Intent.CANCEL:
+            if job.intent is Intent.NONE:
+                signal_job(d, job, Intent.CANCEL, now, "cancelled by the user")
+            else:  # already being stopped for another reason: the user's word wins the outcome
+                d.store.update(job.id, now, only_if_state=[JobState.RUNNING], intent=Intent.CANCEL.value)
+
+
+def check_budgets(d: StepContext, now: float) -> None:
+    total_reason = total_budget_reason(d)
+    for job in d.store.jobs([JobState.RUNNING]):
+        if job.intent is not Intent.NONE:
+            continue
+        reason = total_reason or budget_exceeded(job.cost, job.run_seconds / 3600, job.max_cost, job.max_hours,
+                                                 currency=d.config.pricing.currency)
+        if reason:
+            signal_job(d, job, Intent.BUDGET, now, reason)
+
+
+def total_budget_reason(d: StepContext) -> Optional[str]:
+    if d.config.budget.total is None:
+        return None
+    return total_budget_exceeded(d.store.total_cost(), d.config.budget.total, currency=d.config.pricing.currency)
+
+
+def total_budget_hold(d: StepContext) -> Optional[str]:
+    """Why queued jobs wait while the total budget is spent. Worded without the running figure,
+    so it is written once and not rewritten every tick."""
+    if total_budget_reason(d) is None:
+        return None
+    total = format_money(d.config.budget.total or 0.0, d.config.pricing.currency)
+    return f"held: the total budget of {total} is spent; raise [budget] total in config.toml to go on"
+
+
+def escalate(d: StepContext, now: float) -> None:
+    """The supervisor SIGKILLs after the grace by itself; this is the daemon's backstop."""
+    for job in d.store.jobs([JobState.RUNNING]):
+        if job.signalled_at is not None and now - job.signalled_at > grace_for(job, d.config) + 5:
+            d.executor.kill(job)

@@ -1,0 +1,45 @@
+"""The keys of a data file's first row, read cheaply (first line of JSON Lines, CSV header) so
+`orch submit` can name a missing field before the job runs. Standard library only."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Optional
+
+_MAX_LINE = 1 << 20  # a first row longer than 1 MiB is not peeked at
+
+
+def first_keys(path: Path) -> Optional[list[str]]:
+    """The first row's keys in file order, or None when the file is not one this can peek into
+    cheaply (parquet, a folder, a hub id, a JSON document that is not one object per line)."""
+    suffix = path.suffix.lower()
+    if not path.is_file():
+        return None
+    try:
+        if suffix in (".jsonl", ".json"):
+            return _json_keys(path)
+        if suffix == ".csv":
+            with open(path, newline="", encoding="utf-8") as fh:
+                header = next(csv.reader(fh), None)
+            return [h for h in header] if header else None
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return None
+
+
+def _json_keys(path: Path) -> Optional[list[str]]:
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if len(line) > _MAX_LINE:
+                return None
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                return None  # a JSON array or an object spread over lines: the loader decides
+            return list(row) if isinstance(row, dict) else None
+    return None

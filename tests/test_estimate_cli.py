@@ -1,0 +1,102 @@
+"""`orch estimate` and `orch submit --estimate` with the real CLI: a real probe of a tiny built-in
+job (a subprocess of the training package: the CLI process itself never imports torch), a command
+job estimated from its name's history or plainly not, and no probe touching the store's jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+pytestmark = pytest.mark.slow
+
+HEAVY = ("torch", "lightning", "pytorch_lightning", "transformers", "datasets")
+IN_PROCESS = """
+import json, sys
+from orchestrator.cli.app import main
+sys.argv = ["orch", "estimate", sys.argv[1], "--json", "--warmup", "3", "--steps", "6"]
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in %r)
+sys.stderr.write("HEAVY=" + json.dumps(heavy) + "\\n")
+""" % (HEAVY,)
+
+
+@pytest.fixture(scope="module")
+def builtin_job(tmp_path_factory) -> Path:
+    from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
+
+    root = tmp_path_factory.mktemp("estimate")
+    texts = [r["text"] for r in sentiment_rows(500, seed=1)]
+    model = build_tiny_bert(root / "tiny-bert", texts, hidden=32, layers=2, heads=2, vocab_size=300, max_positions=64)
+    spec = {
+        "name": "tiny", "gpus": 0,
+        "model": {"name_or_path": str(model), "num_labels": 2},
+        "data": {"train": str(write_jsonl(root / "train.jsonl", sentiment_rows(320, seed=11))),
+                 "validation": str(write_jsonl(root / "dev.jsonl", sentiment_rows(64, seed=12))),
+                 "max_length": 32, "num_workers": 0},
+        "train": {"max_epochs": 2, "batch_size": 16, "precision": "32"},
+        "checkpoint": {"every_n_steps": 25},
+        "env": {"HF_DATASETS_CACHE": str(root / "hf-cache")},
+    }
+    path = root / "tiny.toml"
+    path.write_bytes(tomli_w.dumps(spec).encode())
+    return path
+
+
+def offline(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update({"ORCH_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"})
+    return env
+
+
+def test_estimate_of_a_builtin_job_probes_it_and_the_cli_never_imports_torch(home, builtin_job, job_count, write_file):
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text('[pricing]\ncurrency = "CNY"\ninstance_hour = 3.6\n')
+    proc = subprocess.run([sys.executable, "-c", IN_PROCESS, str(builtin_job)], capture_output=True, text=True,
+                          env=offline(home), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (marker,) = [line for line in proc.stderr.splitlines() if line.startswith("HEAVY=")]
+    assert json.loads(marker[len("HEAVY="):]) == []
+    d = json.loads(proc.stdout)
+    assert d["kind"] == "builtin" and d["total_steps"] == 40 and d["steps_per_s"] > 0
+    assert d["probe"]["measured_steps"] >= 1 and d["probe"]["seconds"] > 0 and d["probe"]["cost"] > 0
+    parts = d["parts_s"]
+    assert parts["startup"] > 0 and parts["training"] > 0 and parts["eval"] > 0 and parts["checkpoint"] > 0
+    assert d["wall_s"] == pytest.approx(sum(parts.values()), abs=0.5)
+    assert d["cost"] == pytest.approx(d["wall_s"] / 3600 * 3.6, rel=0.01)
+    assert d["evals"] == 2 and d["saves"] >= 1 and d["checkpoint_interval_why"]
+    assert d["queue_wait_s"] == 0 and d["mtbf_source"].startswith("no preemption")
+    assert job_count() == 0  # a probe is no job
+
+
+def test_submit_with_estimate_asks_first_and_queues_only_on_yes(orch, home, builtin_job, job_count):
+    ran = orch("submit", builtin_job, "--estimate", env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+               timeout=600)
+    assert ran.rc == 1 and "steps/s" in ran.err and "not queued" in ran.err, ran.err  # no tty: the answer is no
+    assert job_count() == 0
+    ran = orch("submit", builtin_job, "--estimate", "--yes", "--json", timeout=600)
+    assert ran.rc == 0, ran.err
+    assert json.loads(ran.out)["state"] == "queued" and job_count() == 1
+
+
+def test_a_command_job_is_estimated_from_its_names_history_or_not_at_all(orch, write_file, store):
+    job = write_file("cmd.toml", 'name = "nightly"\ngpus = 0\ncommand = ["true"]\n')
+    ran = orch("estimate", job)
+    assert ran.rc == 0 and "cannot estimate" in ran.out and "nightly" in ran.out, ran.out + ran.err
+    assert json.loads(orch("estimate", job, "--json").out)["wall_s"] is None
+    # a finished job of that name: its run time and cost are the estimate
+    orch("submit", job).assert_ok()
+    (row,) = store.jobs()
+    store.db.execute("UPDATE jobs SET state='succeeded', run_seconds=120, cost=0.5 WHERE id=?", (row.id,))
+    store.db.commit()
+    d = json.loads(orch("estimate", job, "--json").out)
+    assert d["wall_s"] == 120 and d["history_runs"] == 1 and d["queue_wait_s"] == 0

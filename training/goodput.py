@@ -1,0 +1,138 @@
+"""Where an attempt's time goes, measured in the runner for the goodput ledger: the time the step
+waited on the DataLoader, on checkpoint saves and on evaluation, and when the first step began.
+Counters live in memory (time.perf_counter, no device sync); they reach the daemon inside the
+throttled progress.json under "goodput", keyed by attempt, so a SIGKILLed attempt keeps the figures
+of its last heartbeat and the next attempt carries them forward."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import pytorch_lightning as pl
+
+from orchestrator.contract import ENV_ATTEMPT, ENV_PROBE_WARMUP, ENV_RUN_DIR, PROGRESS, read_json, write_json_atomic
+
+# The estimate's probe: the step at which its steady-state clock starts (after the warm-up), and
+# the file in its temporary run folder where the meter leaves its figures.
+PROBE = "probe.json"
+
+
+class GoodputMeter(pl.Callback):
+    """Data wait = the gap between one batch's end and the next one's start (the loader's fetch
+    lives there), less the checkpoint saves and evaluation that also run in that gap."""
+
+    def __init__(self, run_dir: Optional[Path] = None, attempt: Optional[str] = None):
+        self.attempt = attempt or os.environ.get(ENV_ATTEMPT) or "1"
+        self.previous = _earlier_attempts(run_dir, self.attempt)
+        self.data_wait_s = self.checkpoint_s = self.eval_s = self.step_s = 0.0
+        self.steps = self.checkpoints = self.evals = 0
+        self.first_step_at: Optional[float] = None  # Unix time this attempt's first batch began
+        self._batch_start = 0.0
+        self._batch_end: Optional[float] = None
+        self._marks = (0.0, 0.0)  # checkpoint_s and eval_s at the last batch end
+        self._eval_start: Optional[float] = None
+        self.warmup = int(os.environ.get(ENV_PROBE_WARMUP) or 0)
+        # (step, perf_counter, checkpoint_s, eval_s) at the end of warm-up and at the latest step
+        self.steady: Optional[tuple[int, float, float, float]] = None
+        self.last_step: Optional[tuple[int, float, float, float]] = None
+        self.run_dir = run_dir
+        self.batches_per_epoch: Optional[float] = None
+        self.last_step_at: Optional[float] = None
+
+    # -- the step and the gap before it ----------------------------------------------------------
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        now = time.perf_counter()
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
+        elif self._batch_end is not None:
+            gap = now - self._batch_end - (self.checkpoint_s - self._marks[0]) - (self.eval_s - self._marks[1])
+            self.data_wait_s += max(0.0, gap)
+        self._batch_start = now
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        now = time.perf_counter()
+        self.step_s += now - self._batch_start
+        self.steps += 1
+        self._batch_end = now
+        self._marks = (self.checkpoint_s, self.eval_s)
+        if self.warmup:
+            mark = (trainer.global_step, now, self.checkpoint_s, self.eval_s)
+            if self.steady is None and mark[0] >= self.warmup:
+                self.steady = mark
+            self.last_step = mark
+            self.last_step_at = time.time()
+
+    # -- evaluation -------------------------------------------------------------------------------
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        if not trainer.sanity_checking:
+            self._eval_start = time.perf_counter()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        if self._eval_start is not None:
+            self.eval_s += time.perf_counter() - self._eval_start
+            self.evals += 1
+            self._eval_start = None
+
+    # -- checkpoint saves: every caller goes through trainer.save_checkpoint ----------------------
+    def setup(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        if getattr(trainer.save_checkpoint, "_goodput_timed", False):
+            return
+        original = trainer.save_checkpoint
+
+        def timed_save(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.checkpoint_s += time.perf_counter() - t0
+                self.checkpoints += 1
+
+        timed_save._goodput_timed = True  # type: ignore[attr-defined]
+        trainer.save_checkpoint = timed_save  # type: ignore[method-assign]
+
+    # -- what progress.json carries ----------------------------------------------------------------
+    def figures(self) -> dict[str, Any]:
+        own = {"first_step_at": self.first_step_at, "data_wait_s": round(self.data_wait_s, 4),
+               "checkpoint_s": round(self.checkpoint_s, 4), "eval_s": round(self.eval_s, 4),
+               "step_s": round(self.step_s, 4), "steps": self.steps, "checkpoints": self.checkpoints,
+               "evals": self.evals}
+        return {"goodput": {**self.previous, self.attempt: own}}
+
+    def steady_rate(self) -> Optional[float]:
+        """Optimizer steps per second after the warm-up, saves and evaluation left out (the
+        estimate adds those from their own measurements)."""
+        if self.steady is None or self.last_step is None:
+            return None
+        (s0, t0, c0, e0), (s1, t1, c1, e1) = self.steady, self.last_step
+        steps, seconds = s1 - s0, (t1 - t0) - (c1 - c0) - (e1 - e0)
+        return steps / seconds if steps > 0 and seconds > 0 else None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        self.batches_per_epoch = trainer.num_training_batches
+
+    def teardown(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        """The probe's figures, once training is over (the final save included)."""
+        folder = self.run_dir or (Path(os.environ[ENV_RUN_DIR]) if os.environ.get(ENV_RUN_DIR) else None)
+        if not self.warmup or folder is None or trainer.global_rank != 0:
+            return
+        own = self.figures()["goodput"][self.attempt]
+        write_json_atomic(folder / PROBE, {**own, "steady_steps_per_s": self.steady_rate(),
+                                           "steady_steps": (self.last_step[0] - self.steady[0]) if self.steady and self.last_step else 0,
+                                           "batches_per_epoch": self.batches_per_epoch, "last_step_at": self.last_step_at,
+                                           # saves and evaluation after the last step (not the end's own time)
+                                           "after_last_step_s": (self.checkpoint_s - self.last_step[2] + self.eval_s - self.last_step[3])
+                                           if self.last_step else 0.0})
+
+
+def _earlier_attempts(run_dir: Optional[Path], attempt: str) -> dict[str, Any]:
+    """The figures earlier attempts left in progress.json (this attempt overwrites the file)."""
+    folder = run_dir or (Path(os.environ[ENV_RUN_DIR]) if os.environ.get(ENV_RUN_DIR) else None)
+    if folder is None:
+        return {}
+    earlier = (read_json(folder / PROGRESS) or {}).get("goodput")
+    if not isinstance(earlier, dict):
+        return {}
+    return {k: v for k, v in earlier.items() if k != attempt and isinstance(v, dict)}

@@ -1,0 +1,170 @@
+"""causal-lm data: plain text, prompt + response (loss on the response only) or chat messages
+(the tokenizer's chat template; loss on the assistant's turns), truncated to max_length and
+optionally packed several examples to a row with positions restarting per example, which is
+how transformers keeps attention within each example (a packed-sequence mask)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from ..data import DataError, TextClassificationData, load_split
+
+IGNORE = -100  # the label of a token the loss skips
+LM_COLUMNS = ("input_ids", "labels", "position_ids")
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def chat_segments(tokenizer, messages: list[dict[str, str]]) -> list[tuple[str, bool]]:
+    """(text, trained) pieces of a conversation: each assistant turn is trained on, what comes
+    before it (the template's role header included) is not. Without a chat template the turns
+    are written `role: content` one per line."""
+    for m in messages:
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise DataError(f"a message must be an object with 'role' and 'content' (got {str(m)[:80]})")
+    if not getattr(tokenizer, "chat_template", None):
+        return [(f"{m['role']}: {m['content']}\n", m["role"] == "assistant") for m in messages]
+    segments, done = [], ""
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant":
+            prefix = tokenizer.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
+            if prefix.startswith(done) and len(prefix) > len(done):
+                segments.append((prefix[len(done):], False))
+                done = prefix
+        upto = tokenizer.apply_chat_template(messages[: i + 1], tokenize=False)
+        if not upto.startswith(done):
+            raise DataError("the tokenizer's chat template renders earlier turns differently once later ones are added")
+        segments.append((upto[len(done):], m["role"] == "assistant"))
+        done = upto
+    return segments
+
+
+def sft_tokenize(batch: dict[str, list], tokenizer, mode: str, fields: dict[str, Optional[str]],
+                 max_length: int) -> dict[str, list]:
+    """The map function (module level: a stable cache fingerprint). Rows whose trained tokens
+    are all cut off by max_length are dropped (a row with no loss would make the batch's loss NaN)."""
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    out: dict[str, list] = {"input_ids": [], "labels": []}
+    for i in range(len(next(iter(batch.values())))):
+        if mode == "messages":
+            pieces = [(_ids(tokenizer, text), trained) for text, trained in chat_segments(tokenizer, batch[fields["messages"]][i])]
+        elif mode == "prompt":
+            pieces = [(bos + _ids(tokenizer, str(batch[fields["prompt"]][i])), False),
+                      (_ids(tokenizer, str(batch[fields["response"]][i])) + eos, True)]
+        else:
+            pieces = [(bos + _ids(tokenizer, str(batch[fields["text"]][i])) + eos, True)]
+        ids, labels = [], []
+        for piece, trained in pieces:
+            ids += piece
+            labels += piece if trained else [IGNORE] * len(piece)
+        ids, labels = ids[:max_length], labels[:max_length]
+        if labels:
+            labels[0] = IGNORE  # nothing predicts the first token (and in a packed row it follows another example)
+        if any(x != IGNORE for x in labels):
+            out["input_ids"].append(ids)
+            out["labels"].append(labels)
+    return out
+
+
+def pack_rows(batch: dict[str, list], max_length: int) -> dict[str, list]:
+    """Consecutive examples greedily into rows of at most max_length tokens; position_ids restart
+    at 0 for each example (the boundary transformers' packed-sequence mask reads)."""
+    out: dict[str, list] = {"input_ids": [], "labels": [], "position_ids": []}
+    row: dict[str, list] = {"input_ids": [], "labels": [], "position_ids": []}
+    for ids, labels in zip(batch["input_ids"], batch["labels"]):
+        if row["input_ids"] and len(row["input_ids"]) + len(ids) > max_length:
+            for k in out:
+                out[k].append(row[k])
+            row = {"input_ids": [], "labels": [], "position_ids": []}
+        row["input_ids"] += ids
+        row["labels"] += labels
+        row["position_ids"] += list(range(len(ids)))
+    if row["input_ids"]:
+        for k in out:
+            out[k].append(row[k])
+    return out
+
+
+class CausalLMData(TextClassificationData):
+    def __init__(self, *, prompt_field: Optional[str] = None, response_field: Optional[str] = None,
+                 messages_field: Optional[str] = None, packing: bool = False, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.mode = "messages" if messages_field else "prompt" if prompt_field else "text"
+        self.fields = {"text": self.text_field, "prompt": prompt_field, "response": response_field,
+                       "messages": messages_field}
+        self.packing = packing
+        self.dropped: dict[str, int] = {}
+
+    def prepare(self) -> None:
+        import time
+
+        if self.packing:
+            try:
+                from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
+            except ImportError:
+                raise DataError("data.packing needs transformers >= 4.56 (its packed-sequence attention mask); "
+                                "upgrade transformers or set packing = false") from None
+        raw = {name: load_split(src, name) for name, src in self.sources.items() if src}
+        wanted = [self.fields[k] for k in (("prompt", "response") if self.mode == "prompt" else (self.mode,))]
+        for name, ds in raw.items():
+            missing = [f for f in wanted if f not in ds.column_names]
+            if missing:
+                raise DataError(f"{name} data has no column {missing[0]!r} (columns: {', '.join(ds.column_names)})")
+        start = time.perf_counter()
+        for name, ds in raw.items():
+            kwargs = dict(tokenizer=self.tokenizer, mode=self.mode, fields=self.fields, max_length=self.max_length)
+            out = self._map(ds, sft_tokenize, kwargs, ["causal-lm", self.mode, self.fields, self.max_length,
+                                                       getattr(self.tokenizer, "chat_template", None)], LM_COLUMNS)
+            self.dropped[name] = len(ds) - len(out)
+            if len(out) == 0:
+                raise DataError(f"{name} data: no example has a token to train on within max_length = {self.max_length}")
+            if self.packing:
+                out = self._pack(out)
+            self.splits[name] = out
+        self.tokenize_seconds = time.perf_counter() - start
+
+    def _pack(self, ds):
+        key = ["packed", ds._fingerprint, self.max_length]
+        import hashlib
+        import json
+
+        fingerprint = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+        return ds.map(pack_rows, batched=True, batch_size=1000, fn_kwargs={"max_length": self.max_length},
+                      remove_columns=ds.column_names, new_fingerprint=fingerprint, desc="packing")
+
+    def collator(self):
+        return LMCollator(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
+                          else (self.tokenizer.eos_token_id or 0))
+
+
+class LMCollator:
+    """Pads to the longest row: input_ids with the pad id, labels with -100. Unpacked rows get an
+    attention mask; packed rows get position_ids instead (no mask: transformers then derives the
+    per-example mask from the restarts, and padding, which comes last, is seen by nothing real)."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, rows: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
+        n, width = len(rows), max(len(r["input_ids"]) for r in rows)
+        ids = np.full((n, width), self.pad_id, dtype=np.int64)
+        labels = np.full((n, width), IGNORE, dtype=np.int64)
+        packed = "position_ids" in rows[0]
+        extra = np.zeros((n, width), dtype=np.int64)
+        for i, row in enumerate(rows):
+            k = len(row["input_ids"])
+            ids[i, :k], labels[i, :k] = row["input_ids"], row["labels"]
+            if packed:
+                extra[i, :k] = row["position_ids"]
+                extra[i, k:] = np.arange(width - k)  # the padding is one more "example"
+            else:
+                extra[i, :k] = 1
+        batch = {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels)}
+        batch["position_ids" if packed else "attention_mask"] = torch.from_numpy(extra)
+        return batch
