@@ -214,9 +214,11 @@ class OrchCallback(pl.Callback):
         step_end = time.perf_counter()  # the optimizer step and the LR scheduler step are done
         if self.first_step_at is None:
             self.first_step_at = time.time()
-        self._window_samples += _count(batch) * trainer.world_size
-        # One collective per batch, at the same point on every rank.
-        stop = trainer.strategy.reduce_boolean_decision(self.sigterm_received, all=False)
+        # One collective per batch, at the same point on every rank (none in a single process).
+        world = trainer.world_size
+        stop = (trainer.strategy.reduce_boolean_decision(self.sigterm_received, all=False) if world > 1
+                else self.sigterm_received)
+        self._window_samples += _count(batch) * world
         at_step_boundary = stop and ((batch_idx + 1) % trainer.accumulate_grad_batches == 0
                                      or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
         if not at_step_boundary:

@@ -67,7 +67,9 @@ class LossWatch:
         self._dev_value: Optional[torch.Tensor] = None
 
     def deferred(self, loss: torch.Tensor) -> bool:
-        return self.defer if self.defer is not None else loss.device.type != "cpu"
+        if self.defer is None:  # decided once, at the first loss: the device does not change
+            self.defer = loss.device.type != "cpu"
+        return self.defer
 
     def add(self, step: int, loss: torch.Tensor) -> bool:
         """Record one batch's loss; True when it is known at once (CPU) to be non-finite."""
@@ -138,7 +140,8 @@ class HealthCallback(pl.Callback):
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if not isinstance(loss, torch.Tensor):
             return
-        loss = loss.detach()
+        if loss.requires_grad:  # (Lightning hands batch-end hooks a detached copy already)
+            loss = loss.detach()
         if self.flat_after_steps:
             self._losses.append((self._batch_step, loss))
         known_bad = self._watch.add(self._batch_step, loss)

@@ -68,6 +68,25 @@ class _ContinuingWriter(ExperimentWriter):
         self.metrics_keys = sorted(k for k in header if k)
 
 
+class StepExtras:
+    """Values added to the next train-step row of each of the run's loggers (lr, samples/s), set by
+    RateAndLR without LightningModule.log: a log call runs a torchmetrics update per value, and
+    was the largest single cost orch added to a step (benchmarks/callbacks.py)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+        self.generation = 0
+
+    def set(self, values: dict[str, float]) -> None:
+        self.values, self.generation = values, self.generation + 1
+
+    def merge_into(self, metrics: dict[str, Any], seen: int) -> tuple[dict[str, Any], int]:
+        """(metrics plus the values a logger has not had yet, the generation it has now seen)."""
+        if self.generation == seen or not self.values:
+            return metrics, self.generation
+        return {**metrics, **self.values}, self.generation
+
+
 class ContinuingCSVLogger(CSVLogger):
     """CSVLogger(save_dir=run_dir, name="", version="") that continues metrics.csv and writes it at
     most every `flush_every_s` (Lightning asks for a write at every logged step)."""
@@ -78,6 +97,8 @@ class ContinuingCSVLogger(CSVLogger):
         self.flush_every_s = flush_every_s
         self._last_flush = time.monotonic()
         self._validation_logged = False
+        self.extras: Optional[StepExtras] = None  # RateAndLR hands its own in at train start
+        self._extras_seen = 0
 
     @property
     @rank_zero_only
@@ -89,6 +110,8 @@ class ContinuingCSVLogger(CSVLogger):
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
+        if self.extras is not None:
+            metrics, self._extras_seen = self.extras.merge_into(metrics, self._extras_seen)
         super().log_metrics(metrics, step)
         # A validation row is written at once: a sweep's pruner judges the trial by it.
         self._validation_logged = self._validation_logged or any(k.startswith("val_") for k in metrics)
@@ -186,6 +209,8 @@ class TensorBoardEvents(Logger):
         self.link_name = link_name
         self.flush_every_s = flush_every_s
         self._writer: Optional[EventsThread] = None
+        self.extras: Optional[StepExtras] = None  # RateAndLR hands its own in at train start
+        self._extras_seen = 0
 
     @property
     def name(self) -> str:
@@ -211,6 +236,8 @@ class TensorBoardEvents(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
+        if self.extras is not None:
+            metrics, self._extras_seen = self.extras.merge_into(metrics, self._extras_seen)
         scalars = {}
         for tag, value in metrics.items():
             if tag not in NOT_METRICS:
@@ -257,20 +284,25 @@ def link_tensorboard(folder: Path, link_dir: Path, name: str) -> Optional[Path]:
 
 
 class RateAndLR(pl.Callback):
-    """Logs `lr` (the first parameter group's) and `samples_per_s` (over the last `window`
-    batches, all ranks) on the steps the loggers write (every log_every_n_steps): a
-    LightningModule.log costs about as much as the rest of orch's per-step work together. Also
-    flushes the run's loggers before every checkpoint."""
+    """`lr` (the first parameter group's) and `samples_per_s` (over the last `window` batches, all
+    ranks) in the run's loggers' train-step rows, computed only on the steps the loggers write
+    (every log_every_n_steps) and handed to them through StepExtras, not LightningModule.log (so
+    they are in metrics.csv and TensorBoard, not in trainer.callback_metrics). Also flushes the
+    run's loggers before every checkpoint."""
 
     def __init__(self, window: int = 10):
         self.window = max(2, window)
         self._times: deque[tuple[float, int]] = deque(maxlen=self.window + 1)
         self._samples = 0
+        self.extras = StepExtras()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._times.clear()
         self._samples = 0
         self._times.append((time.monotonic(), 0))
+        for logger in trainer.loggers:
+            if hasattr(logger, "extras"):
+                logger.extras = self.extras
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._times.clear()  # validation time is not training throughput
@@ -291,8 +323,7 @@ class RateAndLR(pl.Callback):
             values["samples_per_s"] = (self._samples - s0) / (now - t0)
         if trainer.optimizers:
             values["lr"] = float(trainer.optimizers[0].param_groups[0]["lr"])
-        if values:
-            pl_module.log_dict(values, on_step=True, on_epoch=False, prog_bar=False, logger=True, batch_size=1)
+        self.extras.set(values)
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
         for logger in trainer.loggers:
@@ -326,4 +357,4 @@ def run_loggers(run_dir: Path, *, resume_step: Optional[int], job_name: str) -> 
     ]
 
 
-__all__ = ["ContinuingCSVLogger", "TensorBoardEvents", "RateAndLR", "run_loggers", "link_tensorboard", "METRICS_CSV"]
+__all__ = ["ContinuingCSVLogger", "TensorBoardEvents", "RateAndLR", "StepExtras", "run_loggers", "link_tensorboard", "METRICS_CSV"]
