@@ -275,7 +275,7 @@ def main() -> None:
     mirror.release_all()
     t = time.monotonic()
     ran = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(fresh), "--config", str(cfg), "adopt",
-                          "s3://orch-bench/m", "--all"], capture_output=True, text=True, env=os.environ)
+                          "s3://orch-bench/m", "--all", "--yes"], capture_output=True, text=True, env=os.environ)
     adopt_s = time.monotonic() - t
     print(ran.stdout.strip(), ran.stderr.strip(), flush=True)
 
