@@ -1,5 +1,5 @@
 """`orch adopt URL`: take unfinished jobs over from another machine's mirror. The manifests are
-untrusted input (storage/manifest_model.py checks each before anything else happens). For each
+untrusted input (objectstore/manifest_model.py checks each before anything else happens). For each
 job: check its owner's lease (refuse a live one unless --force), show what it will run and get a
 yes, take the lease with a conditional write (two machines adopting at once: one wins), download
 the newest checkpoint whose sha256 matches (falling back down the history, naming any rejected
@@ -23,12 +23,12 @@ from .lifecycle import write_run_spec
 from .paths import Home
 from .states import JobState
 from .store import Store
-from .storage import datafiles
-from .storage import manifest as mf
-from .storage.fetch import fetch_checkpoint
-from .storage.manifest_model import MAX_MANIFEST_BYTES, UID_PATTERN, ManifestError
-from .storage.manifest_model import parse as parse_manifest
-from .storage.remote import Conflict, Remote, StorageError, TooLarge
+from .objectstore import datafiles
+from .objectstore import manifest as mf
+from .objectstore.fetch import fetch_checkpoint
+from .objectstore.manifest_model import MAX_MANIFEST_BYTES, UID_PATTERN, ManifestError
+from .objectstore.manifest_model import parse as parse_manifest
+from .objectstore.remote import Conflict, Remote, StorageError, TooLarge
 
 ADOPTABLE = ("queued", "running", "stopped")
 
@@ -80,7 +80,7 @@ def storage_for(config: Config, url: Optional[str], env: Optional[dict[str, str]
     from pydantic import ValidationError
 
     from .config import StorageSection
-    from .storage.url import credential_problems
+    from .objectstore.url import credential_problems
 
     data = config.storage.model_dump()
     if url:

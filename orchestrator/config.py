@@ -107,7 +107,7 @@ class StorageSection(_Section):
     def _url(cls, v: Optional[str]) -> Optional[str]:
         if v is None:
             return v
-        from .storage.url import parse_storage_url
+        from .objectstore.url import parse_storage_url
 
         parse_storage_url(v)  # raises ValueError naming the problem
         return v
@@ -242,7 +242,7 @@ def load_config(path: Optional[Path] = None, *, required: bool = False, build_no
             except ConfigError as exc:
                 problems += exc.problems
             if config.storage.url:  # [storage] credentials are checked where secrets are
-                from .storage.url import credential_problems
+                from .objectstore.url import credential_problems
 
                 problems += [f"{label}: {p}" for p in credential_problems(config.storage, os.environ if env is None else env)]
     if problems:

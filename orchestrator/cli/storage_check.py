@@ -31,7 +31,7 @@ def newest_local_checkpoint(home: Any) -> Optional[Path]:
 
 def check_storage(home: Any, config: Any, url: Optional[str], probe_mb: float, say: Callable[[str], None]) -> int:
     from ..adopt import storage_for
-    from ..storage.remote import Conflict, Remote, StorageError
+    from ..objectstore.remote import Conflict, Remote, StorageError
 
     section = storage_for(config, url)
     remote = Remote(section)

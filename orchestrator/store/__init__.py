@@ -10,7 +10,7 @@ mirror's state and upload queue), sweeps.py (sweeps and their trials); schema.py
 from __future__ import annotations
 
 from .jobs import implied_columns
-from .mirror import MirrorRows
+from .mirror_rows import MirrorRows
 from .schema import MIGRATIONS, SCHEMA_VERSION
 from .sweeps import SweepRows
 

@@ -15,8 +15,8 @@ from typing import Any, Callable
 from orchestrator.config import StorageSection, load_config
 from orchestrator.lifecycle import submit_job
 from orchestrator.paths import Home
-from orchestrator.storage import manifest as mf
-from orchestrator.storage.remote import Remote
+from orchestrator.objectstore import manifest as mf
+from orchestrator.objectstore.remote import Remote
 from orchestrator.store import Store
 
 

@@ -17,7 +17,7 @@ from typing import Optional
 import pytest
 
 from mirror_setup import make_origin, tampered
-from orchestrator.storage import manifest as mf
+from orchestrator.objectstore import manifest as mf
 
 
 @pytest.fixture(scope="module")

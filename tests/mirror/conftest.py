@@ -46,7 +46,7 @@ def storage_section() -> Callable[..., Any]:
 @pytest.fixture(params=["s3", "file"])
 def remote(request, s3_server, s3_env, tmp_path: Path, storage_section) -> Any:
     """A Remote on a fresh bucket of the loopback S3 server, and one on a file:// folder."""
-    from orchestrator.storage.remote import Remote
+    from orchestrator.objectstore.remote import Remote
 
     if request.param == "s3":
         return Remote(storage_section(f"s3://{s3_server.bucket()}/orch", endpoint=s3_server.endpoint))

@@ -12,8 +12,8 @@ from typing import Any, Optional
 from daemon_harness import OrchHome, wait_for
 
 from orchestrator.config import load_config
-from orchestrator.storage import manifest as mf
-from orchestrator.storage.remote import Remote
+from orchestrator.objectstore import manifest as mf
+from orchestrator.objectstore.remote import Remote
 
 # A command job: writes step-N checkpoints (`size` random bytes each) every `every` seconds up to
 # `steps`, progress.json after each, then waits for a release file (if any) and exits 0. SIGTERM:

@@ -12,7 +12,7 @@ from mirror_harness import manifest, remote_for, storage_home, wait_manifest
 
 from orchestrator.contract import newest_checkpoint
 from orchestrator.states import JobState
-from orchestrator.storage.packing import pack_folder
+from orchestrator.objectstore.packing import pack_folder
 
 pytestmark = pytest.mark.slow
 

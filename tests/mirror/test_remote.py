@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.storage.remote import Conflict, StorageError, sha256_file
-from orchestrator.storage.url import credential_problems, parse_storage_url
+from orchestrator.objectstore.remote import Conflict, StorageError, sha256_file
+from orchestrator.objectstore.url import credential_problems, parse_storage_url
 
 
 def test_put_get_list_delete(remote, tmp_path: Path):
@@ -82,7 +82,7 @@ def test_conditional_writes(remote):
 
 
 def test_unreachable_store_is_a_storage_error(storage_section, s3_env):
-    from orchestrator.storage.remote import Remote
+    from orchestrator.objectstore.remote import Remote
 
     r = Remote(storage_section("s3://orch-nowhere/p", endpoint="http://127.0.0.1:9"))
     with pytest.raises(StorageError) as err:

@@ -1,4 +1,4 @@
-"""The daemon's uploader: every job's durable copy in [storage] (see storage/manifest.py for the
+"""The daemon's uploader: every job's durable copy in [storage] (see objectstore/manifest.py for the
 layout), off the training path. One thread, one persistent queue (the `uploads` table, the
 outbox's pattern: it survives a daemon restart), one pass at a time:
 

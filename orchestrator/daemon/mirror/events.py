@@ -9,7 +9,7 @@ import logging
 from typing import Callable, Optional
 
 from ...states import EventKind
-from ...storage.remote import Remote, StorageError
+from ...objectstore.remote import Remote, StorageError
 from ...store import Store
 from .lease import ACTIVE
 

@@ -10,8 +10,8 @@ from typing import Any, Optional
 from ...contract import BATCH, METRICS_CSV, MODEL, PROGRESS, RESULT, attempt_log
 from ...paths import Home
 from ...records import Job
-from ...storage import manifest as mf
-from ...storage.remote import Remote
+from ...objectstore import manifest as mf
+from ...objectstore.remote import Remote
 from ...store import Store
 from .lease import ACTIVE, files_under
 
@@ -24,7 +24,7 @@ class FileSync:
     def __init__(self, home: Home, store: Store, storage: Any, remote: Remote):
         self.home, self.store, self.s, self.remote = home, store, storage, remote
         self._files_seen: dict[tuple[int, str], tuple[float, int]] = {}
-        self.inputs: dict[int, list[dict[str, Any]]] = {}  # job id -> its input files (storage/datafiles.py)
+        self.inputs: dict[int, list[dict[str, Any]]] = {}  # job id -> its input files (objectstore/datafiles.py)
         self._hashes: dict[tuple[str, float, int], str] = {}
 
     def sync_files(self, job: Job, now: float, row: Optional[dict[str, Any]]) -> None:
@@ -58,7 +58,7 @@ class FileSync:
     def upload_inputs(self, job: Job) -> list[dict[str, Any]]:
         """The job's local data files and model folder, fingerprinted, and uploaded once
         (content-addressed) when their total is within [storage] data_max_mb."""
-        from ...storage import datafiles
+        from ...objectstore import datafiles
 
         entries = datafiles.collect(job.spec, int(self.s.data_max_mb * 1e6), self._hashes)
         sent = datafiles.upload(self.remote, entries)

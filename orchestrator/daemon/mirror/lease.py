@@ -14,8 +14,8 @@ from ...contract import BATCH, MODEL, PROGRESS, RESULT, read_json
 from ...paths import Home
 from ...records import Job
 from ...states import TERMINAL, EventKind, JobState
-from ...storage import manifest as mf
-from ...storage.remote import Conflict, Remote
+from ...objectstore import manifest as mf
+from ...objectstore.remote import Conflict, Remote
 from ...store import Store
 
 log = logging.getLogger("orch.mirror")

@@ -16,8 +16,8 @@ from ...contract import CHECKPOINTS
 from ...paths import Home
 from ...records import Job
 from ...states import TERMINAL, EventKind, JobState
-from ...storage import manifest as mf
-from ...storage.remote import Remote, StorageError
+from ...objectstore import manifest as mf
+from ...objectstore.remote import Remote, StorageError
 from ...store import Store
 from .events import Outage
 from .files import FileSync

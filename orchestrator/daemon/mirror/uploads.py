@@ -17,9 +17,9 @@ from ...contract import CHECKPOINTS, step_checkpoints
 from ...paths import Home
 from ...records import Job
 from ...states import JobState
-from ...storage import manifest as mf
-from ...storage.packing import PACKED_TAR, pack_folder
-from ...storage.remote import Remote, StorageError
+from ...objectstore import manifest as mf
+from ...objectstore.packing import PACKED_TAR, pack_folder
+from ...objectstore.remote import Remote, StorageError
 from ...store import Store
 
 log = logging.getLogger("orch.mirror")
@@ -87,7 +87,7 @@ class UploadQueue:
         concurrency = self.s.notice_concurrency if (notice or self.urgent) else self.s.concurrency
         started = time.monotonic()
         try:
-            if path.is_dir():  # a Trainer checkpoint folder: one tar object (storage/packing.py)
+            if path.is_dir():  # a Trainer checkpoint folder: one tar object (objectstore/packing.py)
                 packed = PACKED_TAR
                 path = pack_folder(path, path.parent.parent / ".mirror" / f"{row['name']}.tar")
             # the sha256 is taken from the bytes as they go out (one read of the file, no pass before the put)

@@ -20,7 +20,7 @@ def fetch_checkpoint(remote: Remote, history: list[dict[str, Any]], folder: Path
     used; older ones only if a newer one cannot. Returns (the one used or None, rejected keys)."""
     rejected: list[str] = []
     for record in history:
-        packed = record.get("packed") == PACKED_TAR  # a folder checkpoint (storage/packing.py)
+        packed = record.get("packed") == PACKED_TAR  # a folder checkpoint (objectstore/packing.py)
         dest = folder / (f".{record['name']}.tar" if packed else record["name"])
         try:
             sha, size = remote.download(record["key"], dest)
