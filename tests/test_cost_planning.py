@@ -188,8 +188,8 @@ def test_hourly_rate_is_the_one_cost_formula_for_the_job_alone():
 def test_evaluations_per_epoch_follow_lightnings_rule():
     assert evals_per_epoch(1.0, 63) == 1
     assert evals_per_epoch(0.25, 63) == 4  # every int(63 x 0.25) = 15 batches
-    assert evals_per_epoch(20, 63) == 3
-    assert evals_per_epoch(100, 63) == 0
+    assert evals_per_epoch(20, 63) == 63 / 20  # counted across epochs
+    assert evals_per_epoch(100, 63) == 0.63
 
 
 def test_the_probe_runs_few_steps_one_save_no_early_stop_and_one_evaluation():

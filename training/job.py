@@ -255,6 +255,9 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         max_epochs=train.max_epochs if train.max_epochs is not None else -1,
         max_steps=train.max_steps if train.max_steps is not None else -1,
         val_check_interval=val_interval if has_val else None,
+        # a whole number of batches counts across epochs (so it may exceed one epoch, as with
+        # max_steps); Lightning's default counts within each epoch and refuses a longer interval
+        check_val_every_n_epoch=None if isinstance(val_interval, int) else 1,
         limit_val_batches=None if has_val else 0,
         gradient_clip_val=train.gradient_clip_val or None, deterministic=train.deterministic,
         callbacks=callbacks, plugins=[checkpoint_io(spec, AtomicCheckpointIO), *slurm_plugins()],

@@ -26,16 +26,16 @@ from orchestrator.contract import (  # noqa: E402
 DEFAULT_WARMUP, DEFAULT_STEPS = 10, 30
 
 
-def evals_per_epoch(val_check_interval: float | int, batches_per_epoch: int) -> int:
+def evals_per_epoch(val_check_interval: float | int, batches_per_epoch: int) -> float:
     """Validation passes Lightning runs in one epoch: every int(batches x fraction) batches for a
-    fraction, every N batches for a whole number."""
+    fraction; for a whole number N, every N batches counted across epochs (a fraction of a pass
+    an epoch when N exceeds an epoch)."""
     if batches_per_epoch <= 0:
         return 0
     if isinstance(val_check_interval, float):
         every = max(1, int(batches_per_epoch * val_check_interval))
-    else:
-        every = int(val_check_interval)
-    return batches_per_epoch // every if every <= batches_per_epoch else 0
+        return batches_per_epoch // every
+    return batches_per_epoch / max(1, int(val_check_interval))
 
 
 def probe_spec(spec_dict: dict[str, Any], probe_steps: int, steps_per_epoch: int, accumulate: int,

@@ -136,3 +136,18 @@ def test_bad_label_column_fails_with_one_clear_line(make_run_dir, run_job):
     assert code == 1
     last = out.strip().splitlines()[-1]
     assert last.startswith("orch: job failed:") and "no label column 'sentiment'" in last
+
+
+def test_val_check_interval_longer_than_an_epoch_counts_batches_across_epochs(make_run_dir, run_job):
+    # 640 rows at batch 16 = 40 batches an epoch; validating every 50 batches with max_steps (the
+    # sweeps guide's worked example) used to fail at the start: Lightning counted within an epoch.
+    run = make_run_dir("long-interval", train={"max_epochs": None, "max_steps": 100, "val_check_interval": 50},
+                       checkpoint={"every_n_steps": 50})
+    code, out = run_job(run)
+    assert code == 0, out
+    import csv
+
+    with open(run / "metrics.csv") as fh:
+        val_steps = sorted({int(row["step"]) for row in csv.DictReader(fh) if row.get("val_loss")})
+    assert val_steps == [49, 99] or val_steps == [50, 100], val_steps
+    assert read_result(run)["steps"] == 100
