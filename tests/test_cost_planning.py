@@ -228,3 +228,18 @@ def test_history_is_the_mean_of_finished_jobs_of_the_same_name():
     h = history_of(jobs, "a")
     assert h == History(runs=2, seconds=20.0, cost=2.0)
     assert history_of(jobs, "c") is None
+
+
+def test_estimate_does_not_say_now_when_a_job_ahead_has_no_eta_yet():
+    from orchestrator.cli.estimate import estimate_text
+
+    running = make_job(id=1, name="t0", state=JobState.RUNNING, started_at=0.0)
+    forecast = simulate([(running, None)], [(dataclasses.replace(running, id=2, state=JobState.QUEUED), 60.0)],
+                        gpus=0, cpu_slots=1, now=100.0)[2]
+    assert forecast.start == 100.0 and forecast.lower_bound  # the job ahead counts as ending now
+    base = {"job": "q", "gpus": 0, "currency": "", "hourly_rate": 0.0, "kind": "command",
+            "cannot_estimate": "never seen", "queue_ahead": 1, "daemon_running": True}
+    text = estimate_text({**base, "queue_wait_s": 0.0, "queue_wait_is_lower_bound": True})
+    starts = [line for line in text.splitlines() if "starts:" in line][0]
+    assert "or later" in starts, starts
+    assert "starts:      now (" in estimate_text({**base, "queue_wait_s": 0.0, "queue_wait_is_lower_bound": False})

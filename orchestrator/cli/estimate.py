@@ -190,7 +190,9 @@ def estimate_text(d: dict[str, Any]) -> str:
         ]
     wait = d.get("queue_wait_s")
     wait_text = "never on this machine (it asks for more than it has)" if wait is None else (
-        "now" if wait == 0 else f"in {format_duration(wait)}{' or later' if d['queue_wait_is_lower_bound'] else ''}")
+        ("now" if wait == 0 else f"in {format_duration(wait)}")
+        # a job ahead with no ETA yet counts as ending now: the start is the earliest it can be
+        + (" or later (a job ahead has no ETA yet)" if d["queue_wait_is_lower_bound"] else ""))
     lines.append(f"  starts:      {wait_text} ({d['queue_ahead']} job(s) queued or running)"
                  + ("" if d.get("daemon_running") else "; no daemon is running: `orch daemon start`"))
     if d.get("projected_finish"):
