@@ -104,6 +104,14 @@ class TrainSection(_Section):
     # Hang watchdog: no new step for this long -> stacks dumped, SIGTERM, grace, SIGKILL, retry (None: off).
     hang_minutes: Optional[float] = Field(default=None, gt=0, le=10080)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _max_steps_alone(cls, data: Any) -> Any:
+        # max_steps given without max_epochs: the steps end training, not the default 3 epochs
+        if isinstance(data, dict) and data.get("max_steps") is not None and "max_epochs" not in data:
+            return {**data, "max_epochs": None}
+        return data
+
     @model_validator(mode="after")
     def _check_interval(self) -> "TrainSection":
         v = self.val_check_interval

@@ -200,3 +200,16 @@ def test_a_multi_node_job_is_refused_on_the_local_executor_naming_the_fix(tmp_pa
     status = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(home), "status", "--all", "--json"],
                             capture_output=True, text=True, timeout=60)
     assert status.stdout.strip() == "[]"  # nothing was queued
+
+
+def test_max_steps_alone_is_not_capped_by_the_default_epochs(tmp_path):
+    # docs/job-toml.md: "set max_epochs or max_steps (or both: the first reached ends training)";
+    # the sweeps guide's job sets only max_steps = 2000 and its trials stopped after 3 epochs.
+    job = tmp_path / "job.toml"
+    job.write_text(BUILTIN + "[train]\nmax_steps = 2000\n")
+    spec = load_jobspec(job)
+    assert spec.train.max_steps == 2000 and spec.train.max_epochs is None
+    job.write_text(BUILTIN + "[train]\nmax_steps = 2000\nmax_epochs = 5\n")
+    assert load_jobspec(job).train.max_epochs == 5
+    job.write_text(BUILTIN)
+    assert load_jobspec(job).train.max_epochs == 3
