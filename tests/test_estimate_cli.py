@@ -100,3 +100,14 @@ def test_a_command_job_is_estimated_from_its_names_history_or_not_at_all(orch, w
     store.db.commit()
     d = json.loads(orch("estimate", job, "--json").out)
     assert d["wall_s"] == 120 and d["history_runs"] == 1 and d["queue_wait_s"] == 0
+
+
+def test_estimate_of_a_job_file_named_relative_to_the_users_folder(home, builtin_job):
+    # The usual call, `cd project && orch estimate job.toml`: the probe (a subprocess in another
+    # folder) was handed the relative name and failed with a traceback.
+    env = {**offline(home), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "estimate", builtin_job.name, "--json",
+                           "--warmup", "3", "--steps", "6"], capture_output=True, text=True, env=env,
+                          cwd=builtin_job.parent, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["total_steps"] == 40

@@ -112,7 +112,8 @@ def command_projection(spec: JobSpec, history: Optional[History], rate_hour: flo
 
 
 def run_probe(job_toml: Path, *, warmup: int, steps: int, env: Optional[dict[str, str]] = None) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "training.probe", str(job_toml), "--warmup", str(warmup), "--steps", str(steps)]
+    # absolute: the probe runs in the repository's folder, not the user's
+    cmd = [sys.executable, "-m", "training.probe", str(job_toml.absolute()), "--warmup", str(warmup), "--steps", str(steps)]
     spawned = time.time()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env or dict(os.environ),
