@@ -222,7 +222,7 @@ class JobSpec(_Section):
             return None
         when = value if isinstance(value, datetime) else _parse_time(str(value))
         if when.tzinfo is None:
-            raise ValueError(f"deadline: {value!s} has no time zone; write it as 2026-12-05T18:00+08:00 (or Z for UTC)")
+            raise ValueError(f"{value!s} has no time zone; write it as 2026-12-05T18:00+08:00 (or Z for UTC)")
         return when.isoformat()
 
     @model_validator(mode="after")
@@ -322,7 +322,7 @@ def _parse_time(text: str) -> datetime:
     try:
         return datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"deadline: {text!r} is not a date and time; write it as 2026-12-05T18:00+08:00") from None
+        raise ValueError(f"{text!r} is not a date and time; write it as 2026-12-05T18:00+08:00") from None
 
 
 def deadline_ts(value: Any) -> Optional[float]:

@@ -24,6 +24,10 @@ command = ["python", "train.py"]
 
 # (case id, job.toml text, the problem line after "<file>: "). `{dir}` is the job file's folder.
 CASES = [
+    ("deadline_without_zone", COMMAND + 'deadline = "2030-12-05T18:00"\n',
+     "deadline: 2030-12-05T18:00 has no time zone; write it as 2026-12-05T18:00+08:00 (or Z for UTC)"),
+    ("deadline_not_a_time", COMMAND + 'deadline = "tomorrow"\n',
+     "deadline: 'tomorrow' is not a date and time; write it as 2026-12-05T18:00+08:00"),
     ("batch_size_zero", BUILTIN + "[train]\nbatch_size = 0\n",
      "train.batch_size: must be greater than 0 (got 0)"),
     ("section_typo", COMMAND + "[trian]\nmax_epochs = 3\n",
