@@ -38,9 +38,18 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-HOOKS = ("on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
-         "on_before_zero_grad", "on_train_batch_end", "on_train_start", "on_train_end", "on_save_checkpoint",
-         "state_dict")
+HOOKS = (
+    "on_train_batch_start",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "on_before_zero_grad",
+    "on_train_batch_end",
+    "on_train_start",
+    "on_train_end",
+    "on_save_checkpoint",
+    "state_dict",
+)
 LOGGER_CALLS = ("log_metrics", "save")
 SKIP = 100  # steps before the clock starts (Lightning's first steps set things up)
 
@@ -92,10 +101,18 @@ def build(arm: str, run_dir: Path, steps: int):
 
         ckpt_dir = run_dir / "checkpoints"
         ckpt_dir.mkdir(parents=True, exist_ok=True)
-        callbacks += [OrchCallback(run_dir=run_dir, ckpt_dir=ckpt_dir),
-                      ModelCheckpoint(dirpath=str(ckpt_dir), filename="step-{step:08d}", save_top_k=-1,
-                                      train_time_interval=timedelta(minutes=10)),
-                      FinalCheckpoint(ckpt_dir), HealthCallback(run_dir, ckpt_dir, attempt="1"), RateAndLR()]
+        callbacks += [
+            OrchCallback(run_dir=run_dir, ckpt_dir=ckpt_dir),
+            ModelCheckpoint(
+                dirpath=str(ckpt_dir),
+                filename="step-{step:08d}",
+                save_top_k=-1,
+                train_time_interval=timedelta(minutes=10),
+            ),
+            FinalCheckpoint(ckpt_dir),
+            HealthCallback(run_dir, ckpt_dir, attempt="1"),
+            RateAndLR(),
+        ]
         try:
             from training.goodput import GoodputMeter  # the goodput ledger's meter, where the tree has it
         except ImportError:
@@ -103,9 +120,19 @@ def build(arm: str, run_dir: Path, steps: int):
         else:
             callbacks.append(GoodputMeter(run_dir, "1"))
         loggers = run_loggers(run_dir, resume_step=None, job_name="bench")
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=loggers or False,
-                         enable_checkpointing=arm == "runner", enable_progress_bar=False, enable_model_summary=False,
-                         log_every_n_steps=10, num_sanity_val_steps=0, callbacks=callbacks, default_root_dir=str(run_dir))
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        logger=loggers or False,
+        enable_checkpointing=arm == "runner",
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=10,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+        default_root_dir=str(run_dir),
+    )
     loader = DataLoader(Rows(), batch_size=4, num_workers=0)
     return trainer, NoOp(), loader, clock, callbacks[1:], loggers
 
@@ -146,8 +173,11 @@ def one_run(arm: str, steps: int, work: Path) -> dict[str, Any]:
     timed = clock.times[SKIP:]
     n = len(timed) - 1
     # own costs over the same steps would need per-step marks; over the whole run they are per step
-    return {"us_per_step": (timed[-1] - timed[0]) / n * 1e6, "callbacks": len(callbacks),
-            "own_us_per_step": {k: v / steps * 1e6 for k, v in spent.items()}}
+    return {
+        "us_per_step": (timed[-1] - timed[0]) / n * 1e6,
+        "callbacks": len(callbacks),
+        "own_us_per_step": {k: v / steps * 1e6 for k, v in spent.items()},
+    }
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -175,10 +205,13 @@ def main() -> int:
         warm = one_run("runner", SKIP + 50, Path(tmp))  # warm-up: imports, first files
         extra = warm["callbacks"]  # callbacks the runner adds (dispatch is paid for each)
         for rep in range(args.reps):
-            for arm in (arms if rep % 2 == 0 else arms[::-1]):
+            for arm in arms if rep % 2 == 0 else arms[::-1]:
                 runs[arm].append(one_run(arm, args.steps, Path(tmp)))
-            print(f"rep {rep + 1}: " + ", ".join(f"{a} {runs[a][-1]['us_per_step']:.0f} us/step" for a in arms),
-                  file=sys.stderr, flush=True)
+            print(
+                f"rep {rep + 1}: " + ", ".join(f"{a} {runs[a][-1]['us_per_step']:.0f} us/step" for a in arms),
+                file=sys.stderr,
+                flush=True,
+            )
     own: dict[str, list[float]] = defaultdict(list)
     for r in runs["runner"]:
         for k, v in r["own_us_per_step"].items():
@@ -188,7 +221,9 @@ def main() -> int:
         per_callback[k.split(".")[0]] += statistics.median(vs)
     none = [r["us_per_step"] for r in runs["none"]]
     report = {
-        "steps": args.steps, "reps": args.reps, "load_avg_1m": [load_before, os.getloadavg()[0]],
+        "steps": args.steps,
+        "reps": args.reps,
+        "load_avg_1m": [load_before, os.getloadavg()[0]],
         "step_us": {a: spread([r["us_per_step"] for r in runs[a]]) for a in arms},
         "dispatch_us_per_callback": spread([(e["us_per_step"] - n) / 5 for e, n in zip(runs["empty"], none)]),
         "runner_minus_none_us": spread([(r["us_per_step"] - n) for r, n in zip(runs["runner"], none)]),
@@ -202,12 +237,18 @@ def main() -> int:
         print(json.dumps(report, indent=2))
         return 0
     s = report["step_us"]
-    print(f"no-op step, CPU, {args.steps} steps x {args.reps} runs per arm, alternated; load "
-          f"{report['load_avg_1m'][0]:.1f} -> {report['load_avg_1m'][1]:.1f}")
-    print(f"  step us (median): none {s['none']['median']:.0f}, empty x5 {s['empty']['median']:.0f}, "
-          f"runner {s['runner']['median']:.0f}")
+    print(
+        f"no-op step, CPU, {args.steps} steps x {args.reps} runs per arm, alternated; load "
+        f"{report['load_avg_1m'][0]:.1f} -> {report['load_avg_1m'][1]:.1f}"
+    )
+    print(
+        f"  step us (median): none {s['none']['median']:.0f}, empty x5 {s['empty']['median']:.0f}, "
+        f"runner {s['runner']['median']:.0f}"
+    )
     d = report["dispatch_us_per_callback"]
-    print(f"  Lightning's dispatch, per callback per step: {d['median']:.1f} us (quartiles {d['q1']:.1f}-{d['q3']:.1f})")
+    print(
+        f"  Lightning's dispatch, per callback per step: {d['median']:.1f} us (quartiles {d['q1']:.1f}-{d['q3']:.1f})"
+    )
     print("  own cost per step (us, median over runs):")
     for name, us in report["own_us_per_callback"].items():
         print(f"    {name:22s} {us:8.1f}")
@@ -215,8 +256,10 @@ def main() -> int:
             if k.startswith(name + ".") and v["median"] >= 0.05:
                 print(f"      {k.split('.', 1)[1]:28s} {v['median']:8.2f}")
     r = report["runner_minus_none_us"]
-    print(f"  own total {report['own_total_us']:.1f} us + {extra} x dispatch = {report['own_plus_dispatch_us']:.1f} us; "
-          f"measured runner - none: {r['median']:.1f} us (quartiles {r['q1']:.1f}-{r['q3']:.1f})")
+    print(
+        f"  own total {report['own_total_us']:.1f} us + {extra} x dispatch = {report['own_plus_dispatch_us']:.1f} us; "
+        f"measured runner - none: {r['median']:.1f} us (quartiles {r['q1']:.1f}-{r['q3']:.1f})"
+    )
     return 0
 
 

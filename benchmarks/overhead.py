@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 # The same clock in both arms (one more callback in each): wall and process CPU time at the end of
 # every step, written to $BENCH_CLOCK when training ends. CPU seconds per step count every thread
 # of the process (orch's writer threads too) and hold up better than wall time on a busy machine.
-CLOCK = r'''
+CLOCK = r"""
 import json as _json, os as _os, time as _time
 import pytorch_lightning as _pl
 
@@ -47,9 +47,11 @@ class Clock(_pl.Callback):
         with open(_os.environ["BENCH_CLOCK"], "w") as fh:
             _json.dump({"first_step_at": first[1], "steps": last[0] - first[0], "wall_s": last[2] - first[2],
                         "cpu_s": last[3] - first[3]}, fh)
-'''
+"""
 
-PLAIN = CLOCK + r'''
+PLAIN = (
+    CLOCK
+    + r"""
 import json, sys, time
 import pytorch_lightning as pl, torch
 from datasets import load_dataset
@@ -85,10 +87,13 @@ pl.seed_everything(42)
 trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False, enable_checkpointing=False,
                      enable_progress_bar=False, enable_model_summary=False, callbacks=[Clock()], gradient_clip_val=1.0)
 trainer.fit(Plain(), DataLoader(ds, batch_size=batch, shuffle=True, collate_fn=collate))
-'''
+"""
+)
 
 # `python -m training.run RUN_DIR` with the clock added to the runner's own callbacks
-RUNNER = CLOCK + r'''
+RUNNER = (
+    CLOCK
+    + r"""
 import sys
 import training.job as job
 
@@ -102,7 +107,8 @@ job.build_callbacks = build_callbacks
 from training.run import cli
 
 sys.exit(cli())
-'''
+"""
+)
 
 
 SIZES = {  # name -> (hidden, layers, heads, steps as a share of --steps)
@@ -125,17 +131,31 @@ def setup(folder: Path, rows: int, sizes: list[str]) -> tuple[dict[str, Path], P
 
 
 def env_for(cache: Path) -> dict[str, str]:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(cache), "PYTHONPATH": str(REPO),
-            "TOKENIZERS_PARALLELISM": "false"}
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(cache),
+        "PYTHONPATH": str(REPO),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
 
 
 def _timed(cmd: list[str], env: dict[str, str], clock: Path) -> dict:
     start = time.time()
-    subprocess.run(cmd, cwd=str(REPO), env={**env, "BENCH_CLOCK": str(clock)}, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        cmd,
+        cwd=str(REPO),
+        env={**env, "BENCH_CLOCK": str(clock)},
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     t = json.loads(clock.read_text())
-    return {"first_step_s": t["first_step_at"] - start, "steps_per_s": t["steps"] / t["wall_s"],
-            "cpu_ms_per_step": t["cpu_s"] / t["steps"] * 1000}
+    return {
+        "first_step_s": t["first_step_at"] - start,
+        "steps_per_s": t["steps"] / t["wall_s"],
+        "cpu_ms_per_step": t["cpu_s"] / t["steps"] * 1000,
+    }
 
 
 def run_plain(model: Path, data: Path, steps: int, batch: int, cache: Path, workdir: Path) -> dict:
@@ -147,15 +167,25 @@ def run_runner(model: Path, data: Path, steps: int, batch: int, cache: Path, wor
     import tomli_w
 
     run = Path(tempfile.mkdtemp(dir=workdir, prefix="run-"))
-    spec = {"name": "bench", "gpus": 0, "model": {"name_or_path": str(model), "num_labels": 2},
-            "data": {"train": str(data), "max_length": 64, "num_workers": 0},
-            "train": {"max_steps": steps, "max_epochs": 1000, "batch_size": batch, "precision": "32",
-                      "learning_rate": 1e-3},
-            "checkpoint": {"every_minutes": 10.0, "keep": 1}}
+    spec = {
+        "name": "bench",
+        "gpus": 0,
+        "model": {"name_or_path": str(model), "num_labels": 2},
+        "data": {"train": str(data), "max_length": 64, "num_workers": 0},
+        "train": {
+            "max_steps": steps,
+            "max_epochs": 1000,
+            "batch_size": batch,
+            "precision": "32",
+            "learning_rate": 1e-3,
+        },
+        "checkpoint": {"every_minutes": 10.0, "keep": 1},
+    }
     (run / "job.toml").write_bytes(tomli_w.dumps(spec).encode())
     try:
-        return _timed([sys.executable, "-c", RUNNER, str(run)], {**env_for(cache), "ORCH_RUN_DIR": str(run)},
-                      run / "clock.json")
+        return _timed(
+            [sys.executable, "-c", RUNNER, str(run)], {**env_for(cache), "ORCH_RUN_DIR": str(run)}, run / "clock.json"
+        )
     finally:
         shutil.rmtree(run, ignore_errors=True)
 
@@ -165,13 +195,16 @@ def tokenization(rows: int, workdir: Path, model: Path) -> dict:
 
     data = write_jsonl(workdir / "big.jsonl", sentiment_rows(rows, seed=9))
     cache = workdir / "tok-cache"
-    code = ("import sys, json; from transformers import AutoTokenizer; from training.data import TextClassificationData as D;"
-            f"d = D(tokenizer=AutoTokenizer.from_pretrained({str(model)!r}), train={str(data)!r}, validation=None);"
-            "d.prepare(); print(json.dumps(d.tokenize_seconds))")
+    code = (
+        "import sys, json; from transformers import AutoTokenizer; from training.data import TextClassificationData as D;"
+        f"d = D(tokenizer=AutoTokenizer.from_pretrained({str(model)!r}), train={str(data)!r}, validation=None);"
+        "d.prepare(); print(json.dumps(d.tokenize_seconds))"
+    )
     times = []
     for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_for(cache),
-                             cwd=str(REPO), check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env_for(cache), cwd=str(REPO), check=True
+        )
         times.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return {"rows": rows, "first_s": times[0], "cached_s": times[1]}
 
@@ -182,8 +215,7 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": values[0], "max": values[-1], "q1": q[0], "q3": q[2]}
 
 
-def measure_size(name: str, model: Path, data: Path, args: argparse.Namespace, cache: Path, work: Path,
-                 log) -> dict:
+def measure_size(name: str, model: Path, data: Path, args: argparse.Namespace, cache: Path, work: Path, log) -> dict:
     steps = max(20, round(args.steps * SIZES[name][3]))
     run_plain(model, data, 5, args.batch, cache, work)  # warm-up: tokenization cache, page cache, imports
     run_runner(model, data, 5, args.batch, cache, work)
@@ -192,19 +224,33 @@ def measure_size(name: str, model: Path, data: Path, args: argparse.Namespace, c
         order = ("plain", "runner") if i % 2 == 0 else ("runner", "plain")
         got = {}
         for arm in order:
-            got[arm] = (run_plain(model, data, steps, args.batch, cache, work) if arm == "plain"
-                        else run_runner(model, data, steps, args.batch, cache, work))
+            got[arm] = (
+                run_plain(model, data, steps, args.batch, cache, work)
+                if arm == "plain"
+                else run_runner(model, data, steps, args.batch, cache, work)
+            )
         p, r = got["plain"]["steps_per_s"], got["runner"]["steps_per_s"]
-        pair = {"order": "/".join(order), "plain": got["plain"], "runner": got["runner"], "ratio": r / p,
-                "cpu_ratio": got["plain"]["cpu_ms_per_step"] / got["runner"]["cpu_ms_per_step"],
-                "gap_ms_per_step": (1 / r - 1 / p) * 1000, "load_avg_1m": os.getloadavg()[0]}
+        pair = {
+            "order": "/".join(order),
+            "plain": got["plain"],
+            "runner": got["runner"],
+            "ratio": r / p,
+            "cpu_ratio": got["plain"]["cpu_ms_per_step"] / got["runner"]["cpu_ms_per_step"],
+            "gap_ms_per_step": (1 / r - 1 / p) * 1000,
+            "load_avg_1m": os.getloadavg()[0],
+        }
         pairs.append(pair)
-        log(f"{name} pair {i + 1} ({pair['order']}): plain {p:.1f} steps/s, runner {r:.1f} steps/s, "
-            f"ratio {pair['ratio']:.3f} (CPU time {pair['cpu_ratio']:.3f}), gap {pair['gap_ms_per_step']:+.2f} ms/step, load {pair['load_avg_1m']:.1f}")
+        log(
+            f"{name} pair {i + 1} ({pair['order']}): plain {p:.1f} steps/s, runner {r:.1f} steps/s, "
+            f"ratio {pair['ratio']:.3f} (CPU time {pair['cpu_ratio']:.3f}), gap {pair['gap_ms_per_step']:+.2f} ms/step, load {pair['load_avg_1m']:.1f}"
+        )
     hidden, layers, heads, _ = SIZES[name]
     return {
-        "model": f"BERT {layers} layers x {hidden} hidden, {heads} heads", "steps": steps, "batch": args.batch,
-        "pairs_n": len(pairs), "ratio": spread([x["ratio"] for x in pairs]),
+        "model": f"BERT {layers} layers x {hidden} hidden, {heads} heads",
+        "steps": steps,
+        "batch": args.batch,
+        "pairs_n": len(pairs),
+        "ratio": spread([x["ratio"] for x in pairs]),
         "cpu_ratio": spread([x["cpu_ratio"] for x in pairs]),
         "plain_cpu_ms_per_step": spread([x["plain"]["cpu_ms_per_step"] for x in pairs]),
         "runner_cpu_ms_per_step": spread([x["runner"]["cpu_ms_per_step"] for x in pairs]),
@@ -219,20 +265,28 @@ def measure_size(name: str, model: Path, data: Path, args: argparse.Namespace, c
 
 def render(rep: dict) -> None:
     def fmt(s: dict, digits: int = 3) -> str:
-        return (f"median {s['median']:.{digits}f} (quartiles {s['q1']:.{digits}f}-{s['q3']:.{digits}f}, "
-                f"range {s['min']:.{digits}f}-{s['max']:.{digits}f})")
+        return (
+            f"median {s['median']:.{digits}f} (quartiles {s['q1']:.{digits}f}-{s['q3']:.{digits}f}, "
+            f"range {s['min']:.{digits}f}-{s['max']:.{digits}f})"
+        )
 
     c = rep["conditions"]
-    print(f"CPU, {c['cpus']} cores, OMP_NUM_THREADS={c['omp_num_threads']}, load average {c['load_before']:.1f} before / "
-          f"{c['load_after']:.1f} after; arms alternated, one warm-up run of each per size")
+    print(
+        f"CPU, {c['cpus']} cores, OMP_NUM_THREADS={c['omp_num_threads']}, load average {c['load_before']:.1f} before / "
+        f"{c['load_after']:.1f} after; arms alternated, one warm-up run of each per size"
+    )
     for name, s in rep["sizes"].items():
         print(f"{name}: {s['model']}, {s['steps']} steps x batch {s['batch']}, {s['pairs_n']} pairs")
-        print("  | pair | order | plain steps/s | runner steps/s | runner / plain | gap ms/step | CPU ms/step plain / runner | CPU ratio | load |")
+        print(
+            "  | pair | order | plain steps/s | runner steps/s | runner / plain | gap ms/step | CPU ms/step plain / runner | CPU ratio | load |"
+        )
         print("  |---|---|---|---|---|---|---|---|---|")
         for i, x in enumerate(s["pairs"], 1):
-            print(f"  | {i} | {x['order']} | {x['plain']['steps_per_s']:.1f} | {x['runner']['steps_per_s']:.1f} | "
-                  f"{x['ratio']:.3f} | {x['gap_ms_per_step']:+.2f} | {x['plain']['cpu_ms_per_step']:.2f} / "
-                  f"{x['runner']['cpu_ms_per_step']:.2f} | {x['cpu_ratio']:.3f} | {x['load_avg_1m']:.1f} |")
+            print(
+                f"  | {i} | {x['order']} | {x['plain']['steps_per_s']:.1f} | {x['runner']['steps_per_s']:.1f} | "
+                f"{x['ratio']:.3f} | {x['gap_ms_per_step']:+.2f} | {x['plain']['cpu_ms_per_step']:.2f} / "
+                f"{x['runner']['cpu_ms_per_step']:.2f} | {x['cpu_ratio']:.3f} | {x['load_avg_1m']:.1f} |"
+            )
         print(f"  ratio runner/plain per pair: {fmt(s['ratio'])}  (goal >= {GOAL_RATIO})")
         print(f"  CPU-time ratio plain/runner per pair: {fmt(s['cpu_ratio'])}")
         print(f"  step ms: plain {fmt(s['plain_step_ms'], 2)}; runner {fmt(s['runner_step_ms'], 2)}")
@@ -259,14 +313,20 @@ def main() -> int:
     if args.runs < 5:
         parser.error("--runs must be at least 5 (pairs per size)")
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    conditions = {"cpus": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-                  "load_before": os.getloadavg()[0]}
+    conditions = {
+        "cpus": os.cpu_count(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "load_before": os.getloadavg()[0],
+    }
     with tempfile.TemporaryDirectory(prefix="orch-bench-") as tmp:
         work = Path(tmp)
         models, data = setup(work, rows=args.steps * args.batch, sizes=sizes)
         cache = work / "cache"
-        report = {"conditions": conditions, "goal_ratio": GOAL_RATIO,
-                  "sizes": {name: measure_size(name, models[name], data, args, cache, work, log) for name in sizes}}
+        report = {
+            "conditions": conditions,
+            "goal_ratio": GOAL_RATIO,
+            "sizes": {name: measure_size(name, models[name], data, args, cache, work, log) for name in sizes},
+        }
         conditions["load_after"] = os.getloadavg()[0]
         if args.tokenize_rows:
             report["tokenization"] = tokenization(args.tokenize_rows, work, models[sizes[0]])

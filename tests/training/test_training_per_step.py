@@ -45,13 +45,27 @@ class GoesNaN(pl.LightningModule):
 def _fit(tmp_path: Path, *, bad_step: int, check_every: int, checkpoint_every: int = 0) -> tuple[pl.Trainer, Path]:
     ckpt_dir = tmp_path / "checkpoints"
     ckpt_dir.mkdir()
-    callbacks: list = [HealthCallback(tmp_path, ckpt_dir, attempt="1", check_every=check_every,
-                                      defer_loss_check=True)]
+    callbacks: list = [HealthCallback(tmp_path, ckpt_dir, attempt="1", check_every=check_every, defer_loss_check=True)]
     if checkpoint_every:
-        callbacks.append(ModelCheckpoint(dirpath=str(ckpt_dir), filename="step-{step:08d}", auto_insert_metric_name=False,
-                                         every_n_train_steps=checkpoint_every, save_top_k=-1))
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=40, logger=False, enable_progress_bar=False,
-                         enable_model_summary=False, enable_checkpointing=bool(checkpoint_every), callbacks=callbacks)
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=str(ckpt_dir),
+                filename="step-{step:08d}",
+                auto_insert_metric_name=False,
+                every_n_train_steps=checkpoint_every,
+                save_top_k=-1,
+            )
+        )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=40,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=bool(checkpoint_every),
+        callbacks=callbacks,
+    )
     with pytest.raises(Diverged) as caught:
         trainer.fit(GoesNaN(bad_step), DataLoader(torch.arange(200, dtype=torch.float32), batch_size=4))
     assert caught.value.step == bad_step
@@ -104,11 +118,21 @@ def test_lr_and_samples_per_s_reach_the_loggers_on_every_logging_step(tmp_path):
             super().__init__(bad_step=10**9)
 
     loggers = run_loggers(tmp_path, resume_step=None, job_name="t")
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=35, logger=loggers, log_every_n_steps=10,
-                         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-                         callbacks=[RateAndLR()])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=35,
+        logger=loggers,
+        log_every_n_steps=10,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        callbacks=[RateAndLR()],
+    )
     trainer.fit(Fine(), DataLoader(torch.arange(200, dtype=torch.float32), batch_size=4))
     with open(tmp_path / "metrics.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [int(r["step"]) for r in rows] == [9, 19, 29]
-    assert all(float(r["lr"]) == pytest.approx(0.01) and float(r["samples_per_s"]) > 0 and r["train_loss"] for r in rows)
+    assert all(
+        float(r["lr"]) == pytest.approx(0.01) and float(r["samples_per_s"]) > 0 and r["train_loss"] for r in rows
+    )
