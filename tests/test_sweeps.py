@@ -51,6 +51,8 @@ BUILTIN_JOB = {"name": "b", "gpus": 0, "model": {"name_or_path": "bert-base-unca
     ({"train.learning_rate": {"log_uniform": [0.0, 1e-2]}}, {}, ["sweep.params.train.learning_rate", "above 0"]),
     ({"train.learning_rate": {"values": [1e-3]}}, {"pruner": "hyperband"}, ["sweep.pruner"]),
     ({"train": {"values": [1]}}, {}, ["'train' is a table"]),
+    ({"train.learning_rate": {"values": [1e-3]}}, {"objective": "val_accuracy"},
+     ["sweep.objective", "'val_accuracy'", "val_acc"]),
 ])
 def test_a_bad_sweep_file_exits_2_naming_file_and_field_and_stores_nothing(tmp_path, home, cli, params, sweep, words):
     (tmp_path / "job.toml").write_text(tomli_w.dumps(BUILTIN_JOB))

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..contract import ENV_PARAM_PREFIX
 from ..errors import SpecError
-from ..jobspec import JobSpec, load_jobspec, spec_from_dict
+from ..jobspec import TASK_METRICS, JobSpec, load_jobspec, spec_from_dict
 from ..problems import _model_at, _unwrap, problems_from
 from ..tomlfile import read_toml
 
@@ -148,6 +148,11 @@ def check_params(section: SweepSection, base: JobSpec, label: str) -> list[str]:
                 why = "; ".join(p.split(": ", 2)[-1] for p in exc.problems)
                 problems.append(f"{where}: the job cannot take {value!r}: {why}")
                 break
+    if not base.is_command and base.model is not None:
+        logged = TASK_METRICS[base.model.task]
+        if section.objective not in logged:
+            problems.append(f"{label}: sweep.objective: the built-in {base.model.task} job does not log "
+                            f"{section.objective!r}; it logs {', '.join(logged)}")
     if base.is_command:
         used = {m for part in base.command or [] for m in PLACEHOLDER.findall(part)}
         for name in sorted(used - set(section.params)):
