@@ -10,7 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from .bounds import INT64_MAX, INT64_MIN, control_problem, name_problem
 from .datafile_keys import first_keys
@@ -21,6 +22,17 @@ from .tomlfile import read_toml
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic would read TOML `true` as 1 (num_labels = true became a one-label regression head)
+        if isinstance(value, bool) and info.field_name in cls.model_fields:
+            annotation = cls.model_fields[info.field_name].annotation
+            args = getattr(annotation, "__args__", None) or (annotation,)
+            if bool not in args and (int in args or float in args):
+                raise PydanticCustomError("int_type" if int in args and float not in args else "float_type", "a number")
+        return value
 
 
 TaskName = Literal["sequence-classification", "causal-lm", "token-classification"]
