@@ -111,3 +111,14 @@ def test_estimate_of_a_job_file_named_relative_to_the_users_folder(home, builtin
                           cwd=builtin_job.parent, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["total_steps"] == 40
+
+
+def test_estimate_of_a_job_asking_for_more_gpus_than_here_is_refused_before_any_probe(orch, builtin_job, tmp_path):
+    # It used to run a minute-long probe on the CPU, then say "starts: never on this machine".
+    body = builtin_job.read_text().replace("gpus = 0", "gpus = 64")
+    job = tmp_path / "big.toml"
+    job.write_text(body)
+    ran = orch("estimate", job, timeout=120)
+    assert ran.rc == 2, ran.out + ran.err
+    assert f"{job}: gpus: asks for 64 GPUs" in ran.err and "Traceback" not in ran.err, ran.err
+    assert ran.out == ""

@@ -20,6 +20,7 @@ from ..cost import Pricing, format_duration, format_money, job_hourly_rates
 from ..errors import OrchError
 from ..forecast import History, history_of, queue_forecast
 from ..jobspec import JobSpec, load_jobspec
+from ..lifecycle import check_gpus
 from ..paths import Home
 from ..states import JobState
 from ..store import Store
@@ -149,6 +150,8 @@ def estimate_data(store: Store, home: Home, config: Any, job_toml: Path, now: fl
     if spec.is_command:
         data = command_projection(spec, history_of(store.jobs([JobState.SUCCEEDED]), spec.name or ""), rate)
     else:
+        if config.executor.kind == "local":  # as `orch submit` refuses it: a CPU probe would mean nothing
+            check_gpus(spec, str(job_toml), managed)
         data = builtin_projection(spec, run_probe(job_toml, warmup=warmup, steps=steps), rate, mtbf_of(store, spec))
     body = spec.model_dump(mode="json", exclude_none=True)
     candidate = Candidate(json.dumps(body), body, spec.gpus, spec.priority)
