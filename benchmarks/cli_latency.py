@@ -65,32 +65,61 @@ def fill(home: Home, n_jobs: int, seed: int = 7) -> dict[str, int]:
     counts: dict[str, int] = {}
     for i in range(n_jobs):
         t = now + i
-        job = store.submit(name=f"bench-{i}", kind="command", gpus=rng.choice((0, 1, 2)), priority=rng.randint(0, 3),
-                           retries=2, spec=spec, spec_path="/tmp/job.toml", now=t)
+        job = store.submit(
+            name=f"bench-{i}",
+            kind="command",
+            gpus=rng.choice((0, 1, 2)),
+            priority=rng.randint(0, 3),
+            retries=2,
+            spec=spec,
+            spec_path="/tmp/job.toml",
+            now=t,
+        )
         left = n_jobs - i
         if left <= n_queued:
             state = JobState.QUEUED
         elif left <= n_queued + n_running:
             state = JobState.RUNNING
         else:
-            state = rng.choices([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED],
-                                weights=[80, 10, 7, 3])[0]
+            state = rng.choices(
+                [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED], weights=[80, 10, 7, 3]
+            )[0]
         if state is not JobState.QUEUED:
             if state is JobState.CANCELLED and rng.random() < 0.5:
                 store.transition(job.id, JobState.CANCELLED, EventKind.CANCELLED, t + 1)
             else:
-                store.transition(job.id, JobState.RUNNING, EventKind.STARTED, t + 1,
-                                 updates={"attempt": 1, "started_at": t + 1}, begin_attempt=AttemptStart(1))
+                store.transition(
+                    job.id,
+                    JobState.RUNNING,
+                    EventKind.STARTED,
+                    t + 1,
+                    updates={"attempt": 1, "started_at": t + 1},
+                    begin_attempt=AttemptStart(1),
+                )
                 if state is not JobState.RUNNING:
-                    store.transition(job.id, state, EventKind(state.value), t + 2,
-                                     updates={"finished_at": t + 2, "run_seconds": 1.0, "cost": 0.01},
-                                     end_attempt=AttemptEnd(t + 2, AttemptOutcome(state.value), exit_code=0))
+                    store.transition(
+                        job.id,
+                        state,
+                        EventKind(state.value),
+                        t + 2,
+                        updates={"finished_at": t + 2, "run_seconds": 1.0, "cost": 0.01},
+                        end_attempt=AttemptEnd(t + 2, AttemptOutcome(state.value), exit_code=0),
+                    )
                 else:
                     run_dir = home.run_dir(job.id)
                     run_dir.mkdir(parents=True, exist_ok=True)
-                    (run_dir / "progress.json").write_text(json.dumps(
-                        {"step": 50, "total_steps": 1000, "epoch": 0, "metrics": {}, "samples_per_s": 10.0,
-                         "updated_at": time.time()}))
+                    (run_dir / "progress.json").write_text(
+                        json.dumps(
+                            {
+                                "step": 50,
+                                "total_steps": 1000,
+                                "epoch": 0,
+                                "metrics": {},
+                                "samples_per_s": 10.0,
+                                "updated_at": time.time(),
+                            }
+                        )
+                    )
         counts[state.value] = counts.get(state.value, 0) + 1
     store.close()
     return counts
@@ -119,12 +148,13 @@ def timed(argv: list[str], env: dict[str, str], runs: int, cwd: Path) -> tuple[f
 
 
 def heavy_imports(args: list[str], env: dict[str, str], cwd: Path) -> list[str]:
-    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args)], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
     marker = [line for line in proc.stderr.splitlines() if line.startswith("HEAVY=")]
     if not marker:
         raise SystemExit(f"probe of orch {' '.join(args)} printed no module list:\n{proc.stderr}")
-    return json.loads(marker[-1][len("HEAVY="):])
+    return json.loads(marker[-1][len("HEAVY=") :])
 
 
 def main() -> int:
@@ -147,8 +177,10 @@ def main() -> int:
         else:
             t0 = time.perf_counter()
             counts = fill(home, opts.jobs)
-            print(f"filled {home.db} with {sum(counts.values())} jobs in {time.perf_counter() - t0:.1f}s: "
-                  + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+            print(
+                f"filled {home.db} with {sum(counts.values())} jobs in {time.perf_counter() - t0:.1f}s: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+            )
         job_toml = tmp / "job.toml"
         job_toml.write_text('name = "bench-submit"\ngpus = 0\ncommand = ["python", "-c", "pass"]\n')
 
@@ -168,23 +200,31 @@ def main() -> int:
 
         base = results["python -c pass"][0]
         base_cpu = results["python -c pass"][2]
-        print(f"\n{'command':<28}{'median ms':>10}{'min ms':>9}{'max ms':>9}{'x python':>10}{'cpu ms':>9}"
-              f"{'cpu x py':>10}   ({runs} runs each)")
+        print(
+            f"\n{'command':<28}{'median ms':>10}{'min ms':>9}{'max ms':>9}{'x python':>10}{'cpu ms':>9}"
+            f"{'cpu x py':>10}   ({runs} runs each)"
+        )
         for label, (median, samples, cpu) in results.items():
-            print(f"{label:<28}{median * 1000:>10.0f}{min(samples) * 1000:>9.0f}{max(samples) * 1000:>9.0f}"
-                  f"{median / base:>10.1f}{cpu * 1000:>9.0f}{cpu / base_cpu:>10.1f}")
+            print(
+                f"{label:<28}{median * 1000:>10.0f}{min(samples) * 1000:>9.0f}{max(samples) * 1000:>9.0f}"
+                f"{median / base:>10.1f}{cpu * 1000:>9.0f}{cpu / base_cpu:>10.1f}"
+            )
 
         failures = []
         for args in (["status"], ["status", "--json"], ["status", "--all", "--json"], ["submit", str(job_toml)]):
             heavy = heavy_imports(args, env, tmp)
             if heavy:
                 failures.append(f"orch {' '.join(args)} imported {', '.join(heavy)}")
-        print("\nheavy imports (torch, lightning, transformers, datasets): "
-              + ("; ".join(failures) if failures else "none, in status, status --json, status --all --json, submit"))
+        print(
+            "\nheavy imports (torch, lightning, transformers, datasets): "
+            + ("; ".join(failures) if failures else "none, in status, status --json, status --all --json, submit")
+        )
 
         status_ms = results["orch status"][0] * 1000
         verdict = "under" if status_ms < GOAL_STATUS_S * 1000 else "OVER"
-        print(f"orch status on {sum(counts.values())} jobs: {status_ms:.0f} ms, {verdict} the {GOAL_STATUS_S * 1000:.0f} ms goal")
+        print(
+            f"orch status on {sum(counts.values())} jobs: {status_ms:.0f} ms, {verdict} the {GOAL_STATUS_S * 1000:.0f} ms goal"
+        )
         return 1 if failures else 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -49,7 +49,8 @@ class Bench:
         self.root = root
         self.home = Home(root / "home").ensure()
         (self.home.root / "config.toml").write_text(
-            f"[daemon]\ngpus = []\ntick_seconds = {tick}\ncpu_slots = {slots}\n")
+            f"[daemon]\ngpus = []\ntick_seconds = {tick}\ncpu_slots = {slots}\n"
+        )
         self.config = load_config(self.home.root / "config.toml", required=True)
         self.store = Store(self.home.db)
         self.jobs = root / "jobs"
@@ -60,10 +61,17 @@ class Bench:
         out = open(self.root / "daemon.out", "wb")
         self.daemon = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.cli", "--home", str(self.home.root), "daemon", "run"],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         out.close()
-        wait_for(lambda: self.home.log_file.exists() and "daemon started" in self.home.log_file.read_text(), 30,
-                 "the daemon to start")
+        wait_for(
+            lambda: self.home.log_file.exists() and "daemon started" in self.home.log_file.read_text(),
+            30,
+            "the daemon to start",
+        )
         return self.daemon.pid
 
     def stop(self) -> None:
@@ -81,8 +89,9 @@ class Bench:
         return path
 
     def submit(self, name: str, command: list[str]) -> int:
-        job = submit_job(self.store, self.config, self.home, self.job_file(name, command), now=time.time(),
-                         machine_gpus=0)
+        job = submit_job(
+            self.store, self.config, self.home, self.job_file(name, command), now=time.time(), machine_gpus=0
+        )
         poke(self.home.wake_socket)
         return job.id
 
@@ -105,9 +114,11 @@ class Bench:
             started = self.store.attempts(job_id)[0].started_at
             dispatch.append(started - job.submitted_at)
             spawn.append(self.exit_of(job_id)["started_at"] - job.submitted_at)
-        return {"submit_to_dispatch_median_s": statistics.median(dispatch),
-                "submit_to_job_spawn_median_s": statistics.median(spawn),
-                "submit_to_job_spawn_max_s": max(spawn)}
+        return {
+            "submit_to_dispatch_median_s": statistics.median(dispatch),
+            "submit_to_job_spawn_median_s": statistics.median(spawn),
+            "submit_to_job_spawn_max_s": max(spawn),
+        }
 
     def gap(self, n: int) -> dict[str, float]:
         """A chain of n short jobs queued behind each other in the single slot: from one's exit
@@ -119,20 +130,28 @@ class Bench:
             ended = self.exit_of(prev)["ended_at"]
             to_dispatch.append(self.store.attempts(nxt)[0].started_at - ended)
             to_spawn.append(self.exit_of(nxt)["started_at"] - ended)
-        return {"gap_to_dispatch_median_s": statistics.median(to_dispatch),
-                "gap_median_s": statistics.median(to_spawn), "gap_max_s": max(to_spawn)}
+        return {
+            "gap_to_dispatch_median_s": statistics.median(to_dispatch),
+            "gap_median_s": statistics.median(to_spawn),
+            "gap_max_s": max(to_spawn),
+        }
 
     def drain(self, n: int) -> dict[str, float]:
         t0 = time.time()
         ids = [self.submit("trivial", ["true"]) for _ in range(n)]
         submitted = time.time() - t0
-        wait_for(lambda: all(self.done(i) for i in ids[-5:]) and all(self.done(i) for i in ids), 600,
-                 f"{n} jobs to drain")
+        wait_for(
+            lambda: all(self.done(i) for i in ids[-5:]) and all(self.done(i) for i in ids), 600, f"{n} jobs to drain"
+        )
         elapsed = time.time() - t0
         failed = [i for i in ids if self.store.get(i).state is not JobState.SUCCEEDED]
         assert not failed, f"jobs did not succeed: {failed[:5]}"
-        return {"drain_jobs": n, "drain_s": elapsed, "drain_jobs_per_s": n / elapsed,
-                "submit_jobs_per_s": n / submitted}
+        return {
+            "drain_jobs": n,
+            "drain_s": elapsed,
+            "drain_jobs_per_s": n / elapsed,
+            "submit_jobs_per_s": n / submitted,
+        }
 
     def idle(self, pid: int, seconds: float) -> dict[str, float]:
         time.sleep(3)  # let the drain's last tick and the queue_drained notice pass
@@ -143,14 +162,17 @@ class Bench:
         status = Path(f"/proc/{pid}/status").read_text()
         rss_kb = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
         maps = Path(f"/proc/{pid}/maps").read_text()
-        return {"idle_cpu_pct": 100.0 * (after - before) / hz / (t1 - t0), "idle_rss_mb": rss_kb / 1024,
-                "idle_threads": int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:"))),
-                "torch_loaded": "torch" in maps}
+        return {
+            "idle_cpu_pct": 100.0 * (after - before) / hz / (t1 - t0),
+            "idle_rss_mb": rss_kb / 1024,
+            "idle_threads": int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:"))),
+            "torch_loaded": "torch" in maps,
+        }
 
 
 def _cpu_ticks(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rfind(")") + 2:].split()
+    fields = stat[stat.rfind(")") + 2 :].split()
     return int(fields[11]) + int(fields[12])  # utime + stime (fields 14 and 15)
 
 

@@ -30,9 +30,17 @@ ORCH = [sys.executable, "-m", "orchestrator.cli"]
 
 def env_for(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
-    env.update({"ORCH_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-                "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    env.update(
+        {
+            "ORCH_HOME": str(home),
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        }
+    )
     return env
 
 
@@ -57,12 +65,15 @@ def larger_job(folder: Path) -> Path:
     from training.toy import build_tiny_bert, sentiment_rows
 
     texts = [r["text"] for r in sentiment_rows(2000, seed=1)]
-    model = build_tiny_bert(folder / "wide-bert", texts, hidden=256, layers=4, heads=4, vocab_size=2000,
-                            max_positions=128)
+    model = build_tiny_bert(
+        folder / "wide-bert", texts, hidden=256, layers=4, heads=4, vocab_size=2000, max_positions=128
+    )
     path = folder / "wide.toml"
-    path.write_text(f'name = "wide-bert"\ngpus = 0\n[model]\nname_or_path = "{model}"\n[data]\ntrain = "{data / "train.jsonl"}"\n'
-                    f'validation = "{data / "dev.jsonl"}"\nmax_length = 64\nnum_workers = 0\n[train]\nmax_epochs = 1\n'
-                    f'batch_size = 16\nprecision = "32"\n[checkpoint]\nevery_n_steps = 100\nkeep = 1\n')
+    path.write_text(
+        f'name = "wide-bert"\ngpus = 0\n[model]\nname_or_path = "{model}"\n[data]\ntrain = "{data / "train.jsonl"}"\n'
+        f'validation = "{data / "dev.jsonl"}"\nmax_length = 64\nnum_workers = 0\n[train]\nmax_epochs = 1\n'
+        f'batch_size = 16\nprecision = "32"\n[checkpoint]\nevery_n_steps = 100\nkeep = 1\n'
+    )
     return path
 
 
@@ -77,21 +88,30 @@ def one_run(job: Path, work: Path) -> dict[str, Any]:
         raise SystemExit(f"orch estimate failed:\n{est.stderr[-2000:]}")
     estimate = json.loads(est.stdout)
     estimate_cli_s = time.monotonic() - t0
-    daemon = subprocess.Popen(ORCH + ["daemon", "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    daemon = subprocess.Popen(
+        ORCH + ["daemon", "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
-        sub = subprocess.run(ORCH + ["submit", str(job), "--json"], capture_output=True, text=True, env=env, timeout=120)
+        sub = subprocess.run(
+            ORCH + ["submit", str(job), "--json"], capture_output=True, text=True, env=env, timeout=120
+        )
         job_id = json.loads(sub.stdout)["id"]
         deadline = time.monotonic() + 3600
         while time.monotonic() < deadline:
-            shown = json.loads(subprocess.run(ORCH + ["show", str(job_id), "--json"], capture_output=True, text=True,
-                                              env=env, timeout=120).stdout)
+            shown = json.loads(
+                subprocess.run(
+                    ORCH + ["show", str(job_id), "--json"], capture_output=True, text=True, env=env, timeout=120
+                ).stdout
+            )
             if shown["state"] in ("succeeded", "failed", "cancelled", "stopped"):
                 break
             time.sleep(2)
         time.sleep(1.5)  # the tick after the exit settles the bill
-        shown = json.loads(subprocess.run(ORCH + ["show", str(job_id), "--json"], capture_output=True, text=True,
-                                          env=env, timeout=120).stdout)
+        shown = json.loads(
+            subprocess.run(
+                ORCH + ["show", str(job_id), "--json"], capture_output=True, text=True, env=env, timeout=120
+            ).stdout
+        )
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
@@ -105,15 +125,22 @@ def one_run(job: Path, work: Path) -> dict[str, Any]:
         "real_steps_per_s_in_step": round(measured["steps"] / measured["step_s"], 3),
         "real_steps_per_s_with_data_wait": round(measured["steps"] / (measured["step_s"] + measured["data_wait_s"]), 3),
         "real_end_s": round(last_step_to_end, 2),
-        "job": estimate["job"], "steps": estimate["total_steps"], "real_steps": (shown.get("result") or {}).get("steps"),
-        "estimate_wall_s": estimate["wall_s"], "real_wall_s": shown["runtime_s"],
+        "job": estimate["job"],
+        "steps": estimate["total_steps"],
+        "real_steps": (shown.get("result") or {}).get("steps"),
+        "estimate_wall_s": estimate["wall_s"],
+        "real_wall_s": shown["runtime_s"],
         "real_attempt_s": round(attempt["ended_at"] - attempt["started_at"], 1),
-        "estimate_cost": estimate["cost"], "real_cost": shown["cost"],
+        "estimate_cost": estimate["cost"],
+        "real_cost": shown["cost"],
         "wall_ratio": round(estimate["wall_s"] / shown["runtime_s"], 3),
         "cost_ratio": round(estimate["cost"] / shown["cost"], 3) if shown["cost"] else None,
-        "probe_s": estimate["probe"]["seconds"], "probe_cost": estimate["probe"]["cost"],
-        "estimate_cli_s": round(estimate_cli_s, 1), "steps_per_s": estimate["steps_per_s"],
-        "parts_s": estimate["parts_s"], "real_ledger_s": (shown.get("bill") or {}).get("seconds"),
+        "probe_s": estimate["probe"]["seconds"],
+        "probe_cost": estimate["probe"]["cost"],
+        "estimate_cli_s": round(estimate_cli_s, 1),
+        "steps_per_s": estimate["steps_per_s"],
+        "parts_s": estimate["parts_s"],
+        "real_ledger_s": (shown.get("bill") or {}).get("seconds"),
     }
 
 
@@ -135,10 +162,12 @@ def main() -> int:
                 row = one_run(job, work)
                 row["run"] = n + 1
                 rows.append(row)
-                print(f"{row['job']:<20} run {n + 1}: estimate {row['estimate_wall_s']:7.1f} s {row['estimate_cost']:.4f} CNY"
-                      f" | real {row['real_wall_s']:7.1f} s {row['real_cost']:.4f} CNY | ratio wall {row['wall_ratio']:.2f}"
-                      f" cost {row['cost_ratio']} | probe {row['probe_s']:.1f} s ({row['probe_cost']:.4f} CNY)",
-                      flush=True)
+                print(
+                    f"{row['job']:<20} run {n + 1}: estimate {row['estimate_wall_s']:7.1f} s {row['estimate_cost']:.4f} CNY"
+                    f" | real {row['real_wall_s']:7.1f} s {row['real_cost']:.4f} CNY | ratio wall {row['wall_ratio']:.2f}"
+                    f" cost {row['cost_ratio']} | probe {row['probe_s']:.1f} s ({row['probe_cost']:.4f} CNY)",
+                    flush=True,
+                )
     load = os.getloadavg()
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end")
     within = sum(1 for r in rows if abs(r["wall_ratio"] - 1) <= 0.15)

@@ -61,8 +61,16 @@ def make_checkpoint(path: Path) -> None:
     out = model(input_ids=torch.randint(0, 1000, (2, 16)), labels=torch.tensor([0, 1]))
     out.loss.backward()
     opt.step()
-    torch.save({"state_dict": model.state_dict(), "optimizer_states": [opt.state_dict()], "global_step": 1,
-                "epoch": 0, "loops": {}}, path)
+    torch.save(
+        {
+            "state_dict": model.state_dict(),
+            "optimizer_states": [opt.state_dict()],
+            "global_step": 1,
+            "epoch": 0,
+            "loops": {},
+        },
+        path,
+    )
 
 
 def blocking(ckpt: Path, reps: int) -> None:
@@ -76,7 +84,7 @@ def blocking(ckpt: Path, reps: int) -> None:
     sync_io, bg_io = AtomicCheckpointIO(keep=1), BackgroundCheckpointIO(keep=1)
     sync_s, bg_s, bg_write_s = [], [], []
     for rep in range(reps + 1):  # the first of each is a warm-up
-        for arm in (("sync", "bg") if rep % 2 == 0 else ("bg", "sync")):
+        for arm in ("sync", "bg") if rep % 2 == 0 else ("bg", "sync"):
             path = out / arm / periodic_name(rep + 1)
             t = time.perf_counter()
             if arm == "sync":
@@ -94,10 +102,18 @@ def blocking(ckpt: Path, reps: int) -> None:
                     bg_write_s.append(took_write)
             print(f"rep {rep} {arm}: blocked {took:.2f} s", flush=True)
     ratio = statistics.median(bg_s) / statistics.median(sync_s)
-    print(json.dumps({"checkpoint_gb": round(ckpt.stat().st_size / 1e9, 3), "sync_save_s": [round(x, 2) for x in sync_s],
-                      "background_blocked_s": [round(x, 3) for x in bg_s],
-                      "background_write_after_s": [round(x, 2) for x in bg_write_s],
-                      "blocking_ratio_background_over_sync": round(ratio, 3)}, indent=1))
+    print(
+        json.dumps(
+            {
+                "checkpoint_gb": round(ckpt.stat().st_size / 1e9, 3),
+                "sync_save_s": [round(x, 2) for x in sync_s],
+                "background_blocked_s": [round(x, 3) for x in bg_s],
+                "background_write_after_s": [round(x, 2) for x in bg_write_s],
+                "blocking_ratio_background_over_sync": round(ratio, 3),
+            },
+            indent=1,
+        )
+    )
 
 
 def throughput(reps: int, steps: int) -> None:
@@ -118,15 +134,21 @@ def throughput(reps: int, steps: int) -> None:
         if arm == "mirror":
             cfg += f'[storage]\nurl = "file://{root}/store-{i}"\n'
         (home / "config.toml").write_text(cfg)
-        spec = {"name": "tp", "gpus": 0, "model": {"name_or_path": str(model), "num_labels": 2},
-                "data": {"train": str(train), "max_length": 32, "num_workers": 0},
-                "train": {"max_epochs": 1, "batch_size": 16, "precision": "32", "seed": 7},
-                "checkpoint": {"every_n_steps": 20, "keep": 3},
-                "env": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(root / "hf"), "OMP_NUM_THREADS": "1"}}
+        spec = {
+            "name": "tp",
+            "gpus": 0,
+            "model": {"name_or_path": str(model), "num_labels": 2},
+            "data": {"train": str(train), "max_length": 32, "num_workers": 0},
+            "train": {"max_epochs": 1, "batch_size": 16, "precision": "32", "seed": 7},
+            "checkpoint": {"every_n_steps": 20, "keep": 3},
+            "env": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(root / "hf"), "OMP_NUM_THREADS": "1"},
+        }
         job = home / "job.toml"
         job.write_bytes(tomli_w.dumps(spec).encode())
         orch = [sys.executable, "-m", "orchestrator.cli", "--home", str(home)]
-        daemon = subprocess.Popen(orch + ["daemon", "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        daemon = subprocess.Popen(
+            orch + ["daemon", "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             time.sleep(2)
             subprocess.run(orch + ["submit", str(job)], env=env, check=True, capture_output=True)
@@ -147,13 +169,21 @@ def throughput(reps: int, steps: int) -> None:
 
     off, on = [], []
     for rep in range(reps):
-        for arm in (("off", "mirror") if rep % 2 == 0 else ("mirror", "off")):
+        for arm in ("off", "mirror") if rep % 2 == 0 else ("mirror", "off"):
             rate = run(arm, rep)
             (off if arm == "off" else on).append(rate)
             print(f"rep {rep} {arm}: {rate:.2f} steps/s", flush=True)
-    print(json.dumps({"steps": steps, "off_steps_per_s": [round(x, 3) for x in off],
-                      "mirror_steps_per_s": [round(x, 3) for x in on],
-                      "throughput_ratio_on_over_off": round(statistics.median(on) / statistics.median(off), 3)}, indent=1))
+    print(
+        json.dumps(
+            {
+                "steps": steps,
+                "off_steps_per_s": [round(x, 3) for x in off],
+                "mirror_steps_per_s": [round(x, 3) for x in on],
+                "throughput_ratio_on_over_off": round(statistics.median(on) / statistics.median(off), 3),
+            },
+            indent=1,
+        )
+    )
 
 
 def main() -> None:
@@ -165,7 +195,9 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--part-mb", type=int, default=16)
     ap.add_argument("--ckpt", type=Path, default=None)
-    ap.add_argument("--size-mb", type=int, default=None, help="random bytes of this size instead of the BERT checkpoint")
+    ap.add_argument(
+        "--size-mb", type=int, default=None, help="random bytes of this size instead of the BERT checkpoint"
+    )
     args = ap.parse_args()
     if args.throughput:
         throughput(args.reps, args.steps)
@@ -205,13 +237,26 @@ def main() -> None:
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/orch-bench", method="PUT")).read()
-    storage = StorageSection(url="s3://orch-bench/m", endpoint=endpoint, part_size_mb=args.part_mb,
-                             concurrency=args.concurrency, notice_concurrency=args.concurrency)
+    storage = StorageSection(
+        url="s3://orch-bench/m",
+        endpoint=endpoint,
+        part_size_mb=args.part_mb,
+        concurrency=args.concurrency,
+        notice_concurrency=args.concurrency,
+    )
     config = Config(storage=storage)
     home = Home(tmp / "home").ensure()
     store = Store(home.db)
-    job = store.submit(name="bench", kind="command", gpus=0, priority=0, retries=0, spec={"command": ["true"]},
-                       spec_path="", now=time.time())
+    job = store.submit(
+        name="bench",
+        kind="command",
+        gpus=0,
+        priority=0,
+        retries=0,
+        spec={"command": ["true"]},
+        spec_path="",
+        now=time.time(),
+    )
     run_ckpts = home.run_dir(job.id) / "checkpoints"
     run_ckpts.mkdir(parents=True, exist_ok=True)
     mirror = Mirror(home, config, store)
@@ -229,8 +274,9 @@ def main() -> None:
 
     def bare_put(i: int) -> float:
         t = time.monotonic()
-        obstore.put(bare, f"bare/{i}.ckpt", ckpt, chunk_size=args.part_mb * 1024 * 1024,
-                    max_concurrency=args.concurrency)
+        obstore.put(
+            bare, f"bare/{i}.ckpt", ckpt, chunk_size=args.part_mb * 1024 * 1024, max_concurrency=args.concurrency
+        )
         took = time.monotonic() - t
         obstore.delete(bare, f"bare/{i}.ckpt")
         return took
@@ -257,7 +303,7 @@ def main() -> None:
     orch_put(1)
     bares, orchs = [], []
     for rep in range(args.reps):
-        for arm in (("bare", "orch") if rep % 2 == 0 else ("orch", "bare")):
+        for arm in ("bare", "orch") if rep % 2 == 0 else ("orch", "bare"):
             if arm == "bare":
                 bares.append(bare_put(rep + 10))
             else:
@@ -274,8 +320,24 @@ def main() -> None:
     # the uploader's manifest names the notice checkpoint; release the lease so adopt needs no wait
     mirror.release_all()
     t = time.monotonic()
-    ran = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(fresh), "--config", str(cfg), "adopt",
-                          "s3://orch-bench/m", "--all", "--yes"], capture_output=True, text=True, env=os.environ)
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "--home",
+            str(fresh),
+            "--config",
+            str(cfg),
+            "adopt",
+            "s3://orch-bench/m",
+            "--all",
+            "--yes",
+        ],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+    )
     adopt_s = time.monotonic() - t
     print(ran.stdout.strip(), ran.stderr.strip(), flush=True)
 
@@ -286,8 +348,10 @@ def main() -> None:
         "orch_mirrored_s": [round(x, 2) for x in orchs],
         "upload_ratio_bare_over_orch": round(ratio, 3),
         "pair_ratios": [round(b / o, 3) for b, o in zip(bares, orchs)],
-        "split_s": {k: round(statistics.median(sp.get(k, 0.0) for sp in orch_splits), 3)
-                    for k in ("put", "hash", "manifest", "retention", "sqlite", "other")},
+        "split_s": {
+            k: round(statistics.median(sp.get(k, 0.0) for sp in orch_splits), 3)
+            for k in ("put", "hash", "manifest", "retention", "sqlite", "other")
+        },
         "sha256_alone_s": round(hash_alone_s, 2),
         "load_avg_1min": round(os.getloadavg()[0], 2),
         "orch_mb_per_s": round(size / 1e6 / statistics.median(orchs), 1),
@@ -313,6 +377,7 @@ def _instrument(mirror: Any) -> dict[str, float]:
 
     def timed(part: str, fn: Any) -> Any:
         if inspect.iscoroutinefunction(fn):
+
             @functools.wraps(fn)
             async def awrapper(*a: Any, **kw: Any) -> Any:
                 t = time.monotonic()
@@ -320,6 +385,7 @@ def _instrument(mirror: Any) -> dict[str, float]:
                     return await fn(*a, **kw)
                 finally:
                     spent[part] = spent.get(part, 0.0) + time.monotonic() - t
+
             return awrapper
 
         @functools.wraps(fn)
@@ -333,11 +399,17 @@ def _instrument(mirror: Any) -> dict[str, float]:
             finally:
                 inside.discard(part)
                 spent[part] = spent.get(part, 0.0) + time.monotonic() - t
+
         return wrapper
 
     remote = mirror.remote
-    for name, part in (("put_file_async", "put"), ("put_file_hashed_async", "put"), ("cas_put", "manifest"),
-                       ("get_with_etag", "manifest"), ("delete", "retention")):
+    for name, part in (
+        ("put_file_async", "put"),
+        ("put_file_hashed_async", "put"),
+        ("cas_put", "manifest"),
+        ("get_with_etag", "manifest"),
+        ("delete", "retention"),
+    ):
         if hasattr(remote, name):
             setattr(remote, name, timed(part, getattr(remote, name)))
     store = mirror.store

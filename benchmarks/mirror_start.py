@@ -54,8 +54,16 @@ def main() -> None:
             f.write(os.urandom(1_000_000))
     home = Home(tmp / "home").ensure()
     store = Store(home.db)
-    job = store.submit(name="start", kind="command", gpus=0, priority=0, retries=0, spec={"command": ["true"]},
-                       spec_path="", now=time.time())
+    job = store.submit(
+        name="start",
+        kind="command",
+        gpus=0,
+        priority=0,
+        retries=0,
+        spec={"command": ["true"]},
+        spec_path="",
+        now=time.time(),
+    )
     folder = home.run_dir(job.id) / "checkpoints"
     folder.mkdir(parents=True)
     mirror = Mirror(home, Config(storage=StorageSection(url="s3://orch-bench/m", endpoint=endpoint)), store)
@@ -63,9 +71,11 @@ def main() -> None:
     for name in ("put_file_async", "put_file_hashed_async"):  # whichever the uploader uses
         real = getattr(mirror.remote, name, None)
         if real is not None:
+
             def called(*a: Any, _real: Any = real, **kw: Any) -> Any:
                 put_called.append(time.monotonic())
                 return _real(*a, **kw)
+
             setattr(mirror.remote, name, called)
     mirror.start()
     time.sleep(2)
@@ -85,9 +95,18 @@ def main() -> None:
         print(f"rep {i}: the put called {waits[-1]:.3f} s after the checkpoint appeared", flush=True)
     mirror.stop()
     server.stop()
-    print(json.dumps({"checkpoint_mb": args.size_mb, "appeared_to_put_s": [round(w, 3) for w in waits],
-                      "median_s": round(statistics.median(waits), 3), "max_s": round(max(waits), 3),
-                      "load_avg_1min": round(os.getloadavg()[0], 2)}, indent=1))
+    print(
+        json.dumps(
+            {
+                "checkpoint_mb": args.size_mb,
+                "appeared_to_put_s": [round(w, 3) for w in waits],
+                "median_s": round(statistics.median(waits), 3),
+                "max_s": round(max(waits), 3),
+                "load_avg_1min": round(os.getloadavg()[0], 2),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

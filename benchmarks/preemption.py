@@ -50,9 +50,11 @@ from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL_RATIO = 1.5
-SAVED_RE = re.compile(r"SIGTERM: saved (?P<path>\S+) at step (?P<step>\d+) in (?P<took>[\d.]+) s"
-                      r"(?: \((?P<mb>\d+) MB; write (?P<write>[\d.]+) s, fsync (?P<fsync>[\d.]+) s, "
-                      r"rename (?P<rename>[\d.]+) s\))?")
+SAVED_RE = re.compile(
+    r"SIGTERM: saved (?P<path>\S+) at step (?P<step>\d+) in (?P<took>[\d.]+) s"
+    r"(?: \((?P<mb>\d+) MB; write (?P<write>[\d.]+) s, fsync (?P<fsync>[\d.]+) s, "
+    r"rename (?P<rename>[\d.]+) s\))?"
+)
 
 
 def build_model(folder: Path) -> Path:
@@ -62,8 +64,15 @@ def build_model(folder: Path) -> Path:
 
     from training.toy import build_tiny_bert, sentiment_rows
 
-    build_tiny_bert(folder, [r["text"] for r in sentiment_rows(2000, seed=1)], hidden=32, layers=1, heads=1,
-                    vocab_size=400, max_positions=512)  # the tokenizer; the tiny model is replaced below
+    build_tiny_bert(
+        folder,
+        [r["text"] for r in sentiment_rows(2000, seed=1)],
+        hidden=32,
+        layers=1,
+        heads=1,
+        vocab_size=400,
+        max_positions=512,
+    )  # the tokenizer; the tiny model is replaced below
     config = BertConfig(num_labels=2)  # BERT-base: 12 x 768, vocab 30522 (our token ids all fit)
     torch.manual_seed(0)
     BertForSequenceClassification(config).save_pretrained(str(folder))
@@ -74,7 +83,8 @@ def write_job(run_dir: Path, model: Path, train: Path, batch: int, seq: int) -> 
     import tomli_w
 
     spec = {
-        "name": "bench", "gpus": 0,
+        "name": "bench",
+        "gpus": 0,
         "model": {"name_or_path": str(model), "num_labels": 2},
         "data": {"train": str(train), "max_length": seq, "num_workers": 0},
         "train": {"max_steps": 100_000, "batch_size": batch, "precision": "32", "learning_rate": 2e-5, "seed": 1},
@@ -126,8 +136,9 @@ class Bare:
         decay, no_decay = [], []
         for name, param in self.model.named_parameters():
             (no_decay if param.ndim < 2 or "LayerNorm" in name else decay).append(param)
-        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                                      {"params": no_decay, "weight_decay": 0.0}], lr=2e-5)
+        self.opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=2e-5
+        )
         self.ids = torch.randint(5, 400, (batch, seq))
         self.labels = torch.zeros(batch, dtype=torch.long)
 
@@ -175,14 +186,26 @@ class Attempt:
 
     def __init__(self, run_dir: Path, n: int, env: dict[str, str], resume: Optional[Path]):
         self.run_dir = run_dir
-        env = dict(env, ORCH_ATTEMPT=str(n), ORCH_RESUME_FROM=str(resume or ""), ORCH_RUN_DIR=str(run_dir),
-                   ORCH_CKPT_DIR=str(run_dir / "checkpoints"))
+        env = dict(
+            env,
+            ORCH_ATTEMPT=str(n),
+            ORCH_RESUME_FROM=str(resume or ""),
+            ORCH_RUN_DIR=str(run_dir),
+            ORCH_CKPT_DIR=str(run_dir / "checkpoints"),
+        )
         self.lines: list[tuple[float, str]] = []
         self.log = open(run_dir / f"attempt-{n}.log", "w")
         self.launched = time.time()
-        self.proc = subprocess.Popen([sys.executable, "-m", "training.run", str(run_dir)], cwd=str(REPO), env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                     text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "training.run", str(run_dir)],
+            cwd=str(REPO),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            text=True,
+            bufsize=1,
+        )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -233,9 +256,11 @@ def first_step(att: Attempt, from_step: int) -> dict[str, float]:
     p = att.wait_step(from_step + 1)
     if p["step"] != from_step + 1 or not p.get("first_step_at") or not p.get("train_started_at"):
         raise RuntimeError(f"missed the first step: progress jumped to {p['step']}")
-    return {"first_step_s": float(p["first_step_at"]) - att.launched,
-            "start_up_s": float(p["train_started_at"]) - att.launched,
-            "first_batch_s": float(p["first_step_at"]) - float(p["train_started_at"])}
+    return {
+        "first_step_s": float(p["first_step_at"]) - att.launched,
+        "start_up_s": float(p["train_started_at"]) - att.launched,
+        "first_batch_s": float(p["first_step_at"]) - float(p["train_started_at"]),
+    }
 
 
 def interrupt(att: Attempt) -> dict[str, Any]:
@@ -254,9 +279,13 @@ def interrupt(att: Attempt) -> dict[str, Any]:
     path = Path(match["path"])
     last = att.progress()  # written right after the save
     return {
-        "checkpoint": path.name, "checkpoint_step": int(match["step"]), "bytes": path.stat().st_size,
+        "checkpoint": path.name,
+        "checkpoint_step": int(match["step"]),
+        "bytes": path.stat().st_size,
         "steps_lost": int(last["step"]) - int(match["step"]),
-        "save_s": took, "write_s": float(match["write"]), "fsync_s": float(match["fsync"]),
+        "save_s": took,
+        "write_s": float(match["write"]),
+        "fsync_s": float(match["fsync"]),
         "rename_s": float(match["rename"]),
         "step_in_flight_s": (arrived - took) - sent,  # SIGTERM -> end of the step in flight (approx.)
         "sigterm_to_exit_s": exited - sent,
@@ -273,10 +302,18 @@ class Bench:
 
         self.train = write_jsonl(work / "train.jsonl", sentiment_rows(400, seed=3))
         self.env = dict(os.environ)
-        self.env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                         "HF_DATASETS_CACHE": str(work / "hf-cache"), "TOKENIZERS_PARALLELISM": "false",
-                         "ORCH_JOB_ID": "1", "ORCH_PROGRESS_EVERY_S": "0.000001", "PYTHONPATH": os.pathsep.join(
-                             p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)})
+        self.env.update(
+            {
+                "HF_HUB_OFFLINE": "1",
+                "HF_DATASETS_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "HF_DATASETS_CACHE": str(work / "hf-cache"),
+                "TOKENIZERS_PARALLELISM": "false",
+                "ORCH_JOB_ID": "1",
+                "ORCH_PROGRESS_EVERY_S": "0.000001",
+                "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+            }
+        )
         self.bare = Bare(batch, seq)
         self.n = 0
 
@@ -308,9 +345,15 @@ class Bench:
         if not bare_first:
             bare = self.bare.save(self.work, self.n)
         assert bare is not None
-        return {"attempt": self.n, "resumed_from": resume.name if resume else None, **first,
-                "order": "bare, orch" if bare_first else "orch, bare", "orch": orch, "bare": bare,
-                "ratio": orch["save_s"] / bare["save_s"]}
+        return {
+            "attempt": self.n,
+            "resumed_from": resume.name if resume else None,
+            **first,
+            "order": "bare, orch" if bare_first else "orch, bare",
+            "orch": orch,
+            "bare": bare,
+            "ratio": orch["save_s"] / bare["save_s"],
+        }
 
     def run(self, rounds: int, log=lambda msg: None) -> dict[str, Any]:
         warm = {"disk_write_s": warm_up_disk(self.work)}
@@ -318,8 +361,10 @@ class Bench:
         att = self.attempt(self.run_dir("warm-up"), None, bare_first=False)
         warm["attempt"] = _clean(att)
         shutil.rmtree(self.work / "warm-up" / "checkpoints", ignore_errors=True)
-        log(f"warm-up: disk {', '.join(f'{x:.2f}' for x in warm['disk_write_s'])} s, bare {warm['bare_save_s']:.2f} s, "
-            f"orch {att['orch']['save_s']:.2f} s, first step {att['first_step_s']:.1f} s")
+        log(
+            f"warm-up: disk {', '.join(f'{x:.2f}' for x in warm['disk_write_s'])} s, bare {warm['bare_save_s']:.2f} s, "
+            f"orch {att['orch']['save_s']:.2f} s, first step {att['first_step_s']:.1f} s"
+        )
         pairs, starts = [], []
         for r in range(rounds):
             run_dir = self.run_dir(f"round-{r}")
@@ -327,15 +372,22 @@ class Bench:
             loaded = self.bare.load(cold["orch"]["path"])
             resumed = self.attempt(run_dir, cold["orch"]["path"], bare_first=r % 2 == 0)
             for a in (cold, resumed):
-                log(f"round {r} attempt {a['attempt']} ({'resumed' if a['resumed_from'] else 'cold'}): first step "
+                log(
+                    f"round {r} attempt {a['attempt']} ({'resumed' if a['resumed_from'] else 'cold'}): first step "
                     f"{a['first_step_s']:.1f} s; {a['order']}: orch {a['orch']['save_s']:.2f} s, bare "
-                    f"{a['bare']['save_s']:.2f} s, ratio {a['ratio']:.2f}")
+                    f"{a['bare']['save_s']:.2f} s, ratio {a['ratio']:.2f}"
+                )
             pairs += [_clean(cold), _clean(resumed)]
-            starts.append({"cold_first_step_s": cold["first_step_s"], "resumed_first_step_s": resumed["first_step_s"],
-                           "resumed_minus_cold_s": resumed["first_step_s"] - cold["first_step_s"],
-                           "start_up_resumed_minus_cold_s": resumed["start_up_s"] - cold["start_up_s"],
-                           "first_batch_resumed_minus_cold_s": resumed["first_batch_s"] - cold["first_batch_s"],
-                           **loaded})
+            starts.append(
+                {
+                    "cold_first_step_s": cold["first_step_s"],
+                    "resumed_first_step_s": resumed["first_step_s"],
+                    "resumed_minus_cold_s": resumed["first_step_s"] - cold["first_step_s"],
+                    "start_up_resumed_minus_cold_s": resumed["start_up_s"] - cold["start_up_s"],
+                    "first_batch_resumed_minus_cold_s": resumed["first_batch_s"] - cold["first_batch_s"],
+                    **loaded,
+                }
+            )
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         return {"warm_up": warm, "pairs": pairs, "starts": starts}
 
@@ -356,14 +408,18 @@ def summarise(raw: dict[str, Any], batch: int, seq: int) -> dict[str, Any]:
     pairs, starts = raw["pairs"], raw["starts"]
     med = lambda xs: statistics.median(xs)  # noqa: E731
     return {
-        "model": "BertForSequenceClassification(BertConfig()) + AdamW, random init, CPU", "batch": batch, "seq": seq,
-        "goal_ratio": GOAL_RATIO, "pairs_n": len(pairs),
+        "model": "BertForSequenceClassification(BertConfig()) + AdamW, random init, CPU",
+        "batch": batch,
+        "seq": seq,
+        "goal_ratio": GOAL_RATIO,
+        "pairs_n": len(pairs),
         "ratio": spread([p["ratio"] for p in pairs]),
         "orch_save_s": spread([p["orch"]["save_s"] for p in pairs]),
         "bare_save_s": spread([p["bare"]["save_s"] for p in pairs]),
         "orch_parts_median_s": {k: med([p["orch"][k] for p in pairs]) for k in ("write_s", "fsync_s", "rename_s")},
         "bare_parts_median_s": {k: med([p["bare"][k] for p in pairs]) for k in ("write_s", "fsync_s")},
-        "orch_mb": pairs[0]["orch"]["bytes"] / 1e6, "bare_mb": pairs[0]["bare"]["bytes"] / 1e6,
+        "orch_mb": pairs[0]["orch"]["bytes"] / 1e6,
+        "bare_mb": pairs[0]["bare"]["bytes"] / 1e6,
         "steps_lost": [p["orch"]["steps_lost"] for p in pairs],
         "step_in_flight_s": spread([p["orch"]["step_in_flight_s"] for p in pairs]),
         "sigterm_to_exit_s": spread([p["orch"]["sigterm_to_exit_s"] for p in pairs]),
@@ -382,19 +438,25 @@ def summarise(raw: dict[str, Any], batch: int, seq: int) -> dict[str, Any]:
 
 def render(rep: dict[str, Any]) -> None:
     def fmt(s: dict[str, float], digits: int = 2) -> str:
-        return (f"median {s['median']:.{digits}f} (quartiles {s['q1']:.{digits}f}-{s['q3']:.{digits}f}, "
-                f"range {s['min']:.{digits}f}-{s['max']:.{digits}f})")
+        return (
+            f"median {s['median']:.{digits}f} (quartiles {s['q1']:.{digits}f}-{s['q3']:.{digits}f}, "
+            f"range {s['min']:.{digits}f}-{s['max']:.{digits}f})"
+        )
 
     pairs = rep["raw"]["pairs"]
     print(f"BERT-base + AdamW, batch {rep['batch']} x seq {rep['seq']}, CPU; {rep['pairs_n']} pairs, arms alternated")
-    print(f"  checkpoint: orch {rep['orch_mb']:.0f} MB (Lightning: weights, AdamW, loops, RNG, ...), "
-          f"bare {rep['bare_mb']:.0f} MB")
+    print(
+        f"  checkpoint: orch {rep['orch_mb']:.0f} MB (Lightning: weights, AdamW, loops, RNG, ...), "
+        f"bare {rep['bare_mb']:.0f} MB"
+    )
     print("  per pair, end of step -> durable file (s):")
     for p in pairs:
         o, b = p["orch"], p["bare"]
-        print(f"    attempt {p['attempt']} ({p['order']}): orch {o['save_s']:.2f} (write {o['write_s']:.2f}, fsync "
-              f"{o['fsync_s']:.2f}, rename {o['rename_s']:.2f}) | bare {b['save_s']:.2f} (write {b['write_s']:.2f}, "
-              f"fsync {b['fsync_s']:.2f}) | ratio {p['ratio']:.2f}")
+        print(
+            f"    attempt {p['attempt']} ({p['order']}): orch {o['save_s']:.2f} (write {o['write_s']:.2f}, fsync "
+            f"{o['fsync_s']:.2f}, rename {o['rename_s']:.2f}) | bare {b['save_s']:.2f} (write {b['write_s']:.2f}, "
+            f"fsync {b['fsync_s']:.2f}) | ratio {p['ratio']:.2f}"
+        )
     print(f"  ratio orch/bare per pair: {fmt(rep['ratio'])}  (goal <= {GOAL_RATIO})")
     print(f"  orch save s: {fmt(rep['orch_save_s'])}")
     print(f"  bare save s: {fmt(rep['bare_save_s'])}")
@@ -402,20 +464,28 @@ def render(rep: dict[str, Any]) -> None:
     print(f"  SIGTERM -> exit 75 (s): {fmt(rep['sigterm_to_exit_s'])}")
     print(f"  'saved' line -> process gone (s): {fmt(rep['after_save_s'])}")
     print(f"  steps lost: {rep['steps_lost']} (goal 0)")
-    print("  time to first step, cold / resumed (s): "
-          + ", ".join(f"{c:.1f} / {r:.1f}" for c, r in zip(rep["cold_first_step_s"], rep["resumed_first_step_s"])))
+    print(
+        "  time to first step, cold / resumed (s): "
+        + ", ".join(f"{c:.1f} / {r:.1f}" for c, r in zip(rep["cold_first_step_s"], rep["resumed_first_step_s"]))
+    )
     print(f"  resumed - cold (s): {fmt(rep['resumed_minus_cold_s'])}")
     print(f"  reading + loading the checkpoint alone (s): {fmt(rep['checkpoint_load_alone_s'])}")
     print(f"  resumed - cold - load alone (s): {fmt(rep['resume_overhead_beyond_load_s'])}")
-    print(f"    of which launch -> training starts, resumed - cold (s): {fmt(rep['start_up_resumed_minus_cold_s'])}; "
-          f"minus load alone: {fmt(rep['start_up_overhead_beyond_load_s'])}")
+    print(
+        f"    of which launch -> training starts, resumed - cold (s): {fmt(rep['start_up_resumed_minus_cold_s'])}; "
+        f"minus load alone: {fmt(rep['start_up_overhead_beyond_load_s'])}"
+    )
     print(f"    and the first batch itself, resumed - cold (s): {fmt(rep['first_batch_resumed_minus_cold_s'])}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="rounds of (cold attempt, resumed attempt); each gives two save pairs (default 3)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of (cold attempt, resumed attempt); each gives two save pairs (default 3)",
+    )
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=16)
     parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp folder)")

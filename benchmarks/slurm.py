@@ -52,8 +52,10 @@ def make_home(tmp: Path, c: SlurmCluster, poll: float):
 
     h = OrchHome(tmp, cpu_slots=4, grace_seconds=20, tick_seconds=0.2)
     text = (h.root / "config.toml").read_text()
-    text += ('\n[executor]\nkind = "slurm"\n\n[slurm]\n' + f'slurm_conf = "{c.conf}"\npoll_seconds = {poll}\n'
-             f'partition = "low"\nwarn_before = 0\nshared_dirs = ["{tmp}"]\n')
+    text += (
+        '\n[executor]\nkind = "slurm"\n\n[slurm]\n' + f'slurm_conf = "{c.conf}"\npoll_seconds = {poll}\n'
+        f'partition = "low"\nwarn_before = 0\nshared_dirs = ["{tmp}"]\n'
+    )
     (h.root / "config.toml").write_text(text)
     h.config = load_config(h.root / "config.toml", required=True)
     return h
@@ -70,12 +72,14 @@ def bench_submit(c: SlurmCluster, tmp: Path, trials: int) -> dict:
     h = make_home(tmp / "submit", c, poll=1.0)
     h.start_daemon()
     script = tmp / "bare.sbatch"
-    script.write_text(f"#!/bin/bash\n#SBATCH --partition=low\n#SBATCH --no-requeue\n#SBATCH --open-mode=append\n"
-                      f"#SBATCH --output={tmp}/bare-%j.log\nexec sleep 300\n")
+    script.write_text(
+        f"#!/bin/bash\n#SBATCH --partition=low\n#SBATCH --no-requeue\n#SBATCH --open-mode=append\n"
+        f"#SBATCH --output={tmp}/bare-%j.log\nexec sleep 300\n"
+    )
     orch_sq, orch_row, bare = [], [], []
     try:
         for trial in range(trials + 1):  # trial 0: warm-up, not counted
-            for arm in (("orch", "bare") if trial % 2 == 0 else ("bare", "orch")):
+            for arm in ("orch", "bare") if trial % 2 == 0 else ("bare", "orch"):
                 if arm == "bare":
                     t0 = time.perf_counter()
                     sid = c.run("sbatch", "--parsable", str(script)).stdout.strip()
@@ -103,12 +107,16 @@ def bench_submit(c: SlurmCluster, tmp: Path, trials: int) -> dict:
     finally:
         h.cleanup()
     med = statistics.median
-    return {"trials": trials, "bare_sbatch_to_running_s": [round(x, 3) for x in bare],
-            "orch_submit_to_running_s": [round(x, 3) for x in orch_sq],
-            "orch_submit_to_status_running_s": [round(x, 3) for x in orch_row],
-            "median_bare_s": round(med(bare), 3), "median_orch_s": round(med(orch_sq), 3),
-            "median_orch_status_s": round(med(orch_row), 3),
-            "ratio_orch_over_bare": round(med(orch_sq) / med(bare), 2)}
+    return {
+        "trials": trials,
+        "bare_sbatch_to_running_s": [round(x, 3) for x in bare],
+        "orch_submit_to_running_s": [round(x, 3) for x in orch_sq],
+        "orch_submit_to_status_running_s": [round(x, 3) for x in orch_row],
+        "median_bare_s": round(med(bare), 3),
+        "median_orch_s": round(med(orch_sq), 3),
+        "median_orch_status_s": round(med(orch_row), 3),
+        "ratio_orch_over_bare": round(med(orch_sq) / med(bare), 2),
+    }
 
 
 # -- 2. requeue -> first resumed step ------------------------------------------------------------------
@@ -124,21 +132,36 @@ def bench_requeue(c: SlurmCluster, tmp: Path, trials: int) -> dict:
     from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 
     data = tmp / "bert"
-    model = build_tiny_bert(data / "model", [r["text"] for r in sentiment_rows(500, seed=1)], hidden=32, layers=2,
-                            heads=2, vocab_size=300, max_positions=64)
+    model = build_tiny_bert(
+        data / "model",
+        [r["text"] for r in sentiment_rows(500, seed=1)],
+        hidden=32,
+        layers=2,
+        heads=2,
+        vocab_size=300,
+        max_positions=64,
+    )
     train = write_jsonl(data / "train.jsonl", sentiment_rows(1600, seed=11))
     h = make_home(tmp / "requeue", c, poll=0.5)
     h.start_daemon()
     rows = []
     try:
         for trial in range(trials):
-            spec = {"name": f"rq{trial}", "gpus": 0, "retries": 0,
-                    "model": {"name_or_path": str(model), "num_labels": 2},
-                    "data": {"train": str(train), "max_length": 32, "num_workers": 0},
-                    "train": {"max_epochs": 2, "batch_size": 16, "precision": "32", "seed": 7},
-                    "checkpoint": {"every_n_steps": 50},
-                    "env": {"OMP_NUM_THREADS": "1", "ORCH_PROGRESS_EVERY_S": "0.2", "HF_HUB_OFFLINE": "1",
-                            "ORCH_FAULT_SLOW_STEP_S": "0.05"}}
+            spec = {
+                "name": f"rq{trial}",
+                "gpus": 0,
+                "retries": 0,
+                "model": {"name_or_path": str(model), "num_labels": 2},
+                "data": {"train": str(train), "max_length": 32, "num_workers": 0},
+                "train": {"max_epochs": 2, "batch_size": 16, "precision": "32", "seed": 7},
+                "checkpoint": {"every_n_steps": 50},
+                "env": {
+                    "OMP_NUM_THREADS": "1",
+                    "ORCH_PROGRESS_EVERY_S": "0.2",
+                    "HF_HUB_OFFLINE": "1",
+                    "ORCH_FAULT_SLOW_STEP_S": "0.05",
+                },
+            }
             path = h.jobs_dir / f"rq{trial}.toml"
             path.write_bytes(tomli_w.dumps(spec).encode())
             job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=64).id
@@ -148,21 +171,35 @@ def bench_requeue(c: SlurmCluster, tmp: Path, trials: int) -> dict:
             node = h.job(job).executor_ref.get("nodes", ["n1"])[0]
             c.run("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-w", node, "--wrap", "sleep 1")
             wait(lambda: (run / "attempt-2.slurm.json").exists(), 180, 0.05, "attempt 2 on a node")
-            first = wait(lambda: (read_json(run / "progress.json") or {}).get("first_step_at")
-                         if (read_json(run / "progress.json") or {}).get("train_started_at", 0)
-                         > read_json(run / "attempt-2.slurm.json")["started_at"] else None, 180, 0.05, "first step")
+            first = wait(
+                lambda: (
+                    (read_json(run / "progress.json") or {}).get("first_step_at")
+                    if (read_json(run / "progress.json") or {}).get("train_started_at", 0)
+                    > read_json(run / "attempt-2.slurm.json")["started_at"]
+                    else None
+                ),
+                180,
+                0.05,
+                "first step",
+            )
             exit1 = read_json(run / "attempt-1.exit")
             sub2 = read_json(run / "attempt-2.submitted.json")
             info2 = read_json(run / "attempt-2.slurm.json")
-            rows.append({"exit_to_resubmit_s": round(sub2["submitted_at"] - exit1["ended_at"], 3),
-                         "resubmit_to_running_s": round(info2["started_at"] - sub2["submitted_at"], 3),
-                         "running_to_first_step_s": round(first - info2["started_at"], 3),
-                         "exit_to_first_resumed_step_s": round(first - exit1["ended_at"], 3)})
+            rows.append(
+                {
+                    "exit_to_resubmit_s": round(sub2["submitted_at"] - exit1["ended_at"], 3),
+                    "resubmit_to_running_s": round(info2["started_at"] - sub2["submitted_at"], 3),
+                    "running_to_first_step_s": round(first - info2["started_at"], 3),
+                    "exit_to_first_resumed_step_s": round(first - exit1["ended_at"], 3),
+                }
+            )
             h.wait_state(job, JobState.SUCCEEDED, timeout=240)
     finally:
         h.cleanup()
-    return {"trials": rows,
-            "median_exit_to_first_resumed_step_s": statistics.median(r["exit_to_first_resumed_step_s"] for r in rows)}
+    return {
+        "trials": rows,
+        "median_exit_to_first_resumed_step_s": statistics.median(r["exit_to_first_resumed_step_s"] for r in rows),
+    }
 
 
 # -- 3. daemon CPU per poll, 1,000 tracked jobs ---------------------------------------------------------
@@ -180,7 +217,8 @@ def bench_poll_cpu(c: SlurmCluster, tmp: Path, n: int, polls: int) -> dict:
     home = Home(root / "home").ensure()
     (home.root / "config.toml").write_text(
         f'[daemon]\ncpu_slots = {n + 10}\ngpus = []\n[executor]\nkind = "slurm"\n[slurm]\nslurm_conf = "{c.conf}"\n'
-        f'poll_seconds = 0.001\nshared_dirs = ["{root}"]\n')
+        f'poll_seconds = 0.001\nshared_dirs = ["{root}"]\n'
+    )
     config = load_config(home.root / "config.toml", required=True)
     store = Store(home.db)
     t0 = time.perf_counter()
@@ -208,8 +246,12 @@ def bench_poll_cpu(c: SlurmCluster, tmp: Path, n: int, polls: int) -> dict:
         w1 = time.perf_counter()
         self1 = resource.getrusage(resource.RUSAGE_SELF)
         kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu.append((self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime,
-                    kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime))
+        cpu.append(
+            (
+                self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime,
+                kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime,
+            )
+        )
         wall.append(w1 - w0)
     # the executor's share: refresh with a squeue, and refresh between polls (exit records only)
     from orchestrator.states import JobState
@@ -230,13 +272,18 @@ def bench_poll_cpu(c: SlurmCluster, tmp: Path, n: int, polls: int) -> dict:
     c.run("scancel", *ids[:1], check=False)
     c.cancel_all(120)
     med = statistics.median
-    return {"tracked_jobs": n, "polls": polls, "sbatch_1000_s": round(submit_s, 1),
-            "median_executor_refresh_cpu_s_with_squeue": round(med(ref_poll), 4),
-            "median_executor_refresh_cpu_s_between_polls": round(med(ref_idle), 4),
-            "median_daemon_cpu_s_per_poll": round(med(x[0] for x in cpu), 4),
-            "median_squeue_cpu_s_per_poll": round(med(x[1] for x in cpu), 4),
-            "median_tick_wall_s": round(med(wall), 4),
-            "squeue_calls": d.executor.queries.get("squeue"), "sacct_calls": d.executor.queries.get("sacct")}
+    return {
+        "tracked_jobs": n,
+        "polls": polls,
+        "sbatch_1000_s": round(submit_s, 1),
+        "median_executor_refresh_cpu_s_with_squeue": round(med(ref_poll), 4),
+        "median_executor_refresh_cpu_s_between_polls": round(med(ref_idle), 4),
+        "median_daemon_cpu_s_per_poll": round(med(x[0] for x in cpu), 4),
+        "median_squeue_cpu_s_per_poll": round(med(x[1] for x in cpu), 4),
+        "median_tick_wall_s": round(med(wall), 4),
+        "squeue_calls": d.executor.queries.get("squeue"),
+        "sacct_calls": d.executor.queries.get("sacct"),
+    }
 
 
 def main() -> int:

@@ -45,14 +45,31 @@ def write_job(folder: Path, *, steps: int, every: int, slow: float) -> Path:
     data = folder / "data"
     write_jsonl(data / "train.jsonl", sentiment_rows(640, seed=11))
     write_jsonl(data / "dev.jsonl", sentiment_rows(128, seed=12))
-    build_tiny_bert(folder / "tiny-bert", [r["text"] for r in sentiment_rows(2000, seed=1)], hidden=32, layers=2,
-                    heads=2, vocab_size=300, max_positions=64)
+    build_tiny_bert(
+        folder / "tiny-bert",
+        [r["text"] for r in sentiment_rows(2000, seed=1)],
+        hidden=32,
+        layers=2,
+        heads=2,
+        vocab_size=300,
+        max_positions=64,
+    )
     job = {
-        "name": "lr", "gpus": 0, "retries": 0,
+        "name": "lr",
+        "gpus": 0,
+        "retries": 0,
         "model": {"name_or_path": "./tiny-bert", "num_labels": 2},
         "data": {"train": "data/train.jsonl", "validation": "data/dev.jsonl", "max_length": 64, "num_workers": 0},
-        "train": {"max_steps": steps, "max_epochs": 100, "batch_size": 16, "precision": "32", "learning_rate": 1e-3,
-                  "seed": 7, "val_check_interval": every, "warmup_ratio": 0.0},
+        "train": {
+            "max_steps": steps,
+            "max_epochs": 100,
+            "batch_size": 16,
+            "precision": "32",
+            "learning_rate": 1e-3,
+            "seed": 7,
+            "val_check_interval": every,
+            "warmup_ratio": 0.0,
+        },
         "checkpoint": {"every_n_steps": 1000, "keep": 1},
         "env": {"ORCH_FAULT_SLOW_STEP_S": str(slow), "ORCH_PROGRESS_EVERY_S": "0.2"},
     }
@@ -61,12 +78,24 @@ def write_job(folder: Path, *, steps: int, every: int, slow: float) -> Path:
     return path
 
 
-def write_sweep(folder: Path, name: str, *, pruner: str, parallel: int, every: int, seed: int,
-                grid: list[float] = GRID) -> Path:
-    sweep = {"sweep": {"job": "job.toml", "trials": len(grid), "parallel": parallel, "sampler": "grid", "seed": seed,
-                       "objective": "val_loss", "direction": "minimize", "pruner": pruner,
-                       "prune_after_steps": 2 * every, "prune_startup_trials": 1,
-                       "params": {"train.learning_rate": {"values": grid}}}}
+def write_sweep(
+    folder: Path, name: str, *, pruner: str, parallel: int, every: int, seed: int, grid: list[float] = GRID
+) -> Path:
+    sweep = {
+        "sweep": {
+            "job": "job.toml",
+            "trials": len(grid),
+            "parallel": parallel,
+            "sampler": "grid",
+            "seed": seed,
+            "objective": "val_loss",
+            "direction": "minimize",
+            "pruner": pruner,
+            "prune_after_steps": 2 * every,
+            "prune_startup_trials": 1,
+            "params": {"train.learning_rate": {"values": grid}},
+        }
+    }
     path = folder / f"{name}.toml"
     path.write_text(tomli_w.dumps(sweep))
     return path
@@ -77,13 +106,20 @@ def run_sweep(sweep_file: Path, home_dir: Path, *, timeout: float = 1800.0) -> d
     from orchestrator.daemon.tick import Daemon
 
     home = Home(home_dir).ensure()
-    (home.root / "config.toml").write_text('[daemon]\ncpu_slots = 2\ngpus = []\ngrace_seconds = 30\n')
+    (home.root / "config.toml").write_text("[daemon]\ncpu_slots = 2\ngpus = []\ngrace_seconds = 30\n")
     config = load_config(home.root / "config.toml", required=True)
     store = Store(home.db)
     section, base = load_sweep(sweep_file)
-    sweep = store.create_sweep(name=sweep_file.stem, spec={"sweep": section.model_dump(mode="json", by_alias=True),
-                                                          "job": base.to_toml_dict(), "job_path": section.job},
-                               spec_path=str(sweep_file), now=time.time())
+    sweep = store.create_sweep(
+        name=sweep_file.stem,
+        spec={
+            "sweep": section.model_dump(mode="json", by_alias=True),
+            "job": base.to_toml_dict(),
+            "job_path": section.job,
+        },
+        spec_path=str(sweep_file),
+        now=time.time(),
+    )
     daemon = Daemon(home, config, store, gpu_ids=[])
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
@@ -105,8 +141,12 @@ def main() -> int:
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--slow", type=float, default=0.05)
     ap.add_argument("--parallel", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=3, help="the grid sampler's seed: the order the grid is tried in "
-                    "(3: 5e-3, the best on this task, first)")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=3,
+        help="the grid sampler's seed: the order the grid is tried in (3: 5e-3, the best on this task, first)",
+    )
     ap.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it")
     args = ap.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="orch-sweep-bench-"))
@@ -115,8 +155,9 @@ def main() -> int:
         write_job(folder, steps=args.steps, every=args.every, slow=args.slow)
         results = {}
         for pruner in ("none", "median"):
-            path = write_sweep(folder, f"grid-{pruner}", pruner=pruner, parallel=args.parallel, every=args.every,
-                               seed=args.seed)
+            path = write_sweep(
+                folder, f"grid-{pruner}", pruner=pruner, parallel=args.parallel, every=args.every, seed=args.seed
+            )
             results[pruner] = run_sweep(path, folder / f"home-{pruner}")
     finally:
         if args.keep is None:
@@ -136,8 +177,11 @@ def main() -> int:
     }
     print(json.dumps(report, indent=2))
     ok = same_best and ratio <= GOAL_STEPS_RATIO
-    print(f"steps: {pruned['steps_total']} of {full['steps_total']} ({ratio:.0%}; goal <= {GOAL_STEPS_RATIO:.0%}); "
-          f"trials' CPU: {pruned['cpu_s']}s of {full['cpu_s']}s; same best: {same_best}", file=sys.stderr)
+    print(
+        f"steps: {pruned['steps_total']} of {full['steps_total']} ({ratio:.0%}; goal <= {GOAL_STEPS_RATIO:.0%}); "
+        f"trials' CPU: {pruned['cpu_s']}s of {full['cpu_s']}s; same best: {same_best}",
+        file=sys.stderr,
+    )
     return 0 if ok else 1
 
 

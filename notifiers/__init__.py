@@ -20,14 +20,27 @@ from .wechat import PushPlusNotifier, ServerChanNotifier, WeComNotifier
 CHANNELS: dict[str, type[Channel]] = {
     cls.type: cls
     for cls in (
-        EmailNotifier, ServerChanNotifier, WeComNotifier, PushPlusNotifier,
-        FeishuNotifier, DingTalkNotifier, WebhookNotifier, AppriseNotifier,
+        EmailNotifier,
+        ServerChanNotifier,
+        WeComNotifier,
+        PushPlusNotifier,
+        FeishuNotifier,
+        DingTalkNotifier,
+        WebhookNotifier,
+        AppriseNotifier,
     )
 }
 
 __all__ = [
-    "CHANNELS", "DEFAULT_EVENTS", "EVENT_KINDS", "Message", "Notifier", "NotifierConfigError",
-    "NotifyError", "build_notifiers", "redact",
+    "CHANNELS",
+    "DEFAULT_EVENTS",
+    "EVENT_KINDS",
+    "Message",
+    "Notifier",
+    "NotifierConfigError",
+    "NotifyError",
+    "build_notifiers",
+    "redact",
 ]
 
 

@@ -52,5 +52,6 @@ class AppriseNotifier(Channel):
             if not client.add(url.get_secret_value()):
                 raise self.error("Apprise does not understand one of the urls", retryable=False, code="bad-url")
         if not client.notify(title=message.title(), body=message.text()):
-            raise self.error("Apprise reported a failed delivery (see its log for the service's answer)",
-                             retryable=True, code=None)
+            raise self.error(
+                "Apprise reported a failed delivery (see its log for the service's answer)", retryable=True, code=None
+            )

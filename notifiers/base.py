@@ -48,7 +48,7 @@ _NEXT_STEP = {
     "preempted": "Nothing to do: it resumes from its latest checkpoint when the daemon runs again.",
     "oom": "Nothing to do: it runs again with half the micro-batch and twice the accumulation.",
     "diverged": "Lower [train] learning_rate (or set gradient_clip_val) and submit it again; the checkpoints "
-                "from before the divergence stay in its run folder.",
+    "from before the divergence stay in its run folder.",
     "loss_flat": "It goes on training. Look at its curve (`orch dashboard`); `orch cancel {id}` if it will not learn.",
     "deadline_at_risk": "It goes on. The reason says what would help: a higher priority or fewer epochs.",
 }
@@ -240,4 +240,3 @@ class Notifier(Protocol):
     def send(self, message: Message) -> None: ...
 
     def describe(self) -> str: ...
-

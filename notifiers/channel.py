@@ -50,7 +50,11 @@ class Channel:
         return scrub(text, self._secret_values())
 
     def error(
-        self, provider_message: str, *, retryable: bool, code: int | str | None = None,
+        self,
+        provider_message: str,
+        *,
+        retryable: bool,
+        code: int | str | None = None,
         retry_after: float | None = None,
     ) -> NotifyError:
         return NotifyError(
@@ -123,5 +127,6 @@ class HttpChannel(Channel):
         snippet = " ".join(response.text.split())[:200]
         return self.error(
             f"HTTP {response.status_code} but the answer is not the provider's JSON: {snippet!r}",
-            retryable=True, code="bad-response",
+            retryable=True,
+            code="bad-response",
         )

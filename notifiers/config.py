@@ -84,7 +84,7 @@ def validate_config(
             if key in secret_keys and any(p.startswith(f"{key}_env:") for p in env_problems):
                 continue
             if key in secret_keys and line.endswith(": is required"):
-                line += f" (or {key}_env = \"VARIABLE\" naming an environment variable)"
+                line += f' (or {key}_env = "VARIABLE" naming an environment variable)'
             problems.append(line)
         return None, problems
     return (None, problems) if problems else (config, [])

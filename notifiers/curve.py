@@ -57,7 +57,7 @@ class Canvas:
     def set(self, x: int, y: int, color: tuple[int, int, int]) -> None:
         if 0 <= x < self.width and 0 <= y < self.height:
             i = (y * self.width + x) * 3
-            self.pixels[i:i + 3] = bytes(color)
+            self.pixels[i : i + 3] = bytes(color)
 
     def line(self, x0: int, y0: int, x1: int, y1: int, color: tuple[int, int, int], thick: int = 1) -> None:
         dx, dy = abs(x1 - x0), -abs(y1 - y0)
@@ -89,8 +89,9 @@ class Canvas:
         return x
 
     def png(self) -> bytes:
-        raw = b"".join(b"\x00" + bytes(self.pixels[y * self.width * 3:(y + 1) * self.width * 3])
-                       for y in range(self.height))
+        raw = b"".join(
+            b"\x00" + bytes(self.pixels[y * self.width * 3 : (y + 1) * self.width * 3]) for y in range(self.height)
+        )
         return encode_png(self.width, self.height, raw)
 
 
@@ -101,8 +102,12 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 def encode_png(width: int, height: int, filtered_rows: bytes) -> bytes:
     """An 8-bit RGB PNG from rows that each start with their filter byte."""
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(filtered_rows, 9))
-            + _chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", header)
+        + _chunk(b"IDAT", zlib.compress(filtered_rows, 9))
+        + _chunk(b"IEND", b"")
+    )
 
 
 def _label(value: float) -> str:
@@ -115,11 +120,17 @@ def _label(value: float) -> str:
     return f"{value:.4g}"
 
 
-def draw_curves(series: Mapping[str, Sequence[Sequence[Optional[float]]]], names: Sequence[str] = CURVES,
-                width: int = WIDTH, height: int = HEIGHT) -> Optional[bytes]:
+def draw_curves(
+    series: Mapping[str, Sequence[Sequence[Optional[float]]]],
+    names: Sequence[str] = CURVES,
+    width: int = WIDTH,
+    height: int = HEIGHT,
+) -> Optional[bytes]:
     """PNG bytes of the named series ([[step, value], ...]), or None when none has a point."""
-    points = {n: [(float(s or 0), float(v)) for s, v in series.get(n, []) if v is not None and math.isfinite(v)]
-              for n in names}
+    points = {
+        n: [(float(s or 0), float(v)) for s, v in series.get(n, []) if v is not None and math.isfinite(v)]
+        for n in names
+    }
     points = {n: p for n, p in points.items() if p}
     if not points:
         return None
@@ -162,4 +173,3 @@ def draw_curves(series: Mapping[str, Sequence[Sequence[Optional[float]]]], names
         if len(pts) == 1:
             c.line(px(pts[0][0]) - 2, py(pts[0][1]), px(pts[0][0]) + 2, py(pts[0][1]), color, thick=3)
     return c.png()
-

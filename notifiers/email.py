@@ -97,15 +97,17 @@ class EmailNotifier(Channel):
         html = message.html()
         cid = make_msgid(domain="orch.local")
         if png:
-            html = html.replace("</body>", f'<p><img src="cid:{cid[1:-1]}" alt="loss curve" width="480" height="240"></p>'
-                                "</body>", 1)
+            html = html.replace(
+                "</body>", f'<p><img src="cid:{cid[1:-1]}" alt="loss curve" width="480" height="240"></p></body>', 1
+            )
         mail.set_content(message.text())
         mail.add_alternative(html, subtype="html")
         if png:
             parts: Any = mail.get_payload()
             html_part = parts[1]  # the alternative just added (an EmailMessage)
-            html_part.add_related(png, maintype="image", subtype="png", cid=cid, filename="loss-curve.png",
-                                              disposition="inline")
+            html_part.add_related(
+                png, maintype="image", subtype="png", cid=cid, filename="loss-curve.png", disposition="inline"
+            )
         return mail
 
     def _tls_context(self) -> ssl.SSLContext:
@@ -137,20 +139,30 @@ class EmailNotifier(Channel):
         except smtplib.SMTPRecipientsRefused as exc:
             codes = [code for code, _ in exc.recipients.values()]
             text = "; ".join(f"{addr}: {code} {_decode(msg)}" for addr, (code, msg) in exc.recipients.items())
-            raise self.error(f"every recipient was refused: {text}", retryable=all(400 <= c < 500 for c in codes),
-                             code=codes[0] if codes else None) from None
+            raise self.error(
+                f"every recipient was refused: {text}",
+                retryable=all(400 <= c < 500 for c in codes),
+                code=codes[0] if codes else None,
+            ) from None
         except smtplib.SMTPAuthenticationError as exc:
-            raise self.error(f"login refused: {_decode(exc.smtp_error)} (for QQ/163 mail use the 授权码, "
-                             "not the account password)", retryable=False, code=exc.smtp_code) from None
+            raise self.error(
+                f"login refused: {_decode(exc.smtp_error)} (for QQ/163 mail use the 授权码, not the account password)",
+                retryable=False,
+                code=exc.smtp_code,
+            ) from None
         except smtplib.SMTPNotSupportedError as exc:
             raise self.error(f"the server does not support this: {exc}", retryable=False, code="unsupported") from None
         except smtplib.SMTPResponseException as exc:
             # SMTP's own rule: 4xx is transient, 5xx is permanent.
-            raise self.error(_decode(exc.smtp_error), retryable=400 <= exc.smtp_code < 500,
-                             code=exc.smtp_code) from None
+            raise self.error(
+                _decode(exc.smtp_error), retryable=400 <= exc.smtp_code < 500, code=exc.smtp_code
+            ) from None
         except ssl.SSLCertVerificationError as exc:
-            raise self.error(f"TLS certificate not trusted: {exc.verify_message} (set ca_file for a private CA)",
-                             retryable=False, code="tls") from None
+            raise self.error(
+                f"TLS certificate not trusted: {exc.verify_message} (set ca_file for a private CA)",
+                retryable=False,
+                code="tls",
+            ) from None
         except (socket.timeout, TimeoutError):
             raise self.error(f"no answer within {self.timeout_s:g} s", retryable=True, code="timeout") from None
         except (smtplib.SMTPException, ssl.SSLError, OSError) as exc:

@@ -11,9 +11,7 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # Query parameters and env assignments that carry credentials: WeCom key=, DingTalk
     # access_token= and sign=, HF_TOKEN=..., WANDB_API_KEY=...
     (
-        re.compile(
-            r"(?i)\b(\w*?(?:token|key|secret|sign|password|passwd|auth))=([^&\s\"'#<>]+)"
-        ),
+        re.compile(r"(?i)\b(\w*?(?:token|key|secret|sign|password|passwd|auth))=([^&\s\"'#<>]+)"),
         rf"\1={MASK}",
     ),
     # Feishu / Lark custom bot: the token is the last path segment of the hook URL.

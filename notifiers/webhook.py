@@ -93,7 +93,9 @@ class FeishuNotifier(SignedBot):
             # 9499 is documented as "Bad Request" but users report it for rate limiting too.
             throttled = code == _FEISHU_THROTTLED or (code == 9499 and "too many" in text.lower())
             raise self.error(
-                text, retryable=throttled or response.status_code >= 500, code=code,
+                text,
+                retryable=throttled or response.status_code >= 500,
+                code=code,
                 retry_after=60.0 if throttled else None,
             )
         raise self.status_error(response) or self.unreadable_body(response)

@@ -97,8 +97,7 @@ class WeComConfig(ChannelConfig):
         check_http_url(url)
         if not query_param(url, "key"):
             raise ValueError(
-                "must be the robot's webhook URL including ?key=... "
-                "(group chat -> robot -> copy webhook address)"
+                "must be the robot's webhook URL including ?key=... (group chat -> robot -> copy webhook address)"
             )
         return value
 
@@ -125,7 +124,10 @@ class WeComNotifier(HttpChannel):
     def _send_image(self, png: bytes) -> None:
         """The loss curve as a second message (WeCom's image type: base64 + md5 of the raw bytes).
         Best effort: the text was delivered, and resending it for a picture would duplicate it."""
-        image = {"msgtype": "image", "image": {"base64": base64.b64encode(png).decode(), "md5": hashlib.md5(png).hexdigest()}}
+        image = {
+            "msgtype": "image",
+            "image": {"base64": base64.b64encode(png).decode(), "md5": hashlib.md5(png).hexdigest()},
+        }
         try:
             response, body = self.post_json(secret(self.config.url), image)
             check_errcode(self, response, body, _WECOM_RETRYABLE)
@@ -141,7 +143,9 @@ def check_errcode(channel: HttpChannel, response: Any, body: Any, retryable: dic
             return
         message = str(body.get("errmsg") or "no errmsg")
         raise channel.error(
-            message, retryable=code in retryable or response.status_code >= 500, code=code,
+            message,
+            retryable=code in retryable or response.status_code >= 500,
+            code=code,
             retry_after=retryable.get(code),
         )
     raise channel.status_error(response) or channel.unreadable_body(response)
@@ -202,8 +206,9 @@ class PushPlusNotifier(HttpChannel):
             if code == 200:
                 return
             raise self.error(
-                str(body.get("msg") or body), retryable=code in _PUSHPLUS_RETRYABLE or response.status_code >= 500,
-                code=code, retry_after=_PUSHPLUS_RETRYABLE.get(code),
+                str(body.get("msg") or body),
+                retryable=code in _PUSHPLUS_RETRYABLE or response.status_code >= 500,
+                code=code,
+                retry_after=_PUSHPLUS_RETRYABLE.get(code),
             )
         raise self.status_error(response) or self.unreadable_body(response)
-

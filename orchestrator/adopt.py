@@ -90,8 +90,9 @@ def storage_for(config: Config, url: Optional[str], env: Optional[dict[str, str]
     try:
         section = StorageSection.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError([f"storage.{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
-                           for e in exc.errors()]) from None
+        raise ConfigError(
+            [f"storage.{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
+        ) from None
     problems = credential_problems(section, os.environ if env is None else env)
     if problems:
         raise ConfigError(problems)
@@ -111,8 +112,9 @@ def read_candidate(remote: Remote, uid: str) -> Optional[Candidate]:
     try:
         got = remote.get_with_etag(key, max_bytes=MAX_MANIFEST_BYTES)
     except TooLarge as exc:
-        return Candidate(uid, None, None, f"job {uid[:12]}: its manifest is over the {MAX_MANIFEST_BYTES >> 20} MB "
-                                          f"limit: {exc}")
+        return Candidate(
+            uid, None, None, f"job {uid[:12]}: its manifest is over the {MAX_MANIFEST_BYTES >> 20} MB limit: {exc}"
+        )
     if got is None:
         return None
     try:
@@ -133,7 +135,9 @@ def choose(remote: Remote, wanted: list[str], take_all: bool) -> list[Candidate]
     for w in wanted:
         hits = [u for u in uids if u == w or (len(w) >= 4 and u.startswith(w))]
         if len(hits) > 1:
-            raise UsageError(f"--job {w}: matches {len(hits)} jobs ({', '.join(u[:12] for u in hits)}); give more of the id")
+            raise UsageError(
+                f"--job {w}: matches {len(hits)} jobs ({', '.join(u[:12] for u in hits)}); give more of the id"
+            )
         if hits:
             cand = read_candidate(remote, hits[0])
             if cand is None:
@@ -146,8 +150,9 @@ def choose(remote: Remote, wanted: list[str], take_all: bool) -> list[Candidate]
         if not named:
             raise UsageError(f"--job {w}: no such job in the mirror (give its global id, a prefix of it, or its name)")
         if len(named) > 1:
-            raise UsageError(f"--job {w}: {len(named)} jobs have that name ({', '.join(c.uid[:12] for c in named)}); "
-                             "give the id")
+            raise UsageError(
+                f"--job {w}: {len(named)} jobs have that name ({', '.join(c.uid[:12] for c in named)}); give the id"
+            )
         chosen.append(named[0])
     return chosen
 
@@ -157,7 +162,9 @@ def parse_maps(values: list[str]) -> list[tuple[str, str]]:
     for v in values:
         old, sep, new = v.partition("=")
         if not sep or not old.startswith("/") or not new.startswith("/"):
-            raise UsageError(f"--map {v}: give OLD=NEW, two absolute folders (an input under OLD is looked for under NEW)")
+            raise UsageError(
+                f"--map {v}: give OLD=NEW, two absolute folders (an input under OLD is looked for under NEW)"
+            )
         out.append((old, new))
     return out
 
@@ -165,8 +172,16 @@ def parse_maps(values: list[str]) -> list[tuple[str, str]]:
 # -- checks, before anything is written ----------------------------------------------------------
 
 
-def check(store: Store, section: Any, cand: Candidate, home_id: str, *, force: bool, now: float,
-          mapping: list[tuple[str, str]]) -> Plan:
+def check(
+    store: Store,
+    section: Any,
+    cand: Candidate,
+    home_id: str,
+    *,
+    force: bool,
+    now: float,
+    mapping: list[tuple[str, str]],
+) -> Plan:
     """Everything that can refuse a job without touching the mirror, the store or the disk."""
     if cand.manifest is None:
         raise Rejected(cand.problem)
@@ -179,8 +194,10 @@ def check(store: Store, section: Any, cand: Candidate, home_id: str, *, force: b
     own = m.get("owner") or {}
     holder = None if own.get("home_id") == home_id else mf.lease_holder(m, now, section.stale_after_minutes * 60)
     if holder and not force:
-        raise Refused(f"{label} is still owned by {holder}; stop its daemon there (`orch daemon stop` releases it), "
-                      "wait until the heartbeat is stale, or adopt with --force if that machine is gone")
+        raise Refused(
+            f"{label} is still owned by {holder}; stop its daemon there (`orch daemon stop` releases it), "
+            "wait until the heartbeat is stale, or adopt with --force if that machine is gone"
+        )
     found, to_fetch, problems = datafiles.plan(list(m["data_files"]), mapping)
     if problems:
         raise Refused(f"{label}: its input files are not on this machine:\n  " + "\n  ".join(problems))
@@ -193,8 +210,9 @@ def what_it_runs(m: dict[str, Any]) -> str:
     if spec.get("command"):
         return f"command {shlex.join(spec['command'])}  (in {spec.get('workdir') or '?'})"
     model, data = spec.get("model") or {}, spec.get("data") or {}
-    return (f"built-in fine-tune of {model.get('name_or_path')!s} on {data.get('train')!s}"
-            + (f" (validation {data['validation']})" if data.get("validation") else ""))
+    return f"built-in fine-tune of {model.get('name_or_path')!s} on {data.get('train')!s}" + (
+        f" (validation {data['validation']})" if data.get("validation") else ""
+    )
 
 
 def preview(plans: list[Plan]) -> list[str]:
@@ -211,10 +229,21 @@ def preview(plans: list[Plan]) -> list[str]:
 # -- the use case ----------------------------------------------------------------------------------
 
 
-def adopt_jobs(home: Home, config: Config, store: Store, url: Optional[str], *, wanted: list[str], take_all: bool,
-               force: bool, say: Callable[[str], None], warn: Callable[[str], None],
-               confirm: Callable[[list[str]], bool], now: Optional[float] = None,
-               maps: Optional[list[str]] = None) -> tuple[list[Adopted], list[Refused]]:
+def adopt_jobs(
+    home: Home,
+    config: Config,
+    store: Store,
+    url: Optional[str],
+    *,
+    wanted: list[str],
+    take_all: bool,
+    force: bool,
+    say: Callable[[str], None],
+    warn: Callable[[str], None],
+    confirm: Callable[[list[str]], bool],
+    now: Optional[float] = None,
+    maps: Optional[list[str]] = None,
+) -> tuple[list[Adopted], list[Refused]]:
     """Returns (adopted jobs, refusals). `confirm` is shown what each job runs and says whether
     to go on. Raises OrchError for a store that cannot be read."""
     if not wanted and not take_all:
@@ -233,8 +262,11 @@ def adopt_jobs(home: Home, config: Config, store: Store, url: Optional[str], *, 
     plans, refused = [], []
     for cand in chosen:
         try:
-            plans.append(check(store, section, cand, home_id, force=force, mapping=mapping,
-                               now=time.time() if now is None else now))
+            plans.append(
+                check(
+                    store, section, cand, home_id, force=force, mapping=mapping, now=time.time() if now is None else now
+                )
+            )
         except Refused as exc:
             refused.append(exc)
             warn(f"refused: {exc}")
@@ -253,8 +285,11 @@ def adopt_jobs(home: Home, config: Config, store: Store, url: Optional[str], *, 
             warn(f"refused: {why}")
             continue
         adopted.append(result)
-        where = (f"resuming from step {result.step} ({result.checkpoint}, sha256 verified)" if result.checkpoint
-                 else "starting from scratch (no checkpoint mirrored)")
+        where = (
+            f"resuming from step {result.step} ({result.checkpoint}, sha256 verified)"
+            if result.checkpoint
+            else "starting from scratch (no checkpoint mirrored)"
+        )
         say(f"adopted {result.uid[:12]} ({result.name}) as job {result.job_id}: {where}")
     return adopted, refused
 
@@ -267,8 +302,9 @@ def exit_code(adopted: list[Adopted], refused: list[Refused]) -> int:
     return 1
 
 
-def adopt_one(home: Home, store: Store, remote: Remote, plan: Plan, home_id: str, *, now: float,
-              warn: Callable[[str], None]) -> Adopted:
+def adopt_one(
+    home: Home, store: Store, remote: Remote, plan: Plan, home_id: str, *, now: float, warn: Callable[[str], None]
+) -> Adopted:
     cand, label = plan.cand, plan.cand.label
     m = dict(cand.manifest or {})
     own = m.get("owner") or {}
@@ -278,8 +314,10 @@ def adopt_one(home: Home, store: Store, remote: Remote, plan: Plan, home_id: str
     try:
         etag = remote.cas_put(key, mf.dump(taken), cand.etag)
     except Conflict:
-        raise Refused(f"{label}: its manifest changed while adopting (another machine adopted it or its owner wrote "
-                      "it); run `orch adopt` again to see who owns it") from None
+        raise Refused(
+            f"{label}: its manifest changed while adopting (another machine adopted it or its owner wrote "
+            "it); run `orch adopt` again to see who owns it"
+        ) from None
     found, fetched = dict(plan.found), []
     try:
         for role in plan.to_fetch:  # inputs that travelled: into $ORCH_HOME/data/, verified
@@ -296,9 +334,15 @@ def adopt_one(home: Home, store: Store, remote: Remote, plan: Plan, home_id: str
         raise Refused(f"{label}: {exc}") from None
     m["spec"] = datafiles.rewrite(m["spec"], found)
     # Import first (a new local id), then fetch the checkpoint into its run folder.
-    job = store.import_job(m, state=JobState.QUEUED, reason="adopted from another machine; queued to resume",
-                           spec_path=str(m.get("spec_path") or ""), now=now, attempts=_attempts(m, now),
-                           detail=f"from host {own.get('host') or '?'} (its job {m.get('local_id')}) via {remote.url.raw}")
+    job = store.import_job(
+        m,
+        state=JobState.QUEUED,
+        reason="adopted from another machine; queued to resume",
+        spec_path=str(m.get("spec_path") or ""),
+        now=now,
+        attempts=_attempts(m, now),
+        detail=f"from host {own.get('host') or '?'} (its job {m.get('local_id')}) via {remote.url.raw}",
+    )
     run_dir = home.run_dir(job.id)
     write_run_spec(home, job.id, m["spec"])
     if m.get("batch"):
@@ -306,14 +350,33 @@ def adopt_one(home: Home, store: Store, remote: Remote, plan: Plan, home_id: str
     history = list(m["checkpoints"])
     good, rejected = fetch_checkpoint(remote, history, run_dir / CHECKPOINTS, warn)
     kept = [c for c in history if c["key"] not in rejected]
-    store.mirror_set(job.id, cand.uid, etag=etag, manifest_at=now, checkpoints=kept, dirty=1,
-                     step=kept[0]["step"] if kept else None, uploaded_at=kept[0].get("uploaded_at") if kept else None)
+    store.mirror_set(
+        job.id,
+        cand.uid,
+        etag=etag,
+        manifest_at=now,
+        checkpoints=kept,
+        dirty=1,
+        step=kept[0]["step"] if kept else None,
+        uploaded_at=kept[0].get("uploaded_at") if kept else None,
+    )
     for k in rejected:
-        store.record_event(job.id, "adopted", now, detail=f"rejected {remote.where(k)}: missing, its sha256 or size "
-                                                          "does not match the manifest, or it does not unpack; fell "
-                                                          "back to an older checkpoint")
-    return Adopted(job.id, cand.uid, str(m["name"]), good["step"] if good else None,
-                   good["name"] if good else None, [remote.where(k) for k in rejected])
+        store.record_event(
+            job.id,
+            "adopted",
+            now,
+            detail=f"rejected {remote.where(k)}: missing, its sha256 or size "
+            "does not match the manifest, or it does not unpack; fell "
+            "back to an older checkpoint",
+        )
+    return Adopted(
+        job.id,
+        cand.uid,
+        str(m["name"]),
+        good["step"] if good else None,
+        good["name"] if good else None,
+        [remote.where(k) for k in rejected],
+    )
 
 
 def _give_back(remote: Remote, key: str, original: dict[str, Any], etag: Optional[str]) -> None:
@@ -331,8 +394,11 @@ def _attempts(m: dict[str, Any], now: float) -> list[dict[str, Any]]:
     if out and out[-1].get("ended_at") is None:
         last = out[-1]
         progress = m.get("progress") or {}
-        steps = [s for s in (progress.get("step"), last.get("step_reached"), mf.newest_step(m))
-                 if isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2 ** 63]
+        steps = [
+            s
+            for s in (progress.get("step"), last.get("step_reached"), mf.newest_step(m))
+            if isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63
+        ]
         last["step_reached"] = max(steps) if steps else None
         ended = progress.get("updated_at")
         ok = isinstance(ended, (int, float)) and not isinstance(ended, bool) and 0 <= ended < 1e11

@@ -13,8 +13,22 @@ from typing import Any, Mapping, Optional, Sequence
 from .backoff import backoff_s
 from .config import Config
 from .contract import (
-    BATCH, CHECKPOINTS, ENV_ATTEMPT, ENV_CKPT_DIR, ENV_JOB_ID, ENV_RESUME_FROM, ENV_RUN_DIR, EX_OOM, JOB_TOML,
-    ENV_SNAPSHOTS_HELD, ENV_TENSORBOARD_DIR, PROGRESS, RESULT, SNAPSHOT_MEMORY, newest_checkpoint, read_json,
+    BATCH,
+    CHECKPOINTS,
+    ENV_ATTEMPT,
+    ENV_CKPT_DIR,
+    ENV_JOB_ID,
+    ENV_RESUME_FROM,
+    ENV_RUN_DIR,
+    EX_OOM,
+    JOB_TOML,
+    ENV_SNAPSHOTS_HELD,
+    ENV_TENSORBOARD_DIR,
+    PROGRESS,
+    RESULT,
+    SNAPSHOT_MEMORY,
+    newest_checkpoint,
+    read_json,
 )
 from .errors import InvalidTransition
 from .gpus import visible_devices
@@ -37,19 +51,29 @@ def job_argv(spec: Mapping, run_dir: Path) -> tuple[list[str], Optional[str]]:
     return [sys.executable, "-m", "training.run", str(run_dir)], str(run_dir)
 
 
-def job_env(base: Mapping[str, str], *, job_id: int, attempt: int, run_dir: Path, gpu_ids: Sequence[int],
-            resume_from: Optional[Path], extra: Mapping[str, str]) -> dict[str, str]:
+def job_env(
+    base: Mapping[str, str],
+    *,
+    job_id: int,
+    attempt: int,
+    run_dir: Path,
+    gpu_ids: Sequence[int],
+    resume_from: Optional[Path],
+    extra: Mapping[str, str],
+) -> dict[str, str]:
     env = dict(base)
     env.update(extra)
-    env.update({
-        ENV_JOB_ID: str(job_id),
-        ENV_ATTEMPT: str(attempt),
-        ENV_RUN_DIR: str(run_dir),
-        ENV_CKPT_DIR: str(run_dir / CHECKPOINTS),
-        ENV_RESUME_FROM: str(resume_from) if resume_from else "",
-        "CUDA_VISIBLE_DEVICES": visible_devices(gpu_ids),
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            ENV_JOB_ID: str(job_id),
+            ENV_ATTEMPT: str(attempt),
+            ENV_RUN_DIR: str(run_dir),
+            ENV_CKPT_DIR: str(run_dir / CHECKPOINTS),
+            ENV_RESUME_FROM: str(resume_from) if resume_from else "",
+            "CUDA_VISIBLE_DEVICES": visible_devices(gpu_ids),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
@@ -68,8 +92,17 @@ class Begun:
     resume_step: Optional[int]
 
 
-def begin_attempt(store: Store, config: Config, home: Home, job: Job, gpu_ids: list[int], now: float, *,
-                  environ: Mapping[str, str], where: str = "") -> Optional[Begun]:
+def begin_attempt(
+    store: Store,
+    config: Config,
+    home: Home,
+    job: Job,
+    gpu_ids: list[int],
+    now: float,
+    *,
+    environ: Mapping[str, str],
+    where: str = "",
+) -> Optional[Begun]:
     """Record the next attempt of a queued job as running and build its launch. None when the job
     is no longer where the caller read it (another process moved it first)."""
     run_dir = home.make_run_dir(job.id)  # a link planted at runs/<id> is refused, never followed
@@ -83,19 +116,45 @@ def begin_attempt(store: Store, config: Config, home: Home, job: Job, gpu_ids: l
     if resume_path:
         detail += f", resuming from step {resume_step} ({resume_path.name})"
     try:
-        started = change_state(store, config, home, job, JobState.RUNNING, kind, now, detail=detail,
-                               expect=[job.state], updates=lost_steps_updates(job, store.attempts(job.id), resume_step),
-                               begin_attempt=AttemptStart(n, list(gpu_ids), resume_step))
+        started = change_state(
+            store,
+            config,
+            home,
+            job,
+            JobState.RUNNING,
+            kind,
+            now,
+            detail=detail,
+            expect=[job.state],
+            updates=lost_steps_updates(job, store.attempts(job.id), resume_step),
+            begin_attempt=AttemptStart(n, list(gpu_ids), resume_step),
+        )
     except InvalidTransition:
         return None
     argv, cwd = job_argv(started.spec, run_dir)
-    env = job_env(environ, job_id=job.id, attempt=n, run_dir=run_dir, gpu_ids=gpu_ids, resume_from=resume_path,
-                  extra=started.spec.get("env") or {})
+    env = job_env(
+        environ,
+        job_id=job.id,
+        attempt=n,
+        run_dir=run_dir,
+        gpu_ids=gpu_ids,
+        resume_from=resume_path,
+        extra=started.spec.get("env") or {},
+    )
     env[ENV_SNAPSHOTS_HELD] = str(snapshots_held(store, home, job.id))
     if config.logging.tensorboard_dir:  # the runner links its TensorBoard folder there
         env[ENV_TENSORBOARD_DIR] = str(Path(config.logging.tensorboard_dir).expanduser())
-    launch = AttemptLaunch(job_id=job.id, attempt=n, run_dir=run_dir, argv=argv, cwd=cwd, env=env,
-                           grace_s=grace_for(started, config), gpu_ids=list(gpu_ids), spec=started.spec)
+    launch = AttemptLaunch(
+        job_id=job.id,
+        attempt=n,
+        run_dir=run_dir,
+        argv=argv,
+        cwd=cwd,
+        env=env,
+        grace_s=grace_for(started, config),
+        gpu_ids=list(gpu_ids),
+        spec=started.spec,
+    )
     return Begun(started, launch, resume_step)
 
 
@@ -124,8 +183,11 @@ def lost_steps_updates(job: Job, attempts: Sequence[Attempt], resume_step: Optio
     done = prev.step_reached - (prev.resumed_from_step or 0)
     step_s = (prev.ended_at - prev.started_at) / done if done > 0 else 0.0
     rate = job.cost / job.run_seconds if job.run_seconds > 0 else 0.0
-    return {"steps_lost": job.steps_lost + lost, "waste_seconds": job.waste_seconds + lost * step_s,
-            "waste_cost": job.waste_cost + lost * step_s * rate}
+    return {
+        "steps_lost": job.steps_lost + lost,
+        "waste_seconds": job.waste_seconds + lost * step_s,
+        "waste_cost": job.waste_cost + lost * step_s * rate,
+    }
 
 
 # -- settle ----------------------------------------------------------------------------------------
@@ -185,8 +247,9 @@ def stalled_resumes(home: Home, store: Store, job: Job) -> int:
     return stalls
 
 
-def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info: Mapping[str, Any],
-                   now: float) -> Optional[Settled]:
+def settle_attempt(
+    store: Store, config: Config, home: Home, job: Job, exit_info: Mapping[str, Any], now: float
+) -> Optional[Settled]:
     """Decide what an ended attempt makes of its job (the intent x exit table in outcome.py) and record it.
     None when the job was no longer running (someone else settled it)."""
     run_dir = home.run_dir(job.id)
@@ -199,12 +262,22 @@ def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info
         # Under DDP an OOM on another rank makes Lightning kill rank 0 (signal 9): the runner's
         # batch.json entry for this attempt is the truth, not the exit code.
         code = EX_OOM
-    d = decide(job.intent, code, sig if code != EX_OOM else None, has_result=has_result,
-               is_command=job.kind == "command", failures=job.failures, retries=job.retries)
+    d = decide(
+        job.intent,
+        code,
+        sig if code != EX_OOM else None,
+        has_result=has_result,
+        is_command=job.kind == "command",
+        failures=job.failures,
+        retries=job.retries,
+    )
     if d.outcome is AttemptOutcome.OOM and shrink is not None:
-        d = replace(d, reason=f"out of GPU memory at step {shrink.get('step')}: running again in a fresh process with "
-                              f"batch {shrink['from']['batch_size']} -> {shrink['to']['batch_size']}, accumulation "
-                              f"{shrink['from']['accumulate_grad_batches']} -> {shrink['to']['accumulate_grad_batches']}")
+        d = replace(
+            d,
+            reason=f"out of GPU memory at step {shrink.get('step')}: running again in a fresh process with "
+            f"batch {shrink['from']['batch_size']} -> {shrink['to']['batch_size']}, accumulation "
+            f"{shrink['from']['accumulate_grad_batches']} -> {shrink['to']['accumulate_grad_batches']}",
+        )
     diverged = divergence(home, job) if job.intent is Intent.NONE and d.state is not JobState.SUCCEEDED else None
     if diverged is not None:  # the runner's health.json: failed at once, never retried into the same NaN
         d = diverged_decision(diverged)
@@ -219,8 +292,13 @@ def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info
             # several times a second, uncharged: back off as if it were failing.
             tries = job.failures + stalls - 1 if stalls else job.failures
             updates["retry_after"] = now + retry_backoff_s(config, tries)
-    end = AttemptEnd(ended_at=exit_info.get("ended_at") or now, outcome=d.outcome, exit_code=code, exit_signal=sig,
-                     step_reached=step_reached(home, job, started))
+    end = AttemptEnd(
+        ended_at=exit_info.get("ended_at") or now,
+        outcome=d.outcome,
+        exit_code=code,
+        exit_signal=sig,
+        step_reached=step_reached(home, job, started),
+    )
     reason = d.reason or job.reason
     if job.intent is Intent.PREEMPT and job.reason and d.state is JobState.QUEUED:
         reason = f"{job.reason}; {d.reason}"  # which notice (AWS, GCP, daemon stop...) and how it ended
@@ -235,9 +313,22 @@ def settle_attempt(store: Store, config: Config, home: Home, job: Job, exit_info
     elif full is not None:
         also.append((EventKind.DISK_FULL, disk_full_text(full)))
     try:
-        new = change_state(store, config, home, job, d.state, d.event, now, detail=detail, reason=reason,
-                           expect=[JobState.RUNNING], updates=updates, end_attempt=end,
-                           with_log=d.state is JobState.FAILED, also=also)
+        new = change_state(
+            store,
+            config,
+            home,
+            job,
+            d.state,
+            d.event,
+            now,
+            detail=detail,
+            reason=reason,
+            expect=[JobState.RUNNING],
+            updates=updates,
+            end_attempt=end,
+            with_log=d.state is JobState.FAILED,
+            also=also,
+        )
     except InvalidTransition:
         return None
     return Settled(new, d, tuple(kind for kind, _ in also))
@@ -257,14 +348,19 @@ def lose_attempt(store: Store, config: Config, home: Home, job: Job, now: float)
     elif job.intent in (Intent.BUDGET, Intent.LEASE_LOST):
         d = Decision(JobState.STOPPED, EventKind.STOPPED, AttemptOutcome.LOST, job.reason)
     elif job.intent is Intent.HANG:  # hung, then vanished: the retry is charged all the same
-        charged = charged_failure("hung and stopped by the watchdog; its processes then vanished", job.failures,
-                                  job.retries)
+        charged = charged_failure(
+            "hung and stopped by the watchdog; its processes then vanished", job.failures, job.retries
+        )
         d = replace(charged, outcome=AttemptOutcome.LOST)
     elif job.intent is Intent.PRUNE:
         d = Decision(JobState.PRUNED, EventKind.PRUNED, AttemptOutcome.LOST, job.reason)
     else:
-        d = Decision(JobState.QUEUED, EventKind.PREEMPTED, AttemptOutcome.LOST,
-                     "its processes vanished (killed, or the machine restarted); queued to resume from its latest checkpoint")
+        d = Decision(
+            JobState.QUEUED,
+            EventKind.PREEMPTED,
+            AttemptOutcome.LOST,
+            "its processes vanished (killed, or the machine restarted); queued to resume from its latest checkpoint",
+        )
     updates: dict[str, Any] = {}
     if d.charged:
         updates["failures"] = job.failures + 1
@@ -272,8 +368,20 @@ def lose_attempt(store: Store, config: Config, home: Home, job: Job, now: float)
             updates["retry_after"] = now + retry_backoff_s(config, job.failures)
     end = AttemptEnd(ended_at=now, outcome=d.outcome, step_reached=step_reached(home, job, started))
     try:
-        new = change_state(store, config, home, job, d.state, d.event, now, detail=d.reason, reason=d.reason,
-                           expect=[JobState.RUNNING], end_attempt=end, updates=updates)
+        new = change_state(
+            store,
+            config,
+            home,
+            job,
+            d.state,
+            d.event,
+            now,
+            detail=d.reason,
+            reason=d.reason,
+            expect=[JobState.RUNNING],
+            end_attempt=end,
+            updates=updates,
+        )
     except InvalidTransition:
         return None
     return Settled(new, d)

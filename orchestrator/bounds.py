@@ -8,7 +8,7 @@ import math
 import re
 from typing import Any, Optional
 
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_DEPTH = 32  # tables and arrays inside each other; job.toml and config.toml need about 3
 NAME_MAX = 100
 

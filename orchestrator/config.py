@@ -202,9 +202,13 @@ def _hook_problems(raw: dict[str, Any], label: str) -> list[str]:
         if key == "timeout_seconds":
             continue
         if not key.startswith("on_") or key[3:] not in EVENT_NAMES:
-            problems.append(f"{label}: unknown key 'hooks.{key}' (hooks are on_<event>, events: {', '.join(sorted(EVENT_NAMES))})")
+            problems.append(
+                f"{label}: unknown key 'hooks.{key}' (hooks are on_<event>, events: {', '.join(sorted(EVENT_NAMES))})"
+            )
         elif not (isinstance(value, list) and all(isinstance(x, str) and x for x in value)):
-            problems.append(f"{label}: hooks.{key}: must be a list of strings, the program and its arguments (got {value!r})")
+            problems.append(
+                f"{label}: hooks.{key}: must be a list of strings, the program and its arguments (got {value!r})"
+            )
     return problems
 
 
@@ -220,8 +224,13 @@ def _notifier_shape_problems(raw: dict[str, Any], label: str) -> list[str]:
     return problems
 
 
-def load_config(path: Optional[Path] = None, *, required: bool = False, build_notifiers: bool = False,
-                env: Optional[Mapping[str, str]] = None) -> Config:
+def load_config(
+    path: Optional[Path] = None,
+    *,
+    required: bool = False,
+    build_notifiers: bool = False,
+    env: Optional[Mapping[str, str]] = None,
+) -> Config:
     """Read config.toml; a missing file gives the defaults unless `required`. With
     `build_notifiers` every channel is constructed too (secrets resolved, URLs checked)."""
     if path is None or (not path.exists() and not required):
@@ -244,7 +253,9 @@ def load_config(path: Optional[Path] = None, *, required: bool = False, build_no
             if config.storage.url:  # [storage] credentials are checked where secrets are
                 from .objectstore.url import credential_problems
 
-                problems += [f"{label}: {p}" for p in credential_problems(config.storage, os.environ if env is None else env)]
+                problems += [
+                    f"{label}: {p}" for p in credential_problems(config.storage, os.environ if env is None else env)
+                ]
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
     assert config is not None
@@ -258,8 +269,9 @@ def build_channels(config: Config, env: Optional[Mapping[str, str]] = None) -> l
     from notifiers import NotifierConfigError, build_notifiers
 
     try:
-        return build_notifiers(config.notifiers, label=str(config.path or "config.toml"),
-                               env=os.environ if env is None else env)
+        return build_notifiers(
+            config.notifiers, label=str(config.path or "config.toml"), env=os.environ if env is None else env
+        )
     except NotifierConfigError as exc:
         raise ConfigError(list(exc.problems)) from None
 

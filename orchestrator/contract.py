@@ -82,6 +82,8 @@ def young_daly(cost_s: float, mtbf_s: float) -> float:
     import math
 
     return math.sqrt(2.0 * max(cost_s, 1e-6) * mtbf_s)
+
+
 DISK_FULL = "disk_full.json"  # a checkpoint write found the disk full: needed vs free bytes (runner -> daemon)
 # Background periodic checkpoints keep a host copy of the state: its size, the memory it was
 # weighed against, and whether it was too big (then saves are synchronous) (runner -> daemon, show).
@@ -133,15 +135,17 @@ def attempt_slurm_info(n: int) -> str:
     return f"attempt-{n}.slurm.json"
 
 
-def exit_record(code: Optional[int], signal: Optional[int], started_at: float, ended_at: float,
-                **extra: Any) -> dict[str, Any]:
+def exit_record(
+    code: Optional[int], signal: Optional[int], started_at: float, ended_at: float, **extra: Any
+) -> dict[str, Any]:
     """attempt-<n>.exit's content: the exit code (None when a signal ended it), the signal, when
     it started and ended, and what an executor adds (its own ids, what the cluster said)."""
     return {"code": code, "signal": signal, "started_at": started_at, "ended_at": ended_at, **extra}
 
 
-def write_exit_record(run_dir: Path, n: int, code: Optional[int], signal: Optional[int], started_at: float,
-                      ended_at: float, **extra: Any) -> dict[str, Any]:
+def write_exit_record(
+    run_dir: Path, n: int, code: Optional[int], signal: Optional[int], started_at: float, ended_at: float, **extra: Any
+) -> dict[str, Any]:
     """Write attempt n's exit record atomically; returns it."""
     record = exit_record(code, signal, started_at, ended_at, **extra)
     write_json_atomic(Path(run_dir) / attempt_exit(n), record)
@@ -238,8 +242,9 @@ def fsync_dir(folder: Path) -> None:
 
 
 @contextmanager
-def atomic_file(path: Path, mode: str = "wb", *, timings: Optional[dict[str, float]] = None,
-                **open_kw: Any) -> Iterator[IO[Any]]:
+def atomic_file(
+    path: Path, mode: str = "wb", *, timings: Optional[dict[str, float]] = None, **open_kw: Any
+) -> Iterator[IO[Any]]:
     """Write `path` all or nothing: the caller writes into a temp file beside it (TEMP_MARK, pid,
     name); on a clean exit it is fsynced, renamed over `path`, and the folder fsynced, so a reader
     sees the old file or the new one, never half of one, even after a power cut. On an error the
@@ -269,8 +274,12 @@ def atomic_file(path: Path, mode: str = "wb", *, timings: Optional[dict[str, flo
         raise
     fsync_dir(path.parent)
     if timings is not None:
-        timings.update(write_s=written - started, fsync_s=synced - written,
-                       rename_s=time.perf_counter() - synced, bytes=float(size))
+        timings.update(
+            write_s=written - started,
+            fsync_s=synced - written,
+            rename_s=time.perf_counter() - synced,
+            bytes=float(size),
+        )
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

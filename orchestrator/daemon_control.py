@@ -32,7 +32,8 @@ class DaemonLock:
             os.close(fd)
             pid = _read_pid(self.home)
             raise DaemonError(
-                f"a daemon is already running for {self.home.root}" + (f" (pid {pid})" if pid else "")
+                f"a daemon is already running for {self.home.root}"
+                + (f" (pid {pid})" if pid else "")
                 + "; `orch daemon stop` stops it"
             ) from None
         self.fd = fd
@@ -86,8 +87,10 @@ def start_detached(home: Home, config_arg: Optional[str], wait_s: float = 15.0) 
     argv += ["daemon", "run", "--detached"]
     err_path = home.root / "daemon.err"
     with open(err_path, "ab") as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True, close_fds=True
+        )
+
     def listening() -> bool:
         if proc.poll() is not None:
             tail = err_path.read_text(errors="replace").strip().splitlines()[-5:]
@@ -106,16 +109,20 @@ def stop(home: Home, timeout: float = 120.0) -> int:
     if pid is None:
         raise DaemonError(f"no daemon is running for {home.root}")
     if pid < 0:
-        raise DaemonError(f"a daemon holds {home.lock_file} but {home.pid_file} is unreadable; "
-                          f"find it with `fuser {home.lock_file}` and send it SIGTERM")
+        raise DaemonError(
+            f"a daemon holds {home.lock_file} but {home.pid_file} is unreadable; "
+            f"find it with `fuser {home.lock_file}` and send it SIGTERM"
+        )
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         raise DaemonError(f"no daemon is running for {home.root} (stale pid {pid})") from None
     if poll(lambda: running_pid(home) is None, timeout, 0.1):
         return pid
-    raise DaemonError(f"the daemon (pid {pid}) is still checkpointing its jobs after {timeout:g}s; "
-                      "wait, or `orch daemon stop --timeout` longer")
+    raise DaemonError(
+        f"the daemon (pid {pid}) is still checkpointing its jobs after {timeout:g}s; "
+        "wait, or `orch daemon stop --timeout` longer"
+    )
 
 
 def describe(home: Home) -> dict[str, Any]:

@@ -30,12 +30,18 @@ def _mb(n: Any) -> str:
 def disk_full_text(info: dict[str, Any]) -> str:
     kept = info.get("previous")
     keep = f"the previous checkpoint {kept} is intact" if kept else "no earlier checkpoint exists"
-    return (f"disk full: saving {info.get('name') or 'a checkpoint'} needed {_mb(info.get('needed_bytes'))} but "
-            f"{info.get('folder') or 'the checkpoint folder'} had {_mb(info.get('free_bytes'))} free; "
-            f"the write was abandoned cleanly and {keep}")
+    return (
+        f"disk full: saving {info.get('name') or 'a checkpoint'} needed {_mb(info.get('needed_bytes'))} but "
+        f"{info.get('folder') or 'the checkpoint folder'} had {_mb(info.get('free_bytes'))} free; "
+        f"the write was abandoned cleanly and {keep}"
+    )
 
 
 def disk_full_decision(info: dict[str, Any], job_id: int) -> Decision:
-    return Decision(JobState.FAILED, EventKind.FAILED, AttemptOutcome.FAILED,
-                    disk_full_text(info) + f". Free space there (or lower [checkpoint] keep), then `orch retry {job_id}`",
-                    charged=True)
+    return Decision(
+        JobState.FAILED,
+        EventKind.FAILED,
+        AttemptOutcome.FAILED,
+        disk_full_text(info) + f". Free space there (or lower [checkpoint] keep), then `orch retry {job_id}`",
+        charged=True,
+    )

@@ -17,16 +17,24 @@ class Hold:
     fail: bool = False  # the job can never run: fail it with this reason
 
 
-def hold_reason(job: Job, dep_states: Mapping[int, JobState], now: float, *,
-                budget_reason: Optional[str] = None, notice_active: bool = False) -> Optional[Hold]:
+def hold_reason(
+    job: Job,
+    dep_states: Mapping[int, JobState],
+    now: float,
+    *,
+    budget_reason: Optional[str] = None,
+    notice_active: bool = False,
+) -> Optional[Hold]:
     """Why `job` (queued) cannot start now, or None when only free slots decide."""
     for dep in job.after_ids:
         state = dep_states.get(dep)
         if state is None:
             return Hold(f"dependency {dep} no longer exists", fail=True)
         if state in (JobState.FAILED, JobState.CANCELLED, JobState.STOPPED, JobState.PRUNED):
-            return Hold(f"dependency {dep} {state.value}" if state is not JobState.FAILED else f"dependency {dep} failed",
-                        fail=True)
+            return Hold(
+                f"dependency {dep} {state.value}" if state is not JobState.FAILED else f"dependency {dep} failed",
+                fail=True,
+            )
         if state is not JobState.SUCCEEDED:
             return Hold(f"waiting for job {dep} to succeed")
     if job.not_before is not None and now < job.not_before:

@@ -58,8 +58,9 @@ class Forecast:
     lower_bound: bool  # a job ahead had an unknown run time: it may start (and finish) later
 
 
-def remaining_s(job: Job, progress: Optional[Mapping[str, Any]], attempt: Optional[Attempt],
-                history: Optional[History], now: float) -> Optional[float]:
+def remaining_s(
+    job: Job, progress: Optional[Mapping[str, Any]], attempt: Optional[Attempt], history: Optional[History], now: float
+) -> Optional[float]:
     """Seconds of work left: a running job's ETA; a queued one's from an earlier attempt's pace or
     from its name's history."""
     step = progress.get("step") if progress else None
@@ -76,8 +77,13 @@ def remaining_s(job: Job, progress: Optional[Mapping[str, Any]], attempt: Option
     return history.seconds if history is not None else None
 
 
-def simulate(running: Sequence[tuple[Job, Optional[float]]], queue: Sequence[tuple[Job, Optional[float]]],
-             gpus: int, cpu_slots: int, now: float) -> dict[int, Forecast]:
+def simulate(
+    running: Sequence[tuple[Job, Optional[float]]],
+    queue: Sequence[tuple[Job, Optional[float]]],
+    gpus: int,
+    cpu_slots: int,
+    now: float,
+) -> dict[int, Forecast]:
     """List scheduling as the daemon dispatches: queued jobs in order, each starting when enough
     GPUs (or a CPU slot) are free; a GPU job waiting keeps later GPU jobs waiting too (the daemon
     holds freed GPUs for it). Unknown run times count as zero and make later starts lower bounds."""
@@ -114,8 +120,15 @@ def simulate(running: Sequence[tuple[Job, Optional[float]]], queue: Sequence[tup
     return out
 
 
-def queue_forecast(store: Store, home: Home, gpus: int, cpu_slots: int, now: float,
-                   extra: Optional[Job] = None, extra_left: Optional[float] = None) -> dict[int, Forecast]:
+def queue_forecast(
+    store: Store,
+    home: Home,
+    gpus: int,
+    cpu_slots: int,
+    now: float,
+    extra: Optional[Job] = None,
+    extra_left: Optional[float] = None,
+) -> dict[int, Forecast]:
     """Every active job's forecast (and `extra`'s, a job not yet submitted, placed where dispatch
     would put it)."""
     active = store.jobs([JobState.QUEUED, JobState.RUNNING])

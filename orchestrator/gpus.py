@@ -24,7 +24,10 @@ def discover(nvidia_smi: Optional[str] = None, timeout_s: float = 10.0) -> list[
     try:
         out = subprocess.run(
             [exe, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=timeout_s, check=True,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []

@@ -35,16 +35,21 @@ def divergence(home: Home, job: Job) -> Optional[dict[str, Any]]:
 def diverged_text(info: dict[str, Any]) -> str:
     what = str(info.get("what") or "the training loss became NaN or infinite")
     kept = info.get("checkpoint")
-    keep = (f"the newest checkpoint from before it, {kept}, is kept" if kept
-            else "no checkpoint had been written before it")
+    keep = (
+        f"the newest checkpoint from before it, {kept}, is kept" if kept else "no checkpoint had been written before it"
+    )
     return f"training diverged: {what} at step {info['step']}; stopped at once, {keep}"
 
 
 def diverged_decision(info: dict[str, Any]) -> Decision:
     """Failed, not retried: another attempt would resume from the same weights and diverge again."""
-    return Decision(JobState.FAILED, EventKind.FAILED, AttemptOutcome.FAILED,
-                    diverged_text(info) + ". Lower [train] learning_rate (or set gradient_clip_val) and submit again",
-                    charged=True)
+    return Decision(
+        JobState.FAILED,
+        EventKind.FAILED,
+        AttemptOutcome.FAILED,
+        diverged_text(info) + ". Lower [train] learning_rate (or set gradient_clip_val) and submit again",
+        charged=True,
+    )
 
 
 # health.json's (mtime, size) per job when last looked at: a tick reads a file only when it changed.
@@ -52,10 +57,12 @@ _SEEN: dict[int, tuple[float, int]] = {}
 
 
 def flat_text(info: dict[str, Any]) -> str:
-    return (f"the training loss is flat: {info.get('recent', 0):.4g} over the last {info.get('window')} steps at step "
-            f"{info.get('step')}, against {info.get('baseline', 0):.4g} over the first ones "
-            f"({info.get('improvement', 0):+.1%}; flat_min_improvement = {info.get('min_improvement')}); "
-            "training goes on")
+    return (
+        f"the training loss is flat: {info.get('recent', 0):.4g} over the last {info.get('window')} steps at step "
+        f"{info.get('step')}, against {info.get('baseline', 0):.4g} over the first ones "
+        f"({info.get('improvement', 0):+.1%}; flat_min_improvement = {info.get('min_improvement')}); "
+        "training goes on"
+    )
 
 
 def record_loss_flat(store: Store, config: Config, home: Home, now: float) -> list[Job]:
@@ -77,7 +84,8 @@ def record_loss_flat(store: Store, config: Config, home: Home, now: float) -> li
             continue
         detail = flat_text(info)
         payload = payload_for(job, EventKind.LOSS_FLAT, config, home, reason=detail)
-        store.record_event(job.id, EventKind.LOSS_FLAT, now, detail=detail,
-                           outgoing=outgoing_for(config, EventKind.LOSS_FLAT, payload))
+        store.record_event(
+            job.id, EventKind.LOSS_FLAT, now, detail=detail, outgoing=outgoing_for(config, EventKind.LOSS_FLAT, payload)
+        )
         recorded.append(job)
     return recorded

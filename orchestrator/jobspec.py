@@ -137,8 +137,9 @@ class TrainSection(_Section):
 
 
 class EarlyStoppingSection(_Section):
-    monitor: Literal["val_loss", "val_acc", "val_f1", "val_precision", "val_recall", "val_perplexity",
-                     "train_loss"] = "val_loss"
+    monitor: Literal["val_loss", "val_acc", "val_f1", "val_precision", "val_recall", "val_perplexity", "train_loss"] = (
+        "val_loss"
+    )
     mode: Optional[Literal["min", "max"]] = None  # None: min for a loss, max otherwise
     patience: int = Field(default=3, ge=0)
     min_delta: float = Field(default=0.0, ge=0)
@@ -176,12 +177,16 @@ class SlurmJobSection(_Section):
     @model_validator(mode="after")
     def _one_line_each(self) -> "SlurmJobSection":
         # Each value becomes an `#SBATCH` line: a newline would end it and start a shell line.
-        for field, value in (("partition", self.partition), ("time", self.time),
-                             *((f"extra_args[{i}]", a) for i, a in enumerate(self.extra_args))):
+        for field, value in (
+            ("partition", self.partition),
+            ("time", self.time),
+            *((f"extra_args[{i}]", a) for i, a in enumerate(self.extra_args)),
+        ):
             problem = control_problem(value, allow_tab=False) if value is not None else None
             if problem:
                 raise ValueError(f"{field}: {problem} (got {value!r})")
         return self
+
 
 _BUILTIN_SECTIONS = ("model", "data", "train", "early_stopping", "lora")
 
@@ -192,15 +197,20 @@ def kind_problem(keys: set[str]) -> Optional[str]:
     builtin = [s for s in _BUILTIN_SECTIONS if s in keys]
     if "command" in keys:
         if builtin:
-            return ("'command' cannot be combined with " + ", ".join(f"[{s}]" for s in builtin)
-                    + ": a command job runs your own script; the built-in fine-tune takes [model] and [data] and no command")
+            return (
+                "'command' cannot be combined with "
+                + ", ".join(f"[{s}]" for s in builtin)
+                + ": a command job runs your own script; the built-in fine-tune takes [model] and [data] and no command"
+            )
         return None
     if "workdir" in keys:
         return "'workdir' is only for command jobs (it is where `command` runs)"
     missing = [s for s in ("model", "data") if s not in keys]
     if missing:
-        return ("a job needs either `command = [...]` (your own script) or the built-in fine-tune's [model] and [data]"
-                " sections; missing " + ", ".join(f"[{s}]" for s in missing))
+        return (
+            "a job needs either `command = [...]` (your own script) or the built-in fine-tune's [model] and [data]"
+            " sections; missing " + ", ".join(f"[{s}]" for s in missing)
+        )
     return None
 
 
@@ -291,23 +301,30 @@ def task_problems(spec: JobSpec) -> list[str]:
     """Fields that the chosen [model] task does not use, or that only make sense together."""
     assert spec.model is not None and spec.data is not None
     task, data, problems = spec.model.task, spec.data, []
-    causal_only = [f"data.{f}" for f in ("prompt_field", "response_field", "messages_field")
-                   if getattr(data, f)] + (["data.packing"] if data.packing else [])
+    causal_only = [f"data.{f}" for f in ("prompt_field", "response_field", "messages_field") if getattr(data, f)] + (
+        ["data.packing"] if data.packing else []
+    )
     if task != TASK_CAUSAL_LM:
         causal_only += ["[lora]"] if spec.lora is not None else []
         if causal_only:
-            problems.append(f"{', '.join(causal_only)}: only for model.task = \"causal-lm\" (this job's task is {task!r})")
+            problems.append(
+                f'{", ".join(causal_only)}: only for model.task = "causal-lm" (this job\'s task is {task!r})'
+            )
     else:
         if bool(data.prompt_field) != bool(data.response_field):
             problems.append("data.prompt_field and data.response_field go together (the loss is on the response)")
         if data.messages_field and data.prompt_field:
             problems.append("data.messages_field or data.prompt_field + data.response_field, not both")
     if task != TASK_CLASSIFY and data.text_pair_field:
-        problems.append(f"data.text_pair_field: only for model.task = \"sequence-classification\" (this job's task is {task!r})")
+        problems.append(
+            f'data.text_pair_field: only for model.task = "sequence-classification" (this job\'s task is {task!r})'
+        )
     es = spec.early_stopping
     if es is not None and es.monitor not in TASK_METRICS[task]:
-        problems.append(f"early_stopping.monitor: {es.monitor!r} is not a metric of model.task = {task!r} "
-                        f"(use one of {', '.join(TASK_METRICS[task])})")
+        problems.append(
+            f"early_stopping.monitor: {es.monitor!r} is not a metric of model.task = {task!r} "
+            f"(use one of {', '.join(TASK_METRICS[task])})"
+        )
     return problems
 
 
@@ -328,8 +345,12 @@ def data_field_problems(spec: JobSpec, label: str) -> list[str]:
             value = getattr(spec.data, field)
             if value and value not in keys:
                 seen = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "") if keys else "no keys"
-                problems.append(f"{label}: data.{field}: {value!r} is not a field of {source} (its first row has: {seen})")
+                problems.append(
+                    f"{label}: data.{field}: {value!r} is not a field of {source} (its first row has: {seen})"
+                )
     return problems
+
+
 def _parse_time(text: str) -> datetime:
     try:
         return datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
@@ -394,8 +415,10 @@ def resolve(spec: JobSpec, base: Path, label: str, *, check_paths: bool = True, 
     if spec.name is None:
         spec.name = stem
         if name_problem(stem):
-            problems.append(f"{label}: name: the file's name {stem!r} is not a usable job name "
-                            f"({name_problem(stem)}); set name = \"...\" in the file")
+            problems.append(
+                f"{label}: name: the file's name {stem!r} is not a usable job name "
+                f'({name_problem(stem)}); set name = "..." in the file'
+            )
     if spec.is_command:
         workdir = _resolve(spec.workdir or ".", base)
         if check_paths and not workdir.is_dir():

@@ -18,8 +18,12 @@ from .records import Attempt, Job
 # In the order they are printed and stacked; "useful" first, the wasted parts after it.
 PARTS = ("useful", "redone", "checkpoint", "startup", "data_wait", "eval")
 LABELS = {
-    "useful": "useful training", "redone": "redone steps", "checkpoint": "checkpoint stall",
-    "startup": "start-up and restore", "data_wait": "data wait", "eval": "evaluation",
+    "useful": "useful training",
+    "redone": "redone steps",
+    "checkpoint": "checkpoint stall",
+    "startup": "start-up and restore",
+    "data_wait": "data wait",
+    "eval": "evaluation",
 }
 
 
@@ -39,10 +43,15 @@ class Ledger:
         return math.fsum(self.money.values())
 
     def as_dict(self) -> dict[str, Any]:
-        return {"seconds": {k: round(v, 3) for k, v in self.seconds.items()},
-                "money": {k: round(v, 6) for k, v in self.money.items()},
-                "billed_s": round(self.billed_s, 3), "billed": round(self.billed, 6), "measured": self.measured,
-                "scaled": self.scaled, "attempts": self.attempts}
+        return {
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "money": {k: round(v, 6) for k, v in self.money.items()},
+            "billed_s": round(self.billed_s, 3),
+            "billed": round(self.billed, 6),
+            "measured": self.measured,
+            "scaled": self.scaled,
+            "attempts": self.attempts,
+        }
 
 
 def job_ledger(job: Job, attempts: Sequence[Attempt], goodput: Optional[Mapping[str, Any]], now: float) -> Ledger:
@@ -84,8 +93,10 @@ def job_ledger(job: Job, attempts: Sequence[Attempt], goodput: Optional[Mapping[
 
 def sum_ledgers(ledgers: Sequence[Ledger]) -> dict[str, dict[str, float]]:
     """`orch cost --breakdown`: each part summed over jobs, in seconds and money."""
-    return {"seconds": {p: math.fsum(ledger.seconds[p] for ledger in ledgers) for p in PARTS},
-            "money": {p: math.fsum(ledger.money[p] for ledger in ledgers) for p in PARTS}}
+    return {
+        "seconds": {p: math.fsum(ledger.seconds[p] for ledger in ledgers) for p in PARTS},
+        "money": {p: math.fsum(ledger.money[p] for ledger in ledgers) for p in PARTS},
+    }
 
 
 def _number(value: Any) -> Optional[float]:

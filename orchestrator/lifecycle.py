@@ -38,8 +38,16 @@ def log_tail(run_dir: Path, attempt: int, lines: int = 20) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def payload_for(job: Job, kind: EventKind | str, config: Config, home: Home, *, reason: str = "",
-                state: Optional[JobState] = None, with_log: bool = False) -> dict[str, Any]:
+def payload_for(
+    job: Job,
+    kind: EventKind | str,
+    config: Config,
+    home: Home,
+    *,
+    reason: str = "",
+    state: Optional[JobState] = None,
+    with_log: bool = False,
+) -> dict[str, Any]:
     """The notification for an event, as notifiers.Message fields (plain JSON for the outbox)."""
     run_dir = home.run_dir(job.id)
     result = read_json(run_dir / RESULT) or {}
@@ -84,23 +92,37 @@ def write_run_spec(home: Home, job_id: int, spec: dict[str, Any]) -> Path:
 
 def check_gpus(spec: JobSpec, label: str, machine_gpus: int) -> None:
     if spec.gpus > machine_gpus:
-        raise SpecError([
-            f"{label}: gpus: asks for {spec.gpus} GPU{'s' if spec.gpus != 1 else ''} but this machine has "
-            f"{machine_gpus} (config [daemon] gpus, else nvidia-smi); use gpus = 0 to run on the CPU"
-        ])
+        raise SpecError(
+            [
+                f"{label}: gpus: asks for {spec.gpus} GPU{'s' if spec.gpus != 1 else ''} but this machine has "
+                f"{machine_gpus} (config [daemon] gpus, else nvidia-smi); use gpus = 0 to run on the CPU"
+            ]
+        )
 
 
 def check_nodes(spec: JobSpec, label: str, executor: str) -> None:
     """Several nodes need a cluster executor: on one machine the job would silently run on one."""
     if spec.nodes > 1 and executor == "local":
-        raise SpecError([
-            f"{label}: nodes: asks for {spec.nodes} nodes but this orch runs jobs on this one machine; set "
-            f"[executor] kind = \"slurm\" in config.toml to run it on a cluster, or remove `nodes`"
-        ])
+        raise SpecError(
+            [
+                f"{label}: nodes: asks for {spec.nodes} nodes but this orch runs jobs on this one machine; set "
+                f'[executor] kind = "slurm" in config.toml to run it on a cluster, or remove `nodes`'
+            ]
+        )
 
 
-def submit_job(store: Store, config: Config, home: Home, toml_path: Path, *, now: float, machine_gpus: int,
-               priority: Optional[int] = None, after: Sequence[int] = (), not_before: Optional[float] = None) -> Job:
+def submit_job(
+    store: Store,
+    config: Config,
+    home: Home,
+    toml_path: Path,
+    *,
+    now: float,
+    machine_gpus: int,
+    priority: Optional[int] = None,
+    after: Sequence[int] = (),
+    not_before: Optional[float] = None,
+) -> Job:
     spec = load_jobspec(toml_path)
     check_gpus(spec, str(toml_path), machine_gpus)
     check_deadline(spec, str(toml_path), now)
@@ -129,8 +151,9 @@ def submit_job(store: Store, config: Config, home: Home, toml_path: Path, *, now
     try:
         write_run_spec(home, job.id, data)
     except HomeError as exc:  # a link planted at runs/<id>: the job never runs, and says why
-        change_state(store, config, home, job, JobState.FAILED, EventKind.FAILED, now, reason=str(exc),
-                     expect=[JobState.QUEUED])
+        change_state(
+            store, config, home, job, JobState.FAILED, EventKind.FAILED, now, reason=str(exc), expect=[JobState.QUEUED]
+        )
         raise
     return job
 
@@ -142,11 +165,24 @@ def _submitted_outgoing(config: Config, home: Home, spec: JobSpec, now: float) -
     return [Outgoing(name, payload) for name in routes]
 
 
-def change_state(store: Store, config: Config, home: Home, job: Job, dst: JobState, kind: EventKind, now: float, *,
-                 detail: str = "", reason: Optional[str] = None, expect: Optional[Iterable[JobState]] = None,
-                 updates: Optional[dict[str, Any]] = None, begin_attempt: Optional[AttemptStart] = None,
-                 end_attempt: Optional[AttemptEnd] = None, with_log: bool = False,
-                 also: Sequence[tuple[EventKind, str]] = ()) -> Job:
+def change_state(
+    store: Store,
+    config: Config,
+    home: Home,
+    job: Job,
+    dst: JobState,
+    kind: EventKind,
+    now: float,
+    *,
+    detail: str = "",
+    reason: Optional[str] = None,
+    expect: Optional[Iterable[JobState]] = None,
+    updates: Optional[dict[str, Any]] = None,
+    begin_attempt: Optional[AttemptStart] = None,
+    end_attempt: Optional[AttemptEnd] = None,
+    with_log: bool = False,
+    also: Sequence[tuple[EventKind, str]] = (),
+) -> Job:
     """store.transition plus the outbox rows the event's subscribers want; `also` names further
     events (kind, detail) recorded with it in the same transaction, each with its own messages."""
     updates = dict(updates or {})
@@ -157,8 +193,17 @@ def change_state(store: Store, config: Config, home: Home, job: Job, dst: JobSta
         payload["attempt"] = updates["attempt"]
     extra = [(k, d, outgoing_for(config, k, payload_for(job, k, config, home, reason=d, state=dst))) for k, d in also]
     return store.transition(
-        job.id, dst, kind, now, detail=detail or (reason or ""), expect=expect, updates=updates,
-        begin_attempt=begin_attempt, end_attempt=end_attempt, outgoing=outgoing_for(config, kind, payload), also=extra,
+        job.id,
+        dst,
+        kind,
+        now,
+        detail=detail or (reason or ""),
+        expect=expect,
+        updates=updates,
+        begin_attempt=begin_attempt,
+        end_attempt=end_attempt,
+        outgoing=outgoing_for(config, kind, payload),
+        also=extra,
     )
 
 
@@ -168,8 +213,17 @@ def cancel_job(store: Store, config: Config, home: Home, job_id: int, now: float
     job = store.get(job_id)
     if job.state is JobState.QUEUED:
         try:
-            job = change_state(store, config, home, job, JobState.CANCELLED, EventKind.CANCELLED, now,
-                               reason="cancelled by the user while queued", expect=[JobState.QUEUED])
+            job = change_state(
+                store,
+                config,
+                home,
+                job,
+                JobState.CANCELLED,
+                EventKind.CANCELLED,
+                now,
+                reason="cancelled by the user while queued",
+                expect=[JobState.QUEUED],
+            )
             return job, True
         except InvalidTransition:
             job = store.get(job_id)  # the daemon started it meanwhile: fall through to a request
@@ -181,8 +235,16 @@ def cancel_job(store: Store, config: Config, home: Home, job_id: int, now: float
     raise InvalidTransition(job_id, job.state.value, "cancelled", "it has already finished")
 
 
-def retry_job(store: Store, config: Config, home: Home, job_id: int, now: float, *, budget: Optional[float] = None,
-              hours: Optional[float] = None) -> Job:
+def retry_job(
+    store: Store,
+    config: Config,
+    home: Home,
+    job_id: int,
+    now: float,
+    *,
+    budget: Optional[float] = None,
+    hours: Optional[float] = None,
+) -> Job:
     """A failed, cancelled or stopped job back to the queue; it resumes from its latest
     checkpoint. Its attempt count goes on; its charged retries start over."""
     job = store.get(job_id)
@@ -197,5 +259,16 @@ def retry_job(store: Store, config: Config, home: Home, job_id: int, now: float,
     if hours is not None:
         updates["max_hours"] = hours
         detail += f" with max_hours {hours:g}"
-    return change_state(store, config, home, job, JobState.QUEUED, EventKind.RETRYING, now, detail=detail,
-                        reason="", expect=RETRYABLE, updates=updates)
+    return change_state(
+        store,
+        config,
+        home,
+        job,
+        JobState.QUEUED,
+        EventKind.RETRYING,
+        now,
+        detail=detail,
+        reason="",
+        expect=RETRYABLE,
+        updates=updates,
+    )

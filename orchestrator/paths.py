@@ -38,15 +38,21 @@ class Home:
 
         st = os.lstat(folder)
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-            raise HomeError(f"{folder} is not a folder (a link or a file); orch keeps its state only in a real folder: "
-                            "remove it, or set ORCH_HOME to another path")
+            raise HomeError(
+                f"{folder} is not a folder (a link or a file); orch keeps its state only in a real folder: "
+                "remove it, or set ORCH_HOME to another path"
+            )
         if st.st_uid != os.geteuid():
-            raise HomeError(f"{folder} belongs to user id {st.st_uid}, not to you ({os.geteuid()}); whoever owns it can "
-                            "change what orch runs: use a home of your own (ORCH_HOME=~/.orch), or `chown -R "
-                            f"$(id -u) {folder}` if it is yours")
+            raise HomeError(
+                f"{folder} belongs to user id {st.st_uid}, not to you ({os.geteuid()}); whoever owns it can "
+                "change what orch runs: use a home of your own (ORCH_HOME=~/.orch), or `chown -R "
+                f"$(id -u) {folder}` if it is yours"
+            )
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise HomeError(f"{folder} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}): they could "
-                            f"change what orch runs; check nothing was planted in it, then `chmod 700 {folder}`")
+            raise HomeError(
+                f"{folder} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}): they could "
+                f"change what orch runs; check nothing was planted in it, then `chmod 700 {folder}`"
+            )
         if stat.S_IMODE(st.st_mode) & 0o077:
             os.chmod(folder, 0o700)
 
@@ -76,8 +82,10 @@ class Home:
             os.mkdir(path, 0o700)
         st = os.lstat(path)
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-            raise HomeError(f"{path} is a link or a file, not a run folder; orch never writes through one: "
-                            "check who made it, remove it, and run again")
+            raise HomeError(
+                f"{path} is a link or a file, not a run folder; orch never writes through one: "
+                "check who made it, remove it, and run again"
+            )
         return path
 
     @property

@@ -28,7 +28,7 @@ def stat_fields(pid: int) -> Optional[list[str]]:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()
+    fields = stat[stat.rfind(")") + 2 :].split()
     return fields if len(fields) > STARTTIME and fields[STATE] not in ("Z", "X") else None
 
 

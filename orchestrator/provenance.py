@@ -10,10 +10,10 @@ from typing import Optional
 
 def git_state(folder: Path, timeout_s: float = 5.0) -> tuple[Optional[str], Optional[bool]]:
     """(commit, dirty) of the checkout containing `folder`, or (None, None) outside git."""
+
     def git(*args: str) -> Optional[str]:
         try:
-            out = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True,
-                                 timeout=timeout_s)
+            out = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=timeout_s)
         except (OSError, subprocess.SubprocessError):
             return None
         return out.stdout if out.returncode == 0 else None

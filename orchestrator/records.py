@@ -81,8 +81,9 @@ class Job:
 _JOB_FIELDS = tuple(Job.__dataclass_fields__)
 JOB_COLUMNS = ", ".join(_JOB_FIELDS)  # what the store selects for Job.from_row, in field order
 _STATE, _INTENT, _DIRTY = (_JOB_FIELDS.index(k) for k in ("state", "intent", "git_dirty"))
-_JSON_AT = tuple((_JOB_FIELDS.index(k), empty) for k, empty in
-                 (("after_ids", "[]"), ("gpu_ids", "[]"), ("executor_ref", "{}")))
+_JSON_AT = tuple(
+    (_JOB_FIELDS.index(k), empty) for k, empty in (("after_ids", "[]"), ("gpu_ids", "[]"), ("executor_ref", "{}"))
+)
 _STATES = {s.value: s for s in JobState}
 _INTENTS = {i.value: i for i in Intent}
 

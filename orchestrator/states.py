@@ -101,8 +101,21 @@ HISTORY_ONLY = frozenset({EventKind.CANCEL_REQUESTED, EventKind.NOTIFY_FAILED})
 SUBSCRIBABLE = tuple(k.value for k in EventKind if k not in HISTORY_ONLY)
 # A job that ended, was preempted or needs a look (hung, flat loss), and the machine powering off or
 # losing its mirror: what a channel gets when it names no events.
-DEFAULT_NOTIFY_EVENTS = frozenset({"succeeded", "failed", "stopped", "preempted", "idle_shutdown", "loss_flat", "hang",
-                                   "mirror_failed", "lease_lost", "deadline_at_risk", "sweep_finished"})
+DEFAULT_NOTIFY_EVENTS = frozenset(
+    {
+        "succeeded",
+        "failed",
+        "stopped",
+        "preempted",
+        "idle_shutdown",
+        "loss_flat",
+        "hang",
+        "mirror_failed",
+        "lease_lost",
+        "deadline_at_risk",
+        "sweep_finished",
+    }
+)
 
 
 Q, R = JobState.QUEUED, JobState.RUNNING

@@ -35,9 +35,18 @@ class Sweep:
 
     @classmethod
     def from_row(cls, row: Any) -> "Sweep":
-        return cls(id=row["id"], name=row["name"], state=SweepState(row["state"]), spec=json.loads(row["spec_json"]),
-                   spec_path=row["spec_path"], created_at=row["created_at"], updated_at=row["updated_at"],
-                   finished_at=row["finished_at"], reason=row["reason"], cancel_requested_at=row["cancel_requested_at"])
+        return cls(
+            id=row["id"],
+            name=row["name"],
+            state=SweepState(row["state"]),
+            spec=json.loads(row["spec_json"]),
+            spec_path=row["spec_path"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            finished_at=row["finished_at"],
+            reason=row["reason"],
+            cancel_requested_at=row["cancel_requested_at"],
+        )
 
 
 @dataclass(frozen=True)
@@ -50,5 +59,10 @@ class Trial:
 
     @classmethod
     def from_row(cls, row: Any) -> "Trial":
-        return cls(sweep_id=row["sweep_id"], number=row["number"], job_id=row["job_id"],
-                   params=json.loads(row["params"]), created_at=row["created_at"])
+        return cls(
+            sweep_id=row["sweep_id"],
+            number=row["number"],
+            job_id=row["job_id"],
+            params=json.loads(row["params"]),
+            created_at=row["created_at"],
+        )

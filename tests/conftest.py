@@ -63,12 +63,19 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def orch(home: Path) -> Callable[..., Ran]:
     """Run the real `orch` console script: orch("status", "--json") -> Ran(rc, out, err)."""
 
-    def run(*args: object, cwd: Optional[Path] = None, env: Optional[dict[str, str]] = None,
-            timeout: float = 60) -> Ran:
+    def run(
+        *args: object, cwd: Optional[Path] = None, env: Optional[dict[str, str]] = None, timeout: float = 60
+    ) -> Ran:
         full_env = _clean_env(home)
         full_env.update(env or {})
-        proc = subprocess.run([ORCH_EXE, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                              cwd=cwd or home.parent, env=full_env)
+        proc = subprocess.run(
+            [ORCH_EXE, *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd or home.parent,
+            env=full_env,
+        )
         return Ran(proc.returncode, proc.stdout, proc.stderr)
 
     return run
@@ -85,7 +92,9 @@ def cli(home: Path) -> Callable[..., Ran]:
     runner = CliRunner()
 
     def invoke(*args: object, env: Optional[dict[str, str]] = None) -> Ran:
-        result = runner.invoke(app, [str(a) for a in args], env={"ORCH_HOME": str(home), "NO_COLOR": "1", **(env or {})})
+        result = runner.invoke(
+            app, [str(a) for a in args], env={"ORCH_HOME": str(home), "NO_COLOR": "1", **(env or {})}
+        )
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             raise result.exception
         return Ran(result.exit_code, result.stdout, result.stderr)

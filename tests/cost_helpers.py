@@ -19,7 +19,7 @@ from daemon_harness import OrchHome, wait_for  # noqa: F401  (wait_for: re-expor
 PY = sys.executable
 
 # A command job: optional checkpoint and progress.json, sleep, SIGTERM -> notice checkpoint + 75.
-JOB_SCRIPT = r'''
+JOB_SCRIPT = r"""
 import json, os, signal, sys, time
 b = json.loads(sys.argv[1])
 ck = os.environ["ORCH_CKPT_DIR"]
@@ -39,7 +39,7 @@ time.sleep(b.get("sleep", 0))
 code = b.get("exit", 0)
 per = b.get("exit_per_attempt", {}).get(os.environ.get("ORCH_ATTEMPT", ""))
 sys.exit(code if per is None else per)
-'''
+"""
 
 
 class Orch(OrchHome):
@@ -55,10 +55,15 @@ class Orch(OrchHome):
     def write_config(self, config: dict[str, Any]) -> None:
         self.configure(config)
 
-    def command_job(self, name: str, *, gpus: int = 0, retries: int = 0, budget: Optional[dict] = None,
-                    **behaviour: Any) -> Path:
-        spec: dict[str, Any] = {"name": name, "gpus": gpus, "retries": retries,
-                                "command": [PY, str(self.cost_script), json.dumps(behaviour)]}
+    def command_job(
+        self, name: str, *, gpus: int = 0, retries: int = 0, budget: Optional[dict] = None, **behaviour: Any
+    ) -> Path:
+        spec: dict[str, Any] = {
+            "name": name,
+            "gpus": gpus,
+            "retries": retries,
+            "command": [PY, str(self.cost_script), json.dumps(behaviour)],
+        }
         if budget:
             spec["budget"] = budget
         path = self.tmp / f"{name}.toml"

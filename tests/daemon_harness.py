@@ -34,7 +34,7 @@ from orchestrator.wake import poke
 if TYPE_CHECKING:
     from orchestrator.daemon.tick import Daemon
 
-JOB_SCRIPT = r'''
+JOB_SCRIPT = r"""
 import json, os, signal, sys, time
 
 spec = json.loads(sys.argv[1])
@@ -87,7 +87,7 @@ if b.get("self_signal"):
     os.kill(os.getpid(), b["self_signal"])
     time.sleep(5)
 sys.exit(b.get("exit", 0))
-'''
+"""
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "", interval: float = 0.05) -> Any:
@@ -120,19 +120,38 @@ class OrchHome:
         """Write config.toml: `config` as a whole (any sections), its [daemon] on top of the
         harness's fast defaults, and `daemon` keys on top of that."""
         cfg = json.loads(json.dumps(config or {}))
-        cfg["daemon"] = {"tick_seconds": 0.5, "grace_seconds": 3, "retry_backoff_seconds": 0.2, "gpus": [],
-                         **cfg.get("daemon", {}), **daemon}
+        cfg["daemon"] = {
+            "tick_seconds": 0.5,
+            "grace_seconds": 3,
+            "retry_backoff_seconds": 0.2,
+            "gpus": [],
+            **cfg.get("daemon", {}),
+            **daemon,
+        }
         (self.root / "config.toml").write_text(tomli_w.dumps(cfg))
         self.config = load_config(self.root / "config.toml", required=True)
 
-    def job_file(self, name: str, *, gpus: int = 0, retries: int = 0, priority: Optional[int] = None,
-                 env: Optional[dict[str, str]] = None, grace_seconds: Optional[float] = None,
-                 command: Optional[list[str]] = None, **behaviour: Any) -> Path:
+    def job_file(
+        self,
+        name: str,
+        *,
+        gpus: int = 0,
+        retries: int = 0,
+        priority: Optional[int] = None,
+        env: Optional[dict[str, str]] = None,
+        grace_seconds: Optional[float] = None,
+        command: Optional[list[str]] = None,
+        **behaviour: Any,
+    ) -> Path:
         behaviour = {"name": name, "dir": str(self.tmp), **behaviour}
         if env:
             behaviour.setdefault("env_keys", list(env))
-        lines = [f"name = {json.dumps(name)}", f"gpus = {gpus}", f"retries = {retries}",
-                 f"command = {json.dumps(command or [sys.executable, str(self.script), json.dumps(behaviour)])}"]
+        lines = [
+            f"name = {json.dumps(name)}",
+            f"gpus = {gpus}",
+            f"retries = {retries}",
+            f"command = {json.dumps(command or [sys.executable, str(self.script), json.dumps(behaviour)])}",
+        ]
         if priority is not None:
             lines.append(f"priority = {priority}")
         if grace_seconds is not None:
@@ -144,15 +163,30 @@ class OrchHome:
         path.write_text("\n".join(lines) + "\n")
         return path
 
-    def submit(self, job: str | Path, *, priority: Optional[int] = None, after: tuple[int, ...] = (),
-               not_before: Optional[float] = None, **behaviour: Any) -> int:
+    def submit(
+        self,
+        job: str | Path,
+        *,
+        priority: Optional[int] = None,
+        after: tuple[int, ...] = (),
+        not_before: Optional[float] = None,
+        **behaviour: Any,
+    ) -> int:
         """What `orch submit` does, in-process (a CLI process costs ~0.4 s of CPU): the real
         submit_job on the real store, then a poke on the wake socket. `job` is a job file, or the
         name of a JOB_SCRIPT job made with `behaviour`."""
         path = job if isinstance(job, Path) else self.job_file(job, **behaviour)
-        submitted = submit_job(self.store, self.config, self.home, path, now=time.time(), priority=priority,
-                               after=after, not_before=not_before,
-                               machine_gpus=len(managed_gpus(self.config.daemon.gpus)))
+        submitted = submit_job(
+            self.store,
+            self.config,
+            self.home,
+            path,
+            now=time.time(),
+            priority=priority,
+            after=after,
+            not_before=not_before,
+            machine_gpus=len(managed_gpus(self.config.daemon.gpus)),
+        )
         poke(self.home.wake_socket)
         return submitted.id
 
@@ -168,9 +202,12 @@ class OrchHome:
         return self.store.get(job_id).state
 
     def wait_state(self, job_id: int, *states: JobState, timeout: float = 30.0) -> Job:
-        wait_for(lambda: self.state(job_id) in states, timeout,
-                 what=f"job {job_id} to become {'/'.join(s.value for s in states)} (it is {self.state(job_id).value}; "
-                      f"daemon log tail: {self.log_tail()})")
+        wait_for(
+            lambda: self.state(job_id) in states,
+            timeout,
+            what=f"job {job_id} to become {'/'.join(s.value for s in states)} (it is {self.state(job_id).value}; "
+            f"daemon log tail: {self.log_tail()})",
+        )
         return self.job(job_id)
 
     def records(self, name: Optional[str] = None, event: Optional[str] = None) -> list[dict[str, Any]]:
@@ -180,11 +217,13 @@ class OrchHome:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         return [r for r in rows if (name is None or r["name"] == name) and (event is None or r["event"] == event)]
 
-    def wait_record(self, name: str, event: str = "start", attempt: Optional[int] = None,
-                    timeout: float = 20.0) -> dict[str, Any]:
+    def wait_record(
+        self, name: str, event: str = "start", attempt: Optional[int] = None, timeout: float = 20.0
+    ) -> dict[str, Any]:
         def found() -> Optional[dict[str, Any]]:
             rows = [r for r in self.records(name, event) if attempt is None or r["attempt"] == attempt]
             return rows[-1] if rows else None
+
         return wait_for(found, timeout, what=f"{name} to record {event!r} (attempt {attempt})")
 
     def event_kinds(self, job_id: int) -> list[str]:
@@ -207,15 +246,28 @@ class OrchHome:
     def env(self) -> dict[str, str]:
         """The environment for the CLI and the daemon: offline, one thread, no outside home."""
         env = dict(os.environ)
-        env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                    "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"})
+        env.update(
+            {
+                "HF_HUB_OFFLINE": "1",
+                "HF_DATASETS_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "TOKENIZERS_PARALLELISM": "false",
+                "OMP_NUM_THREADS": "1",
+            }
+        )
         env.pop("ORCH_HOME", None)
         env.pop("ORCH_CONFIG", None)
         return env
 
     def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(self.root), *args],
-                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=self.env())
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "--home", str(self.root), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            env=self.env(),
+        )
 
     def cli_json(self, *args: str) -> Any:
         out = self.cli(*args, "--json")
@@ -233,22 +285,28 @@ class OrchHome:
 
     def tick_until(self, d: "Daemon", predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
         """Tick `d` until `predicate` holds (what the daemon's loop does, without its clock)."""
+
         def ticked() -> Any:
             d.tick()
             return predicate()
+
         return wait_for(ticked, timeout, what=what, interval=0.1)
 
     def start_daemon(self, timeout: float = 20.0) -> subprocess.Popen:
         """`orch --home H daemon run` as a subprocess; returns once it has recovered and ticks."""
         before = self._started_count()
         out = open(self.tmp / f"daemon-{len(self.daemons) + 1}.out", "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--home", str(self.root), "daemon", "run"],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=self.env())
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "--home", str(self.root), "daemon", "run"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=self.env(),
+        )
         out.close()
         self.daemons.append(proc)
-        wait_for(lambda: self._started_count() > before or proc.poll() is not None, timeout,
-                 what="the daemon to start")
+        wait_for(lambda: self._started_count() > before or proc.poll() is not None, timeout, what="the daemon to start")
         assert proc.poll() is None, f"the daemon exited at start: {self.daemon_output(proc)}"
         return proc
 
@@ -274,8 +332,11 @@ class OrchHome:
         proc.wait(5)
 
     def attempt_pids(self, job_id: int, attempt: int) -> dict[str, Any]:
-        return wait_for(lambda: read_json(self.run_dir(job_id) / f"attempt-{attempt}.pid"), 10,
-                        what=f"attempt-{attempt}.pid of job {job_id}")
+        return wait_for(
+            lambda: read_json(self.run_dir(job_id) / f"attempt-{attempt}.pid"),
+            10,
+            what=f"attempt-{attempt}.pid of job {job_id}",
+        )
 
     # -- teardown ------------------------------------------------------------------------
 

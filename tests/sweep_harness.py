@@ -11,7 +11,7 @@ from typing import Any
 
 import tomli_w
 
-SCORE_SCRIPT = r'''
+SCORE_SCRIPT = r"""
 import json, os, signal, sys, time
 x = float(sys.argv[1])
 steps, pause = int(os.environ.get("STEPS", "8")), float(os.environ.get("PAUSE", "0.05"))
@@ -34,21 +34,35 @@ for s in range(start + 1, steps + 1):
         json.dump({"step": s, "total_steps": steps, "metrics": {"score": s * (1 - (x - 0.3) ** 2)},
                    "updated_at": time.time()}, f)
     os.replace(tmp, os.path.join(run, "progress.json"))
-'''
+"""
 
 
 def write_score_job(folder: Path, *, steps: int = 8, pause: float = 0.05, retries: int = 0) -> Path:
     (folder / "score.py").write_text(SCORE_SCRIPT)
-    job = {"name": "score", "gpus": 0, "retries": retries, "command": [sys.executable, "score.py", "{x}"],
-           "env": {"STEPS": str(steps), "PAUSE": str(pause), "RECORD_DIR": str(folder)}}
+    job = {
+        "name": "score",
+        "gpus": 0,
+        "retries": retries,
+        "command": [sys.executable, "score.py", "{x}"],
+        "env": {"STEPS": str(steps), "PAUSE": str(pause), "RECORD_DIR": str(folder)},
+    }
     path = folder / "job.toml"
     path.write_text(tomli_w.dumps(job))
     return path
 
 
 def write_sweep(folder: Path, name: str = "sweep", *, params: Any = None, **sweep: Any) -> Path:
-    table = {"job": "job.toml", "trials": 4, "parallel": 2, "sampler": "random", "seed": 1, "objective": "score",
-             "direction": "maximize", **sweep, "params": params or {"x": {"uniform": [0.0, 1.0]}}}
+    table = {
+        "job": "job.toml",
+        "trials": 4,
+        "parallel": 2,
+        "sampler": "random",
+        "seed": 1,
+        "objective": "score",
+        "direction": "maximize",
+        **sweep,
+        "params": params or {"x": {"uniform": [0.0, 1.0]}},
+    }
     path = folder / f"{name}.toml"
     path.write_text(tomli_w.dumps({"sweep": table}))
     return path

@@ -31,11 +31,13 @@ def webhook():
 
 def test_total_budget_stops_the_running_job_and_holds_the_queue(make_orch, webhook):
     # 1 per second of uptime, 3 in all: the running job is stopped about 3 s after the daemon starts.
-    o = make_orch({
-        "pricing": {"currency": "CNY", "instance_hour": 3600.0},
-        "budget": {"total": 3.0},
-        "notifiers": [{"type": "webhook", "url": webhook.url, "events": ["stopped"]}],
-    })
+    o = make_orch(
+        {
+            "pricing": {"currency": "CNY", "instance_hour": 3600.0},
+            "budget": {"total": 3.0},
+            "notifiers": [{"type": "webhook", "url": webhook.url, "events": ["stopped"]}],
+        }
+    )
     first = o.submit(o.command_job("first", sleep=60, notice_ckpt=7))
     daemon = o.start_daemon()
     job = o.wait_state(first, JobState.STOPPED)
@@ -44,7 +46,11 @@ def test_total_budget_stops_the_running_job_and_holds_the_queue(make_orch, webho
     assert o.store.attempts(first)[-1].exit_code == 75  # it checkpointed on SIGTERM, not killed
 
     second = o.submit(o.command_job("second", sleep=0))
-    wait_for(lambda: o.job(second).reason.startswith("held: the total budget"), 10, "the queued job to be held for the budget")
+    wait_for(
+        lambda: o.job(second).reason.startswith("held: the total budget"),
+        10,
+        "the queued job to be held for the budget",
+    )
     [row] = [r for r in o.cli_json("status") if r["id"] == second]
     assert row["state"] == "queued" and row["reason"].startswith("held: the total budget of 3.00")
     assert "held: the total budget" in o.cli("status").stdout  # the NOTE column
@@ -85,8 +91,15 @@ def tiny_assets(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("assets")
     write_jsonl(folder / "train.jsonl", sentiment_rows(ROWS, seed=11))
     write_jsonl(folder / "dev.jsonl", sentiment_rows(64, seed=12))
-    build_tiny_bert(folder / "tiny-bert", [r["text"] for r in sentiment_rows(2000, seed=1)], hidden=32, layers=2,
-                    heads=2, vocab_size=300, max_positions=64)
+    build_tiny_bert(
+        folder / "tiny-bert",
+        [r["text"] for r in sentiment_rows(2000, seed=1)],
+        hidden=32,
+        layers=2,
+        heads=2,
+        vocab_size=300,
+        max_positions=64,
+    )
     return folder
 
 
@@ -94,10 +107,16 @@ def _builtin_job(folder: Path, assets: Path, max_cost: float) -> Path:
     import tomli_w
 
     spec = {
-        "name": "budgeted", "gpus": 0, "retries": 0,
+        "name": "budgeted",
+        "gpus": 0,
+        "retries": 0,
         "model": {"name_or_path": str(assets / "tiny-bert"), "num_labels": 2},
-        "data": {"train": str(assets / "train.jsonl"), "validation": str(assets / "dev.jsonl"), "max_length": 32,
-                 "num_workers": 0},
+        "data": {
+            "train": str(assets / "train.jsonl"),
+            "validation": str(assets / "dev.jsonl"),
+            "max_length": 32,
+            "num_workers": 0,
+        },
         "train": {"max_epochs": EPOCHS, "batch_size": BATCH, "precision": "32", "learning_rate": 1e-3, "seed": 7},
         "checkpoint": {"every_n_steps": 20, "keep": 2},
         "budget": {"max_cost": max_cost},

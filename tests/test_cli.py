@@ -36,14 +36,27 @@ def walk(store, job_id: int, *states: JobState, now: float = 1000.0):
         now += 10
         if state is JobState.RUNNING:
             n = job.attempt + 1
-            job = store.transition(job_id, state, EventKind.STARTED, now, updates={"attempt": n, "started_at": now},
-                                   begin_attempt=AttemptStart(n))
+            job = store.transition(
+                job_id,
+                state,
+                EventKind.STARTED,
+                now,
+                updates={"attempt": n, "started_at": now},
+                begin_attempt=AttemptStart(n),
+            )
         elif job.state is JobState.RUNNING:
             kind = EventKind.PREEMPTED if state is JobState.QUEUED else EventKind(state.value)
-            job = store.transition(job_id, state, kind, now,
-                                   end_attempt=AttemptEnd(now, AttemptOutcome.PREEMPTED if state is JobState.QUEUED
-                                                          else AttemptOutcome(state.value),
-                                                          exit_code=0 if state is JobState.SUCCEEDED else 1))
+            job = store.transition(
+                job_id,
+                state,
+                kind,
+                now,
+                end_attempt=AttemptEnd(
+                    now,
+                    AttemptOutcome.PREEMPTED if state is JobState.QUEUED else AttemptOutcome(state.value),
+                    exit_code=0 if state is JobState.SUCCEEDED else 1,
+                ),
+            )
         else:
             job = store.transition(job_id, state, EventKind(state.value), now)
     return job
@@ -103,11 +116,14 @@ def test_submit_at_a_delay_holds_the_job(cli, good_job, store):
     assert row["state"] == "queued" and row["reason"].startswith("held until ")
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("2030-01-02T03:04", datetime(2030, 1, 2, 3, 4).timestamp()),  # local time
-    ("2030-01-02T03:04+08:00", datetime(2030, 1, 1, 19, 4, tzinfo=timezone.utc).timestamp()),
-    ("+2h", None),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("2030-01-02T03:04", datetime(2030, 1, 2, 3, 4).timestamp()),  # local time
+        ("2030-01-02T03:04+08:00", datetime(2030, 1, 1, 19, 4, tzinfo=timezone.utc).timestamp()),
+        ("+2h", None),
+    ],
+)
 def test_submit_at_iso_or_delay(orch, good_job, store, value, expected):
     before = time.time()
     job_id = submitted_id(orch("submit", good_job, "--at", value, "--json"))
@@ -142,12 +158,15 @@ def six_jobs(cli, good_job, store):
     ids = {}
     for state in JobState:
         job_id = submitted_id(cli("submit", good_job, "--json"))
-        path = {JobState.QUEUED: [], JobState.RUNNING: [JobState.RUNNING],
-                JobState.SUCCEEDED: [JobState.RUNNING, JobState.SUCCEEDED],
-                JobState.FAILED: [JobState.RUNNING, JobState.FAILED],
-                JobState.CANCELLED: [JobState.CANCELLED],
-                JobState.STOPPED: [JobState.RUNNING, JobState.STOPPED],
-                JobState.PRUNED: [JobState.RUNNING, JobState.PRUNED]}[state]
+        path = {
+            JobState.QUEUED: [],
+            JobState.RUNNING: [JobState.RUNNING],
+            JobState.SUCCEEDED: [JobState.RUNNING, JobState.SUCCEEDED],
+            JobState.FAILED: [JobState.RUNNING, JobState.FAILED],
+            JobState.CANCELLED: [JobState.CANCELLED],
+            JobState.STOPPED: [JobState.RUNNING, JobState.STOPPED],
+            JobState.PRUNED: [JobState.RUNNING, JobState.PRUNED],
+        }[state]
         walk(store, job_id, *path)
         ids[state] = job_id
     return ids
@@ -174,8 +193,18 @@ def test_status_shows_progress_and_eta_of_a_running_job(cli, good_job, store, ho
     job_id = submitted_id(cli("submit", good_job, "--json"))
     job = walk(store, job_id, JobState.RUNNING)
     started = store.attempts(job_id)[-1].started_at
-    (home / "runs" / str(job_id) / "progress.json").write_text(json.dumps(
-        {"step": 50, "total_steps": 200, "epoch": 0, "metrics": {}, "samples_per_s": 3.0, "updated_at": started + 100}))
+    (home / "runs" / str(job_id) / "progress.json").write_text(
+        json.dumps(
+            {
+                "step": 50,
+                "total_steps": 200,
+                "epoch": 0,
+                "metrics": {},
+                "samples_per_s": 3.0,
+                "updated_at": started + 100,
+            }
+        )
+    )
 
     (row,) = status_json(cli)
 
@@ -215,8 +244,15 @@ def test_show_json_has_spec_events_attempts_checkpoints_result(orch, good_job, s
     (run_dir / "checkpoints").mkdir()
     for name in ("step-00000100.ckpt", "step-00000020.ckpt", "best.ckpt"):
         (run_dir / "checkpoints" / name).write_bytes(b"x" * 10)
-    result = {"metrics": {"val_acc": 0.91}, "best_metric": {"val_acc": 0.91}, "best_checkpoint": "best.ckpt",
-              "steps": 100, "epochs": 1, "early_stopped": False, "batch_size": 32}
+    result = {
+        "metrics": {"val_acc": 0.91},
+        "best_metric": {"val_acc": 0.91},
+        "best_checkpoint": "best.ckpt",
+        "steps": 100,
+        "epochs": 1,
+        "early_stopped": False,
+        "batch_size": 32,
+    }
     (run_dir / "result.json").write_text(json.dumps(result))
 
     data = json.loads(orch("show", job_id, "--json").assert_ok().out)
@@ -333,9 +369,10 @@ sys.stderr.write("HEAVY=" + json.dumps(heavy) + "\\n")
 def test_daemon_and_cli_never_import_the_training_stack(home, good_job):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env["ORCH_HOME"] = str(home)
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(good_job)], capture_output=True, text=True, env=env,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(good_job)], capture_output=True, text=True, env=env, timeout=120
+    )
 
     assert proc.returncode == 0, proc.stderr
     (marker,) = [line for line in proc.stderr.splitlines() if line.startswith("HEAVY=")]
-    assert json.loads(marker[len("HEAVY="):]) == []
+    assert json.loads(marker[len("HEAVY=") :]) == []

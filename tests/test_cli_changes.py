@@ -80,8 +80,9 @@ def test_retry_an_active_or_succeeded_job_fails_with_exit_1(cli, good_job, store
     assert store.get(done).state is JobState.SUCCEEDED
 
 
-@pytest.mark.parametrize("args", [["show", "4242"], ["cancel", "4242"], ["retry", "4242"], ["logs", "4242"],
-                                  ["show", "4242", "--json"]])
+@pytest.mark.parametrize(
+    "args", [["show", "4242"], ["cancel", "4242"], ["retry", "4242"], ["logs", "4242"], ["show", "4242", "--json"]]
+)
 def test_an_unknown_job_id_is_exit_1_with_a_message(orch, cli, args, store):
     # the console script for two of them, CliRunner for the rest
     runner = orch if args[0] in ("show", "cancel") else cli

@@ -21,20 +21,38 @@ CASES = [
     ("grace_not_a_number", '[daemon]\ngrace_seconds = "25s"\n', "daemon.grace_seconds: must be a number (got '25s')"),
     ("negative_price", "[pricing]\ngpu_hour = -1.5\n", "pricing.gpu_hour: must be at least 0 (got -1.5)"),
     ("budget_zero", "[budget]\ntotal = 0\n", "budget.total: must be greater than 0 (got 0)"),
-    ("unknown_preemption_source", '[preemption]\nsources = ["ibm"]\n',
-     "preemption.sources[0]: must be one of 'aws', 'gcp', 'azure' or 'file' (got 'ibm')"),
-    ("unknown_on_notice", '[preemption]\non_notice = "panic"\n',
-     "preemption.on_notice: must be one of 'wait' or 'exit' (got 'panic')"),
-    ("hook_for_unknown_event", '[hooks]\non_finish = ["echo", "done"]\n', "unknown key 'hooks.on_finish' (hooks are on_<event>"),
-    ("hook_as_shell_string", '[hooks]\non_failed = "echo failed"\n',
-     "hooks.on_failed: must be a list of strings, the program and its arguments (got 'echo failed')"),
+    (
+        "unknown_preemption_source",
+        '[preemption]\nsources = ["ibm"]\n',
+        "preemption.sources[0]: must be one of 'aws', 'gcp', 'azure' or 'file' (got 'ibm')",
+    ),
+    (
+        "unknown_on_notice",
+        '[preemption]\non_notice = "panic"\n',
+        "preemption.on_notice: must be one of 'wait' or 'exit' (got 'panic')",
+    ),
+    (
+        "hook_for_unknown_event",
+        '[hooks]\non_finish = ["echo", "done"]\n',
+        "unknown key 'hooks.on_finish' (hooks are on_<event>",
+    ),
+    (
+        "hook_as_shell_string",
+        '[hooks]\non_failed = "echo failed"\n',
+        "hooks.on_failed: must be a list of strings, the program and its arguments (got 'echo failed')",
+    ),
     ("empty_shutdown_command", "[idle]\nshutdown_command = []\n", "idle.shutdown_command: must not be empty (got [])"),
     ("notifiers_not_tables", 'notifiers = "x"\n', "notifiers: must be an array of tables ([[notifiers]])"),
-    ("toml_syntax", "[daemon]\ncpu_slots = 2\n[pricing\n",
-     "TOML syntax error: Expected ']' at the end of a table declaration (at line 3, column 9)"),
+    (
+        "toml_syntax",
+        "[daemon]\ncpu_slots = 2\n[pricing\n",
+        "TOML syntax error: Expected ']' at the end of a table declaration (at line 3, column 9)",
+    ),
 ]
-ROUTED = [pytest.param(text, expected, "orch" if i % 2 == 0 else "cli", id=f"{cid}-{'orch' if i % 2 == 0 else 'cli'}")
-          for i, (cid, text, expected) in enumerate(CASES)]
+ROUTED = [
+    pytest.param(text, expected, "orch" if i % 2 == 0 else "cli", id=f"{cid}-{'orch' if i % 2 == 0 else 'cli'}")
+    for i, (cid, text, expected) in enumerate(CASES)
+]
 
 
 @pytest.mark.parametrize("text, expected, via", ROUTED)

@@ -37,8 +37,12 @@ def _keys_by_section(text: str) -> dict[str, set[str]]:
 
 
 def test_the_example_config_validates_through_the_cli():
-    res = subprocess.run([sys.executable, "-m", "orchestrator.cli", "config", "check", str(EXAMPLE)],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "config", "check", str(EXAMPLE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     assert f"{EXAMPLE}: ok" in res.stdout
 

@@ -132,7 +132,14 @@ def test_spot_savings(pricing, expected):
 
 @pytest.mark.parametrize(
     "step, total, rate, expected",
-    [(100, 1100, 2.0, 500.0), (1100, 1100, 2.0, 0.0), (1200, 1100, 2.0, 0.0), (0, None, 2.0, None), (0, 10, None, None), (0, 10, 0.0, None)],
+    [
+        (100, 1100, 2.0, 500.0),
+        (1100, 1100, 2.0, 0.0),
+        (1200, 1100, 2.0, 0.0),
+        (0, None, 2.0, None),
+        (0, 10, None, None),
+        (0, 10, 0.0, None),
+    ],
 )
 def test_eta_seconds(step, total, rate, expected):
     assert eta_seconds(step, total, rate) == expected
@@ -158,8 +165,18 @@ def test_projection_with_early_stopping_is_an_upper_bound():
 
 
 def _attempt(n, started, ended, resumed_from, reached):
-    return Attempt(job_id=1, n=n, started_at=started, ended_at=ended, gpu_ids=[], exit_code=None, exit_signal=None,
-                   outcome=AttemptOutcome.LOST, resumed_from_step=resumed_from, step_reached=reached)
+    return Attempt(
+        job_id=1,
+        n=n,
+        started_at=started,
+        ended_at=ended,
+        gpu_ids=[],
+        exit_code=None,
+        exit_signal=None,
+        outcome=AttemptOutcome.LOST,
+        resumed_from_step=resumed_from,
+        step_reached=reached,
+    )
 
 
 def test_waste_is_lost_steps_times_mean_step_time_at_the_job_rate(tmp_path):
@@ -212,15 +229,16 @@ def test_total_budget_reasons(spent, total, reason):
 # --- formatting -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("amount, currency, text", [(2.25, "CNY", "2.25 CNY"), (2.25, "", "2.25"), (0.004, "USD", "0.00 USD")])
+@pytest.mark.parametrize(
+    "amount, currency, text", [(2.25, "CNY", "2.25 CNY"), (2.25, "", "2.25"), (0.004, "USD", "0.00 USD")]
+)
 def test_format_money(amount, currency, text):
     assert format_money(amount, currency) == text
 
 
 @pytest.mark.parametrize(
-    "seconds, text", [(None, "-"), (-1, "-"), (45, "45s"), (720, "12m"), (3 * 3600 + 300, "3h 05m"), (2 * 86400 + 4 * 3600, "2d 4h")]
+    "seconds, text",
+    [(None, "-"), (-1, "-"), (45, "45s"), (720, "12m"), (3 * 3600 + 300, "3h 05m"), (2 * 86400 + 4 * 3600, "2d 4h")],
 )
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
-
-

@@ -42,16 +42,31 @@ def _setup(tmp_path: Path, gpu_ids: list[int], **pricing) -> tuple[Home, Store, 
 
 def _submit(store: Store, name: str, gpus: int, now: float, spec: dict | None = None, **kw) -> int:
     spec = spec or {"name": name, "gpus": gpus, "command": ["true"]}
-    return store.submit(name=name, kind="command" if "command" in spec else "builtin", gpus=gpus, priority=0,
-                        retries=0, spec=spec, spec_path="", now=now, **kw).id
+    return store.submit(
+        name=name,
+        kind="command" if "command" in spec else "builtin",
+        gpus=gpus,
+        priority=0,
+        retries=0,
+        spec=spec,
+        spec_path="",
+        now=now,
+        **kw,
+    ).id
 
 
 def _run(store: Store, job_id: int, now: float, gpu_ids: list[int], resumed_from: int | None = None) -> None:
     """Put a queued job into `running` the way the daemon's _start does (without a process)."""
     job = store.get(job_id)
     n = job.attempt + 1
-    store.transition(job_id, JobState.RUNNING, EventKind.STARTED, now, updates={"attempt": n, "gpu_ids": gpu_ids},
-                     begin_attempt=AttemptStart(n, gpu_ids, resumed_from))
+    store.transition(
+        job_id,
+        JobState.RUNNING,
+        EventKind.STARTED,
+        now,
+        updates={"attempt": n, "gpu_ids": gpu_ids},
+        begin_attempt=AttemptStart(n, gpu_ids, resumed_from),
+    )
 
 
 def _accrue_span(daemon: Daemon, start: float, end: float, step: float = 30.0) -> None:
@@ -103,8 +118,14 @@ def test_cost_survives_requeue_and_a_daemon_restart_but_the_gap_is_not_billed(tm
     _accrue_span(d, 0.0, 1800.0)
     assert store.get(job).cost == pytest.approx(0.5)
     # Preempted: back to the queue; its cost stays with it, queued time is idle.
-    store.transition(job, JobState.QUEUED, EventKind.PREEMPTED, 1800.0, updates={"gpu_ids": []},
-                     end_attempt=AttemptEnd(1800.0, AttemptOutcome.PREEMPTED))
+    store.transition(
+        job,
+        JobState.QUEUED,
+        EventKind.PREEMPTED,
+        1800.0,
+        updates={"gpu_ids": []},
+        end_attempt=AttemptEnd(1800.0, AttemptOutcome.PREEMPTED),
+    )
     _accrue_span(d, 1800.0, 2400.0)
     assert store.get(job).cost == pytest.approx(0.5)
     assert store.ledger()["idle_cost"] == pytest.approx(600 / HOUR)
@@ -131,8 +152,9 @@ def test_a_stalled_tick_is_billed_at_most_a_minute(tmp_path):
 # -- ETA and projected cost --------------------------------------------------------------------
 
 
-def _running_with_progress(tmp_path, spec: dict, *, started: float, resumed_from: int | None, progress: dict,
-                           cost: float, run_seconds: float):
+def _running_with_progress(
+    tmp_path, spec: dict, *, started: float, resumed_from: int | None, progress: dict, cost: float, run_seconds: float
+):
     home, store, d = _setup(tmp_path, [])
     job = _submit(store, "p", 0, started - 10, spec=spec)
     _run(store, job, started, [], resumed_from=resumed_from)
@@ -150,8 +172,14 @@ def test_eta_and_projection_from_progress_of_a_running_builtin_job(tmp_path):
     # Resumed at step 100, 200 steps done in 100 s: 2 steps/s, 700 left -> 350 s. It has paid
     # 1.0 for 1000 s of running (3.6/h), so 350 s more cost 0.35.
     home, store, job = _running_with_progress(
-        tmp_path, BUILTIN, started=1000.0, resumed_from=100,
-        progress={"step": 300, "total_steps": 1000, "updated_at": 1100.0}, cost=1.0, run_seconds=1000.0)
+        tmp_path,
+        BUILTIN,
+        started=1000.0,
+        resumed_from=100,
+        progress={"step": 300, "total_steps": 1000, "updated_at": 1100.0},
+        cost=1.0,
+        run_seconds=1000.0,
+    )
     [row] = status_rows(store, home, 1100.0)
     assert row["eta_s"] == pytest.approx(350.0)
     assert row["steps_per_s"] == pytest.approx(2.0)
@@ -168,8 +196,14 @@ def test_eta_and_projection_from_progress_of_a_running_builtin_job(tmp_path):
 def test_with_early_stopping_the_projection_is_an_upper_bound(tmp_path):
     spec = {**BUILTIN, "early_stopping": {"monitor": "val_acc", "mode": "max", "patience": 2}}
     home, store, job = _running_with_progress(
-        tmp_path, spec, started=0.0, resumed_from=None,
-        progress={"step": 50, "total_steps": 100, "updated_at": 50.0}, cost=0.5, run_seconds=50.0)
+        tmp_path,
+        spec,
+        started=0.0,
+        resumed_from=None,
+        progress={"step": 50, "total_steps": 100, "updated_at": 50.0},
+        cost=0.5,
+        run_seconds=50.0,
+    )
     [row] = status_rows(store, home, 50.0)
     assert row["eta_s"] == pytest.approx(50.0)
     assert row["projected_cost"] == pytest.approx(1.0)
@@ -183,12 +217,19 @@ def test_with_early_stopping_the_projection_is_an_upper_bound(tmp_path):
 def test_no_eta_from_a_previous_attempts_progress_or_without_total(tmp_path):
     # progress.json older than this attempt (the last one wrote it): no pace to go by yet.
     home, store, job = _running_with_progress(
-        tmp_path, BUILTIN, started=1000.0, resumed_from=300,
-        progress={"step": 300, "total_steps": 1000, "updated_at": 990.0}, cost=1.0, run_seconds=100.0)
+        tmp_path,
+        BUILTIN,
+        started=1000.0,
+        resumed_from=300,
+        progress={"step": 300, "total_steps": 1000, "updated_at": 990.0},
+        cost=1.0,
+        run_seconds=100.0,
+    )
     [row] = status_rows(store, home, 1000.0)
     assert row["eta_s"] is None and row["projected_cost"] is None
-    (home.run_dir(job) / "progress.json").write_text(json.dumps({"step": 400, "total_steps": None,
-                                                                 "updated_at": 1050.0}))
+    (home.run_dir(job) / "progress.json").write_text(
+        json.dumps({"step": 400, "total_steps": None, "updated_at": 1050.0})
+    )
     [row] = status_rows(store, home, 1050.0)
     assert row["step"] == 400 and row["eta_s"] is None and row["projected_cost"] is None
 
@@ -219,14 +260,16 @@ def test_steps_past_the_checkpoint_are_waste_at_the_next_attempt(tmp_path):
     script.write_text(JOB_SCRIPT)
     behaviour = {"ckpt": 30, "step": 40, "total": 100, "sleep": 0.5, "exit": 1, "exit_per_attempt": {"2": 0}}
     spec = {"name": "w", "gpus": 0, "retries": 1, "command": [PY, str(script), json.dumps(behaviour)]}
-    job = store.submit(name="w", kind="command", gpus=0, priority=0, retries=1, spec=spec, spec_path="",
-                       now=time.time()).id
+    job = store.submit(
+        name="w", kind="command", gpus=0, priority=0, retries=1, spec=spec, spec_path="", now=time.time()
+    ).id
     d.config.daemon.retry_backoff_seconds = 0.0
 
     def tick_until(pred, what):
         def step():
             d.tick(time.time())
             return pred()
+
         return wait_for(step, 30, what, interval=0.1)
 
     tick_until(lambda: store.get(job).attempt >= 2, "attempt 2 to start")
@@ -253,11 +296,13 @@ DUMP = "import json, os, sys; open(sys.argv[1], 'a').write(json.dumps({k: v for 
 @pytest.mark.slow
 def test_spec_example_and_hooks_through_a_real_daemon(make_orch, tmp_path):
     hooks = tmp_path / "hooks.jsonl"
-    o = make_orch({
-        "daemon": {"gpus": [0, 1]},
-        "pricing": {"currency": "CNY", "gpu_hour": 2.0, "instance_hour": 0.5},
-        "hooks": {f"on_{e}": [PY, "-c", DUMP, str(hooks)] for e in ("succeeded", "failed", "queue_drained")},
-    })
+    o = make_orch(
+        {
+            "daemon": {"gpus": [0, 1]},
+            "pricing": {"currency": "CNY", "gpu_hour": 2.0, "instance_hour": 0.5},
+            "hooks": {f"on_{e}": [PY, "-c", DUMP, str(hooks)] for e in ("succeeded", "failed", "queue_drained")},
+        }
+    )
     daemon = o.start_daemon()
     ok = o.submit(o.command_job("gpu-job", gpus=1, sleep=3))
     j = o.wait_state(ok, JobState.SUCCEEDED)

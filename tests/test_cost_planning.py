@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from orchestrator.advice import (
-    LARGE_SHARE, checkpoint_advice, data_wait_advice, idle_advice, job_advice, redone_advice, startup_advice,
+    LARGE_SHARE,
+    checkpoint_advice,
+    data_wait_advice,
+    idle_advice,
+    job_advice,
+    redone_advice,
+    startup_advice,
 )
 from orchestrator.cli.estimate import builtin_projection, checkpoint_plan, command_projection, hourly_rate
 from orchestrator.contract import young_daly
@@ -27,22 +33,62 @@ from training.probe import evals_per_epoch, probe_spec
 
 def make_job(**kw: Any) -> Job:
     base: dict[str, Any] = {f.name: None for f in dataclasses.fields(Job)}
-    base.update(id=1, name="j", state=JobState.SUCCEEDED, priority=0, gpus=0, kind="builtin", spec_json="{}",
-                spec_path="", after_ids=[], retries=0, failures=0, attempt=1, intent=Intent.NONE, reason="",
-                submitted_at=0.0, updated_at=0.0, gpu_ids=[], cost=0.0, run_seconds=0.0, gpu_seconds=0.0,
-                waste_seconds=0.0, waste_cost=0.0, steps_lost=0, uid="u", executor="local", executor_ref={})
+    base.update(
+        id=1,
+        name="j",
+        state=JobState.SUCCEEDED,
+        priority=0,
+        gpus=0,
+        kind="builtin",
+        spec_json="{}",
+        spec_path="",
+        after_ids=[],
+        retries=0,
+        failures=0,
+        attempt=1,
+        intent=Intent.NONE,
+        reason="",
+        submitted_at=0.0,
+        updated_at=0.0,
+        gpu_ids=[],
+        cost=0.0,
+        run_seconds=0.0,
+        gpu_seconds=0.0,
+        waste_seconds=0.0,
+        waste_cost=0.0,
+        steps_lost=0,
+        uid="u",
+        executor="local",
+        executor_ref={},
+    )
     base.update(kw)
     return Job(**base)
 
 
 def make_attempt(n: int, started: float, ended: float | None) -> Attempt:
-    return Attempt(job_id=1, n=n, started_at=started, ended_at=ended, gpu_ids=[], exit_code=0, exit_signal=None,
-                   outcome=AttemptOutcome.SUCCEEDED, resumed_from_step=None, step_reached=None)
+    return Attempt(
+        job_id=1,
+        n=n,
+        started_at=started,
+        ended_at=ended,
+        gpu_ids=[],
+        exit_code=0,
+        exit_signal=None,
+        outcome=AttemptOutcome.SUCCEEDED,
+        resumed_from_step=None,
+        step_reached=None,
+    )
 
 
 def figures(first: float | None, data: float, ckpt: float, ev: float, step_s: float, steps: int) -> dict[str, Any]:
-    return {"first_step_at": first, "data_wait_s": data, "checkpoint_s": ckpt, "eval_s": ev, "step_s": step_s,
-            "steps": steps}
+    return {
+        "first_step_at": first,
+        "data_wait_s": data,
+        "checkpoint_s": ckpt,
+        "eval_s": ev,
+        "step_s": step_s,
+        "steps": steps,
+    }
 
 
 # -- the ledger ----------------------------------------------------------------------------------
@@ -53,17 +99,28 @@ def test_ledger_parts_are_the_measured_waste_and_useful_is_the_rest_of_the_bill(
     attempts = [make_attempt(1, 1000.0, 1500.0), make_attempt(2, 2000.0, 5000.0)]
     goodput = {"1": figures(1010.0, 5.0, 3.0, 2.0, 100.0, 100), "2": figures(2030.0, 5.0, 1.0, 2.0, 50.0, 50)}
     ledger = job_ledger(job, attempts, goodput, now=9999.0)
-    assert ledger.seconds == pytest.approx({"startup": 40.0, "data_wait": 10.0, "checkpoint": 4.0, "eval": 4.0,
-                                            "redone": 20.0,  # 20 steps x (150 s / 150 steps)
-                                            "useful": 3600.0 - 78.0})
+    assert ledger.seconds == pytest.approx(
+        {
+            "startup": 40.0,
+            "data_wait": 10.0,
+            "checkpoint": 4.0,
+            "eval": 4.0,
+            "redone": 20.0,  # 20 steps x (150 s / 150 steps)
+            "useful": 3600.0 - 78.0,
+        }
+    )
     assert ledger.money["redone"] == pytest.approx(0.2) and ledger.money["useful"] == pytest.approx(35.22)
     assert ledger.total == pytest.approx(36.0) and ledger.measured and not ledger.scaled and ledger.attempts == 2
 
 
 def test_ledger_an_attempt_that_never_reached_a_step_was_all_start_up():
     job = make_job(cost=1.0, run_seconds=100.0, attempt=2)
-    ledger = job_ledger(job, [make_attempt(1, 0.0, 30.0), make_attempt(2, 40.0, None)],
-                        {"2": figures(50.0, 0.0, 0.0, 0.0, 10.0, 10)}, now=100.0)
+    ledger = job_ledger(
+        job,
+        [make_attempt(1, 0.0, 30.0), make_attempt(2, 40.0, None)],
+        {"2": figures(50.0, 0.0, 0.0, 0.0, 10.0, 10)},
+        now=100.0,
+    )
     assert ledger.seconds["startup"] == pytest.approx(30.0 + 10.0)
 
 
@@ -71,7 +128,9 @@ def test_ledger_measured_parts_beyond_the_bill_are_scaled_to_it_and_still_add_up
     job = make_job(cost=2.0, run_seconds=10.0)
     ledger = job_ledger(job, [make_attempt(1, 0.0, 50.0)], {"1": figures(20.0, 10.0, 0.0, 0.0, 5.0, 5)}, now=60.0)
     assert ledger.scaled and ledger.seconds["useful"] == 0.0
-    assert ledger.seconds["startup"] == pytest.approx(20.0 / 3) and ledger.seconds["data_wait"] == pytest.approx(10.0 / 3)
+    assert ledger.seconds["startup"] == pytest.approx(20.0 / 3) and ledger.seconds["data_wait"] == pytest.approx(
+        10.0 / 3
+    )
     assert ledger.total == pytest.approx(2.0)
 
 
@@ -123,7 +182,9 @@ def test_redone_data_wait_and_startup_advice_state_their_savings():
     assert 'every = "auto"' in redone_advice(ledger_with("redone", 12.0), {"checkpoint": {}}, "")
     line = data_wait_advice(ledger_with("data_wait", 8.0), {"data": {"num_workers": 0}}, "")
     assert "num_workers = 4 (now 0)" in line and "up to 8.00" in line
-    assert "num_workers = 4 (now 2)" in data_wait_advice(ledger_with("data_wait", 8.0), {"data": {"num_workers": 2}}, "")
+    assert "num_workers = 4 (now 2)" in data_wait_advice(
+        ledger_with("data_wait", 8.0), {"data": {"num_workers": 2}}, ""
+    )
     line = startup_advice(ledger_with("startup", 9.0, attempts=3), {}, "")
     assert "up to 6.00" in line and "2 of 3 starts" in line  # the first start tokenizes anyway
     assert startup_advice(ledger_with("startup", 9.0, attempts=1), {}, "") is None
@@ -145,8 +206,18 @@ def spec_of(**kw: Any) -> JobSpec:
     return JobSpec.model_validate({"model": {"name_or_path": "m"}, "data": {"train": "t.jsonl"}, **kw})
 
 
-PROBE = {"steps_per_s": 10.0, "total_steps": 1000, "startup_s": 20.0, "checkpoint_s": 0.5, "eval_pass_s": 4.0,
-         "end_s": 2.0, "evals": 3.0, "probe_s": 30.0, "warmup_steps": 10, "steady_steps": 30}
+PROBE = {
+    "steps_per_s": 10.0,
+    "total_steps": 1000,
+    "startup_s": 20.0,
+    "checkpoint_s": 0.5,
+    "eval_pass_s": 4.0,
+    "end_s": 2.0,
+    "evals": 3.0,
+    "probe_s": 30.0,
+    "warmup_steps": 10,
+    "steady_steps": 30,
+}
 
 
 def test_builtin_projection_adds_start_up_training_evaluation_saves_and_the_end():
@@ -193,8 +264,11 @@ def test_evaluations_per_epoch_follow_lightnings_rule():
 
 
 def test_the_probe_runs_few_steps_one_save_no_early_stop_and_one_evaluation():
-    spec = spec_of(early_stopping={"monitor": "val_acc"}, checkpoint={"every": "auto", "every_minutes": 5},
-                   train={"max_epochs": 3, "val_check_interval": 0.5}).to_toml_dict()
+    spec = spec_of(
+        early_stopping={"monitor": "val_acc"},
+        checkpoint={"every": "auto", "every_minutes": 5},
+        train={"max_epochs": 3, "val_check_interval": 0.5},
+    ).to_toml_dict()
     body = probe_spec(spec, 40, steps_per_epoch=100, accumulate=2, batches_per_epoch=200, has_val=True)
     assert body["train"]["max_steps"] == 40 and body["train"]["max_epochs"] == 2
     assert "early_stopping" not in body and "every" not in body["checkpoint"]
@@ -210,10 +284,12 @@ def test_the_probe_runs_few_steps_one_save_no_early_stop_and_one_evaluation():
 def test_simulate_starts_queued_jobs_as_slots_free_and_marks_unknown_run_times():
     now = 1000.0
     running = [(make_job(id=1, gpus=1, state=JobState.RUNNING, started_at=900.0), 100.0)]
-    queue = [(make_job(id=2, gpus=2, state=JobState.QUEUED), 50.0),
-             (make_job(id=3, gpus=1, state=JobState.QUEUED), None),
-             (make_job(id=4, gpus=1, state=JobState.QUEUED), 10.0),
-             (make_job(id=5, gpus=0, state=JobState.QUEUED), 5.0)]
+    queue = [
+        (make_job(id=2, gpus=2, state=JobState.QUEUED), 50.0),
+        (make_job(id=3, gpus=1, state=JobState.QUEUED), None),
+        (make_job(id=4, gpus=1, state=JobState.QUEUED), 10.0),
+        (make_job(id=5, gpus=0, state=JobState.QUEUED), 5.0),
+    ]
     out = simulate(running, queue, gpus=2, cpu_slots=1, now=now)
     assert out[1].finish == 1100.0
     assert out[2].start == 1100.0 and out[2].finish == 1150.0  # waits for both GPUs
@@ -223,8 +299,12 @@ def test_simulate_starts_queued_jobs_as_slots_free_and_marks_unknown_run_times()
 
 
 def test_history_is_the_mean_of_finished_jobs_of_the_same_name():
-    jobs = [make_job(id=1, name="a", run_seconds=10.0, cost=1.0), make_job(id=2, name="a", run_seconds=30.0, cost=3.0),
-            make_job(id=3, name="a", state=JobState.FAILED, run_seconds=99.0), make_job(id=4, name="b", run_seconds=5.0)]
+    jobs = [
+        make_job(id=1, name="a", run_seconds=10.0, cost=1.0),
+        make_job(id=2, name="a", run_seconds=30.0, cost=3.0),
+        make_job(id=3, name="a", state=JobState.FAILED, run_seconds=99.0),
+        make_job(id=4, name="b", run_seconds=5.0),
+    ]
     h = history_of(jobs, "a")
     assert h == History(runs=2, seconds=20.0, cost=2.0)
     assert history_of(jobs, "c") is None
@@ -234,11 +314,24 @@ def test_estimate_does_not_say_now_when_a_job_ahead_has_no_eta_yet():
     from orchestrator.cli.estimate import estimate_text
 
     running = make_job(id=1, name="t0", state=JobState.RUNNING, started_at=0.0)
-    forecast = simulate([(running, None)], [(dataclasses.replace(running, id=2, state=JobState.QUEUED), 60.0)],
-                        gpus=0, cpu_slots=1, now=100.0)[2]
+    forecast = simulate(
+        [(running, None)],
+        [(dataclasses.replace(running, id=2, state=JobState.QUEUED), 60.0)],
+        gpus=0,
+        cpu_slots=1,
+        now=100.0,
+    )[2]
     assert forecast.start == 100.0 and forecast.lower_bound  # the job ahead counts as ending now
-    base = {"job": "q", "gpus": 0, "currency": "", "hourly_rate": 0.0, "kind": "command",
-            "cannot_estimate": "never seen", "queue_ahead": 1, "daemon_running": True}
+    base = {
+        "job": "q",
+        "gpus": 0,
+        "currency": "",
+        "hourly_rate": 0.0,
+        "kind": "command",
+        "cannot_estimate": "never seen",
+        "queue_ahead": 1,
+        "daemon_running": True,
+    }
     text = estimate_text({**base, "queue_wait_s": 0.0, "queue_wait_is_lower_bound": True})
     starts = [line for line in text.splitlines() if "starts:" in line][0]
     assert "or later" in starts, starts

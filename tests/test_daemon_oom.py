@@ -21,8 +21,9 @@ from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 
 
 def _submit(h, path: Path) -> int:
-    job = submit_job(h.store, h.config, h.home, path, now=time.time(),
-                     machine_gpus=len(managed_gpus(h.config.daemon.gpus)))
+    job = submit_job(
+        h.store, h.config, h.home, path, now=time.time(), machine_gpus=len(managed_gpus(h.config.daemon.gpus))
+    )
     poke(h.home.wake_socket)
     return job.id
 
@@ -33,18 +34,19 @@ def test_builtin_job_out_of_memory_goes_on_with_half_the_batch_uncharged(orch_ho
     rows = sentiment_rows(400, seed=5)
     write_jsonl(tmp_path / "train.jsonl", rows[:320])
     write_jsonl(tmp_path / "dev.jsonl", rows[320:])
-    build_tiny_bert(tmp_path / "bert", [r["text"] for r in rows], hidden=32, layers=2, heads=2, vocab_size=300,
-                    max_positions=64)
+    build_tiny_bert(
+        tmp_path / "bert", [r["text"] for r in rows], hidden=32, layers=2, heads=2, vocab_size=300, max_positions=64
+    )
     job_toml = tmp_path / "oom.toml"
     job_toml.write_text(f"""
 name = "oom"
 gpus = 0
 retries = 0
 [model]
-name_or_path = "{tmp_path / 'bert'}"
+name_or_path = "{tmp_path / "bert"}"
 [data]
-train = "{tmp_path / 'train.jsonl'}"
-validation = "{tmp_path / 'dev.jsonl'}"
+train = "{tmp_path / "train.jsonl"}"
+validation = "{tmp_path / "dev.jsonl"}"
 max_length = 32
 num_workers = 0
 [train]

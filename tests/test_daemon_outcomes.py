@@ -100,9 +100,14 @@ def test_job_env_contract(orch_home):
     rec = h.wait_record("envy")
     run_dir = h.run_dir(job_id)
     assert rec["env"] == {
-        "ORCH_JOB_ID": str(job_id), "ORCH_ATTEMPT": "1", "ORCH_RUN_DIR": str(run_dir),
-        "ORCH_CKPT_DIR": str(run_dir / "checkpoints"), "ORCH_RESUME_FROM": "", "CUDA_VISIBLE_DEVICES": "",
-        "MY_SETTING": "42", "HF_ENDPOINT": "https://hf-mirror.com",
+        "ORCH_JOB_ID": str(job_id),
+        "ORCH_ATTEMPT": "1",
+        "ORCH_RUN_DIR": str(run_dir),
+        "ORCH_CKPT_DIR": str(run_dir / "checkpoints"),
+        "ORCH_RESUME_FROM": "",
+        "CUDA_VISIBLE_DEVICES": "",
+        "MY_SETTING": "42",
+        "HF_ENDPOINT": "https://hf-mirror.com",
     }
     assert (run_dir / "checkpoints").is_dir()
     assert rec["cwd"] == str(h.jobs_dir)  # workdir defaults to the job file's folder
@@ -135,11 +140,20 @@ def test_attempt_exit_and_log_files(orch_home):
 def test_logs_follow_across_attempts_until_the_job_ends(orch_home):
     h = orch_home()
     h.start_daemon()
-    job_id = h.submit("chatty", per_attempt={"1": {"hold": "first", "exit": 75, "print": ["first attempt bye"]},
-                                            "2": {"hold": "second", "print": ["second attempt bye"]}})
+    job_id = h.submit(
+        "chatty",
+        per_attempt={
+            "1": {"hold": "first", "exit": 75, "print": ["first attempt bye"]},
+            "2": {"hold": "second", "print": ["second attempt bye"]},
+        },
+    )
     h.wait_record("chatty", attempt=1)
-    follower = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--home", str(h.root), "logs", "-f",
-                                 str(job_id)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "--home", str(h.root), "logs", "-f", str(job_id)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         h.release("first")
         h.wait_record("chatty", attempt=2)
@@ -152,13 +166,17 @@ def test_logs_follow_across_attempts_until_the_job_ends(orch_home):
             follower.wait()
     assert follower.returncode == 0, err
     assert h.state(job_id) is JobState.SUCCEEDED
-    for text in ("chatty#1 says hello on stdout", "first attempt bye", "chatty#2 says hello on stdout",
-                 "second attempt bye", "[orch] attempt 2 ended"):
+    for text in (
+        "chatty#1 says hello on stdout",
+        "first attempt bye",
+        "chatty#2 says hello on stdout",
+        "second attempt bye",
+        "[orch] attempt 2 ended",
+    ):
         assert text in out
     assert out.index("first attempt bye") < out.index("chatty#2 says hello")
     last = h.cli("logs", str(job_id), "-n", "1")
     assert last.returncode == 0 and last.stdout.strip().startswith("[orch] attempt 2 ended")
-
 
 
 def test_a_job_with_its_own_longer_grace_gets_all_of_it_when_the_daemon_stops(orch_home):
@@ -194,8 +212,11 @@ def test_a_lost_mirror_lease_stops_the_job_with_its_own_intent_not_the_budgets(o
         stop_for_lost_lease(d, job_id, reason, time.time())
         assert h.job(job_id).intent is Intent.LEASE_LOST
     for job_id in (plain, noticed):
-        job = h.tick_until(d, lambda: (lambda j: j if j.state is JobState.STOPPED else None)(h.job(job_id)),
-                           what=f"job {job_id} to stop")
+        job = h.tick_until(
+            d,
+            lambda: (lambda j: j if j.state is JobState.STOPPED else None)(h.job(job_id)),
+            what=f"job {job_id} to stop",
+        )
         assert job.reason == reason and h.store.attempts(job_id)[-1].outcome == "stopped"
     queued = h.submit("queued-elsewhere", hold="never")  # never dispatched: no tick before the lease is lost
     stop_for_lost_lease(d, queued, reason, time.time())

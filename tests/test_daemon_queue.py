@@ -26,8 +26,7 @@ def test_queued_jobs_start_by_priority_then_submit_order(orch_home):
     h.start_daemon()
     blocker = h.submit("blocker", hold="blocker")
     h.wait_state(blocker, JobState.RUNNING)
-    ids = {name: h.submit(name, priority=prio) for name, prio in
-           [("low", 0), ("high-a", 5), ("mid", 1), ("high-b", 5)]}
+    ids = {name: h.submit(name, priority=prio) for name, prio in [("low", 0), ("high-a", 5), ("mid", 1), ("high-b", 5)]}
     # Nothing starts while the only CPU slot is busy.
     assert all(h.state(i) is JobState.QUEUED for i in ids.values())
     h.release("blocker")

@@ -20,8 +20,7 @@ pytestmark = pytest.mark.slow
 def test_daemon_sigterm_requeues_running_jobs_uncharged_and_they_resume_later(orch_home):
     h = orch_home(cpu_slots=2)
     daemon = h.start_daemon()
-    saves = h.submit("saves", retries=0,
-                     per_attempt={"1": {"hold": "never", "on_term": 75, "notice_ckpt": 7}, "2": {}})
+    saves = h.submit("saves", retries=0, per_attempt={"1": {"hold": "never", "on_term": 75, "notice_ckpt": 7}, "2": {}})
     quits = h.submit("quits", retries=0, per_attempt={"1": {"hold": "never", "on_term": 0}, "2": {}})
     h.wait_record("saves", attempt=1)
     h.wait_record("quits", attempt=1)

@@ -15,7 +15,7 @@ from orchestrator.states import JobState
 
 # A command job that plays a long job: it copies control.json to progress.json (the contract's
 # heartbeat) whenever that changes, until a release file appears.
-LONG_JOB = r'''
+LONG_JOB = r"""
 import json, os, sys, time
 folder = sys.argv[1]
 run_dir = os.environ["ORCH_RUN_DIR"]
@@ -32,7 +32,7 @@ while not os.path.exists(os.path.join(folder, "release-long")):
         os.replace(tmp, os.path.join(run_dir, "progress.json"))
         last = text
     time.sleep(0.05)
-'''
+"""
 
 
 def iso(at: datetime) -> str:
@@ -41,8 +41,13 @@ def iso(at: datetime) -> str:
 
 def deadline_job(h: OrchHome, name: str, deadline: str, **extra: str) -> Path:
     path = h.jobs_dir / f"{name}.toml"
-    lines = [f"name = {json.dumps(name)}", "gpus = 0", "retries = 0",
-             f"command = {json.dumps([sys.executable, '-c', 'pass'])}", f"deadline = {json.dumps(deadline)}"]
+    lines = [
+        f"name = {json.dumps(name)}",
+        "gpus = 0",
+        "retries = 0",
+        f"command = {json.dumps([sys.executable, '-c', 'pass'])}",
+        f"deadline = {json.dumps(deadline)}",
+    ]
     lines += [f"{k} = {v}" for k, v in extra.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -103,8 +108,9 @@ def test_a_deadline_job_of_equal_priority_submitted_later_starts_before_one_with
 
 def test_a_deadline_job_behind_a_long_job_raises_one_event_and_one_notification_per_crossing(orch_home):
     h = orch_home(cpu_slots=1)
-    h.configure({"notifiers": [{"type": "webhook", "name": "hook", "url": "http://127.0.0.1:9/x"}],
-                 "daemon": {"cpu_slots": 1}})
+    h.configure(
+        {"notifiers": [{"type": "webhook", "name": "hook", "url": "http://127.0.0.1:9/x"}], "daemon": {"cpu_slots": 1}}
+    )
     d = h.local_daemon()
     # A finished job of the deadline job's name: its run time is what the deadline job will take.
     earlier = h.submit("dl", sleep=0.5)
@@ -115,8 +121,9 @@ def test_a_deadline_job_behind_a_long_job_raises_one_event_and_one_notification_
     script.write_text(LONG_JOB)
     control(h, 1, 100_000)  # a long way to go
     long_job = h.jobs_dir / "long.toml"
-    long_job.write_text(f'name = "long"\ngpus = 0\nretries = 0\n'
-                        f'command = {json.dumps([sys.executable, str(script), str(h.tmp)])}\n')
+    long_job.write_text(
+        f'name = "long"\ngpus = 0\nretries = 0\ncommand = {json.dumps([sys.executable, str(script), str(h.tmp)])}\n'
+    )
     long_id = h.submit(long_job)
     h.tick_until(d, lambda: (h.run_dir(long_id) / "progress.json").exists(), what="the long job's progress")
 
@@ -133,7 +140,9 @@ def test_a_deadline_job_behind_a_long_job_raises_one_event_and_one_notification_
     for _ in range(5):
         d.tick()
     (event,) = events("deadline_at_risk")
-    assert "after its deadline" in event.detail and "queue ahead" in event.detail and "priority" in event.detail, event.detail
+    assert "after its deadline" in event.detail and "queue ahead" in event.detail and "priority" in event.detail, (
+        event.detail
+    )
     assert len(notifications()) == 1
     assert "projected to finish" in notifications()[0]["reason"]
 

@@ -115,7 +115,9 @@ def _compare(documented: dict[str, dict[str, Any]], expected: dict[str, dict[str
             elif not _same(shown[key], default):
                 problems.append(f"{page}: {label} documented with default {shown[key]!r}, the model says {default!r}")
         for key in set(shown) - set(keys):
-            problems.append(f"{page} documents {f'[{section}] ' if section else ''}{key}, which the model does not have")
+            problems.append(
+                f"{page} documents {f'[{section}] ' if section else ''}{key}, which the model does not have"
+            )
     for section in set(documented) - set(expected):
         problems.append(f"{page} documents a section [{section}] the model does not have")
     assert not problems, "\n".join(problems)
@@ -156,7 +158,9 @@ def test_the_config_toml_page_names_every_key_of_every_section_and_channel():
 
     row = next(ln for ln in (DOCS / "config-toml.md").read_text().splitlines() if ln.startswith("| `events` |"))
     named = set(re.search(r"any of `([^`]+)`", row).group(1).split())
-    assert named == set(EVENT_KINDS), f"docs/config-toml.md: the event names differ from the code's: {named ^ set(EVENT_KINDS)}"
+    assert named == set(EVENT_KINDS), (
+        f"docs/config-toml.md: the event names differ from the code's: {named ^ set(EVENT_KINDS)}"
+    )
 
 
 def test_the_reference_check_fails_on_a_key_the_page_lacks(tmp_path):
@@ -174,11 +178,17 @@ def test_the_reference_check_fails_on_a_key_the_page_lacks(tmp_path):
 
 # --- commands and flags ------------------------------------------------------------------------
 
+
 @lru_cache(maxsize=None)
 def _help(path: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str]]:
     """(subcommands, options) of `orch <path> --help`."""
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *path, "--help"], capture_output=True,
-                          text=True, timeout=120, cwd=str(REPO))
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *path, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(REPO),
+    )
     assert done.returncode == 0, f"orch {' '.join(path)} --help: {done.stderr}"
     text = done.stdout
     commands = set()
@@ -205,7 +215,7 @@ def _documented_invocations() -> list[tuple[str, str]]:
             elif re.match(r"^\s*\$ orch ", line) or (lang in ("bash", "sh") and re.match(r"^\s*orch ", line)):
                 spans.append(line.strip().lstrip("$ "))
         for span in spans:
-            found.append((page.name, span.split("#", 1)[0].split("&&", 1)[0].split("|", 1)[0][len("orch "):]))
+            found.append((page.name, span.split("#", 1)[0].split("&&", 1)[0].split("|", 1)[0][len("orch ") :]))
     return found
 
 
@@ -253,8 +263,11 @@ def test_the_readme_is_a_landing_page_whose_links_resolve():
 
 def test_the_docs_speak_of_the_product_only():
     """No word about how the project is made, no file outside the repository."""
-    banned = re.compile(r"development box|development machine|DESIGN\.md|SPEC\.md|KINDS\.md|\.\./shared|"
-                        r"/work/|on the roadmap|the session that|lent to the session", re.I)
+    banned = re.compile(
+        r"development box|development machine|DESIGN\.md|SPEC\.md|KINDS\.md|\.\./shared|"
+        r"/work/|on the roadmap|the session that|lent to the session",
+        re.I,
+    )
     hits = []
     for page in [README, REPO / "mkdocs.yml", *sorted(DOCS.glob("*.md"))]:
         for n, line in enumerate(page.read_text().splitlines(), 1):
@@ -269,9 +282,14 @@ def test_the_site_builds_strictly(tmp_path):
         import mkdocs  # noqa: F401
     except ImportError as exc:
         pytest.skip(f"the docs extra is not installed ({exc}); pip install -e '.[docs]'")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=str(REPO), capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     index = (tmp_path / "site" / "index.html").read_text()
     assert "orch" in index and "md-header" in index  # the Material theme rendered it

@@ -39,10 +39,17 @@ def test_doctor_healthy_then_names_each_problem_with_its_fix(orch_home):
     pids = h.attempt_pids(job_id, 1)
     h.kill9(daemon)
     os.kill(pids["supervisor_pid"], signal.SIGKILL)
-    wait_for(lambda: not os.path.exists(f"/proc/{pids['supervisor_pid']}/stat")
-             or open(f"/proc/{pids['supervisor_pid']}/stat").read().split(")")[1].split()[0] == "Z", 10)
-    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={
-        **os.environ, "ORCH_JOB_ID": str(job_id), "ORCH_ATTEMPT": "0", "ORCH_RUN_DIR": str(h.run_dir(job_id))})
+    wait_for(
+        lambda: (
+            not os.path.exists(f"/proc/{pids['supervisor_pid']}/stat")
+            or open(f"/proc/{pids['supervisor_pid']}/stat").read().split(")")[1].split()[0] == "Z"
+        ),
+        10,
+    )
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**os.environ, "ORCH_JOB_ID": str(job_id), "ORCH_ATTEMPT": "0", "ORCH_RUN_DIR": str(h.run_dir(job_id))},
+    )
     try:
         os.chmod(h.home.db, 0o644)
         config = h.root / "config.toml"

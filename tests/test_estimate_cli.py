@@ -37,11 +37,15 @@ def builtin_job(tmp_path_factory) -> Path:
     texts = [r["text"] for r in sentiment_rows(500, seed=1)]
     model = build_tiny_bert(root / "tiny-bert", texts, hidden=32, layers=2, heads=2, vocab_size=300, max_positions=64)
     spec = {
-        "name": "tiny", "gpus": 0,
+        "name": "tiny",
+        "gpus": 0,
         "model": {"name_or_path": str(model), "num_labels": 2},
-        "data": {"train": str(write_jsonl(root / "train.jsonl", sentiment_rows(320, seed=11))),
-                 "validation": str(write_jsonl(root / "dev.jsonl", sentiment_rows(64, seed=12))),
-                 "max_length": 32, "num_workers": 0},
+        "data": {
+            "train": str(write_jsonl(root / "train.jsonl", sentiment_rows(320, seed=11))),
+            "validation": str(write_jsonl(root / "dev.jsonl", sentiment_rows(64, seed=12))),
+            "max_length": 32,
+            "num_workers": 0,
+        },
         "train": {"max_epochs": 2, "batch_size": 16, "precision": "32"},
         "checkpoint": {"every_n_steps": 25},
         "env": {"HF_DATASETS_CACHE": str(root / "hf-cache")},
@@ -53,19 +57,32 @@ def builtin_job(tmp_path_factory) -> Path:
 
 def offline(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
-    env.update({"ORCH_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"})
+    env.update(
+        {
+            "ORCH_HOME": str(home),
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1",
+        }
+    )
     return env
 
 
 def test_estimate_of_a_builtin_job_probes_it_and_the_cli_never_imports_torch(home, builtin_job, job_count, write_file):
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text('[pricing]\ncurrency = "CNY"\ninstance_hour = 3.6\n')
-    proc = subprocess.run([sys.executable, "-c", IN_PROCESS, str(builtin_job)], capture_output=True, text=True,
-                          env=offline(home), timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", IN_PROCESS, str(builtin_job)],
+        capture_output=True,
+        text=True,
+        env=offline(home),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (marker,) = [line for line in proc.stderr.splitlines() if line.startswith("HEAVY=")]
-    assert json.loads(marker[len("HEAVY="):]) == []
+    assert json.loads(marker[len("HEAVY=") :]) == []
     d = json.loads(proc.stdout)
     assert d["kind"] == "builtin" and d["total_steps"] == 40 and d["steps_per_s"] > 0
     assert d["probe"]["measured_steps"] >= 1 and d["probe"]["seconds"] > 0 and d["probe"]["cost"] > 0
@@ -79,8 +96,9 @@ def test_estimate_of_a_builtin_job_probes_it_and_the_cli_never_imports_torch(hom
 
 
 def test_submit_with_estimate_asks_first_and_queues_only_on_yes(orch, home, builtin_job, job_count):
-    ran = orch("submit", builtin_job, "--estimate", env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
-               timeout=600)
+    ran = orch(
+        "submit", builtin_job, "--estimate", env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}, timeout=600
+    )
     assert ran.rc == 1 and "steps/s" in ran.err and "not queued" in ran.err, ran.err  # no tty: the answer is no
     assert job_count() == 0
     ran = orch("submit", builtin_job, "--estimate", "--yes", "--json", timeout=600)
@@ -106,9 +124,25 @@ def test_estimate_of_a_job_file_named_relative_to_the_users_folder(home, builtin
     # The usual call, `cd project && orch estimate job.toml`: the probe (a subprocess in another
     # folder) was handed the relative name and failed with a traceback.
     env = {**offline(home), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "estimate", builtin_job.name, "--json",
-                           "--warmup", "3", "--steps", "6"], capture_output=True, text=True, env=env,
-                          cwd=builtin_job.parent, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "estimate",
+            builtin_job.name,
+            "--json",
+            "--warmup",
+            "3",
+            "--steps",
+            "6",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=builtin_job.parent,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["total_steps"] == 40
 

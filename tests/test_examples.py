@@ -13,8 +13,13 @@ ORCH = [sys.executable, "-m", "orchestrator.cli"]
 
 
 def orch(home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*ORCH, "--home", str(home), *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "ORCH_CONFIG": str(home / "config.toml")})
+    return subprocess.run(
+        [*ORCH, "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ORCH_CONFIG": str(home / "config.toml")},
+    )
 
 
 def test_the_seed_bert_base_job_is_accepted_on_a_two_gpu_machine(tmp_path):
@@ -27,8 +32,12 @@ def test_the_seed_bert_base_job_is_accepted_on_a_two_gpu_machine(tmp_path):
     spec = json.loads(orch(home, "show", str(job_id), "--json").stdout)["spec"]
     assert spec["gpus"] == 2 and spec["model"]["name_or_path"] == "bert-base-uncased"  # a hub id, not a path
     train = spec["train"]
-    assert (train["batch_size"], train["accumulate_grad_batches"], train["precision"], train["max_epochs"]) == \
-        (32, 4, "16-mixed", 3)
+    assert (train["batch_size"], train["accumulate_grad_batches"], train["precision"], train["max_epochs"]) == (
+        32,
+        4,
+        "16-mixed",
+        3,
+    )
     assert spec["early_stopping"]["monitor"] == "val_acc"
     assert Path(spec["data"]["train"]).is_absolute() and Path(spec["data"]["train"]).exists()
 

@@ -29,8 +29,9 @@ def tiny_job_dir(tmp_path_factory) -> Path:
     rows = sentiment_rows(800, seed=3)
     write_jsonl(folder / "train.jsonl", rows[:640])
     write_jsonl(folder / "dev.jsonl", rows[640:])
-    build_tiny_bert(folder / "bert", [r["text"] for r in rows], hidden=32, layers=2, heads=2, vocab_size=300,
-                    max_positions=64)
+    build_tiny_bert(
+        folder / "bert", [r["text"] for r in rows], hidden=32, layers=2, heads=2, vocab_size=300, max_positions=64
+    )
     return folder
 
 
@@ -77,8 +78,9 @@ def test_ctrl_c_checkpoints_then_resume_continues_from_that_step(tmp_path, tiny_
     home = tmp_path / "home"
     job = write_job(tiny_job_dir, "fg-int", max_steps=120, every=1000)
     env = {**os.environ, "ORCH_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([*ORCH, "run", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    proc = subprocess.Popen(
+        [*ORCH, "run", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     progress = home / "runs" / "1" / "progress.json"
 
     def step() -> int:
@@ -152,11 +154,18 @@ def test_orch_cancel_reaches_a_foreground_job_through_the_daemon(tmp_path):
     (home / "config.toml").write_text("[daemon]\ntick_seconds = 0.5\ngrace_seconds = 5\n")
     assert orch(home, "daemon", "start").returncode == 0
     env = {**os.environ, "ORCH_HOME": str(home)}
-    proc = subprocess.Popen([*ORCH, "run", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    proc = subprocess.Popen(
+        [*ORCH, "run", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
-        wait_for(lambda: json.loads(orch(home, "status", "--json").stdout or "[]") and
-                 json.loads(orch(home, "status", "--json").stdout)[0]["state"] == "running", 30, "the job to run")
+        wait_for(
+            lambda: (
+                json.loads(orch(home, "status", "--json").stdout or "[]")
+                and json.loads(orch(home, "status", "--json").stdout)[0]["state"] == "running"
+            ),
+            30,
+            "the job to run",
+        )
         res = orch(home, "cancel", "1")
         assert res.returncode == 0, res.stderr
         out, err = proc.communicate(timeout=30)

@@ -39,11 +39,14 @@ def small_fs(tmp_path: Path):
     def make(size: str) -> Path:
         mnt = tmp_path / f"fs{len(mounts)}"
         mnt.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mnt)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mnt)], capture_output=True, text=True
+        )
         if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here ({(done.stderr or done.stdout).strip()}); the full-disk tests "
-                        "need root or CAP_SYS_ADMIN")
+            pytest.skip(
+                f"cannot mount a tmpfs here ({(done.stderr or done.stdout).strip()}); the full-disk tests "
+                "need root or CAP_SYS_ADMIN"
+            )
         mounts.append(mnt)
         return mnt
 
@@ -61,7 +64,7 @@ def fill(folder: Path, leave: int) -> Path:
         chunk = b"\0" * (1 << 16)
         todo = max(0, free - leave)
         while todo > 0:
-            todo -= fh.write(chunk[:min(len(chunk), todo)])
+            todo -= fh.write(chunk[: min(len(chunk), todo)])
         fh.flush()
         os.fsync(fh.fileno())
     return filler
@@ -73,26 +76,37 @@ def test_a_checkpoint_that_does_not_fit_fails_cleanly_and_the_previous_one_resum
 
     mnt = small_fs("8m")
     texts = [r["text"] for r in sentiment_rows(300, seed=1)]
-    model = build_tiny_bert(tmp_path / "tiny-bert", texts, hidden=64, layers=2, heads=2, vocab_size=300,
-                            max_positions=64)
+    model = build_tiny_bert(
+        tmp_path / "tiny-bert", texts, hidden=64, layers=2, heads=2, vocab_size=300, max_positions=64
+    )
     train = write_jsonl(tmp_path / "train.jsonl", sentiment_rows(96, seed=3))
     h = orch_home(cpu_slots=2, grace_seconds=5)
     (h.root / "runs").rmdir()
     (mnt / "runs").mkdir(mode=0o700)
     (h.root / "runs").symlink_to(mnt / "runs")
     config = h.root / "config.toml"
-    config.write_text(config.read_text() + '\n[[notifiers]]\ntype = "webhook"\nurl = "http://127.0.0.1:9/x"\n'
-                      'events = ["failed", "disk_full"]\n')
+    config.write_text(
+        config.read_text() + '\n[[notifiers]]\ntype = "webhook"\nurl = "http://127.0.0.1:9/x"\n'
+        'events = ["failed", "disk_full"]\n'
+    )
     h.config = load_config(config, required=True)
     h.start_daemon()
     spec = {
-        "name": "big", "gpus": 0, "retries": 2,
-        "model": {"name_or_path": str(model)}, "data": {"train": str(train), "max_length": 32, "num_workers": 0},
+        "name": "big",
+        "gpus": 0,
+        "retries": 2,
+        "model": {"name_or_path": str(model)},
+        "data": {"train": str(train), "max_length": 32, "num_workers": 0},
         "train": {"max_steps": 8, "batch_size": 8, "precision": "32", "seed": 3},
         "checkpoint": {"every_n_steps": 4, "keep": 3},
-        "env": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"), "OMP_NUM_THREADS": "1",
-                "ORCH_FAULT_SLOW_STEP_S": "0.25"},
+        "env": {
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"),
+            "OMP_NUM_THREADS": "1",
+            "ORCH_FAULT_SLOW_STEP_S": "0.25",
+        },
     }
     path = h.jobs_dir / "big.toml"
     path.write_bytes(tomli_w.dumps(spec).encode())
@@ -141,8 +155,13 @@ def test_orch_submit_and_the_daemon_on_a_full_state_disk(small_fs, tmp_path):
     job.write_text(f'name = "small"\ngpus = 0\ncommand = ["{sys.executable}", "-c", "print(1)"]\n')
 
     def orch(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(home), *args],
-                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "--home", str(home), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
 
     assert orch("submit", str(job)).returncode == 0
     started = orch("daemon", "start")

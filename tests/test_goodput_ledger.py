@@ -35,29 +35,48 @@ def workload(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("workload")
     texts = [r["text"] for r in sentiment_rows(1000, seed=1)]
     model = build_tiny_bert(root / "tiny-bert", texts, hidden=32, layers=2, heads=2, vocab_size=300, max_positions=64)
-    return {"model": model, "train": write_jsonl(root / "train.jsonl", sentiment_rows(ROWS, seed=11)),
-            "dev": write_jsonl(root / "dev.jsonl", sentiment_rows(64, seed=12)), "hf_cache": root / "hf-cache"}
+    return {
+        "model": model,
+        "train": write_jsonl(root / "train.jsonl", sentiment_rows(ROWS, seed=11)),
+        "dev": write_jsonl(root / "dev.jsonl", sentiment_rows(64, seed=12)),
+        "hf_cache": root / "hf-cache",
+    }
 
 
 @pytest.fixture
 def home(tmp_path: Path) -> Iterator[OrchHome]:
-    h = OrchHome(tmp_path / "h", config={"pricing": {"currency": "CNY", "instance_hour": 36.0}},
-                 cpu_slots=1, grace_seconds=30)
+    h = OrchHome(
+        tmp_path / "h", config={"pricing": {"currency": "CNY", "instance_hour": 36.0}}, cpu_slots=1, grace_seconds=30
+    )
     yield h
     h.cleanup()
 
 
 def submit(h: OrchHome, workload: dict[str, Path]) -> int:
     spec: dict[str, Any] = {
-        "name": "ledger", "gpus": 0, "retries": 2, "grace_seconds": 30,
+        "name": "ledger",
+        "gpus": 0,
+        "retries": 2,
+        "grace_seconds": 30,
         "model": {"name_or_path": str(workload["model"]), "num_labels": 2},
-        "data": {"train": str(workload["train"]), "validation": str(workload["dev"]), "max_length": 32,
-                 "num_workers": 0},
+        "data": {
+            "train": str(workload["train"]),
+            "validation": str(workload["dev"]),
+            "max_length": 32,
+            "num_workers": 0,
+        },
         "train": {"max_epochs": EPOCHS, "batch_size": BATCH, "precision": "32", "learning_rate": 1e-3, "seed": 7},
         "checkpoint": {"every_n_steps": EVERY, "keep": 2},
-        "env": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "HF_DATASETS_CACHE": str(workload["hf_cache"]), "TOKENIZERS_PARALLELISM": "false",
-                "OMP_NUM_THREADS": "1", "ORCH_PROGRESS_EVERY_S": "0.3", "ORCH_FAULT_SLOW_STEP_S": "0.1"},
+        "env": {
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_CACHE": str(workload["hf_cache"]),
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1",
+            "ORCH_PROGRESS_EVERY_S": "0.3",
+            "ORCH_FAULT_SLOW_STEP_S": "0.1",
+        },
     }
     path = h.jobs_dir / "ledger.toml"
     path.write_bytes(tomli_w.dumps(spec).encode())
@@ -74,8 +93,12 @@ def test_sigkill_and_resume_put_redone_steps_and_restore_in_the_ledger_and_its_p
     step = lambda: (read_json(h.run_dir(job_id) / "progress.json") or {}).get("step") or 0  # noqa: E731
     wait_for(lambda: periodic.exists() and step() >= EVERY + 4, 120, interval=0.02, what="the save at 25 and step 29")
     os.killpg(h.attempt_pids(job_id, 1)["job_pid"], signal.SIGKILL)  # no chance to save
-    wait_for(lambda: h.state(job_id) is JobState.SUCCEEDED, 180, interval=0.2,
-             what=f"the job to succeed after the resume ({h.log_tail()})")
+    wait_for(
+        lambda: h.state(job_id) is JobState.SUCCEEDED,
+        180,
+        interval=0.2,
+        what=f"the job to succeed after the resume ({h.log_tail()})",
+    )
     h.stop_daemon(h.daemons[0])  # the bill is final: no accrual while the test reads it
 
     job = h.job(job_id)
@@ -90,7 +113,9 @@ def test_sigkill_and_resume_put_redone_steps_and_restore_in_the_ledger_and_its_p
     progress = read_json(h.run_dir(job_id) / "progress.json")
     attempts = {a["n"]: a for a in data["attempts"]}
     starts = [progress["goodput"][str(n)]["first_step_at"] - attempts[n]["started_at"] for n in (1, 2)]
-    assert all(s > 0 for s in starts) and math.isclose(seconds["startup"], sum(starts), abs_tol=0.002)  # shown to 1 ms, (starts, seconds)
+    assert all(s > 0 for s in starts) and math.isclose(
+        seconds["startup"], sum(starts), abs_tol=0.002
+    )  # shown to 1 ms, (starts, seconds)
     # redone steps at the measured time of a step, not the attempt's mean with its start-up in it
     figures = progress["goodput"].values()
     step_s = sum(f["step_s"] for f in figures) / sum(f["steps"] for f in figures)

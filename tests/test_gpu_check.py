@@ -28,15 +28,25 @@ def _env(**extra: str) -> dict[str, str]:
 @pytest.mark.timeout(900)
 def test_cpu_rehearsal_passes_every_section_and_writes_the_report(tmp_path):
     out = tmp_path / "out"
-    done = subprocess.run(["bash", str(SCRIPT), "--cpu", str(out), "--budget-s", "480"], cwd=str(REPO),
-                          env=_env(), capture_output=True, text=True, timeout=880)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--cpu", str(out), "--budget-s", "480"],
+        cwd=str(REPO),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=880,
+    )
     report = json.loads((out / "report.json").read_text())
     assert report["schema"] == 1 and report["mode"] == "cpu"
     assert [s["key"] for s in report["sections"]] == KEYS
     assert [s["letter"] for s in report["sections"]] == list("abcdef")
     for s in report["sections"]:
-        assert s["status"] in ("pass", "skipped"), (s["key"], s["reason"], [c for c in s["checks"] if not c["ok"]],
-                                                   done.stderr[-3000:])
+        assert s["status"] in ("pass", "skipped"), (
+            s["key"],
+            s["reason"],
+            [c for c in s["checks"] if not c["ok"]],
+            done.stderr[-3000:],
+        )
         if s["status"] == "skipped":
             assert s["reason"], s
         else:
@@ -74,8 +84,14 @@ def test_on_a_gpu_every_section_passes(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     out = tmp_path / "out"
-    done = subprocess.run(["bash", str(SCRIPT), str(out)], cwd=str(REPO),
-                          env=_env(GPUCHECK_WHEELS=str(REPO / "wheels")), capture_output=True, text=True, timeout=880)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(out)],
+        cwd=str(REPO),
+        env=_env(GPUCHECK_WHEELS=str(REPO / "wheels")),
+        capture_output=True,
+        text=True,
+        timeout=880,
+    )
     report = json.loads((out / "report.json").read_text())
     assert report["mode"] == "gpu"
     failed = {s["key"]: s["reason"] for s in report["sections"] if s["status"] != "pass"}
@@ -100,8 +116,16 @@ def test_a_failing_section_fails_the_run_and_a_skip_keeps_its_reason(tmp_path, m
     def boom(ctx, sec):
         raise RuntimeError("the check itself broke")
 
-    monkeypatch.setattr(sections, "SECTIONS", [("one", "a", "good", good, 0), ("two", "b", "bad", bad, 0),
-                                               ("three", "c", "skip", skip, 0), ("four", "d", "boom", boom, 0)])
+    monkeypatch.setattr(
+        sections,
+        "SECTIONS",
+        [
+            ("one", "a", "good", good, 0),
+            ("two", "b", "bad", bad, 0),
+            ("three", "c", "skip", skip, 0),
+            ("four", "d", "boom", boom, 0),
+        ],
+    )
     code = check.main(["--cpu", str(tmp_path / "out"), "--work", str(tmp_path / "work")])
     assert code == 1
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -120,8 +144,14 @@ def test_without_a_gpu_the_gpu_mode_refuses_and_points_to_cpu(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible")
-    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out")], cwd=str(REPO), env=_env(),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / "out")],
+        cwd=str(REPO),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert "--cpu" in done.stderr
     done = subprocess.run(["bash", str(SCRIPT)], cwd=str(REPO), env=_env(), capture_output=True, text=True, timeout=30)
@@ -132,7 +162,8 @@ def _wheel(folder: Path, name: str, version: str, requires: list[str]) -> Path:
     dist = f"{name.replace('-', '_')}-{version}.dist-info"
     path = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
     meta = "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}".format(
-        name, version, "".join(f"Requires-Dist: {r}\n" for r in requires))
+        name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)
+    )
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr(f"{name.replace('-', '_')}_mod.py", f"VERSION = {version!r}\n")
         zf.writestr(f"{dist}/METADATA", meta)
@@ -154,8 +185,11 @@ def test_wheel_plan_installs_only_what_is_missing_or_too_old_and_never_torch(tmp
     machine = {"typer": "0.25.0", "torch": "2.11.0", "orch-fake-dep": "1.0"}
     project = ["orch-fake-missing>=1", "torch>=3", "typer>=0.19.2,<0.20"]
     result = plan(wheels, project=project, installed=lambda n: machine.get(n.lower()))
-    assert set(result["install"]) == {"orch_fake_missing-1.0-py3-none-any.whl", "orch_fake_dep-2.1-py3-none-any.whl",
-                                      "typer-0.19.2-py3-none-any.whl"}
+    assert set(result["install"]) == {
+        "orch_fake_missing-1.0-py3-none-any.whl",
+        "orch_fake_dep-2.1-py3-none-any.whl",
+        "typer-0.19.2-py3-none-any.whl",
+    }
     assert result["install"]["orch_fake_missing-1.0-py3-none-any.whl"] == "missing on this machine"
     why = result["install"]["orch_fake_dep-2.1-py3-none-any.whl"]
     assert "does not satisfy orch-fake-missing's orch-fake-dep>=2" in why

@@ -24,7 +24,7 @@ from orchestrator.wake import poke
 
 pytestmark = pytest.mark.slow
 
-PROGRESS_JOB = r'''
+PROGRESS_JOB = r"""
 import json, os, sys, time
 run, attempt = os.environ["ORCH_RUN_DIR"], int(os.environ["ORCH_ATTEMPT"])
 mode = sys.argv[1]
@@ -49,7 +49,7 @@ if attempt == 1:
         progress(3)
         time.sleep(0.2)
 progress(5)
-'''
+"""
 
 
 def py_spy() -> bool:
@@ -60,8 +60,9 @@ def py_spy() -> bool:
 
 def with_hang_notifier(h) -> None:
     config = h.root / "config.toml"
-    config.write_text(config.read_text() + '\n[[notifiers]]\ntype = "webhook"\nurl = "http://127.0.0.1:9/hang"\n'
-                      'events = ["hang"]\n')
+    config.write_text(
+        config.read_text() + '\n[[notifiers]]\ntype = "webhook"\nurl = "http://127.0.0.1:9/hang"\nevents = ["hang"]\n'
+    )
     h.config = load_config(config, required=True)
 
 
@@ -69,8 +70,10 @@ def command_job(h, name: str, mode: str, retries: int = 1) -> int:
     script = h.tmp / "progress_job.py"
     script.write_text(PROGRESS_JOB)
     path = h.jobs_dir / f"{name}.toml"
-    path.write_text(f'name = "{name}"\ngpus = 0\nretries = {retries}\nwatchdog_minutes = 0.04\ngrace_seconds = 2\n'
-                    f'command = {json.dumps([sys.executable, str(script), mode])}\n')
+    path.write_text(
+        f'name = "{name}"\ngpus = 0\nretries = {retries}\nwatchdog_minutes = 0.04\ngrace_seconds = 2\n'
+        f"command = {json.dumps([sys.executable, str(script), mode])}\n"
+    )
     job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0)
     poke(h.home.wake_socket)
     return job.id
@@ -100,7 +103,9 @@ def test_command_jobs_that_stop_advancing_or_never_start_are_stopped_and_retried
         assert "[orch] watchdog: hang" in log and where in log
         if py_spy():  # a command job's stacks come from py-spy (the test extra installs it)
             assert "Python stacks dumped into the log (py-spy)" in hangs[0].detail, hangs[0].detail
-            assert "py-spy dump of pid" in log and ("in progress" in log or "progress (" in log or "<module>" in log), log
+            assert "py-spy dump of pid" in log and ("in progress" in log or "progress (" in log or "<module>" in log), (
+                log
+            )
         else:
             assert "py-spy is not installed" in hangs[0].detail, hangs[0].detail
         rows = [r for r in h.store.outbox() if r.job_id == job_id]
@@ -114,19 +119,30 @@ def test_a_builtin_job_whose_step_blocks_gets_its_stacks_dumped_and_resumes(orch
     from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 
     texts = [r["text"] for r in sentiment_rows(300, seed=1)]
-    model = build_tiny_bert(tmp_path / "tiny-bert", texts, hidden=32, layers=1, heads=2, vocab_size=200,
-                            max_positions=64)
+    model = build_tiny_bert(
+        tmp_path / "tiny-bert", texts, hidden=32, layers=1, heads=2, vocab_size=200, max_positions=64
+    )
     train = write_jsonl(tmp_path / "train.jsonl", sentiment_rows(64, seed=3))
     h = orch_home(cpu_slots=1, grace_seconds=3)
     h.start_daemon()
     spec = {
-        "name": "blocks", "gpus": 0, "retries": 1, "grace_seconds": 3,
-        "model": {"name_or_path": str(model)}, "data": {"train": str(train), "max_length": 32, "num_workers": 0},
+        "name": "blocks",
+        "gpus": 0,
+        "retries": 1,
+        "grace_seconds": 3,
+        "model": {"name_or_path": str(model)},
+        "data": {"train": str(train), "max_length": 32, "num_workers": 0},
         "train": {"max_steps": 8, "batch_size": 8, "precision": "32", "hang_minutes": 0.4},
         "checkpoint": {"every_n_steps": 2, "keep": 2},
-        "env": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"), "OMP_NUM_THREADS": "1",
-                "ORCH_PROGRESS_EVERY_S": "0.01", "ORCH_FAULT_HANG_AT_STEP": "3"},
+        "env": {
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"),
+            "OMP_NUM_THREADS": "1",
+            "ORCH_PROGRESS_EVERY_S": "0.01",
+            "ORCH_FAULT_HANG_AT_STEP": "3",
+        },
     }
     path = h.jobs_dir / "blocks.toml"
     path.write_bytes(tomli_w.dumps(spec).encode())
@@ -140,8 +156,10 @@ def test_a_builtin_job_whose_step_blocks_gets_its_stacks_dumped_and_resumes(orch
     assert len(hangs) == 1 and "stuck at step 3" in hangs[0].detail, hangs
     assert "faulthandler" in hangs[0].detail
     attempts = h.store.attempts(job_id)
-    print(f"\nhang: {hangs[0].detail}\n  detected {hangs[0].at - attempts[0].started_at:.1f}s after attempt 1 began; "
-          f"attempt 1 ended {attempts[0].ended_at - hangs[0].at:.1f}s after the hang event")
+    print(
+        f"\nhang: {hangs[0].detail}\n  detected {hangs[0].at - attempts[0].started_at:.1f}s after attempt 1 began; "
+        f"attempt 1 ended {attempts[0].ended_at - hangs[0].at:.1f}s after the hang event"
+    )
     # faulthandler's dump: the blocked frame, in the runner's training step.
     assert "in training_step" in log1 and "training/module.py" in log1, log1[-3000:]
     attempts = h.store.attempts(job_id)

@@ -125,7 +125,9 @@ def test_a_hanging_hook_is_killed_with_its_whole_process_group(tmp_path: Path):
 
 
 def test_a_hook_that_ignores_sigterm_is_killed(tmp_path: Path):
-    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    )
     result = run_hook([PY, "-c", code], "succeeded", JOB, log=LOG, timeout_s=0.5, kill_grace_s=0.3)
     assert result.timed_out and result.returncode == -9
     assert "ready" in result.output
@@ -202,7 +204,9 @@ def test_shutdown_command_runs_with_idle_shutdown_event(tmp_path: Path):
     assert json.loads(out.read_text())["ORCH_EVENT"] == "idle_shutdown"
 
 
-@pytest.mark.parametrize("argv", [["/nonexistent/shutdown", "-h", "now"], [PY, "-c", "raise SystemExit(1)"], "shutdown -h now"])
+@pytest.mark.parametrize(
+    "argv", [["/nonexistent/shutdown", "-h", "now"], [PY, "-c", "raise SystemExit(1)"], "shutdown -h now"]
+)
 def test_a_failed_shutdown_is_loud_and_does_not_raise(argv, caplog):
     with caplog.at_level(logging.WARNING, logger=LOG.name):
         result = run_shutdown_command(argv, LOG)

@@ -26,15 +26,21 @@ def make_orch(tmp_path):
     yield from orch_factory(tmp_path)
 
 
-def _runtime(tmp_path: Path, marker: Path, *, minutes: float = 1.0, notifiers: list | None = None,
-             notify_wait: float = 30.0) -> DaemonRuntime:
+def _runtime(
+    tmp_path: Path, marker: Path, *, minutes: float = 1.0, notifiers: list | None = None, notify_wait: float = 30.0
+) -> DaemonRuntime:
     home = Home(tmp_path / "home").ensure()
-    config = Config.model_validate({
-        "daemon": {"gpus": []},
-        "idle": {"shutdown_after_minutes": minutes, "shutdown_command": [PY, "-c", APPEND, str(marker)],
-                 "notify_wait_seconds": notify_wait},
-        "notifiers": notifiers or [],
-    })
+    config = Config.model_validate(
+        {
+            "daemon": {"gpus": []},
+            "idle": {
+                "shutdown_after_minutes": minutes,
+                "shutdown_command": [PY, "-c", APPEND, str(marker)],
+                "notify_wait_seconds": notify_wait,
+            },
+            "notifiers": notifiers or [],
+        }
+    )
     return DaemonRuntime(home, config, Store(home.db))
 
 
@@ -43,9 +49,17 @@ def _fired(marker: Path) -> int:
 
 
 def _held_job(rt: DaemonRuntime, now: float, not_before: float | None = None) -> int:
-    return rt.store.submit(name="h", kind="command", gpus=0, priority=0, retries=0,
-                           spec={"name": "h", "gpus": 0, "command": ["true"]}, spec_path="", now=now,
-                           not_before=not_before).id
+    return rt.store.submit(
+        name="h",
+        kind="command",
+        gpus=0,
+        priority=0,
+        retries=0,
+        spec={"name": "h", "gpus": 0, "command": ["true"]},
+        spec_path="",
+        now=now,
+        not_before=not_before,
+    ).id
 
 
 def test_fires_once_after_the_idle_period_and_again_only_after_new_work(tmp_path):
@@ -83,8 +97,9 @@ def test_work_during_the_countdown_cancels_it(tmp_path):
     rt.idle.check(50.0)
     job = _held_job(rt, 55.0)  # submitted 5 s before the shutdown was due
     rt.idle.check(55.0)
-    rt.store.transition(job, JobState.RUNNING, EventKind.STARTED, 56.0, updates={"attempt": 1},
-                        begin_attempt=AttemptStart(1))
+    rt.store.transition(
+        job, JobState.RUNNING, EventKind.STARTED, 56.0, updates={"attempt": 1}, begin_attempt=AttemptStart(1)
+    )
     rt.idle.check(61.0)
     rt.idle.check(100.0)
     rt.store.transition(job, JobState.SUCCEEDED, EventKind.SUCCEEDED, 101.0, updates={"finished_at": 101.0})
@@ -120,8 +135,13 @@ def test_the_notification_goes_out_before_the_shutdown_command(tmp_path):
 def test_an_undeliverable_notification_delays_the_shutdown_only_notify_wait_seconds(tmp_path):
     marker = tmp_path / "shutdown.log"
     # Nothing listens on port 9 of loopback: every try fails and is retried later.
-    rt = _runtime(tmp_path, marker, minutes=1.0, notify_wait=30.0,
-                  notifiers=[{"type": "webhook", "url": "http://127.0.0.1:9/nobody"}])
+    rt = _runtime(
+        tmp_path,
+        marker,
+        minutes=1.0,
+        notify_wait=30.0,
+        notifiers=[{"type": "webhook", "url": "http://127.0.0.1:9/nobody"}],
+    )
     base = time.time() - 60  # the outbox sender reads the real clock: keep the two together
     rt.idle.check(base)
     rt.idle.check(base + 60)  # records the event; the first try is refused
@@ -136,8 +156,14 @@ def test_an_undeliverable_notification_delays_the_shutdown_only_notify_wait_seco
 @pytest.mark.slow
 def test_real_daemon_runs_the_shutdown_command_once_per_idle_period(make_orch, tmp_path):
     marker = tmp_path / "shutdown.log"
-    o = make_orch({"idle": {"shutdown_after_minutes": 0.03,  # 1.8 s
-                            "shutdown_command": [PY, "-c", APPEND, str(marker)]}})
+    o = make_orch(
+        {
+            "idle": {
+                "shutdown_after_minutes": 0.03,  # 1.8 s
+                "shutdown_command": [PY, "-c", APPEND, str(marker)],
+            }
+        }
+    )
     daemon = o.start_daemon()
     wait_for(lambda: _fired(marker) == 1, 20, "the first idle shutdown")
     time.sleep(3)  # a quiet period must not fire it again

@@ -24,62 +24,110 @@ command = ["python", "train.py"]
 
 # (case id, job.toml text, the problem line after "<file>: "). `{dir}` is the job file's folder.
 CASES = [
-    ("deadline_without_zone", COMMAND + 'deadline = "2030-12-05T18:00"\n',
-     "deadline: 2030-12-05T18:00 has no time zone; write it as 2026-12-05T18:00+08:00 (or Z for UTC)"),
-    ("deadline_not_a_time", COMMAND + 'deadline = "tomorrow"\n',
-     "deadline: 'tomorrow' is not a date and time; write it as 2026-12-05T18:00+08:00"),
+    (
+        "deadline_without_zone",
+        COMMAND + 'deadline = "2030-12-05T18:00"\n',
+        "deadline: 2030-12-05T18:00 has no time zone; write it as 2026-12-05T18:00+08:00 (or Z for UTC)",
+    ),
+    (
+        "deadline_not_a_time",
+        COMMAND + 'deadline = "tomorrow"\n',
+        "deadline: 'tomorrow' is not a date and time; write it as 2026-12-05T18:00+08:00",
+    ),
     ("gpus_bool", COMMAND.replace("gpus = 0", "gpus = true"), "gpus: must be a whole number (got true)"),
-    ("learning_rate_bool", BUILTIN + "[train]\nlearning_rate = true\n",
-     "train.learning_rate: must be a number (got true)"),
-    ("batch_size_zero", BUILTIN + "[train]\nbatch_size = 0\n",
-     "train.batch_size: must be greater than 0 (got 0)"),
-    ("section_typo", COMMAND + "[trian]\nmax_epochs = 3\n",
-     "unknown key 'trian' (did you mean 'train'?)"),
-    ("key_typo_in_section", BUILTIN + "[train]\nlerning_rate = 1e-4\n",
-     "unknown key 'train.lerning_rate' (did you mean 'train.learning_rate'?)"),
-    ("top_level_typo", COMMAND + "prioriy = 1\n",
-     "unknown key 'prioriy' (did you mean 'priority'?)"),
-    ("toml_syntax", 'name = "x"\ngpus = \n',
-     "TOML syntax error: Invalid value (at line 2, column 8)"),
-    ("missing_train_file", BUILTIN.replace('"imdb"', '"data/train.jsonl"'),
-     "data.train: no such file or folder '{dir}/data/train.jsonl'"),
-    ("missing_validation_file", BUILTIN + 'validation = "./dev.csv"\n',
-     "data.validation: no such file or folder '{dir}/dev.csv'"),
-    ("missing_local_model", BUILTIN.replace('"bert-base-uncased"', '"./models/tiny-bert"'),
-     "model.name_or_path: no such local model folder '{dir}/models/tiny-bert'"),
-    ("command_and_model", COMMAND + '[model]\nname_or_path = "bert-base-uncased"\n',
-     "'command' cannot be combined with [model]"),
-    ("neither_command_nor_model", "gpus = 0\n",
-     "a job needs either `command = [...]` (your own script) or the built-in fine-tune's [model] and [data] "
-     "sections; missing [model], [data]"),
-    ("model_without_data", 'gpus = 0\n[model]\nname_or_path = "bert-base-uncased"\n',
-     "a job needs either `command = [...]` (your own script) or the built-in fine-tune's [model] and [data] "
-     "sections; missing [data]"),
-    ("bad_env_name", COMMAND + '[env]\nMY-VAR = "x"\n',
-     "env: 'MY-VAR' is not a valid environment variable name"),
+    (
+        "learning_rate_bool",
+        BUILTIN + "[train]\nlearning_rate = true\n",
+        "train.learning_rate: must be a number (got true)",
+    ),
+    ("batch_size_zero", BUILTIN + "[train]\nbatch_size = 0\n", "train.batch_size: must be greater than 0 (got 0)"),
+    ("section_typo", COMMAND + "[trian]\nmax_epochs = 3\n", "unknown key 'trian' (did you mean 'train'?)"),
+    (
+        "key_typo_in_section",
+        BUILTIN + "[train]\nlerning_rate = 1e-4\n",
+        "unknown key 'train.lerning_rate' (did you mean 'train.learning_rate'?)",
+    ),
+    ("top_level_typo", COMMAND + "prioriy = 1\n", "unknown key 'prioriy' (did you mean 'priority'?)"),
+    ("toml_syntax", 'name = "x"\ngpus = \n', "TOML syntax error: Invalid value (at line 2, column 8)"),
+    (
+        "missing_train_file",
+        BUILTIN.replace('"imdb"', '"data/train.jsonl"'),
+        "data.train: no such file or folder '{dir}/data/train.jsonl'",
+    ),
+    (
+        "missing_validation_file",
+        BUILTIN + 'validation = "./dev.csv"\n',
+        "data.validation: no such file or folder '{dir}/dev.csv'",
+    ),
+    (
+        "missing_local_model",
+        BUILTIN.replace('"bert-base-uncased"', '"./models/tiny-bert"'),
+        "model.name_or_path: no such local model folder '{dir}/models/tiny-bert'",
+    ),
+    (
+        "command_and_model",
+        COMMAND + '[model]\nname_or_path = "bert-base-uncased"\n',
+        "'command' cannot be combined with [model]",
+    ),
+    (
+        "neither_command_nor_model",
+        "gpus = 0\n",
+        "a job needs either `command = [...]` (your own script) or the built-in fine-tune's [model] and [data] "
+        "sections; missing [model], [data]",
+    ),
+    (
+        "model_without_data",
+        'gpus = 0\n[model]\nname_or_path = "bert-base-uncased"\n',
+        "a job needs either `command = [...]` (your own script) or the built-in fine-tune's [model] and [data] "
+        "sections; missing [data]",
+    ),
+    ("bad_env_name", COMMAND + '[env]\nMY-VAR = "x"\n', "env: 'MY-VAR' is not a valid environment variable name"),
     ("env_value_not_string", COMMAND + "[env]\nSEED = 1\n", "env.SEED: must be a string (got 1)"),
     ("negative_gpus", COMMAND.replace("gpus = 0", "gpus = -1"), "gpus: must be at least 0 (got -1)"),
     ("retries_not_a_number", COMMAND + 'retries = "two"\n', "retries: must be a whole number (got 'two')"),
-    ("precision_unknown", BUILTIN + '[train]\nprecision = "8"\n',
-     "train.precision: must be one of '32', '16-mixed' or 'bf16-mixed' (got '8')"),
-    ("learning_rate_zero", BUILTIN + "[train]\nlearning_rate = 0.0\n",
-     "train.learning_rate: must be greater than 0 (got 0.0)"),
-    ("warmup_ratio_over_one", BUILTIN + "[train]\nwarmup_ratio = 1.5\n",
-     "train.warmup_ratio: must be at most 1 (got 1.5)"),
+    (
+        "precision_unknown",
+        BUILTIN + '[train]\nprecision = "8"\n',
+        "train.precision: must be one of '32', '16-mixed' or 'bf16-mixed' (got '8')",
+    ),
+    (
+        "learning_rate_zero",
+        BUILTIN + "[train]\nlearning_rate = 0.0\n",
+        "train.learning_rate: must be greater than 0 (got 0.0)",
+    ),
+    (
+        "warmup_ratio_over_one",
+        BUILTIN + "[train]\nwarmup_ratio = 1.5\n",
+        "train.warmup_ratio: must be at most 1 (got 1.5)",
+    ),
     ("empty_command", "gpus = 0\ncommand = []\n", "command: must not be empty (got [])"),
-    ("command_is_a_string", 'gpus = 0\ncommand = "python train.py"\n',
-     "command: must be a list (got 'python train.py')"),
-    ("empty_command_part", 'gpus = 0\ncommand = ["python", ""]\n',
-     "command: no part of the command may be an empty string"),
-    ("missing_workdir", COMMAND + 'workdir = "no-such-folder"\n',
-     "workdir: no such folder '{dir}/no-such-folder'"),
-    ("workdir_on_builtin", BUILTIN.replace("gpus = 0\n", 'gpus = 0\nworkdir = "."\n'),
-     "'workdir' is only for command jobs"),
-    ("monitor_unknown", BUILTIN + '[early_stopping]\nmonitor = "val_auc"\n',
-     "early_stopping.monitor: must be one of 'val_loss', 'val_acc', 'val_f1', 'val_precision', 'val_recall', "
-     "'val_perplexity' or 'train_loss' (got 'val_auc')"),
-    ("val_check_interval_fraction", BUILTIN + "[train]\nval_check_interval = 1.5\n",
-     "train: val_check_interval: a fraction of an epoch must be in (0, 1]"),
+    (
+        "command_is_a_string",
+        'gpus = 0\ncommand = "python train.py"\n',
+        "command: must be a list (got 'python train.py')",
+    ),
+    (
+        "empty_command_part",
+        'gpus = 0\ncommand = ["python", ""]\n',
+        "command: no part of the command may be an empty string",
+    ),
+    ("missing_workdir", COMMAND + 'workdir = "no-such-folder"\n', "workdir: no such folder '{dir}/no-such-folder'"),
+    (
+        "workdir_on_builtin",
+        BUILTIN.replace("gpus = 0\n", 'gpus = 0\nworkdir = "."\n'),
+        "'workdir' is only for command jobs",
+    ),
+    (
+        "monitor_unknown",
+        BUILTIN + '[early_stopping]\nmonitor = "val_auc"\n',
+        "early_stopping.monitor: must be one of 'val_loss', 'val_acc', 'val_f1', 'val_precision', 'val_recall', "
+        "'val_perplexity' or 'train_loss' (got 'val_auc')",
+    ),
+    (
+        "val_check_interval_fraction",
+        BUILTIN + "[train]\nval_check_interval = 1.5\n",
+        "train: val_check_interval: a fraction of an epoch must be in (0, 1]",
+    ),
     ("checkpoint_keep_zero", COMMAND + "[checkpoint]\nkeep = 0\n", "checkpoint.keep: must be at least 1 (got 0)"),
     ("budget_negative", COMMAND + "[budget]\nmax_cost = -5\n", "budget.max_cost: must be greater than 0 (got -5)"),
     ("empty_name", COMMAND + 'name = ""\n', "name: must not be empty (got '')"),
@@ -89,12 +137,16 @@ CASES = [
 
 
 # Alternate the two paths so each gets half the table and the suite stays fast.
-ROUTED = [pytest.param(text, expected, "orch" if i % 2 == 0 else "cli", id=f"{cid}-{'orch' if i % 2 == 0 else 'cli'}")
-          for i, (cid, text, expected) in enumerate(CASES)]
+ROUTED = [
+    pytest.param(text, expected, "orch" if i % 2 == 0 else "cli", id=f"{cid}-{'orch' if i % 2 == 0 else 'cli'}")
+    for i, (cid, text, expected) in enumerate(CASES)
+]
 
 
 @pytest.mark.parametrize("text, expected, via", ROUTED)
-def test_bad_job_file_is_refused_naming_the_field_and_queues_nothing(text, expected, via, request, write_file, job_count):
+def test_bad_job_file_is_refused_naming_the_field_and_queues_nothing(
+    text, expected, via, request, write_file, job_count
+):
     runner = request.getfixturevalue(via)  # "orch": the real console script; "cli": CliRunner
     path = write_file("job.toml", text)
 
@@ -107,13 +159,16 @@ def test_bad_job_file_is_refused_naming_the_field_and_queues_nothing(text, expec
 
 
 def test_every_problem_in_a_file_is_reported_at_once(orch, write_file, job_count):
-    path = write_file("three.toml", """\
+    path = write_file(
+        "three.toml",
+        """\
         gpus = -1
         retries = -2
         command = ["python", "train.py"]
         [trian]
         max_epochs = 3
-        """)
+        """,
+    )
 
     ran = orch("submit", path).assert_failed(2)
 
@@ -185,7 +240,7 @@ def test_resolved_spec_round_trips_through_the_run_folder(write_file, tmp_path):
     from orchestrator.lifecycle import write_run_spec
     from orchestrator.paths import Home
 
-    spec = load_jobspec(write_file("job.toml", COMMAND + "[env]\nHF_ENDPOINT = \"https://hf-mirror.com\"\n"))
+    spec = load_jobspec(write_file("job.toml", COMMAND + '[env]\nHF_ENDPOINT = "https://hf-mirror.com"\n'))
     written = write_run_spec(Home(tmp_path / "h").ensure(), 1, spec.to_toml_dict())
 
     again = load_resolved(written)
@@ -200,12 +255,20 @@ def test_a_multi_node_job_is_refused_on_the_local_executor_naming_the_fix(tmp_pa
     job = tmp_path / "ddp.toml"
     job.write_text('gpus = 0\nnodes = 2\ncommand = ["python", "-c", "pass"]\n')
     home = tmp_path / "home"
-    res = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(home), "submit", str(job)],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "--home", str(home), "submit", str(job)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert f"{job}: nodes: asks for 2 nodes" in res.stderr and '[executor] kind = "slurm"' in res.stderr
-    status = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(home), "status", "--all", "--json"],
-                            capture_output=True, text=True, timeout=60)
+    status = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "--home", str(home), "status", "--all", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert status.stdout.strip() == "[]"  # nothing was queued
 
 

@@ -20,25 +20,49 @@ NER = SFT.replace('"causal-lm"', '"token-classification"')
 CLASSIFIER = SFT.replace('task = "causal-lm"\n', "")
 
 CASES = [
-    ("prompt_without_response", SFT + 'prompt_field = "prompt"\n',
-     "data.prompt_field and data.response_field go together (the loss is on the response)"),
-    ("messages_and_prompt", SFT + 'prompt_field = "prompt"\nresponse_field = "response"\nmessages_field = "messages"\n',
-     "data.messages_field or data.prompt_field + data.response_field, not both"),
-    ("lora_on_ner", NER + "[lora]\nr = 8\n",
-     "[lora]: only for model.task = \"causal-lm\" (this job's task is 'token-classification')"),
-    ("packing_on_classifier", CLASSIFIER + "packing = true\n",
-     "data.packing: only for model.task = \"causal-lm\" (this job's task is 'sequence-classification')"),
-    ("monitor_not_reported", SFT + "[early_stopping]\nmonitor = \"val_acc\"\n",
-     "early_stopping.monitor: 'val_acc' is not a metric of model.task = 'causal-lm' "
-     "(use one of val_loss, val_perplexity, train_loss)"),
-    ("task_unknown", SFT.replace('"causal-lm"', '"seq2seq"'),
-     "model.task: must be one of 'sequence-classification', 'causal-lm' or 'token-classification' (got 'seq2seq')"),
+    (
+        "prompt_without_response",
+        SFT + 'prompt_field = "prompt"\n',
+        "data.prompt_field and data.response_field go together (the loss is on the response)",
+    ),
+    (
+        "messages_and_prompt",
+        SFT + 'prompt_field = "prompt"\nresponse_field = "response"\nmessages_field = "messages"\n',
+        "data.messages_field or data.prompt_field + data.response_field, not both",
+    ),
+    (
+        "lora_on_ner",
+        NER + "[lora]\nr = 8\n",
+        "[lora]: only for model.task = \"causal-lm\" (this job's task is 'token-classification')",
+    ),
+    (
+        "packing_on_classifier",
+        CLASSIFIER + "packing = true\n",
+        "data.packing: only for model.task = \"causal-lm\" (this job's task is 'sequence-classification')",
+    ),
+    (
+        "monitor_not_reported",
+        SFT + '[early_stopping]\nmonitor = "val_acc"\n',
+        "early_stopping.monitor: 'val_acc' is not a metric of model.task = 'causal-lm' "
+        "(use one of val_loss, val_perplexity, train_loss)",
+    ),
+    (
+        "task_unknown",
+        SFT.replace('"causal-lm"', '"seq2seq"'),
+        "model.task: must be one of 'sequence-classification', 'causal-lm' or 'token-classification' (got 'seq2seq')",
+    ),
     ("lora_rank_zero", SFT + "[lora]\nr = 0\n", "lora.r: must be greater than 0 (got 0)"),
     ("lora_targets_unknown_word", SFT + '[lora]\ntarget_modules = "everything"\n', "lora.target_modules:"),
-    ("prompt_field_not_in_file", SFT + 'prompt_field = "question"\nresponse_field = "response"\n',
-     "data.prompt_field: 'question' is not a field of {train} (its first row has: prompt, response, messages, text)"),
-    ("tags_field_not_in_file", NER.replace("{train}", "{ner}") + 'tags_field = "ner_tags"\n',
-     "data.tags_field: 'ner_tags' is not a field of {ner} (its first row has: tokens, tags)"),
+    (
+        "prompt_field_not_in_file",
+        SFT + 'prompt_field = "question"\nresponse_field = "response"\n',
+        "data.prompt_field: 'question' is not a field of {train} (its first row has: prompt, response, messages, text)",
+    ),
+    (
+        "tags_field_not_in_file",
+        NER.replace("{train}", "{ner}") + 'tags_field = "ner_tags"\n',
+        "data.tags_field: 'ner_tags' is not a field of {ner} (its first row has: tokens, tags)",
+    ),
 ]
 
 
@@ -61,7 +85,9 @@ def test_bad_task_fields_are_refused_naming_the_field(text, expected, cli, write
 
 
 def test_a_missing_prompt_field_is_named_by_the_real_orch_with_exit_2(orch, write_file, job_count, data_files):
-    path = write_file("job.toml", (SFT + 'prompt_field = "instruction"\nresponse_field = "output"\n').format(**data_files))
+    path = write_file(
+        "job.toml", (SFT + 'prompt_field = "instruction"\nresponse_field = "output"\n').format(**data_files)
+    )
     ran = orch("submit", path).assert_failed(2)
     assert ran.err.strip().splitlines() == [
         f"{path}: data.prompt_field: 'instruction' is not a field of {data_files['train']} "
@@ -72,14 +98,21 @@ def test_a_missing_prompt_field_is_named_by_the_real_orch_with_exit_2(orch, writ
     assert job_count() == 0
 
 
-@pytest.mark.parametrize("text", [
-    SFT + 'prompt_field = "prompt"\nresponse_field = "response"\npacking = true\n[lora]\ntarget_modules = "all-linear"\nmerge = true\n',
-    SFT + 'messages_field = "messages"\n[lora]\ntarget_modules = ["q_proj", "v_proj"]\n[early_stopping]\nmonitor = "val_perplexity"\n',
-    NER + "[early_stopping]\nmonitor = \"val_f1\"\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        SFT
+        + 'prompt_field = "prompt"\nresponse_field = "response"\npacking = true\n[lora]\ntarget_modules = "all-linear"\nmerge = true\n',
+        SFT
+        + 'messages_field = "messages"\n[lora]\ntarget_modules = ["q_proj", "v_proj"]\n[early_stopping]\nmonitor = "val_perplexity"\n',
+        NER + '[early_stopping]\nmonitor = "val_f1"\n',
+    ],
+)
 def test_good_task_jobs_are_queued(text, cli, write_file, job_count, data_files):
-    path = write_file("job.toml", text.replace("{train}", "{ner}" if "token-classification" in text else "{train}")
-                      .format(**data_files))
+    path = write_file(
+        "job.toml",
+        text.replace("{train}", "{ner}" if "token-classification" in text else "{train}").format(**data_files),
+    )
     ran = cli("submit", path)
     assert ran.rc == 0, ran.err
     assert job_count() == 1

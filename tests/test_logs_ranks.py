@@ -27,11 +27,25 @@ def test_logs_print_every_attempt_and_every_rank_in_order_with_the_rank_named(tm
     (run / attempt_log(2)).write_text("a2 rank0\n")
     (run / attempt_log(2, 1)).write_text("a2 rank1\n")
     (run / attempt_log(10)).write_text("a10 rank0\n")  # numeric order, not name order
-    res = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(home.root), "logs", str(job.id)],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "--home", str(home.root), "logs", str(job.id)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
-    assert res.stdout.splitlines() == ["a1 rank0", "[rank 1] a1 rank1 line1", "[rank 1] a1 rank1 line2", "a2 rank0",
-                                       "[rank 1] a2 rank1", "a10 rank0"]
-    last = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(home.root), "logs", str(job.id),
-                           "-n", "2"], capture_output=True, text=True, timeout=60)
+    assert res.stdout.splitlines() == [
+        "a1 rank0",
+        "[rank 1] a1 rank1 line1",
+        "[rank 1] a1 rank1 line2",
+        "a2 rank0",
+        "[rank 1] a2 rank1",
+        "a10 rank0",
+    ]
+    last = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "--home", str(home.root), "logs", str(job.id), "-n", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert last.stdout.splitlines() == ["[rank 1] a2 rank1", "a10 rank0"]

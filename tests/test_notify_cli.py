@@ -19,8 +19,11 @@ GOOD_KEY = "0b5e7c1a-2d3f-4a6b-8c9d-g00dr0b0tk3y"
 DELETED_KEY = "9f8e7d6c-5b4a-4c3d-2e1f-de1e7edr0b07"
 WRONG_PASSWORD = "not-the-auth-code-5678"
 WECOM_OK = {"errcode": 0, "errmsg": "ok"}
-WECOM_BAD_KEY = {"errcode": 93000, "errmsg": "invalid webhook url, hint: [1712345678_abc], from ip: 10.0.0.1, "
-                 "more info at https://open.work.weixin.qq.com/devtool/query?e=93000"}
+WECOM_BAD_KEY = {
+    "errcode": 93000,
+    "errmsg": "invalid webhook url, hint: [1712345678_abc], from ip: 10.0.0.1, "
+    "more info at https://open.work.weixin.qq.com/devtool/query?e=93000",
+}
 
 
 @pytest.fixture
@@ -38,8 +41,14 @@ def smtp() -> Iterator[tuple[int, Inbox]]:
     from aiosmtpd.controller import Controller
 
     inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=free_port(), authenticator=authenticator,
-                            auth_required=True, auth_require_tls=False)  # plaintext AUTH: loopback only
+    controller = Controller(
+        inbox,
+        hostname="127.0.0.1",
+        port=free_port(),
+        authenticator=authenticator,
+        auth_required=True,
+        auth_require_tls=False,
+    )  # plaintext AUTH: loopback only
     controller.start()
     try:
         yield controller.port, inbox

@@ -30,8 +30,11 @@ QUICKSTART = REPO / "examples" / "quickstart"
 WECOM_KEY = "93a1c0de-5b7e-4c11-9f00-e2e5ec7e7k3y"
 HOOK_TOKEN = "hooktok-6f1d2a9b8c7e"
 WECOM_OK = {"errcode": 0, "errmsg": "ok"}
-WECOM_BAD_KEY = {"errcode": 93000, "errmsg": "invalid webhook url, hint: [1712345678_abc], from ip: 10.0.0.1, "
-                 "more info at https://open.work.weixin.qq.com/devtool/query?e=93000"}
+WECOM_BAD_KEY = {
+    "errcode": 93000,
+    "errmsg": "invalid webhook url, hint: [1712345678_abc], from ip: 10.0.0.1, "
+    "more info at https://open.work.weixin.qq.com/devtool/query?e=93000",
+}
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -82,8 +85,14 @@ def smtp() -> Iterator[tuple[int, Inbox]]:
     from aiosmtpd.controller import Controller
 
     inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=free_port(), authenticator=authenticator,
-                            auth_required=True, auth_require_tls=False)
+    controller = Controller(
+        inbox,
+        hostname="127.0.0.1",
+        port=free_port(),
+        authenticator=authenticator,
+        auth_required=True,
+        auth_require_tls=False,
+    )
     controller.start()
     try:
         yield controller.port, inbox
@@ -127,7 +136,8 @@ def everything_said(h: OrchHome, job_ids: list[int], *cli_args: tuple[str, ...])
 
 @pytest.mark.slow
 def test_an_outage_delays_messages_but_loses_duplicates_and_reorders_none_and_never_blocks_dispatch(
-        orch_home, servers, monkeypatch):
+    orch_home, servers, monkeypatch
+):
     port = servers(FixedPort)
     healthy, failing, broken = servers(), servers(), servers()
     failing.reply(500, "<html>502 Bad Gateway</html>", delay_s=0.5)  # slow and failing
@@ -136,7 +146,9 @@ def test_an_outage_delays_messages_but_loses_duplicates_and_reorders_none_and_ne
     monkeypatch.setenv("ORCH_TEST_HOOK_URL", f"{port.base_url}/services/{HOOK_TOKEN}")
     monkeypatch.setenv("ORCH_TEST_WECOM_URL", f"{broken.base_url}/cgi-bin/webhook/send?key={WECOM_KEY}")
     h = orch_home()
-    configure(h, """
+    configure(
+        h,
+        """
 [[notifiers]]
 type = "webhook"
 name = "hook"
@@ -148,15 +160,20 @@ type = "wecom"
 name = "deleted-robot"
 url_env = "ORCH_TEST_WECOM_URL"
 events = ["failed"]
-""", cpu_slots=2)
+""",
+        cpu_slots=2,
+    )
     h.start_daemon()
 
     # Phase 1, the port is closed: three jobs run and finish.
     jobs = [h.submit("first"), h.submit("second", exit=3), h.submit("third")]
     for job_id in jobs:
         h.wait_state(job_id, JobState.SUCCEEDED, JobState.FAILED)
-    wait_for(lambda: any("connection" in r.last_error for r in h.store.outbox() if r.channel == "hook"), 10,
-             what="a refused delivery to be recorded")
+    wait_for(
+        lambda: any("connection" in r.last_error for r in h.store.outbox() if r.channel == "hook"),
+        10,
+        what="a refused delivery to be recorded",
+    )
 
     # Phase 2, the server answers slowly with 500s: a job submitted now starts on time.
     port.up(failing)
@@ -173,8 +190,11 @@ events = ["failed"]
     # Phase 3, the provider is back: every message arrives exactly once, in order.
     port.down()
     port.up(healthy)
-    wait_for(lambda: h.store.pending_outbox() == 0, 20,
-             what=f"the outbox to drain (received {sent(healthy)}; log: {h.log_tail()})")
+    wait_for(
+        lambda: h.store.pending_outbox() == 0,
+        20,
+        what=f"the outbox to drain (received {sent(healthy)}; log: {h.log_tail()})",
+    )
     time.sleep(1.5)  # a further pass or two must send nothing again
     received = sent(healthy)
     expected = [(j, "started") for j in jobs] + [(j, h.state(j).value) for j in jobs]
@@ -249,7 +269,8 @@ TRANSFORMERS_OFFLINE = "1"
 
 @pytest.mark.slow
 def test_a_builtin_success_and_a_command_failure_reach_email_and_wecom_with_what_a_user_needs(
-        orch_home, servers, smtp, monkeypatch, tmp_path):
+    orch_home, servers, smtp, monkeypatch, tmp_path
+):
     from orchestrator.gpus import managed_gpus
     from orchestrator.lifecycle import submit_job
     from orchestrator.wake import poke
@@ -261,7 +282,9 @@ def test_a_builtin_success_and_a_command_failure_reach_email_and_wecom_with_what
     monkeypatch.setenv("ORCH_TEST_SMTP_PASSWORD", PASSWORD)
     monkeypatch.setenv("ORCH_TEST_WECOM_URL", f"{robot.base_url}/cgi-bin/webhook/send?key={WECOM_KEY}")
     h = orch_home()
-    configure(h, f"""
+    configure(
+        h,
+        f"""
 [pricing]
 currency = "CNY"
 
@@ -279,11 +302,19 @@ events = ["succeeded", "failed"]
 type = "wecom"
 name = "robot"
 url_env = "ORCH_TEST_WECOM_URL"
-""", cpu_slots=2)
+""",
+        cpu_slots=2,
+    )
     h.start_daemon()
 
-    builtin = submit_job(h.store, h.config, h.home, quickstart_job(tmp_path), now=time.time(),
-                         machine_gpus=len(managed_gpus(h.config.daemon.gpus))).id
+    builtin = submit_job(
+        h.store,
+        h.config,
+        h.home,
+        quickstart_job(tmp_path),
+        now=time.time(),
+        machine_gpus=len(managed_gpus(h.config.daemon.gpus)),
+    ).id
     poke(h.home.wake_socket)
     broken = h.submit("broken", print=["loading shards", "CUDA error: device-side assert triggered"], exit=3)
     h.wait_state(broken, JobState.FAILED)
@@ -294,8 +325,11 @@ url_env = "ORCH_TEST_WECOM_URL"
 
     # WeCom: a markdown message per job, and after the built-in job's its loss curve as an image
     # message (the command job wrote no metrics.csv: no picture).
-    wait_for(lambda: len(inbox.envelopes) >= 2 and len(robot.requests) >= 3, 20,
-             what=f"two mails and three robot messages (log: {h.log_tail()})")
+    wait_for(
+        lambda: len(inbox.envelopes) >= 2 and len(robot.requests) >= 3,
+        20,
+        what=f"two mails and three robot messages (log: {h.log_tail()})",
+    )
     time.sleep(1.0)  # and no more than that
     assert len(inbox.envelopes) == 2 and len(robot.requests) == 3
     images = [r.json()["image"] for r in robot.requests if r.json()["msgtype"] == "image"]
@@ -322,8 +356,7 @@ url_env = "ORCH_TEST_WECOM_URL"
     assert len(markdown) == 2
     for r in robot.requests:
         assert r.path == "/cgi-bin/webhook/send" and r.query["key"] == [WECOM_KEY]
-    contents = {r.json()["markdown"]["content"].splitlines()[0]: r.json()["markdown"]["content"]
-                for r in markdown}
+    contents = {r.json()["markdown"]["content"].splitlines()[0]: r.json()["markdown"]["content"] for r in markdown}
     ok_md, bad_md = contents[f"**{ok_subject}**"], contents[f"**{bad_subject}**"]
     assert "**State:** succeeded" in ok_md and f"**Best metric:** {best}" in ok_md
     assert "**State:** failed" in bad_md and "**Reason:** exit code 3" in bad_md

@@ -37,8 +37,9 @@ def _iso_in(seconds: float) -> str:
 
 
 def aws_flip(fake: FakeAws, on: bool) -> None:
-    fake.instance_action = ((200, json.dumps({"action": "terminate", "time": _iso_in(120)})) if on
-                            else (404, "<html>Not Found</html>"))
+    fake.instance_action = (
+        (200, json.dumps({"action": "terminate", "time": _iso_in(120)})) if on else (404, "<html>Not Found</html>")
+    )
 
 
 def gcp_flip(fake: FakeGcp, on: bool) -> None:
@@ -48,10 +49,17 @@ def gcp_flip(fake: FakeGcp, on: bool) -> None:
 def azure_flip(fake: FakeAzure, on: bool) -> None:
     if on:
         not_before = format_datetime(datetime.fromtimestamp(time.time() + 30, timezone.utc), usegmt=True)
-        fake.add_event(EventId="602d9444-d2cd-49c7-8624-8643e7171297", EventType="Preempt",
-                       ResourceType="VirtualMachine", Resources=["spot-vm-0"], EventStatus="Scheduled",
-                       NotBefore=not_before, Description="Spot eviction", EventSource="Platform",
-                       DurationInSeconds=-1)
+        fake.add_event(
+            EventId="602d9444-d2cd-49c7-8624-8643e7171297",
+            EventType="Preempt",
+            ResourceType="VirtualMachine",
+            Resources=["spot-vm-0"],
+            EventStatus="Scheduled",
+            NotBefore=not_before,
+            Description="Spot eviction",
+            EventSource="Platform",
+            DurationInSeconds=-1,
+        )
     else:
         fake.events = []
         fake.incarnation += 1
@@ -75,17 +83,25 @@ def wait_polls(fake: Fake, more: int, what: str) -> None:
 
 
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
-def test_metadata_notice_checkpoints_and_requeues_every_job_and_they_resume_when_it_clears(provider, orch_home,
-                                                                                           serve):
+def test_metadata_notice_checkpoints_and_requeues_every_job_and_they_resume_when_it_clears(provider, orch_home, serve):
     make_fake, flip = PROVIDERS[provider]
     fake = make_fake()
     h = orch_home(cpu_slots=2, grace_seconds=10)
-    configure_preemption(h, sources=[provider], poll_seconds=POLL_S, timeout_seconds=0.5, on_notice="wait",
-                         **{f"{provider}_endpoint": serve(fake)})
+    configure_preemption(
+        h,
+        sources=[provider],
+        poll_seconds=POLL_S,
+        timeout_seconds=0.5,
+        on_notice="wait",
+        **{f"{provider}_endpoint": serve(fake)},
+    )
     h.start_daemon()
-    jobs = {name: h.submit(name, per_attempt={"1": {"hold": "never", "on_term": 75, "notice_ckpt": step},
-                                              "2": {"hold": f"go-{name}"}})
-            for name, step in (("first", 7), ("second", 3))}
+    jobs = {
+        name: h.submit(
+            name, per_attempt={"1": {"hold": "never", "on_term": 75, "notice_ckpt": step}, "2": {"hold": f"go-{name}"}}
+        )
+        for name, step in (("first", 7), ("second", 3))
+    }
     for name in jobs:
         h.wait_record(name, attempt=1)
     wait_polls(fake, 3, provider)  # "no notice" answers: nothing happens
@@ -111,7 +127,9 @@ def test_metadata_notice_checkpoints_and_requeues_every_job_and_they_resume_when
         start = h.wait_record(name, attempt=2)
         assert h.state(job_id) is JobState.RUNNING
         step = 7 if name == "first" else 3
-        assert start["env"]["ORCH_RESUME_FROM"] == str(h.run_dir(job_id) / "checkpoints" / f"notice-step-{step:08d}.ckpt")
+        assert start["env"]["ORCH_RESUME_FROM"] == str(
+            h.run_dir(job_id) / "checkpoints" / f"notice-step-{step:08d}.ckpt"
+        )
         h.release(f"go-{name}")
     for name, job_id in jobs.items():
         h.wait_state(job_id, JobState.SUCCEEDED)
@@ -152,19 +170,32 @@ def test_metadata_servers_answering_500_are_not_a_notice(orch_home, serve):
     broken = Broken()
     url = serve(broken)
     h = orch_home()
-    configure_preemption(h, sources=sorted(PROVIDERS), poll_seconds=POLL_S, timeout_seconds=0.5,
-                         **{f"{p}_endpoint": url for p in PROVIDERS})
+    configure_preemption(
+        h,
+        sources=sorted(PROVIDERS),
+        poll_seconds=POLL_S,
+        timeout_seconds=0.5,
+        **{f"{p}_endpoint": url for p in PROVIDERS},
+    )
     h.start_daemon()
     job_id = h.submit("steady", hold="steady", on_term=75)
     _assert_jobs_unbothered(h, job_id, broken)
     assert {path.split("?")[0] for _, path, _ in broken.requests} >= {
-        "/latest/api/token", "/computeMetadata/v1/instance/preempted", "/metadata/scheduledevents"}
+        "/latest/api/token",
+        "/computeMetadata/v1/instance/preempted",
+        "/metadata/scheduledevents",
+    }
 
 
 def test_unreachable_metadata_servers_are_not_a_notice(orch_home, closed_port_url):
     h = orch_home()
-    configure_preemption(h, sources=sorted(PROVIDERS), poll_seconds=POLL_S, timeout_seconds=0.5,
-                         **{f"{p}_endpoint": closed_port_url for p in PROVIDERS})
+    configure_preemption(
+        h,
+        sources=sorted(PROVIDERS),
+        poll_seconds=POLL_S,
+        timeout_seconds=0.5,
+        **{f"{p}_endpoint": closed_port_url for p in PROVIDERS},
+    )
     h.start_daemon()
     job_id = h.submit("steady", hold="steady", on_term=75)
     _assert_jobs_unbothered(h, job_id, None)

@@ -43,23 +43,31 @@ def workload(tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("workload")
     texts = [r["text"] for r in sentiment_rows(1000, seed=1)]
-    model = build_tiny_bert(root / "tiny-bert", texts, hidden=32, layers=2, heads=2, vocab_size=300,
-                            max_positions=64)
+    model = build_tiny_bert(root / "tiny-bert", texts, hidden=32, layers=2, heads=2, vocab_size=300, max_positions=64)
     train = write_jsonl(root / "train.jsonl", sentiment_rows(ROWS, seed=11))
     return {"model": model, "train": train, "hf_cache": root / "hf-cache", "root": root}
 
 
 def job_toml(workload: dict[str, Path], folder: Path, name: str, workers: int = 0) -> Path:
     spec: dict[str, Any] = {
-        "name": name, "gpus": 0, "retries": 2, "grace_seconds": 30,
+        "name": name,
+        "gpus": 0,
+        "retries": 2,
+        "grace_seconds": 30,
         "model": {"name_or_path": str(workload["model"]), "num_labels": 2},
         "data": {"train": str(workload["train"]), "max_length": 32, "num_workers": workers, "shuffle": True},
         "train": {"max_epochs": EPOCHS, "batch_size": BATCH, "precision": "32", "learning_rate": 1e-3, "seed": 7},
         "checkpoint": {"every_n_steps": EVERY, "keep": 2},
-        "env": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "HF_DATASETS_CACHE": str(workload["hf_cache"]), "TOKENIZERS_PARALLELISM": "false",
-                "OMP_NUM_THREADS": "1", "ORCH_PROGRESS_EVERY_S": str(PROGRESS_EVERY_S),
-                "ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S)},
+        "env": {
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_CACHE": str(workload["hf_cache"]),
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1",
+            "ORCH_PROGRESS_EVERY_S": str(PROGRESS_EVERY_S),
+            "ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S),
+        },
     }
     path = folder / f"{name}.toml"
     path.write_bytes(tomli_w.dumps(spec).encode())
@@ -127,9 +135,11 @@ def wait_succeeded(h: OrchHome, job_id: int, timeout: float = 120) -> None:
         state = h.state(job_id)
         if state in (JobState.FAILED, JobState.CANCELLED, JobState.STOPPED):
             job = h.job(job_id)
-            raise AssertionError(f"job {job_id} ended {state.value}: {job.reason}\n"
-                                 f"{attempt_log(h, job_id, job.attempt)}\n{h.log_tail()}")
+            raise AssertionError(
+                f"job {job_id} ended {state.value}: {job.reason}\n{attempt_log(h, job_id, job.attempt)}\n{h.log_tail()}"
+            )
         return state is JobState.SUCCEEDED
+
     wait_for(done, timeout, interval=0.2, what=f"job {job_id} to succeed (daemon log: {h.log_tail()})")
 
 
@@ -157,7 +167,9 @@ def uninterrupted(workload, tmp_path_factory) -> dict[str, Any]:
         h.cleanup()
 
 
-def test_file_notice_mid_epoch_resumes_to_identical_weights_with_no_steps_lost(workload, uninterrupted, homes, tmp_path):
+def test_file_notice_mid_epoch_resumes_to_identical_weights_with_no_steps_lost(
+    workload, uninterrupted, homes, tmp_path
+):
     h = make_home(tmp_path / "b", sources=["file"], poll_seconds=0.2, on_notice="wait")
     homes.append(h)
     sentinel = h.root / "preempt-notice"
@@ -166,8 +178,12 @@ def test_file_notice_mid_epoch_resumes_to_identical_weights_with_no_steps_lost(w
 
     wait_for(lambda: progress_step(h, job_id) >= NOTICE_AFTER, 90, interval=0.02, what="step 3 of attempt 1")
     sentinel.touch()
-    wait_for(lambda: h.state(job_id) is JobState.QUEUED, 40, interval=0.05,
-             what=f"the notice to requeue the job: {attempt_log(h, job_id, 1)}")
+    wait_for(
+        lambda: h.state(job_id) is JobState.QUEUED,
+        40,
+        interval=0.05,
+        what=f"the notice to requeue the job: {attempt_log(h, job_id, 1)}",
+    )
     # While the notice stands the daemon starts nothing: the job waits in the queue.
     time.sleep(1.0)
     job = h.job(job_id)
@@ -192,8 +208,9 @@ def test_file_notice_mid_epoch_resumes_to_identical_weights_with_no_steps_lost(w
     assert_same_weights(uninterrupted["weights"], exported_weights(h.run_dir(job_id)))
 
 
-def test_daemon_stop_and_start_resumes_to_identical_weights_with_no_steps_lost(workload, uninterrupted, homes,
-                                                                              tmp_path):
+def test_daemon_stop_and_start_resumes_to_identical_weights_with_no_steps_lost(
+    workload, uninterrupted, homes, tmp_path
+):
     h = make_home(tmp_path / "b")
     homes.append(h)
     started = h.cli("daemon", "start")
@@ -222,15 +239,20 @@ def test_daemon_stop_and_start_resumes_to_identical_weights_with_no_steps_lost(w
 
 
 def test_sigkill_of_the_job_resumes_from_the_last_periodic_checkpoint_and_reports_lost_steps(
-        workload, uninterrupted, homes, tmp_path):
+    workload, uninterrupted, homes, tmp_path
+):
     h = make_home(tmp_path / "b")
     homes.append(h)
     h.start_daemon()
     job_id = submit_builtin(h, workload, "b")
     periodic = h.run_dir(job_id) / "checkpoints" / f"step-{EVERY:08d}.ckpt"
 
-    wait_for(lambda: periodic.exists() and progress_step(h, job_id) >= EVERY + 3, 90, interval=0.02,
-             what=f"{periodic.name} and step {EVERY + 3}")
+    wait_for(
+        lambda: periodic.exists() and progress_step(h, job_id) >= EVERY + 3,
+        90,
+        interval=0.02,
+        what=f"{periodic.name} and step {EVERY + 3}",
+    )
     pids = h.attempt_pids(job_id, 1)
     os.killpg(pids["job_pid"], signal.SIGKILL)  # no chance to save
     wait_succeeded(h, job_id)

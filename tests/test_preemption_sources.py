@@ -88,7 +88,10 @@ def test_aws_instance_action_is_a_preempt_notice_with_its_deadline(serve, action
     fake.instance_action = (200, json.dumps({"action": action, "time": "2026-09-18T08:22:00Z"}))
     notice = source.poll(NOW + 5)
     assert notice == Notice(
-        "aws", PREEMPT, parse_iso_utc("2026-09-18T08:22:00Z"), f"AWS spot interruption: {action} at 2026-09-18T08:22:00Z"
+        "aws",
+        PREEMPT,
+        parse_iso_utc("2026-09-18T08:22:00Z"),
+        f"AWS spot interruption: {action} at 2026-09-18T08:22:00Z",
     )
     assert notice.deadline == 1789719720.0
 

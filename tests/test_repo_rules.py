@@ -32,14 +32,19 @@ def string_constants(path: Path) -> list[tuple[int, str]]:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 docstrings.add(id(first.value))
-    return [(n.lineno, n.value) for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
+    return [
+        (n.lineno, n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+    ]
 
 
 # -- SQL lives in orchestrator/store/ ------------------------------------------------------------------
 
-SQL = re.compile(r"\b(SELECT\s+[\w*(]|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX)|"
-                 r"ALTER\s+TABLE|PRAGMA\s+\w+|BEGIN\s+IMMEDIATE)")
+SQL = re.compile(
+    r"\b(SELECT\s+[\w*(]|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX)|"
+    r"ALTER\s+TABLE|PRAGMA\s+\w+|BEGIN\s+IMMEDIATE)"
+)
 SQL_CALLS = re.compile(r"sqlite3\.connect\(|\.execute(many|script)?\(")
 
 
@@ -93,8 +98,17 @@ def contract_names() -> tuple[set[str], set[str]]:
     """(file names in the run folder, folder names in it), read from the contract itself."""
     from orchestrator import contract
 
-    files = {contract.JOB_TOML, contract.PROGRESS, contract.RESULT, contract.BATCH, contract.METRICS_CSV,
-             contract.HEALTH, contract.CHECKPOINT_INTERVAL, contract.DISK_FULL, contract.BEST_NAME}
+    files = {
+        contract.JOB_TOML,
+        contract.PROGRESS,
+        contract.RESULT,
+        contract.BATCH,
+        contract.METRICS_CSV,
+        contract.HEALTH,
+        contract.CHECKPOINT_INTERVAL,
+        contract.DISK_FULL,
+        contract.BEST_NAME,
+    }
     folders = {contract.CHECKPOINTS, contract.MODEL, contract.TENSORBOARD}
     return files, folders
 
@@ -105,9 +119,14 @@ def contract_literals(path: Path, label: str = "") -> list[str]:
     with an f-string."""
     files, folders = contract_names()
     tree = ast.parse(path.read_text(), str(path))
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
     found = []
 
     def where(node: ast.AST) -> str:
@@ -120,11 +139,18 @@ def contract_literals(path: Path, label: str = "") -> list[str]:
                 found.append(f"{where(node)}: {value!r}")
             if type(value) is int and value in (75, 76):
                 found.append(f"{where(node)}: exit code {value}")
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant) \
-                and node.right.value in folders:
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Div)
+            and isinstance(node.right, ast.Constant)
+            and node.right.value in folders
+        ):
             found.append(f"{where(node)}: / {node.right.value!r}")
-        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("Path", "os.path.join") \
-                and any(isinstance(a, ast.Constant) and a.value in folders for a in node.args):
+        if (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) in ("Path", "os.path.join")
+            and any(isinstance(a, ast.Constant) and a.value in folders for a in node.args)
+        ):
             found.append(f"{where(node)}: {ast.unparse(node)[:60]}")
         if isinstance(node, ast.JoinedStr):
             text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
@@ -134,15 +160,18 @@ def contract_literals(path: Path, label: str = "") -> list[str]:
 
 
 def test_contract_names_are_spelled_only_in_the_contract_module():
-    offenders = [hit for path in sources(*PRODUCT) if rel(path) != "orchestrator/contract.py"
-                 for hit in contract_literals(path)]
+    offenders = [
+        hit for path in sources(*PRODUCT) if rel(path) != "orchestrator/contract.py" for hit in contract_literals(path)
+    ]
     assert offenders == [], "use the names from orchestrator/contract.py:\n" + "\n".join(offenders)
 
 
 def test_the_contract_rule_catches_each_kind_of_hand_spelled_name(tmp_path):
     planted = tmp_path / "planted.py"
-    planted.write_text('import os\nfrom pathlib import Path\nrun = Path(".")\nn = 1\n'
-                       'a = run / "result.json"\nb = os.environ["ORCH_RUN_DIR"]\nc = run / "checkpoints"\n'
-                       'd = run / f"attempt-{n}.exit"\ne = 75\n')
+    planted.write_text(
+        'import os\nfrom pathlib import Path\nrun = Path(".")\nn = 1\n'
+        'a = run / "result.json"\nb = os.environ["ORCH_RUN_DIR"]\nc = run / "checkpoints"\n'
+        'd = run / f"attempt-{n}.exit"\ne = 75\n'
+    )
     hits = contract_literals(planted, label="planted.py")
     assert len(hits) == 5, hits

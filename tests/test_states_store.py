@@ -29,10 +29,15 @@ SPEC = {"name": "t", "gpus": 0, "command": ["python", "train.py"]}
 LEGAL = [(src, dst) for src, dsts in TRANSITIONS.items() for dst in sorted(dsts, key=lambda s: s.value)]
 ILLEGAL = [(src, dst) for src, dst in itertools.product(JobState, JobState) if not allowed(src, dst)]
 # The event each kind of move writes in practice (any kind is accepted by the store).
-KIND_FOR = {JobState.RUNNING: EventKind.STARTED, JobState.QUEUED: EventKind.RETRYING,
-            JobState.SUCCEEDED: EventKind.SUCCEEDED, JobState.FAILED: EventKind.FAILED,
-            JobState.CANCELLED: EventKind.CANCELLED, JobState.STOPPED: EventKind.STOPPED,
-            JobState.PRUNED: EventKind.PRUNED}
+KIND_FOR = {
+    JobState.RUNNING: EventKind.STARTED,
+    JobState.QUEUED: EventKind.RETRYING,
+    JobState.SUCCEEDED: EventKind.SUCCEEDED,
+    JobState.FAILED: EventKind.FAILED,
+    JobState.CANCELLED: EventKind.CANCELLED,
+    JobState.STOPPED: EventKind.STOPPED,
+    JobState.PRUNED: EventKind.PRUNED,
+}
 
 
 def path_to(target: JobState) -> list[JobState]:
@@ -48,8 +53,17 @@ def path_to(target: JobState) -> list[JobState]:
 
 
 def new_job(store: Store, now: float = 1000.0, **kw):
-    return store.submit(name=kw.pop("name", "t"), kind="command", gpus=0, priority=0, retries=2, spec=SPEC,
-                        spec_path="/x/job.toml", now=now, **kw)
+    return store.submit(
+        name=kw.pop("name", "t"),
+        kind="command",
+        gpus=0,
+        priority=0,
+        retries=2,
+        spec=SPEC,
+        spec_path="/x/job.toml",
+        now=now,
+        **kw,
+    )
 
 
 def job_in(store: Store, state: JobState):
@@ -72,13 +86,23 @@ def test_every_state_is_reachable_from_queued():
 
 
 def test_the_table_is_the_designed_lifecycle():
-    Q, R, S, F, C, T, P = (JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED,
-                           JobState.CANCELLED, JobState.STOPPED, JobState.PRUNED)
+    Q, R, S, F, C, T, P = (
+        JobState.QUEUED,
+        JobState.RUNNING,
+        JobState.SUCCEEDED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.STOPPED,
+        JobState.PRUNED,
+    )
     assert TRANSITIONS == {
         Q: {R, C, F},  # start; cancel while queued; a dependency failed
         R: {S, F, C, T, P, Q},  # Q: preempted / checkpointed / OOM / charged retry, resumes; P: a sweep's pruner
         S: set(),
-        F: {Q}, C: {Q}, T: {Q}, P: {Q},  # orch retry
+        F: {Q},
+        C: {Q},
+        T: {Q},
+        P: {Q},  # orch retry
     }
 
 
@@ -110,8 +134,14 @@ def test_illegal_transition_raises_and_changes_nothing(store, src, dst):
     row, events, outbox = raw_row(store, job.id), store.events(job.id), store.outbox()
 
     with pytest.raises(InvalidTransition) as info:
-        store.transition(job.id, dst, KIND_FOR[dst], 9000.0, updates={"reason": "should not stick"},
-                         outgoing=[Outgoing("me", {"event": "x"})])
+        store.transition(
+            job.id,
+            dst,
+            KIND_FOR[dst],
+            9000.0,
+            updates={"reason": "should not stick"},
+            outgoing=[Outgoing("me", {"event": "x"})],
+        )
 
     assert f"job {job.id} is {src.value}; it cannot become {dst.value}" in str(info.value)
     assert raw_row(store, job.id) == row
@@ -139,8 +169,14 @@ def test_the_event_commits_with_the_state_or_not_at_all(store):
     store.db.execute("CREATE TRIGGER no_events BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'disk full'); END")
 
     with pytest.raises(sqlite3.DatabaseError, match="disk full"):
-        store.transition(job.id, JobState.RUNNING, EventKind.STARTED, 2000.0,
-                         updates={"attempt": 1}, begin_attempt=AttemptStart(1, [0]))
+        store.transition(
+            job.id,
+            JobState.RUNNING,
+            EventKind.STARTED,
+            2000.0,
+            updates={"attempt": 1},
+            begin_attempt=AttemptStart(1, [0]),
+        )
 
     assert raw_row(store, job.id) == row
     assert store.attempts(job.id) == []
@@ -150,20 +186,41 @@ def test_the_event_commits_with_the_state_or_not_at_all(store):
 
 def test_transition_writes_attempt_rows_and_outbox_rows_in_the_same_step(store):
     job = new_job(store)
-    store.transition(job.id, JobState.RUNNING, EventKind.STARTED, 10.0, updates={"attempt": 1, "gpu_ids": [1]},
-                     begin_attempt=AttemptStart(1, [1]))
-    done = store.transition(job.id, JobState.SUCCEEDED, EventKind.SUCCEEDED, 70.0,
-                            end_attempt=AttemptEnd(70.0, AttemptOutcome.SUCCEEDED, exit_code=0, step_reached=99),
-                            outgoing=[Outgoing("wecom", {"event": "succeeded"}), Outgoing("me", {"event": "succeeded"})])
+    store.transition(
+        job.id,
+        JobState.RUNNING,
+        EventKind.STARTED,
+        10.0,
+        updates={"attempt": 1, "gpu_ids": [1]},
+        begin_attempt=AttemptStart(1, [1]),
+    )
+    done = store.transition(
+        job.id,
+        JobState.SUCCEEDED,
+        EventKind.SUCCEEDED,
+        70.0,
+        end_attempt=AttemptEnd(70.0, AttemptOutcome.SUCCEEDED, exit_code=0, step_reached=99),
+        outgoing=[Outgoing("wecom", {"event": "succeeded"}), Outgoing("me", {"event": "succeeded"})],
+    )
 
     (attempt,) = store.attempts(job.id)
-    assert (attempt.n, attempt.started_at, attempt.ended_at, attempt.exit_code, attempt.outcome, attempt.step_reached,
-            attempt.gpu_ids) == (1, 10.0, 70.0, 0, "succeeded", 99, [1])
+    assert (
+        attempt.n,
+        attempt.started_at,
+        attempt.ended_at,
+        attempt.exit_code,
+        attempt.outcome,
+        attempt.step_reached,
+        attempt.gpu_ids,
+    ) == (1, 10.0, 70.0, 0, "succeeded", 99, [1])
     # Leaving `running` frees the GPUs (the attempt row keeps which ones it had).
     assert done.gpu_ids == [] and done.attempt == 1 and done.finished_at == 70.0
     succeeded = store.events(job.id, kinds=["succeeded"])[-1]
     rows = store.outbox()
-    assert [(r.channel, r.event_id, r.job_id) for r in rows] == [("wecom", succeeded.id, job.id), ("me", succeeded.id, job.id)]
+    assert [(r.channel, r.event_id, r.job_id) for r in rows] == [
+        ("wecom", succeeded.id, job.id),
+        ("me", succeeded.id, job.id),
+    ]
 
 
 def test_unknown_job_is_job_not_found(store):
@@ -204,6 +261,7 @@ def test_queue_order_is_priority_then_submit_order(store):
 
 # -- concurrency ------------------------------------------------------------------------------
 
+
 def _submit_worker(home_root: str, job_toml: str, n: int, ready, go, results) -> None:
     """One separate process (forked, so it starts in milliseconds): its own Store connection,
     `n` submits through lifecycle.submit_job once every worker is ready."""
@@ -227,8 +285,9 @@ def test_eight_processes_submitting_fifty_jobs_each_get_400_distinct_ids(home, t
     job_toml.write_text('gpus = 0\ncommand = ["python", "train.py"]\n')
     mp = multiprocessing.get_context("fork")
     ready, go, results = mp.Semaphore(0), mp.Event(), mp.Queue()
-    procs = [mp.Process(target=_submit_worker, args=(str(home), str(job_toml), 50, ready, go, results))
-             for _ in range(8)]
+    procs = [
+        mp.Process(target=_submit_worker, args=(str(home), str(job_toml), 50, ready, go, results)) for _ in range(8)
+    ]
     for p in procs:
         p.start()
     try:

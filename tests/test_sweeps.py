@@ -23,8 +23,9 @@ TRIAL_KEYS = {"id", "params", "state", "value", "steps", "cost"}
 
 
 def _tick_until_done(h, d, sweep_id: int, timeout: float = 120.0):
-    return h.tick_until(d, lambda: h.store.sweep(sweep_id).state is not SweepState.RUNNING, timeout,
-                        what=f"sweep {sweep_id} to end")
+    return h.tick_until(
+        d, lambda: h.store.sweep(sweep_id).state is not SweepState.RUNNING, timeout, what=f"sweep {sweep_id} to end"
+    )
 
 
 def _submit(h, path: Path) -> int:
@@ -37,23 +38,37 @@ def _submit(h, path: Path) -> int:
 
 # -- bad sweep files -------------------------------------------------------------------------
 
-BUILTIN_JOB = {"name": "b", "gpus": 0, "model": {"name_or_path": "bert-base-uncased"}, "data": {"train": "imdb"},
-               "train": {"max_steps": 10}}
+BUILTIN_JOB = {
+    "name": "b",
+    "gpus": 0,
+    "model": {"name_or_path": "bert-base-uncased"},
+    "data": {"train": "imdb"},
+    "train": {"max_steps": 10},
+}
 
 
-@pytest.mark.parametrize("params, sweep, words", [
-    ({"seed": {"values": [1, 2]}}, {}, ["sweep.params.'seed'", "unknown job.toml path 'seed'", "train.seed"]),
-    ({"train.batch_size": {"log_uniform": [8, 64]}}, {}, ["sweep.params.'train.batch_size'", "whole numbers"]),
-    ({"train.learning_rate": {"values": [1e-3, -1.0]}}, {}, ["sweep.params.'train.learning_rate'", "-1.0"]),
-    ({"train.learning_rate": {"values": [1e-3, 1e-4]}}, {"sampler": "grid", "trials": 3},
-     ["sweep.trials", "grid has 2 points", "trials = 3"]),
-    ({"train.learning_rate": {"uniform": [1e-3, 1e-2]}}, {"sampler": "grid"}, ["a grid needs values"]),
-    ({"train.learning_rate": {"log_uniform": [0.0, 1e-2]}}, {}, ["sweep.params.train.learning_rate", "above 0"]),
-    ({"train.learning_rate": {"values": [1e-3]}}, {"pruner": "hyperband"}, ["sweep.pruner"]),
-    ({"train": {"values": [1]}}, {}, ["'train' is a table"]),
-    ({"train.learning_rate": {"values": [1e-3]}}, {"objective": "val_accuracy"},
-     ["sweep.objective", "'val_accuracy'", "val_acc"]),
-])
+@pytest.mark.parametrize(
+    "params, sweep, words",
+    [
+        ({"seed": {"values": [1, 2]}}, {}, ["sweep.params.'seed'", "unknown job.toml path 'seed'", "train.seed"]),
+        ({"train.batch_size": {"log_uniform": [8, 64]}}, {}, ["sweep.params.'train.batch_size'", "whole numbers"]),
+        ({"train.learning_rate": {"values": [1e-3, -1.0]}}, {}, ["sweep.params.'train.learning_rate'", "-1.0"]),
+        (
+            {"train.learning_rate": {"values": [1e-3, 1e-4]}},
+            {"sampler": "grid", "trials": 3},
+            ["sweep.trials", "grid has 2 points", "trials = 3"],
+        ),
+        ({"train.learning_rate": {"uniform": [1e-3, 1e-2]}}, {"sampler": "grid"}, ["a grid needs values"]),
+        ({"train.learning_rate": {"log_uniform": [0.0, 1e-2]}}, {}, ["sweep.params.train.learning_rate", "above 0"]),
+        ({"train.learning_rate": {"values": [1e-3]}}, {"pruner": "hyperband"}, ["sweep.pruner"]),
+        ({"train": {"values": [1]}}, {}, ["'train' is a table"]),
+        (
+            {"train.learning_rate": {"values": [1e-3]}},
+            {"objective": "val_accuracy"},
+            ["sweep.objective", "'val_accuracy'", "val_acc"],
+        ),
+    ],
+)
 def test_a_bad_sweep_file_exits_2_naming_file_and_field_and_stores_nothing(tmp_path, home, cli, params, sweep, words):
     (tmp_path / "job.toml").write_text(tomli_w.dumps(BUILTIN_JOB))
     path = write_sweep(tmp_path, params=params, **sweep)
@@ -86,14 +101,18 @@ def test_submit_flags_for_a_single_job_are_refused_for_a_sweep_and_priority_reac
 
 # -- the outcome table's prune row ---------------------------------------------------------------
 
-@pytest.mark.parametrize("code, sig, has_result, state", [
-    (0, None, True, JobState.SUCCEEDED),  # it finished before the signal landed
-    (0, None, False, JobState.PRUNED),
-    (75, None, False, JobState.PRUNED),  # checkpointed on SIGTERM: the usual way a trial is pruned
-    (76, None, False, JobState.PRUNED),
-    (None, 9, False, JobState.PRUNED),
-    (1, None, False, JobState.PRUNED),
-])
+
+@pytest.mark.parametrize(
+    "code, sig, has_result, state",
+    [
+        (0, None, True, JobState.SUCCEEDED),  # it finished before the signal landed
+        (0, None, False, JobState.PRUNED),
+        (75, None, False, JobState.PRUNED),  # checkpointed on SIGTERM: the usual way a trial is pruned
+        (76, None, False, JobState.PRUNED),
+        (None, 9, False, JobState.PRUNED),
+        (1, None, False, JobState.PRUNED),
+    ],
+)
 def test_a_prune_intent_decides_pruned_whatever_the_exit_unless_the_job_finished(code, sig, has_result, state):
     from orchestrator.outcome import decide
     from orchestrator.states import Intent
@@ -104,6 +123,7 @@ def test_a_prune_intent_decides_pruned_whatever_the_exit_unless_the_job_finished
 
 
 # -- a command-job sweep end to end --------------------------------------------------------------
+
 
 def test_a_command_job_sweep_runs_its_trials_as_jobs_and_reports_the_best(orch_home):
     h = orch_home(cpu_slots=2)
@@ -120,7 +140,9 @@ def test_a_command_job_sweep_runs_its_trials_as_jobs_and_reports_the_best(orch_h
     for t in trials:  # the parameter reached the job as a placeholder and as ORCH_PARAM_X, once
         mine = [r for r in ran if r["job"] == t.job_id]
         assert len(mine) == 1
-        assert mine[0]["x_arg"] == pytest.approx(t.params["x"]) and float(mine[0]["x_env"]) == pytest.approx(t.params["x"])
+        assert mine[0]["x_arg"] == pytest.approx(t.params["x"]) and float(mine[0]["x_env"]) == pytest.approx(
+            t.params["x"]
+        )
         assert h.state(t.job_id) is JobState.SUCCEEDED
 
     shown = h.cli_json("sweep", "show", str(sweep_id))
@@ -147,9 +169,20 @@ def test_the_median_pruner_stops_a_losing_trial_with_a_checkpoint_and_retry_fini
     h.configure({"pricing": {"instance_hour": 36.0, "currency": "USD"}}, cpu_slots=1)
     write_score_job(h.tmp, steps=30, pause=0.1)
     # Grid seed 1 tries x = 0.3 (the best) first; the two after it fall behind it from the first step.
-    sweep_id = _submit(h, write_sweep(h.tmp, trials=3, parallel=1, sampler="grid", seed=1, pruner="median",
-                                      prune_after_steps=5, prune_startup_trials=1,
-                                      params={"x": {"values": [0.3, 0.9, 0.6]}}))
+    sweep_id = _submit(
+        h,
+        write_sweep(
+            h.tmp,
+            trials=3,
+            parallel=1,
+            sampler="grid",
+            seed=1,
+            pruner="median",
+            prune_after_steps=5,
+            prune_startup_trials=1,
+            params={"x": {"values": [0.3, 0.9, 0.6]}},
+        ),
+    )
     d = h.local_daemon()
     _tick_until_done(h, d, sweep_id, timeout=180)
     shown = h.cli_json("sweep", "show", str(sweep_id))
@@ -179,8 +212,12 @@ def test_sweep_cancel_cancels_queued_and_running_trials_and_ends_the_sweep(orch_
     write_score_job(h.tmp, steps=400, pause=0.05)
     sweep_id = _submit(h, write_sweep(h.tmp, trials=6, parallel=2))
     d = h.local_daemon()
-    h.tick_until(d, lambda: any(h.state(t.job_id) is JobState.RUNNING for t in h.store.trials(sweep_id)), 30,
-                 what="a running trial")
+    h.tick_until(
+        d,
+        lambda: any(h.state(t.job_id) is JobState.RUNNING for t in h.store.trials(sweep_id)),
+        30,
+        what="a running trial",
+    )
     out = h.cli("sweep", "cancel", str(sweep_id))
     assert out.returncode == 0 and "cancelling sweep" in out.stdout, out.stderr
     _tick_until_done(h, d, sweep_id, timeout=60)
@@ -207,6 +244,7 @@ def test_the_sweep_budget_stops_its_trials_and_the_sweep(orch_home):
 
 
 # -- restarts ---------------------------------------------------------------------------------
+
 
 def test_a_daemon_sigkilled_mid_sweep_and_restarted_runs_exactly_trials_trials_none_twice(orch_home):
     h = orch_home(cpu_slots=2)
@@ -254,14 +292,24 @@ def _optuna_trials(h, sweep_id: int) -> list:
 
 # -- samplers ---------------------------------------------------------------------------------
 
+
 def test_tpe_with_a_fixed_seed_proposes_the_same_parameters_on_a_rerun(tmp_path, orch_home):
     proposals = []
     for _ in range(2):
         h = orch_home(cpu_slots=1)
         write_score_job(h.tmp, steps=2, pause=0.0)
         # 12 trials: Optuna's TPE proposes at random for its first 10, then from the model it fitted.
-        sweep_id = _submit(h, write_sweep(h.tmp, trials=12, parallel=1, sampler="tpe", seed=5,
-                                          params={"x": {"uniform": [0.0, 1.0]}, "y": {"int": [1, 4]}}))
+        sweep_id = _submit(
+            h,
+            write_sweep(
+                h.tmp,
+                trials=12,
+                parallel=1,
+                sampler="tpe",
+                seed=5,
+                params={"x": {"uniform": [0.0, 1.0]}, "y": {"int": [1, 4]}},
+            ),
+        )
         d = h.local_daemon()
         _tick_until_done(h, d, sweep_id, timeout=240)
         proposals.append([t.params for t in h.store.trials(sweep_id)])
@@ -295,8 +343,14 @@ def test_the_daemon_imports_optuna_only_while_a_sweep_exists(orch_home):
     job_id = h.submit("plain")
     write_score_job(h.tmp, steps=2, pause=0.0)
     sweep = write_sweep(h.tmp, trials=1, parallel=1)
-    proc = subprocess.Popen([sys.executable, "-c", DAEMON_PROBE, str(h.root), str(job_id)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=h.env())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DAEMON_PROBE, str(h.root), str(job_id)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=h.env(),
+    )
     first = proc.stdout.readline().split()
     if first != ["False", "succeeded"]:
         proc.kill()
@@ -309,8 +363,19 @@ def test_the_daemon_imports_optuna_only_while_a_sweep_exists(orch_home):
 def test_a_successive_halving_sweep_prunes_against_its_rungs_and_ends(orch_home):
     h = orch_home(cpu_slots=1)
     write_score_job(h.tmp, steps=12, pause=0.05)
-    sweep_id = _submit(h, write_sweep(h.tmp, trials=4, parallel=1, sampler="grid", seed=4, pruner="halving",
-                                      prune_after_steps=2, params={"x": {"values": [0.3, 0.6, 0.9, 0.0]}}))
+    sweep_id = _submit(
+        h,
+        write_sweep(
+            h.tmp,
+            trials=4,
+            parallel=1,
+            sampler="grid",
+            seed=4,
+            pruner="halving",
+            prune_after_steps=2,
+            params={"x": {"values": [0.3, 0.6, 0.9, 0.0]}},
+        ),
+    )
     d = h.local_daemon()
     _tick_until_done(h, d, sweep_id, timeout=120)
     shown = h.cli_json("sweep", "show", str(sweep_id))

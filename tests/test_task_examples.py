@@ -21,14 +21,21 @@ pytestmark = pytest.mark.slow
 
 def run_example(name: str, tmp_path: Path) -> tuple[dict, Path, float]:
     example = tmp_path / name
-    shutil.copytree(REPO / "examples" / name, example,
-                    ignore=shutil.ignore_patterns("data", "tiny-*", "__pycache__"))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "ORCH_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "cache")}
+    shutil.copytree(REPO / "examples" / name, example, ignore=shutil.ignore_patterns("data", "tiny-*", "__pycache__"))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "ORCH_HOME": str(tmp_path / "home"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(tmp_path / "cache"),
+    }
     subprocess.run([sys.executable, str(example / "prepare.py")], check=True, capture_output=True, env=env)
     started = time.monotonic()
-    ran = subprocess.run([*ORCH, "run", str(example / "job.toml")], capture_output=True, text=True,
-                         timeout=600, env=env)
+    ran = subprocess.run(
+        [*ORCH, "run", str(example / "job.toml")], capture_output=True, text=True, timeout=600, env=env
+    )
     elapsed = time.monotonic() - started
     assert ran.returncode == 0, ran.stderr[-3000:]
     runs = sorted((tmp_path / "home" / "runs").iterdir())

@@ -39,35 +39,69 @@ def workloads(tmp_path_factory) -> dict[str, dict[str, Any]]:
     root = tmp_path_factory.mktemp("task-workloads")
     texts = [r["prompt"] + r["response"] for r in instruction_rows(400, seed=1)]
     llama = build_tiny_llama(root / "tiny-llama", texts, vocab_size=400)
-    bert = build_tiny_bert(root / "tiny-bert", [" ".join(r["tokens"]) for r in ner_rows(600, seed=1)],
-                           hidden=32, layers=2, heads=2, vocab_size=120, max_positions=64)
+    bert = build_tiny_bert(
+        root / "tiny-bert",
+        [" ".join(r["tokens"]) for r in ner_rows(600, seed=1)],
+        hidden=32,
+        layers=2,
+        heads=2,
+        vocab_size=120,
+        max_positions=64,
+    )
     common = {"hf_cache": root / "hf-cache", "root": root}
     return {
-        "sft-lora": {**common, "model": {"name_or_path": str(llama), "task": "causal-lm"},
-                     "data": {"train": str(write_jsonl(root / "sft.jsonl", instruction_rows(ROWS, seed=11))),
-                              "validation": str(write_jsonl(root / "sft-dev.jsonl", instruction_rows(32, seed=12))),
-                              "prompt_field": "prompt", "response_field": "response", "max_length": 48},
-                     "lora": {"r": 4, "alpha": 8, "dropout": 0.1, "merge": True}, "lr": 5e-3},
-        "ner": {**common, "model": {"name_or_path": str(bert), "task": "token-classification"},
-                "data": {"train": str(write_jsonl(root / "ner.jsonl", ner_rows(ROWS, seed=11))),
-                         "validation": str(write_jsonl(root / "ner-dev.jsonl", ner_rows(48, seed=12))),
-                         "max_length": 48},
-                "lr": 3e-3},
+        "sft-lora": {
+            **common,
+            "model": {"name_or_path": str(llama), "task": "causal-lm"},
+            "data": {
+                "train": str(write_jsonl(root / "sft.jsonl", instruction_rows(ROWS, seed=11))),
+                "validation": str(write_jsonl(root / "sft-dev.jsonl", instruction_rows(32, seed=12))),
+                "prompt_field": "prompt",
+                "response_field": "response",
+                "max_length": 48,
+            },
+            "lora": {"r": 4, "alpha": 8, "dropout": 0.1, "merge": True},
+            "lr": 5e-3,
+        },
+        "ner": {
+            **common,
+            "model": {"name_or_path": str(bert), "task": "token-classification"},
+            "data": {
+                "train": str(write_jsonl(root / "ner.jsonl", ner_rows(ROWS, seed=11))),
+                "validation": str(write_jsonl(root / "ner-dev.jsonl", ner_rows(48, seed=12))),
+                "max_length": 48,
+            },
+            "lr": 3e-3,
+        },
     }
 
 
 def submit_task(h, workload: dict[str, Any], name: str) -> int:
     spec: dict[str, Any] = {
-        "name": name, "gpus": 0, "retries": 2, "grace_seconds": 30,
+        "name": name,
+        "gpus": 0,
+        "retries": 2,
+        "grace_seconds": 30,
         "model": workload["model"],
         "data": {**workload["data"], "num_workers": 0, "shuffle": True},
-        "train": {"max_epochs": EPOCHS, "batch_size": BATCH, "precision": "32", "learning_rate": workload["lr"],
-                  "seed": 7},
+        "train": {
+            "max_epochs": EPOCHS,
+            "batch_size": BATCH,
+            "precision": "32",
+            "learning_rate": workload["lr"],
+            "seed": 7,
+        },
         "checkpoint": {"every_n_steps": EVERY, "keep": 2},
-        "env": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "HF_DATASETS_CACHE": str(workload["hf_cache"]), "TOKENIZERS_PARALLELISM": "false",
-                "OMP_NUM_THREADS": "1", "ORCH_PROGRESS_EVERY_S": str(e2e.PROGRESS_EVERY_S),
-                "ORCH_FAULT_SLOW_STEP_S": str(e2e.SLOW_STEP_S)},
+        "env": {
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_CACHE": str(workload["hf_cache"]),
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1",
+            "ORCH_PROGRESS_EVERY_S": str(e2e.PROGRESS_EVERY_S),
+            "ORCH_FAULT_SLOW_STEP_S": str(e2e.SLOW_STEP_S),
+        },
     }
     if "lora" in workload:
         spec["lora"] = workload["lora"]
@@ -99,8 +133,7 @@ def uninterrupted(workloads, tmp_path_factory) -> dict[str, dict[str, Any]]:
             assert [a["outcome"] for a in data["attempts"]] == ["succeeded"], data["attempts"]
             assert data["result"]["steps"] == TOTAL_STEPS
             run_dir = h.run_dir(job_id)
-            runs[task] = {"weights": trained_weights(run_dir, task), "show": data, "run_dir": run_dir,
-                          "keep": h}
+            runs[task] = {"weights": trained_weights(run_dir, task), "show": data, "run_dir": run_dir, "keep": h}
         except BaseException:
             h.cleanup()
             raise
@@ -110,8 +143,9 @@ def uninterrupted(workloads, tmp_path_factory) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_notice_at_a_random_step_resumes_to_identical_weights_with_no_steps_lost(task, workloads, uninterrupted,
-                                                                                 homes, tmp_path):
+def test_notice_at_a_random_step_resumes_to_identical_weights_with_no_steps_lost(
+    task, workloads, uninterrupted, homes, tmp_path
+):
     rng = random.Random()
     notice_after = rng.choice([s for s in range(2, TOTAL_STEPS - 6) if s % EVERY and s % STEPS_PER_EPOCH])
     print(f"notice once progress shows step {notice_after}")
@@ -121,11 +155,19 @@ def test_notice_at_a_random_step_resumes_to_identical_weights_with_no_steps_lost
     h.start_daemon()
     job_id = submit_task(h, workloads[task], "b")
 
-    wait_for(lambda: e2e.progress_step(h, job_id) >= notice_after, 120, interval=0.02,
-             what=f"step {notice_after} of attempt 1")
+    wait_for(
+        lambda: e2e.progress_step(h, job_id) >= notice_after,
+        120,
+        interval=0.02,
+        what=f"step {notice_after} of attempt 1",
+    )
     sentinel.touch()
-    wait_for(lambda: h.state(job_id).value == "queued", 40, interval=0.05,
-             what=f"the notice to requeue the job: {e2e.attempt_log(h, job_id, 1)}")
+    wait_for(
+        lambda: h.state(job_id).value == "queued",
+        40,
+        interval=0.05,
+        what=f"the notice to requeue the job: {e2e.attempt_log(h, job_id, 1)}",
+    )
     sentinel.unlink()
     e2e.wait_succeeded(h, job_id, timeout=240)
 
@@ -147,8 +189,12 @@ def test_sigkill_resumes_from_the_newest_periodic_checkpoint(task, workloads, un
     h.start_daemon()
     job_id = submit_task(h, workloads[task], "b")
     periodic = h.run_dir(job_id) / "checkpoints" / f"step-{EVERY:08d}.ckpt"
-    wait_for(lambda: periodic.exists() and e2e.progress_step(h, job_id) >= EVERY + 3, 120, interval=0.02,
-             what=f"{periodic.name} and step {EVERY + 3}")
+    wait_for(
+        lambda: periodic.exists() and e2e.progress_step(h, job_id) >= EVERY + 3,
+        120,
+        interval=0.02,
+        what=f"{periodic.name} and step {EVERY + 3}",
+    )
     os.killpg(h.attempt_pids(job_id, 1)["job_pid"], signal.SIGKILL)
     e2e.wait_succeeded(h, job_id, timeout=240)
 
@@ -192,19 +238,21 @@ def test_exported_adapter_loads_generates_and_the_merged_model_matches(uninterru
     folder = uninterrupted["sft-lora"]["run_dir"] / "model"
     base_path = workloads["sft-lora"]["model"]["name_or_path"]
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    inputs = tokenizer("question : is this review positive or negative ? the plot was dull\nanswer :",
-                       return_tensors="pt")
+    inputs = tokenizer(
+        "question : is this review positive or negative ? the plot was dull\nanswer :", return_tensors="pt"
+    )
     with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path), str(folder)).eval()
     base_only = AutoModelForCausalLM.from_pretrained(base_path).eval()
     merged = AutoModelForCausalLM.from_pretrained(str(folder / "merged")).eval()
     with torch.no_grad():
-        generated = with_adapter.generate(**inputs, max_new_tokens=4, do_sample=False,
-                                          pad_token_id=tokenizer.pad_token_id)
+        generated = with_adapter.generate(
+            **inputs, max_new_tokens=4, do_sample=False, pad_token_id=tokenizer.pad_token_id
+        )
         adapter_logits = with_adapter(**inputs).logits
         merged_logits = merged(**inputs).logits
         base_logits = base_only(**inputs).logits
     assert generated.shape[1] > inputs["input_ids"].shape[1]
-    print("generated:", tokenizer.decode(generated[0, inputs["input_ids"].shape[1]:]))
+    print("generated:", tokenizer.decode(generated[0, inputs["input_ids"].shape[1] :]))
     assert torch.allclose(adapter_logits, merged_logits, atol=1e-5), (adapter_logits - merged_logits).abs().max()
     assert not torch.allclose(adapter_logits, base_logits, atol=1e-3)  # the adapter did change something
 
@@ -215,8 +263,10 @@ def test_ner_export_predicts_tag_names_and_reports_entity_f1(uninterrupted):
 
     run = uninterrupted["ner"]
     metrics = run["show"]["result"]["metrics"]
-    print(f"entity F1 on the tiny dev set: {metrics['val_f1']:.3f} (P {metrics['val_precision']:.3f}, "
-          f"R {metrics['val_recall']:.3f})")
+    print(
+        f"entity F1 on the tiny dev set: {metrics['val_f1']:.3f} (P {metrics['val_precision']:.3f}, "
+        f"R {metrics['val_recall']:.3f})"
+    )
     assert metrics["val_f1"] >= 0.5  # about 0.87 on the CPU: the spans are being learned
     folder = run["run_dir"] / "model"
     tokenizer = AutoTokenizer.from_pretrained(str(folder))

@@ -16,7 +16,13 @@ from typing import Any, Optional
 import pytorch_lightning as pl
 
 from orchestrator.contract import (  # noqa: F401 (young_daly, DEFAULT_MTBF_S re-exported to the tests)
-    CHECKPOINT_INTERVAL, DEFAULT_MTBF_S, ENV_MTBF_S, ENV_RUN_DIR, periodic_name, write_json_atomic, young_daly,
+    CHECKPOINT_INTERVAL,
+    DEFAULT_MTBF_S,
+    ENV_MTBF_S,
+    ENV_RUN_DIR,
+    periodic_name,
+    write_json_atomic,
+    young_daly,
 )
 
 
@@ -43,8 +49,9 @@ class AutoCheckpoint(pl.Callback):
         self._last = time.monotonic()
         self._write(trainer)
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if (batch_idx + 1) % trainer.accumulate_grad_batches:
             return  # mid-accumulation: only whole optimizer steps are checkpointed
         due = time.monotonic() - self._last >= self.interval_s
@@ -62,12 +69,23 @@ class AutoCheckpoint(pl.Callback):
     def _write(self, trainer: pl.Trainer) -> None:
         if self.run_dir is None or trainer.global_rank != 0:
             return
-        why = (f"sqrt(2 x {self.cost_s:.3f} s x {self.mtbf_s:.0f} s)" if self.cost_s is not None
-               else "every_minutes, until a save's cost is measured")
+        why = (
+            f"sqrt(2 x {self.cost_s:.3f} s x {self.mtbf_s:.0f} s)"
+            if self.cost_s is not None
+            else "every_minutes, until a save's cost is measured"
+        )
         try:
-            write_json_atomic(self.run_dir / CHECKPOINT_INTERVAL, {
-                "interval_s": round(self.interval_s, 3), "cost_s": None if self.cost_s is None else round(self.cost_s, 4),
-                "mtbf_s": round(self.mtbf_s, 1), "mtbf_source": self.source, "why": why, "updated_at": time.time()})
+            write_json_atomic(
+                self.run_dir / CHECKPOINT_INTERVAL,
+                {
+                    "interval_s": round(self.interval_s, 3),
+                    "cost_s": None if self.cost_s is None else round(self.cost_s, 4),
+                    "mtbf_s": round(self.mtbf_s, 1),
+                    "mtbf_source": self.source,
+                    "why": why,
+                    "updated_at": time.time(),
+                },
+            )
         except OSError:
             pass
 
@@ -76,5 +94,10 @@ def auto_checkpoint(spec: Any, ckpt_dir: Path) -> AutoCheckpoint:
     ck = spec.checkpoint
     mtbf_s, source = mtbf_for(ck.mtbf_hours)
     run_dir = os.environ.get(ENV_RUN_DIR)
-    return AutoCheckpoint(ckpt_dir, Path(run_dir) if run_dir else None, first_s=(ck.every_minutes or 10.0) * 60,
-                          mtbf_s=mtbf_s, source=source)
+    return AutoCheckpoint(
+        ckpt_dir,
+        Path(run_dir) if run_dir else None,
+        first_s=(ck.every_minutes or 10.0) * 60,
+        mtbf_s=mtbf_s,
+        source=source,
+    )

@@ -24,7 +24,14 @@ import pytorch_lightning as pl
 import torch
 
 from . import rng
-from orchestrator.contract import CHECKPOINTS, ENV_CKPT_DIR, ENV_PROGRESS_EVERY_S, ENV_RUN_DIR, EX_CHECKPOINTED, PROGRESS
+from orchestrator.contract import (
+    CHECKPOINTS,
+    ENV_CKPT_DIR,
+    ENV_PROGRESS_EVERY_S,
+    ENV_RUN_DIR,
+    EX_CHECKPOINTED,
+    PROGRESS,
+)
 
 from .checkpoints import notice_name
 from .progress import ProgressWriter, as_numbers
@@ -89,8 +96,11 @@ def _rewind_to_next_epoch(state: Any) -> bool:
     inner = state.get("_sampler_iter_state")
     if isinstance(inner, dict) and {"epoch", "yielded"} <= set(inner.get("sampler_iter_state") or {}):
         nxt = int(inner["sampler_iter_state"]["epoch"]) + 1
-        state["_sampler_iter_state"] = {"samples_yielded": 0, "sampler_state": {"epoch": nxt},
-                                        "sampler_iter_state": {"epoch": nxt, "yielded": 0}}
+        state["_sampler_iter_state"] = {
+            "samples_yielded": 0,
+            "sampler_state": {"epoch": nxt},
+            "sampler_iter_state": {"epoch": nxt, "yielded": 0},
+        }
         found = True
     for key in ("_num_yielded", "_sampler_iter_yielded", "_snapshot_step", "_steps_since_snapshot"):
         if key in state:
@@ -133,7 +143,9 @@ def _gather_rank_rng(trainer: Optional[pl.Trainer]) -> Optional[dict[str, Any]]:
     # clone: each rank's own storage (a view into the gathered tensor would be saved with offsets)
     out["torch"] = [t.cpu().clone() for t in strategy.all_gather(torch.get_rng_state().to(device)).unbind(0)]
     if device.type == "cuda":
-        out["cuda"] = [t.cpu().clone() for t in strategy.all_gather(torch.cuda.get_rng_state(device).to(device)).unbind(0)]
+        out["cuda"] = [
+            t.cpu().clone() for t in strategy.all_gather(torch.cuda.get_rng_state(device).to(device)).unbind(0)
+        ]
     return out
 
 
@@ -148,8 +160,15 @@ def _restore_rank_rng(state: Optional[dict[str, Any]], trainer: pl.Trainer) -> N
 
 
 class OrchCallback(pl.Callback):
-    def __init__(self, run_dir: Optional[str | Path] = None, ckpt_dir: Optional[str | Path] = None, *,
-                 progress_every_s: Optional[float] = None, log_every_s: Optional[float] = None, handle_sigint: bool = False):
+    def __init__(
+        self,
+        run_dir: Optional[str | Path] = None,
+        ckpt_dir: Optional[str | Path] = None,
+        *,
+        progress_every_s: Optional[float] = None,
+        log_every_s: Optional[float] = None,
+        handle_sigint: bool = False,
+    ):
         self.run_dir = Path(run_dir) if run_dir else _env_path(ENV_RUN_DIR)
         self.ckpt_dir = Path(ckpt_dir) if ckpt_dir else _env_path(ENV_CKPT_DIR)
         # ORCH_PROGRESS_EVERY_S overrides the default 3 s (tests poll faster)
@@ -183,8 +202,11 @@ class OrchCallback(pl.Callback):
         if self.sigterm_received:
             raise KeyboardInterrupt  # a second Ctrl-C: stop without waiting for the checkpoint
         self.sigterm_received = True
-        print("\n[orch] Ctrl-C: saving a checkpoint at the next step (Ctrl-C again to abort without one)",
-              file=sys.stderr, flush=True)
+        print(
+            "\n[orch] Ctrl-C: saving a checkpoint at the next step (Ctrl-C again to abort without one)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Replaces Lightning's handler (installed just before this hook): Lightning's exits 0
@@ -200,7 +222,9 @@ class OrchCallback(pl.Callback):
         self.train_started_at = time.time()
         self._write_progress(trainer, force=True)
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if self._pending_rng is not None:
             # Restored here, not in load_state_dict: rebuilding the loaders after the checkpoint
             # load would otherwise consume the restored stream.
@@ -209,18 +233,24 @@ class OrchCallback(pl.Callback):
             _restore_rank_rng(self._pending_rank_rng, trainer)
             self._pending_rank_rng = None
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         step_end = time.perf_counter()  # the optimizer step and the LR scheduler step are done
         if self.first_step_at is None:
             self.first_step_at = time.time()
         # One collective per batch, at the same point on every rank (none in a single process).
         world = trainer.world_size
-        stop = (trainer.strategy.reduce_boolean_decision(self.sigterm_received, all=False) if world > 1
-                else self.sigterm_received)
+        stop = (
+            trainer.strategy.reduce_boolean_decision(self.sigterm_received, all=False)
+            if world > 1
+            else self.sigterm_received
+        )
         self._window_samples += _count(batch) * world
-        at_step_boundary = stop and ((batch_idx + 1) % trainer.accumulate_grad_batches == 0
-                                     or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
+        at_step_boundary = stop and (
+            (batch_idx + 1) % trainer.accumulate_grad_batches == 0
+            or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        )
         if not at_step_boundary:
             self._heartbeat(trainer)  # (mid-accumulation: finish the gradient accumulation first)
             return
@@ -243,10 +273,16 @@ class OrchCallback(pl.Callback):
             parts = dict(getattr(checkpoint_io, "last_save", None) or {})
             detail = ""
             if parts:
-                detail = (f" ({parts['bytes'] / 1e6:.0f} MB; write {parts['write_s']:.2f} s, fsync {parts['fsync_s']:.2f} s,"
-                          f" rename {parts['rename_s']:.2f} s)")
-            print(f"[orch] SIGTERM: saved {path} at step {trainer.global_step} in {took:.2f} s{detail}; "
-                  f"exiting {EX_CHECKPOINTED} to be resumed", file=sys.stderr, flush=True)
+                detail = (
+                    f" ({parts['bytes'] / 1e6:.0f} MB; write {parts['write_s']:.2f} s, fsync {parts['fsync_s']:.2f} s,"
+                    f" rename {parts['rename_s']:.2f} s)"
+                )
+            print(
+                f"[orch] SIGTERM: saved {path} at step {trainer.global_step} in {took:.2f} s{detail}; "
+                f"exiting {EX_CHECKPOINTED} to be resumed",
+                file=sys.stderr,
+                flush=True,
+            )
             prune = getattr(checkpoint_io, "prune", None)
             if callable(prune):
                 prune()  # retention after the file is durable and reported
@@ -269,7 +305,9 @@ class OrchCallback(pl.Callback):
             signal.signal(signal.SIGINT, self._prev_sigint)
             self._prev_sigint = None
 
-    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         fix_epoch_end_loader_state(checkpoint)
 
     # -- RNG state in every checkpoint -----------------------------------------------------------
@@ -307,7 +345,8 @@ class OrchCallback(pl.Callback):
         extras: dict[str, Any] = {}
         for extra in self.progress_extras:
             extras.update(extra())
-        return {**extras,
+        return {
+            **extras,
             "step": int(trainer.global_step),
             "total_steps": int(total) if total is not None and math.isfinite(total) else None,
             "epoch": int(trainer.current_epoch),

@@ -17,10 +17,24 @@ from typing import Any, Callable, Optional
 import torch
 
 from orchestrator.contract import (  # noqa: F401 (names re-exported to the runner)
-    BEST_NAME, NOTICE_PREFIX, PERIODIC_PREFIX, TEMP_MARK, fsync_dir, notice_name, parse_checkpoint_name, periodic_name,
+    BEST_NAME,
+    NOTICE_PREFIX,
+    PERIODIC_PREFIX,
+    TEMP_MARK,
+    fsync_dir,
+    notice_name,
+    parse_checkpoint_name,
+    periodic_name,
     step_checkpoints,
 )
-from orchestrator.contract import DISK_FULL as DISK_FULL_FILE, ENV_ATTEMPT, ENV_FAULT_SLOW_SAVE_S, ENV_RUN_DIR, atomic_file, write_json_atomic
+from orchestrator.contract import (
+    DISK_FULL as DISK_FULL_FILE,
+    ENV_ATTEMPT,
+    ENV_FAULT_SLOW_SAVE_S,
+    ENV_RUN_DIR,
+    atomic_file,
+    write_json_atomic,
+)
 from training.exits import RunError
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
@@ -93,9 +107,16 @@ def disk_full(obj: Any, path: Path, *, certain: bool = False) -> Optional[DiskFu
     if not certain and (free is None or counter.n <= free):
         return None
     previous = next((p.name for p in list_checkpoints(folder) if p.name != path.name), None)
-    info = {"attempt": os.environ.get(ENV_ATTEMPT, ""), "name": path.name, "folder": str(folder),
-            "needed_bytes": counter.n, "free_bytes": free, "step": step_of(path), "previous": previous,
-            "at": time.time()}
+    info = {
+        "attempt": os.environ.get(ENV_ATTEMPT, ""),
+        "name": path.name,
+        "folder": str(folder),
+        "needed_bytes": counter.n,
+        "free_bytes": free,
+        "step": step_of(path),
+        "previous": previous,
+        "at": time.time(),
+    }
     run_dir = Path(os.environ.get(ENV_RUN_DIR) or folder.parent)
     try:
         write_json_atomic(run_dir / DISK_FULL_FILE, info)
@@ -103,8 +124,10 @@ def disk_full(obj: Any, path: Path, *, certain: bool = False) -> Optional[DiskFu
         print(f"[orch] could not write {DISK_FULL_FILE}: {exc}", file=sys.stderr, flush=True)
     free_text = f"{free / 1e6:.1f} MB" if free is not None else "an unknown amount"
     kept = f"{previous} is intact" if previous else "there is no earlier checkpoint"
-    return DiskFull(f"disk full: saving {path.name} needed {counter.n / 1e6:.1f} MB but {folder} has {free_text} free; "
-                    f"the write was abandoned cleanly and {kept}")
+    return DiskFull(
+        f"disk full: saving {path.name} needed {counter.n / 1e6:.1f} MB but {folder} has {free_text} free; "
+        f"the write was abandoned cleanly and {kept}"
+    )
 
 
 def remove_orphan_temps(ckpt_dir: str | Path) -> list[Path]:
@@ -207,8 +230,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         except (OSError, RuntimeError) as exc:
             # torch's zip writer reports ENOSPC as a RuntimeError ("unexpected pos ..."): a failed
             # write is a full disk when the errno says so, or when the checkpoint does not fit.
-            full = disk_full(checkpoint, Path(path), certain=isinstance(exc, OSError)
-                             and exc.errno in (errno.ENOSPC, errno.EDQUOT))
+            full = disk_full(
+                checkpoint, Path(path), certain=isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            )
             if full is None:
                 raise
             raise full from None
@@ -220,11 +244,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             else:
                 prune_checkpoints(Path(path).parent, self.keep)
 
-    def load_checkpoint(self, path: Any, map_location: Optional[Any] = None, weights_only: Optional[bool] = None) -> Any:
+    def load_checkpoint(
+        self, path: Any, map_location: Optional[Any] = None, weights_only: Optional[bool] = None
+    ) -> Any:
         """Always weights_only: a checkpoint is tensors and plain data (training/rng.py keeps RNG
         states that way), never pickled code, even on a torch whose default is unsafe."""
-        return super().load_checkpoint(path, map_location=map_location or (lambda storage, loc: storage),
-                                       weights_only=True)
+        return super().load_checkpoint(
+            path, map_location=map_location or (lambda storage, loc: storage), weights_only=True
+        )
 
     def prune(self) -> list[Path]:
         """Retention deferred by a notice save; a no-op when nothing is pending."""

@@ -51,8 +51,15 @@ def load_split(source: str, split: str):
     return datasets.load_dataset(name, config or None, split=split)
 
 
-def tokenize_batch(batch: dict[str, list], tokenizer, text_field: str, text_pair_field: Optional[str],
-                   max_length: int, label_field: str, label2id: Optional[dict[str, int]]) -> dict[str, list]:
+def tokenize_batch(
+    batch: dict[str, list],
+    tokenizer,
+    text_field: str,
+    text_pair_field: Optional[str],
+    max_length: int,
+    label_field: str,
+    label2id: Optional[dict[str, int]],
+) -> dict[str, list]:
     """The map function. Module level so its fingerprint (and so the cache) is stable."""
     pairs = batch[text_pair_field] if text_pair_field else None
     enc = tokenizer(batch[text_field], pairs, truncation=True, max_length=max_length)
@@ -83,7 +90,9 @@ def label_mapping(train, label_field: str) -> tuple[Optional[dict[str, int]], Op
     import datasets
 
     if label_field not in train.column_names:
-        raise DataError(f"no label column {label_field!r} in the training data (columns: {', '.join(train.column_names)})")
+        raise DataError(
+            f"no label column {label_field!r} in the training data (columns: {', '.join(train.column_names)})"
+        )
     feature = train.features[label_field]
     if isinstance(feature, datasets.ClassLabel):
         return None, list(feature.names)
@@ -94,10 +103,22 @@ def label_mapping(train, label_field: str) -> tuple[Optional[dict[str, int]], Op
 
 
 class TextClassificationData(pl.LightningDataModule):
-    def __init__(self, *, tokenizer, train: str, validation: Optional[str], text_field: str = "text",
-                 text_pair_field: Optional[str] = None, label_field: str = "label", max_length: int = 128,
-                 batch_size: int = 32, num_workers: Optional[int] = None, shuffle: bool = True, seed: int = 42,
-                 num_labels: Optional[int] = None):
+    def __init__(
+        self,
+        *,
+        tokenizer,
+        train: str,
+        validation: Optional[str],
+        text_field: str = "text",
+        text_pair_field: Optional[str] = None,
+        label_field: str = "label",
+        max_length: int = 128,
+        batch_size: int = 32,
+        num_workers: Optional[int] = None,
+        shuffle: bool = True,
+        seed: int = 42,
+        num_labels: Optional[int] = None,
+    ):
         super().__init__()
         self.tokenizer = tokenizer
         self.sources = {"train": train, "validation": validation}
@@ -146,18 +167,40 @@ class TextClassificationData(pl.LightningDataModule):
                 raise DataError(f"{name} data has no column {field!r} (columns: {', '.join(ds.column_names)})")
 
     def _tokenize(self, ds):
-        kwargs = dict(tokenizer=self.tokenizer, text_field=self.text_field, text_pair_field=self.text_pair_field,
-                      max_length=self.max_length, label_field=self.label_field, label2id=self.label2id)
-        return self._map(ds, tokenize_batch, kwargs, [self.text_field, self.text_pair_field, self.max_length,
-                                                      self.label_field, sorted((self.label2id or {}).items())])
+        kwargs = dict(
+            tokenizer=self.tokenizer,
+            text_field=self.text_field,
+            text_pair_field=self.text_pair_field,
+            max_length=self.max_length,
+            label_field=self.label_field,
+            label2id=self.label2id,
+        )
+        return self._map(
+            ds,
+            tokenize_batch,
+            kwargs,
+            [
+                self.text_field,
+                self.text_pair_field,
+                self.max_length,
+                self.label_field,
+                sorted((self.label2id or {}).items()),
+            ],
+        )
 
     def _map(self, ds, fn, kwargs: dict[str, Any], key_parts: list, columns=MODEL_COLUMNS):
         """ds.map(fn) cached under a fingerprint of the data, the tokenizer and `key_parts` (what
         else changes the result); the other tasks (training/tasks/) tokenize through this too."""
         key = json.dumps([TOKENIZE_VERSION, ds._fingerprint, tokenizer_fingerprint(self.tokenizer), *key_parts])
         fingerprint = hashlib.sha256(key.encode()).hexdigest()[:16]
-        out = ds.map(fn, batched=True, fn_kwargs=kwargs, remove_columns=ds.column_names,
-                     new_fingerprint=fingerprint, desc="tokenizing")
+        out = ds.map(
+            fn,
+            batched=True,
+            fn_kwargs=kwargs,
+            remove_columns=ds.column_names,
+            new_fingerprint=fingerprint,
+            desc="tokenizing",
+        )
         return out.select_columns([c for c in columns if c in out.column_names])
 
     def collator(self):
@@ -175,8 +218,11 @@ class TextClassificationData(pl.LightningDataModule):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         saved = state.get("num_workers")
         if saved is not None and saved != self.num_workers:
-            print(f"[orch] resuming with num_workers = {saved} as the checkpoint was taken with it "
-                  f"(this attempt would use {self.num_workers})", flush=True)
+            print(
+                f"[orch] resuming with num_workers = {saved} as the checkpoint was taken with it "
+                f"(this attempt would use {self.num_workers})",
+                flush=True,
+            )
             self.num_workers = int(saved)
 
     # -- loaders -----------------------------------------------------------------------------
@@ -204,8 +250,9 @@ class TextClassificationData(pl.LightningDataModule):
         # resumed run's dropout stream would differ from an uninterrupted one.
         gen = torch.Generator()
         gen.manual_seed(self.seed)
-        return StatefulDataLoader(ds, batch_size=self.batch_size, sampler=sampler, generator=gen,
-                                  **self._loader_kwargs())
+        return StatefulDataLoader(
+            ds, batch_size=self.batch_size, sampler=sampler, generator=gen, **self._loader_kwargs()
+        )
 
     def val_dataloader(self):
         if "validation" not in self.splits:
@@ -213,8 +260,13 @@ class TextClassificationData(pl.LightningDataModule):
         gen = torch.Generator()
         gen.manual_seed(self.seed + 1)
         # Every rank validates the whole set: metrics are exact and identical on all ranks.
-        return DataLoader(self.splits["validation"], batch_size=self.batch_size * 2, shuffle=False,
-                          generator=gen, **self._loader_kwargs())
+        return DataLoader(
+            self.splits["validation"],
+            batch_size=self.batch_size * 2,
+            shuffle=False,
+            generator=gen,
+            **self._loader_kwargs(),
+        )
 
 
 def ignore_sigterm(worker_id: int) -> None:

@@ -95,10 +95,16 @@ class GoodputMeter(pl.Callback):
 
     # -- what progress.json carries ----------------------------------------------------------------
     def figures(self) -> dict[str, Any]:
-        own = {"first_step_at": self.first_step_at, "data_wait_s": round(self.data_wait_s, 4),
-               "checkpoint_s": round(self.checkpoint_s, 4), "eval_s": round(self.eval_s, 4),
-               "step_s": round(self.step_s, 4), "steps": self.steps, "checkpoints": self.checkpoints,
-               "evals": self.evals}
+        own = {
+            "first_step_at": self.first_step_at,
+            "data_wait_s": round(self.data_wait_s, 4),
+            "checkpoint_s": round(self.checkpoint_s, 4),
+            "eval_s": round(self.eval_s, 4),
+            "step_s": round(self.step_s, 4),
+            "steps": self.steps,
+            "checkpoints": self.checkpoints,
+            "evals": self.evals,
+        }
         return {"goodput": {**self.previous, self.attempt: own}}
 
     def steady_rate(self) -> Optional[float]:
@@ -119,12 +125,20 @@ class GoodputMeter(pl.Callback):
         if not self.warmup or folder is None or trainer.global_rank != 0:
             return
         own = self.figures()["goodput"][self.attempt]
-        write_json_atomic(folder / PROBE, {**own, "steady_steps_per_s": self.steady_rate(),
-                                           "steady_steps": (self.last_step[0] - self.steady[0]) if self.steady and self.last_step else 0,
-                                           "batches_per_epoch": self.batches_per_epoch, "last_step_at": self.last_step_at,
-                                           # saves and evaluation after the last step (not the end's own time)
-                                           "after_last_step_s": (self.checkpoint_s - self.last_step[2] + self.eval_s - self.last_step[3])
-                                           if self.last_step else 0.0})
+        write_json_atomic(
+            folder / PROBE,
+            {
+                **own,
+                "steady_steps_per_s": self.steady_rate(),
+                "steady_steps": (self.last_step[0] - self.steady[0]) if self.steady and self.last_step else 0,
+                "batches_per_epoch": self.batches_per_epoch,
+                "last_step_at": self.last_step_at,
+                # saves and evaluation after the last step (not the end's own time)
+                "after_last_step_s": (self.checkpoint_s - self.last_step[2] + self.eval_s - self.last_step[3])
+                if self.last_step
+                else 0.0,
+            },
+        )
 
 
 def _earlier_attempts(run_dir: Optional[Path], attempt: str) -> dict[str, Any]:

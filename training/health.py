@@ -34,10 +34,15 @@ class Diverged(Exception):
 
     def __init__(self, step: int, what: str, checkpoint: Optional[str]):
         self.step, self.what, self.checkpoint = step, what, checkpoint
-        kept = (f"the newest checkpoint from before it, {checkpoint}, is kept" if checkpoint
-                else "no checkpoint was written before it")
-        super().__init__(f"training diverged: {what} at step {step}; stopped at once, {kept}. "
-                         "Lower [train] learning_rate (or set gradient_clip_val) and submit again.")
+        kept = (
+            f"the newest checkpoint from before it, {checkpoint}, is kept"
+            if checkpoint
+            else "no checkpoint was written before it"
+        )
+        super().__init__(
+            f"training diverged: {what} at step {step}; stopped at once, {kept}. "
+            "Lower [train] learning_rate (or set gradient_clip_val) and submit again."
+        )
 
 
 def _all_finite(tensors: list[torch.Tensor]) -> bool:
@@ -100,9 +105,17 @@ def _say(msg: str) -> None:
 
 
 class HealthCallback(pl.Callback):
-    def __init__(self, run_dir: str | Path, ckpt_dir: str | Path, *, flat_after_steps: Optional[int] = None,
-                 flat_min_improvement: float = 0.02, attempt: str = "", check_every: int = LOSS_CHECK_EVERY,
-                 defer_loss_check: Optional[bool] = None):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        ckpt_dir: str | Path,
+        *,
+        flat_after_steps: Optional[int] = None,
+        flat_min_improvement: float = 0.02,
+        attempt: str = "",
+        check_every: int = LOSS_CHECK_EVERY,
+        defer_loss_check: Optional[bool] = None,
+    ):
         self.run_dir = Path(run_dir)
         self.ckpt_dir = Path(ckpt_dir)
         self.flat_after_steps = flat_after_steps
@@ -133,7 +146,9 @@ class HealthCallback(pl.Callback):
             self._save(trainer)  # an older attempt's divergence; this one starts healthy
 
     # -- divergence ----------------------------------------------------------------------------
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._batch_step = trainer.global_step + 1
 
     def _check_loss(self, trainer: pl.Trainer, outputs: Any) -> None:
@@ -167,7 +182,9 @@ class HealthCallback(pl.Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._stop_if_diverged(trainer)
 
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         # A loss flag not yet read, then weights: a step with a finite loss can still leave inf/NaN
         # weights; such a file must never replace the last good one. A sync or two per checkpoint.
         self._stop_if_diverged(trainer)
@@ -179,14 +196,21 @@ class HealthCallback(pl.Callback):
     def _diverge(self, trainer: pl.Trainer, step: int, what: str) -> None:
         self.diverged = True
         path, ckpt_step = newest_checkpoint(self.ckpt_dir)
-        self._state["diverged"] = {"step": step, "what": what, "attempt": self.attempt, "at": time.time(),
-                                   "checkpoint": path.name if path else None, "checkpoint_step": ckpt_step}
+        self._state["diverged"] = {
+            "step": step,
+            "what": what,
+            "attempt": self.attempt,
+            "at": time.time(),
+            "checkpoint": path.name if path else None,
+            "checkpoint_step": ckpt_step,
+        }
         self._save(trainer)
         raise Diverged(step, what, path.name if path else None)
 
     # -- a flat loss -----------------------------------------------------------------------------
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         # Runs before the checkpoint callbacks' own on_train_batch_end (Lightning orders those
         # last), so a NaN step raises before a periodic save of it is even attempted.
         self._check_loss(trainer, outputs)
@@ -209,12 +233,20 @@ class HealthCallback(pl.Callback):
             improvement = (baseline - mean) / abs(baseline)
             if improvement < self.flat_min_improvement:
                 self._state["loss_flat"] = {
-                    "step": step, "baseline": baseline, "recent": mean, "improvement": improvement,
-                    "min_improvement": self.flat_min_improvement, "window": self.window,
-                    "attempt": self.attempt, "at": time.time()}
-                _say(f"warning: the training loss is flat: {mean:.4g} over the last {self.window} steps at step "
-                     f"{step}, against {baseline:.4g} at the start ({improvement:+.1%}; "
-                     f"flat_min_improvement = {self.flat_min_improvement:g}); training goes on")
+                    "step": step,
+                    "baseline": baseline,
+                    "recent": mean,
+                    "improvement": improvement,
+                    "min_improvement": self.flat_min_improvement,
+                    "window": self.window,
+                    "attempt": self.attempt,
+                    "at": time.time(),
+                }
+                _say(
+                    f"warning: the training loss is flat: {mean:.4g} over the last {self.window} steps at step "
+                    f"{step}, against {baseline:.4g} at the start ({improvement:+.1%}; "
+                    f"flat_min_improvement = {self.flat_min_improvement:g}); training goes on"
+                )
         self._save(trainer)
 
 

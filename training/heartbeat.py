@@ -14,8 +14,15 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from orchestrator.contract import (
-    ENV_CKPT_DIR, ENV_FAULT_SLOW_STEP_S, ENV_PROGRESS_EVERY_S, ENV_RESUME_FROM, ENV_RUN_DIR, EX_CHECKPOINTED, PROGRESS,
-    RESULT, write_json_atomic,
+    ENV_CKPT_DIR,
+    ENV_FAULT_SLOW_STEP_S,
+    ENV_PROGRESS_EVERY_S,
+    ENV_RESUME_FROM,
+    ENV_RUN_DIR,
+    EX_CHECKPOINTED,
+    PROGRESS,
+    RESULT,
+    write_json_atomic,
 )
 
 PROGRESS_EVERY_S = ENV_PROGRESS_EVERY_S  # tests poll faster than the default 3 s
@@ -150,14 +157,27 @@ class Progress:
         except OSError as exc:  # a full disk must not kill training
             say(f"could not write {PROGRESS}: {exc}")
 
-    def write_result(self, *, steps: int, epochs: Optional[float], metrics: Optional[Mapping[str, Any]] = None,
-                     best_metric: Optional[float] = None, best_checkpoint: Optional[str] = None) -> None:
+    def write_result(
+        self,
+        *,
+        steps: int,
+        epochs: Optional[float],
+        metrics: Optional[Mapping[str, Any]] = None,
+        best_metric: Optional[float] = None,
+        best_checkpoint: Optional[str] = None,
+    ) -> None:
         """result.json on success: with it, an exit 0 after the daemon's SIGTERM counts as done."""
         if self.folder is None:
             return
         self.update_metrics(metrics)
-        data = {"metrics": dict(self.metrics), "best_metric": best_metric, "best_checkpoint": best_checkpoint,
-                "steps": int(steps), "epochs": epochs, "early_stopped": False}
+        data = {
+            "metrics": dict(self.metrics),
+            "best_metric": best_metric,
+            "best_checkpoint": best_checkpoint,
+            "steps": int(steps),
+            "epochs": epochs,
+            "early_stopped": False,
+        }
         try:
             write_json_atomic(self.folder / RESULT, data)
         except OSError as exc:

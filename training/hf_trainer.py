@@ -30,8 +30,14 @@ from .torch_loop import protect_dataloader_workers
 
 TRAINER_STATE = "trainer_state.json"
 CHECKPOINT_PREFIX = "checkpoint-"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json", "adapter_model.safetensors", "adapter_model.bin")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+)
 
 
 def checkpoint_problem(folder: str | Path) -> Optional[str]:
@@ -112,8 +118,14 @@ def _ends_epoch(state: TrainerState) -> bool:
 
 
 class OrchTrainerCallback(TrainerCallback):
-    def __init__(self, run_dir: Optional[str | Path] = None, ckpt_dir: Optional[str | Path] = None, *,
-                 progress_every_s: Optional[float] = None, handle_sigint: bool = False):
+    def __init__(
+        self,
+        run_dir: Optional[str | Path] = None,
+        ckpt_dir: Optional[str | Path] = None,
+        *,
+        progress_every_s: Optional[float] = None,
+        handle_sigint: bool = False,
+    ):
         self.run_dir = Path(run_dir) if run_dir else heartbeat.run_dir()
         self.ckpt_dir = Path(ckpt_dir) if ckpt_dir else heartbeat.ckpt_dir()
         self.stop = StopFlag(handle_sigint=handle_sigint)
@@ -127,7 +139,9 @@ class OrchTrainerCallback(TrainerCallback):
         return self.stop.requested
 
     # -- start and end -------------------------------------------------------------------------
-    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.stop.install()
         protect_dataloader_workers()
         if args.save_only_model:
@@ -137,14 +151,20 @@ class OrchTrainerCallback(TrainerCallback):
             prune_dangling_links(self.ckpt_dir)
         self._write(args, state)
 
-    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.stop.restore()
         if not state.is_world_process_zero:
             return
         self._write(args, state)
         if state.max_steps and state.global_step >= state.max_steps:
-            self.progress.write_result(steps=state.global_step, epochs=state.epoch, best_metric=state.best_metric,
-                                       best_checkpoint=state.best_model_checkpoint)
+            self.progress.write_result(
+                steps=state.global_step,
+                epochs=state.epoch,
+                best_metric=state.best_metric,
+                best_checkpoint=state.best_model_checkpoint,
+            )
 
     # -- every optimizer step ------------------------------------------------------------------
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
@@ -166,7 +186,9 @@ class OrchTrainerCallback(TrainerCallback):
         if control.should_save:
             self._unlink_step(state)
 
-    def on_epoch_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_epoch_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         if self._save_at_epoch_end or self.stop.requested:
             self._save_at_epoch_end = False
             control.should_save = True
@@ -202,16 +224,32 @@ class OrchTrainerCallback(TrainerCallback):
             raise Preempted(self.notice_checkpoint)
 
     # -- metrics -------------------------------------------------------------------------------
-    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-               logs: Optional[dict[str, Any]] = None, **kwargs: Any) -> None:
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: Optional[dict[str, Any]] = None,
+        **kwargs: Any,
+    ) -> None:
         self.progress.update_metrics(logs)
 
-    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                    metrics: Optional[dict[str, Any]] = None, **kwargs: Any) -> None:
+    def on_evaluate(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        metrics: Optional[dict[str, Any]] = None,
+        **kwargs: Any,
+    ) -> None:
         self.progress.update_metrics(metrics)
         self._write(args, state)
 
     def _write(self, args: TrainingArguments, state: TrainerState) -> None:
         if state.is_world_process_zero:
-            self.progress.write(state.global_step, state.max_steps or None, state.epoch,
-                                epoch_progress=round(state.epoch, 4) if state.epoch is not None else None)
+            self.progress.write(
+                state.global_step,
+                state.max_steps or None,
+                state.epoch,
+                epoch_progress=round(state.epoch, 4) if state.epoch is not None else None,
+            )

@@ -12,8 +12,17 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrator.contract import (
-    ENV_ATTEMPT, ENV_CKPT_DIR, ENV_JOB_ID, ENV_RESUME_CHECKED, ENV_RESUME_FROM, ENV_RUN_DIR, JOB_TOML, PERIODIC_FILENAME_TEMPLATE,
-    RESULT, checkpoint_dir, model_dir,
+    ENV_ATTEMPT,
+    ENV_CKPT_DIR,
+    ENV_JOB_ID,
+    ENV_RESUME_CHECKED,
+    ENV_RESUME_FROM,
+    ENV_RUN_DIR,
+    JOB_TOML,
+    PERIODIC_FILENAME_TEMPLATE,
+    RESULT,
+    checkpoint_dir,
+    model_dir,
 )
 from orchestrator.jobspec import TASK_CLASSIFY, JobSpec, load_resolved
 
@@ -114,8 +123,9 @@ def choose_resume(ckpt_dir: Path) -> Optional[Path]:
         return Path(value) if value else None
     for orphan in remove_orphan_temps(ckpt_dir):
         say(f"removed {orphan.name}, left by a save that was interrupted")
-    chosen = latest_valid_checkpoint(ckpt_dir, prefer=os.environ.get(ENV_RESUME_FROM) or None,
-                                     warn=lambda msg: say("warning: " + msg))
+    chosen = latest_valid_checkpoint(
+        ckpt_dir, prefer=os.environ.get(ENV_RESUME_FROM) or None, warn=lambda msg: say("warning: " + msg)
+    )
     os.environ[ENV_RESUME_FROM] = str(chosen) if chosen else ""
     os.environ[RESUME_CHECKED_ENV] = "1"
     return chosen
@@ -143,8 +153,15 @@ def build_callbacks(spec: JobSpec, ckpt_dir: Path, *, has_val: bool, progress: b
     meter = GoodputMeter()
     orch.progress_extras.append(meter.figures)
     callbacks: list[Any] = [meter, orch]
-    common = dict(dirpath=str(ckpt_dir), filename=PERIODIC_FILENAME_TEMPLATE, auto_insert_metric_name=False,
-                  save_top_k=-1, save_last=False, enable_version_counter=False, save_on_train_epoch_end=False)
+    common = dict(
+        dirpath=str(ckpt_dir),
+        filename=PERIODIC_FILENAME_TEMPLATE,
+        auto_insert_metric_name=False,
+        save_top_k=-1,
+        save_last=False,
+        enable_version_counter=False,
+        save_on_train_epoch_end=False,
+    )
     ck = spec.checkpoint
     if ck.every == "auto":  # Young/Daly from the measured save cost (training/autointerval.py)
         from .autointerval import auto_checkpoint
@@ -166,8 +183,16 @@ def build_callbacks(spec: JobSpec, ckpt_dir: Path, *, has_val: bool, progress: b
         callbacks.append(early)
     best = None
     if has_val or monitor == "train_loss":
-        best = ModelCheckpoint(dirpath=str(ckpt_dir), filename="best", monitor=monitor, mode=mode, save_top_k=1,
-                               auto_insert_metric_name=False, enable_version_counter=False, save_last=False)
+        best = ModelCheckpoint(
+            dirpath=str(ckpt_dir),
+            filename="best",
+            monitor=monitor,
+            mode=mode,
+            save_top_k=1,
+            auto_insert_metric_name=False,
+            enable_version_counter=False,
+            save_last=False,
+        )
         callbacks.append(best)
     return orch, early, best, callbacks
 
@@ -212,15 +237,19 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     factor = max(1, train.batch_size // batch_size)
     resume = choose_resume(ckpt_dir)
     if rank0:
-        say(f"job {os.environ.get(ENV_JOB_ID, '?')} attempt {os.environ.get(ENV_ATTEMPT, '?')}: "
+        say(
+            f"job {os.environ.get(ENV_JOB_ID, '?')} attempt {os.environ.get(ENV_ATTEMPT, '?')}: "
             f"batch {batch_size} x accumulate {accumulate}; "
-            + (f"resuming from {resume.name}" if resume else "starting from scratch"))
+            + (f"resuming from {resume.name}" if resume else "starting from scratch")
+        )
 
     pl.seed_everything(train.seed, workers=True, verbose=False)
     try:
         tokenizer = AutoTokenizer.from_pretrained(spec.model.name_or_path)
     except OSError as exc:
-        raise RunError(f"cannot load the tokenizer of {spec.model.name_or_path!r}: {str(exc).splitlines()[0]}") from None
+        raise RunError(
+            f"cannot load the tokenizer of {spec.model.name_or_path!r}: {str(exc).splitlines()[0]}"
+        ) from None
     data = make_data(spec, tokenizer, batch_size)
     try:
         data.prepare()
@@ -228,30 +257,49 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         raise RunError(str(exc)) from None
     num_labels = data.resolved_num_labels or spec.model.num_labels
     if rank0 and num_labels != spec.model.num_labels and spec.model.task == TASK_CLASSIFY:
-        say(f"warning: the training data has {num_labels} distinct labels; using num_labels = {num_labels} "
-            f"(job.toml says {spec.model.num_labels})")
+        say(
+            f"warning: the training data has {num_labels} distinct labels; using num_labels = {num_labels} "
+            f"(job.toml says {spec.model.num_labels})"
+        )
     try:
         model = make_module(
-            spec, data, num_labels, learning_rate=train.learning_rate, weight_decay=train.weight_decay,
-            warmup_ratio=train.warmup_ratio, batch_size=batch_size,
-            total_steps=total_steps(len(data.splits["train"]), plan["world"], batch_size, accumulate, train))
+            spec,
+            data,
+            num_labels,
+            learning_rate=train.learning_rate,
+            weight_decay=train.weight_decay,
+            warmup_ratio=train.warmup_ratio,
+            batch_size=batch_size,
+            total_steps=total_steps(len(data.splits["train"]), plan["world"], batch_size, accumulate, train),
+        )
     except OSError as exc:
         raise RunError(f"cannot load the model {spec.model.name_or_path!r}: {str(exc).splitlines()[0]}") from None
 
     has_val = "validation" in data.splits
     orch_cb, early, best, callbacks = build_callbacks(spec, ckpt_dir, has_val=has_val, progress=progress)
     callbacks.append(FinalCheckpoint(ckpt_dir))
-    callbacks += [HealthCallback(run_dir, ckpt_dir, flat_after_steps=train.flat_after_steps,
-                                 flat_min_improvement=train.flat_min_improvement,
-                                 attempt=os.environ.get(ENV_ATTEMPT, "")), RateAndLR()]
+    callbacks += [
+        HealthCallback(
+            run_dir,
+            ckpt_dir,
+            flat_after_steps=train.flat_after_steps,
+            flat_min_improvement=train.flat_min_improvement,
+            attempt=os.environ.get(ENV_ATTEMPT, ""),
+        ),
+        RateAndLR(),
+    ]
     resume_name = parse_checkpoint_name(resume) if resume else None
     val_interval = train.val_check_interval
     if isinstance(val_interval, int):
         val_interval *= factor  # counted in micro-batches, which shrank after an OOM
     trainer = pl.Trainer(
         default_root_dir=str(run_dir),
-        accelerator=plan["accelerator"], devices=plan["devices"], num_nodes=plan["num_nodes"], strategy=plan["strategy"],
-        precision=plan["precision"], accumulate_grad_batches=accumulate,
+        accelerator=plan["accelerator"],
+        devices=plan["devices"],
+        num_nodes=plan["num_nodes"],
+        strategy=plan["strategy"],
+        precision=plan["precision"],
+        accumulate_grad_batches=accumulate,
         max_epochs=train.max_epochs if train.max_epochs is not None else -1,
         max_steps=train.max_steps if train.max_steps is not None else -1,
         val_check_interval=val_interval if has_val else None,
@@ -259,11 +307,16 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         # max_steps); Lightning's default counts within each epoch and refuses a longer interval
         check_val_every_n_epoch=None if isinstance(val_interval, int) else 1,
         limit_val_batches=None if has_val else 0,
-        gradient_clip_val=train.gradient_clip_val or None, deterministic=train.deterministic,
-        callbacks=callbacks, plugins=[checkpoint_io(spec, AtomicCheckpointIO), *slurm_plugins()],
+        gradient_clip_val=train.gradient_clip_val or None,
+        deterministic=train.deterministic,
+        callbacks=callbacks,
+        plugins=[checkpoint_io(spec, AtomicCheckpointIO), *slurm_plugins()],
         logger=run_loggers(run_dir, resume_step=resume_name.step if resume_name else None, job_name=spec.name or "job"),
-        log_every_n_steps=10, num_sanity_val_steps=0, use_distributed_sampler=False,
-        enable_progress_bar=progress, enable_model_summary=progress,
+        log_every_n_steps=10,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+        enable_progress_bar=progress,
+        enable_model_summary=progress,
     )
     try:
         trainer.fit(model, datamodule=data, ckpt_path=str(resume) if resume else None)
@@ -343,9 +396,16 @@ def _quiet_known_warnings() -> None:
     import logging
     import warnings
 
-    for pattern in (".*set_vital.*", ".*LeafSpec.*", ".*Experiment logs directory.*", ".*exists and is not empty.*",
-                    ".*does not have many workers.*", ".*recommended to use `self.log.*sync_dist=True.*", ".*is smaller than the logging interval.*",
-                    ".*The `srun` command is available on your system but is not used.*"):
+    for pattern in (
+        ".*set_vital.*",
+        ".*LeafSpec.*",
+        ".*Experiment logs directory.*",
+        ".*exists and is not empty.*",
+        ".*does not have many workers.*",
+        ".*recommended to use `self.log.*sync_dist=True.*",
+        ".*is smaller than the logging interval.*",
+        ".*The `srun` command is available on your system but is not used.*",
+    ):
         warnings.filterwarnings("ignore", message=pattern)
 
     def no_adverts(record: logging.LogRecord) -> bool:
@@ -372,23 +432,35 @@ def _wait_for_other_ranks(trainer, timeout: float = 20.0) -> None:
             proc.kill()
 
 
-def _out_of_memory(trainer, run_dir: Path, batch_size: int, accumulate: int, exc: BaseException,
-                   record_shrink, shrink) -> int:
+def _out_of_memory(
+    trainer, run_dir: Path, batch_size: int, accumulate: int, exc: BaseException, record_shrink, shrink
+) -> int:
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else "CUDA out of memory"
     smaller = shrink(batch_size, accumulate)
     procs = getattr(getattr(trainer.strategy, "launcher", None), "procs", None) or []
     for proc in procs:  # the other ranks are stuck in a collective
         proc.kill()
     if smaller is None:
-        raise RunError(f"out of GPU memory even at batch size 1 ({message}); use a smaller model, a shorter "
-                       "max_length, gradient_checkpointing = true, or a bigger GPU")
+        raise RunError(
+            f"out of GPU memory even at batch size 1 ({message}); use a smaller model, a shorter "
+            "max_length, gradient_checkpointing = true, or a bigger GPU"
+        )
     new_batch, new_accumulate = smaller
-    record_shrink(run_dir, batch_size=batch_size, accumulate=accumulate, new_batch=new_batch,
-                  new_accumulate=new_accumulate, attempt=os.environ.get(ENV_ATTEMPT),
-                  step=int(trainer.global_step), error=message)
-    say(f"out of GPU memory at step {trainer.global_step} with batch {batch_size}: the next attempt uses batch "
+    record_shrink(
+        run_dir,
+        batch_size=batch_size,
+        accumulate=accumulate,
+        new_batch=new_batch,
+        new_accumulate=new_accumulate,
+        attempt=os.environ.get(ENV_ATTEMPT),
+        step=int(trainer.global_step),
+        error=message,
+    )
+    say(
+        f"out of GPU memory at step {trainer.global_step} with batch {batch_size}: the next attempt uses batch "
         f"{new_batch} x accumulate {new_accumulate} (same effective batch) from the last periodic checkpoint; "
-        f"exiting {EX_OOM}")
+        f"exiting {EX_OOM}"
+    )
     return EX_OOM
 
 

@@ -53,8 +53,11 @@ def _meminfo_available() -> Optional[int]:
 def _cgroup_available() -> Optional[int]:
     """cgroup v2: memory.max less memory.current of this process's group, when it has a limit."""
     try:
-        rel = next(line.split("::", 1)[1] for line in Path("/proc/self/cgroup").read_text().splitlines()
-                   if line.startswith("0::"))
+        rel = next(
+            line.split("::", 1)[1]
+            for line in Path("/proc/self/cgroup").read_text().splitlines()
+            if line.startswith("0::")
+        )
         folder = Path("/sys/fs/cgroup") / rel.strip().lstrip("/")
         limit = (folder / "memory.max").read_text().strip()
         if limit == "max":
@@ -92,17 +95,24 @@ def held_by_others() -> int:
 
 def decide(size: int, available: Optional[int], held: int) -> dict[str, Any]:
     """{"background": bool, "state_bytes", "available_bytes", "held_by_others_bytes", "reason"}."""
-    info = {"state_bytes": size, "available_bytes": available, "held_by_others_bytes": held, "background": True,
-            "reason": ""}
+    info = {
+        "state_bytes": size,
+        "available_bytes": available,
+        "held_by_others_bytes": held,
+        "background": True,
+        "reason": "",
+    }
     if available is None:
         return info  # cannot tell: as before
     room = max(0, available - held) * SAFE_SHARE
     if size > room:
         info["background"] = False
-        info["reason"] = (f"the training state ({size / 1e6:,.0f} MB) is more than {SAFE_SHARE:.0%} of the host "
-                          f"memory left ({available / 1e6:,.0f} MB available"
-                          + (f", {held / 1e6:,.0f} MB of it held by other jobs' snapshots" if held else "")
-                          + "): periodic checkpoints are written synchronously (the step waits for each write)")
+        info["reason"] = (
+            f"the training state ({size / 1e6:,.0f} MB) is more than {SAFE_SHARE:.0%} of the host "
+            f"memory left ({available / 1e6:,.0f} MB available"
+            + (f", {held / 1e6:,.0f} MB of it held by other jobs' snapshots" if held else "")
+            + "): periodic checkpoints are written synchronously (the step waits for each write)"
+        )
     return info
 
 

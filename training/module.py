@@ -11,7 +11,11 @@ import pytorch_lightning as pl
 import torch
 
 from orchestrator.contract import (
-    ENV_ATTEMPT, ENV_FAULT_HANG_AT_STEP, ENV_FAULT_OOM_ABOVE_BATCH, ENV_FAULT_OOM_AT_STEP, ENV_FAULT_SLOW_STEP_S,
+    ENV_ATTEMPT,
+    ENV_FAULT_HANG_AT_STEP,
+    ENV_FAULT_OOM_ABOVE_BATCH,
+    ENV_FAULT_OOM_AT_STEP,
+    ENV_FAULT_SLOW_STEP_S,
     ENV_TRACE_SAMPLES,
 )
 
@@ -36,16 +40,28 @@ def load_classifier(name_or_path: str, num_labels: int, label_names: Optional[li
 
 
 class TransformerClassifier(pl.LightningModule):
-    def __init__(self, model_name_or_path: str, num_labels: int = 2, *, learning_rate: float = 2e-5,
-                 weight_decay: float = 0.01, warmup_ratio: float = 0.1, gradient_checkpointing: bool = False,
-                 label_names: Optional[list[str]] = None, batch_size: int = 32, total_steps: Optional[int] = None,
-                 model: Any = None):
+    def __init__(
+        self,
+        model_name_or_path: str,
+        num_labels: int = 2,
+        *,
+        learning_rate: float = 2e-5,
+        weight_decay: float = 0.01,
+        warmup_ratio: float = 0.1,
+        gradient_checkpointing: bool = False,
+        label_names: Optional[list[str]] = None,
+        batch_size: int = 32,
+        total_steps: Optional[int] = None,
+        model: Any = None,
+    ):
         super().__init__()
         self.save_hyperparameters(ignore=["model"])
         self.model = model if model is not None else load_classifier(model_name_or_path, num_labels, label_names)
         self.model.train()  # from_pretrained returns eval mode, and Lightning keeps a module's mode: no dropout
         if gradient_checkpointing:
-            enable = getattr(self.model, "activation_checkpointing_enable", None) or self.model.gradient_checkpointing_enable
+            enable = (
+                getattr(self.model, "activation_checkpointing_enable", None) or self.model.gradient_checkpointing_enable
+            )
             enable()
         self.num_labels = num_labels
         self.batch_size = batch_size
@@ -88,8 +104,10 @@ class TransformerClassifier(pl.LightningModule):
         import hashlib
         import json
 
-        rows = [hashlib.md5(str(ids[mask.bool()].tolist()).encode()).hexdigest()[:12]
-                for ids, mask in zip(batch["input_ids"].cpu(), batch["attention_mask"].cpu())]
+        rows = [
+            hashlib.md5(str(ids[mask.bool()].tolist()).encode()).hexdigest()[:12]
+            for ids, mask in zip(batch["input_ids"].cpu(), batch["attention_mask"].cpu())
+        ]
         line = {"rank": self.global_rank, "epoch": self.current_epoch, "step": self.global_step, "rows": rows}
         with open(self._trace, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(line) + "\n")
@@ -124,8 +142,10 @@ class TransformerClassifier(pl.LightningModule):
                 continue
             # biases and LayerNorm weights are 1-D
             (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
-        groups = [{"params": decay, "weight_decay": self.hparams.weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]
+        groups = [
+            {"params": decay, "weight_decay": self.hparams.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
         optimizer = torch.optim.AdamW(groups, lr=self.hparams.learning_rate)
         # The runner passes total_steps: asking the trainer (estimated_stepping_batches) sets up the
         # train loader before the checkpoint restore, and Lightning then never restores its position.
@@ -135,8 +155,10 @@ class TransformerClassifier(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["orch"] = {"batch_size": int(self.batch_size),
-                              "accumulate_grad_batches": int(self.trainer.accumulate_grad_batches)}
+        checkpoint["orch"] = {
+            "batch_size": int(self.batch_size),
+            "accumulate_grad_batches": int(self.trainer.accumulate_grad_batches),
+        }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         saved = checkpoint.get("orch", {}).get("batch_size")

@@ -20,7 +20,14 @@ from pathlib import Path  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
 from orchestrator.contract import (  # noqa: E402
-    ENV_ATTEMPT, ENV_CKPT_DIR, ENV_JOB_ID, ENV_PROBE_WARMUP, ENV_RESUME_FROM, ENV_RUN_DIR, JOB_TOML, checkpoint_dir,
+    ENV_ATTEMPT,
+    ENV_CKPT_DIR,
+    ENV_JOB_ID,
+    ENV_PROBE_WARMUP,
+    ENV_RESUME_FROM,
+    ENV_RUN_DIR,
+    JOB_TOML,
+    checkpoint_dir,
 )
 
 DEFAULT_WARMUP, DEFAULT_STEPS = 10, 30
@@ -38,8 +45,14 @@ def evals_per_epoch(val_check_interval: float | int, batches_per_epoch: int) -> 
     return batches_per_epoch / max(1, int(val_check_interval))
 
 
-def probe_spec(spec_dict: dict[str, Any], probe_steps: int, steps_per_epoch: int, accumulate: int,
-               batches_per_epoch: int, has_val: bool) -> dict[str, Any]:
+def probe_spec(
+    spec_dict: dict[str, Any],
+    probe_steps: int,
+    steps_per_epoch: int,
+    accumulate: int,
+    batches_per_epoch: int,
+    has_val: bool,
+) -> dict[str, Any]:
     """The job as the probe runs it: W + N steps, one save at the last of them, no early stop,
     and an evaluation pass within the probe."""
     spec = json.loads(json.dumps(spec_dict))
@@ -87,11 +100,19 @@ def probe(job_toml: Path, warmup: int, steps: int) -> dict[str, Any]:
     warmup = min(warmup, max(1, probe_steps // 3))
     with tempfile.TemporaryDirectory(prefix="orch-probe-") as tmp:
         run_dir = Path(tmp)
-        body = probe_spec(spec.to_toml_dict(), probe_steps, steps_per_epoch, train.accumulate_grad_batches, batches,
-                          has_val)
+        body = probe_spec(
+            spec.to_toml_dict(), probe_steps, steps_per_epoch, train.accumulate_grad_batches, batches, has_val
+        )
         (run_dir / JOB_TOML).write_text(tomli_w.dumps(body))
-        os.environ.update({ENV_RUN_DIR: str(run_dir), ENV_CKPT_DIR: str(checkpoint_dir(run_dir)),
-                           ENV_ATTEMPT: "1", ENV_RESUME_FROM: "", ENV_PROBE_WARMUP: str(warmup)})
+        os.environ.update(
+            {
+                ENV_RUN_DIR: str(run_dir),
+                ENV_CKPT_DIR: str(checkpoint_dir(run_dir)),
+                ENV_ATTEMPT: "1",
+                ENV_RESUME_FROM: "",
+                ENV_PROBE_WARMUP: str(warmup),
+            }
+        )
         os.environ.pop(ENV_JOB_ID, None)
         code = run_main(run_dir)
         ended = time.time()
@@ -118,9 +139,12 @@ def probe(job_toml: Path, warmup: int, steps: int) -> dict[str, Any]:
         # after the last step: the final evaluation and save are counted above; the rest (export of
         # the model, result.json, shutdown) is the end every run has
         "end_s": max(0.0, ended - figures["last_step_at"] - figures.get("after_last_step_s", 0.0))
-        if figures.get("last_step_at") else None,
+        if figures.get("last_step_at")
+        else None,
         # the CLI, which sees this process start and end, recomputes start-up and end from these
-        "first_step_at": first, "last_step_at": figures.get("last_step_at"), "counting_s": counting_s,
+        "first_step_at": first,
+        "last_step_at": figures.get("last_step_at"),
+        "counting_s": counting_s,
         "after_last_step_s": figures.get("after_last_step_s", 0.0),
         "rows": rows,
         "steps_per_epoch": steps_per_epoch,

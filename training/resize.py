@@ -32,14 +32,28 @@ def read_sizes(run_dir: Path) -> Optional[dict[str, Any]]:
     return read_json(Path(run_dir) / BATCH_FILE)
 
 
-def record_shrink(run_dir: Path, *, batch_size: int, accumulate: int, new_batch: int, new_accumulate: int,
-                  attempt: Optional[str], step: Optional[int], error: str) -> dict[str, Any]:
+def record_shrink(
+    run_dir: Path,
+    *,
+    batch_size: int,
+    accumulate: int,
+    new_batch: int,
+    new_accumulate: int,
+    attempt: Optional[str],
+    step: Optional[int],
+    error: str,
+) -> dict[str, Any]:
     data = read_sizes(run_dir) or {"history": []}
-    data["history"].append({
-        "attempt": attempt, "at": time.time(), "step": step, "error": error[:300],
-        "from": {"batch_size": batch_size, "accumulate_grad_batches": accumulate},
-        "to": {"batch_size": new_batch, "accumulate_grad_batches": new_accumulate},
-    })
+    data["history"].append(
+        {
+            "attempt": attempt,
+            "at": time.time(),
+            "step": step,
+            "error": error[:300],
+            "from": {"batch_size": batch_size, "accumulate_grad_batches": accumulate},
+            "to": {"batch_size": new_batch, "accumulate_grad_batches": new_accumulate},
+        }
+    )
     data["batch_size"], data["accumulate_grad_batches"] = new_batch, new_accumulate
     write_json_atomic(Path(run_dir) / BATCH_FILE, data)
     return data

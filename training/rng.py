@@ -23,8 +23,13 @@ def capture() -> dict[str, Any]:
     np = _numpy()
     if np is not None:
         kind, keys, pos, has_gauss, gauss = np.random.get_state()
-        state["numpy"] = {"kind": str(kind), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-                          "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)}
+        state["numpy"] = {
+            "kind": str(kind),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state

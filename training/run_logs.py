@@ -145,8 +145,9 @@ class EventsThread:
         self._event = Event
         self._writer = EventsWriter(str(folder / "events"), suffix)  # writes its file_version event
         if purge_step is not None:  # TensorBoard drops what earlier files hold from this step on
-            self._writer.write_event(Event(wall_time=time.time(), step=purge_step,
-                                           session_log=SessionLog(status=SessionLog.START)))
+            self._writer.write_event(
+                Event(wall_time=time.time(), step=purge_step, session_log=SessionLog(status=SessionLog.START))
+            )
         self._writer.flush()
         self.path = Path(self._writer._file_name)
         self.flush_every_s = flush_every_s
@@ -199,8 +200,16 @@ class TensorBoardEvents(Logger):
     `link_dir` also shows them under a folder named after the job (config [logging]
     tensorboard_dir, e.g. AutoDL's /root/tf-logs)."""
 
-    def __init__(self, folder: str | Path, *, purge_step: int, attempt: str = "", link_dir: Optional[str] = None,
-                 link_name: str = "", flush_every_s: float = FLUSH_EVERY_S):
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        purge_step: int,
+        attempt: str = "",
+        link_dir: Optional[str] = None,
+        link_name: str = "",
+        flush_every_s: float = FLUSH_EVERY_S,
+    ):
         super().__init__()
         self.folder = Path(folder)
         self.purge_step = purge_step
@@ -224,8 +233,12 @@ class TensorBoardEvents(Logger):
     def writer(self) -> EventsThread:
         if self._writer is None:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self._writer = EventsThread(self.folder, purge_step=self.purge_step, flush_every_s=self.flush_every_s,
-                                        suffix=f".attempt-{self.attempt}" if self.attempt else "")
+            self._writer = EventsThread(
+                self.folder,
+                purge_step=self.purge_step,
+                flush_every_s=self.flush_every_s,
+                suffix=f".attempt-{self.attempt}" if self.attempt else "",
+            )
             if self.link_dir:
                 link_tensorboard(self.folder, Path(self.link_dir), self.link_name)
         return self._writer
@@ -308,8 +321,9 @@ class RateAndLR(pl.Callback):
         self._times.clear()  # validation time is not training throughput
         self._times.append((time.monotonic(), self._samples))
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         from .callbacks import _count
 
         self._samples += _count(batch) * trainer.world_size
@@ -325,7 +339,9 @@ class RateAndLR(pl.Callback):
             values["lr"] = float(trainer.optimizers[0].param_groups[0]["lr"])
         self.extras.set(values)
 
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         for logger in trainer.loggers:
             flush = getattr(logger, "flush", None)
             if callable(flush):
@@ -351,10 +367,22 @@ def run_loggers(run_dir: Path, *, resume_step: Optional[int], job_name: str) -> 
     job_id = os.environ.get(ENV_JOB_ID, "")
     return [
         ContinuingCSVLogger(run_dir, purge_step=purge),
-        TensorBoardEvents(run_dir / TENSORBOARD, purge_step=purge, attempt=os.environ.get(ENV_ATTEMPT, ""),
-                          link_dir=os.environ.get(ENV_TENSORBOARD_DIR) or None,
-                          link_name=f"{job_name}-{job_id}" if job_id else job_name),
+        TensorBoardEvents(
+            run_dir / TENSORBOARD,
+            purge_step=purge,
+            attempt=os.environ.get(ENV_ATTEMPT, ""),
+            link_dir=os.environ.get(ENV_TENSORBOARD_DIR) or None,
+            link_name=f"{job_name}-{job_id}" if job_id else job_name,
+        ),
     ]
 
 
-__all__ = ["ContinuingCSVLogger", "TensorBoardEvents", "RateAndLR", "StepExtras", "run_loggers", "link_tensorboard", "METRICS_CSV"]
+__all__ = [
+    "ContinuingCSVLogger",
+    "TensorBoardEvents",
+    "RateAndLR",
+    "StepExtras",
+    "run_loggers",
+    "link_tensorboard",
+    "METRICS_CSV",
+]

@@ -30,8 +30,12 @@ from . import memory_guard
 from .checkpoints import AtomicCheckpointIO, is_notice, step_of
 
 
-def snapshot(obj: Any, memo: Optional[dict[int, Any]] = None, buffers: Optional[dict[tuple, torch.Tensor]] = None,
-             where: tuple = ()) -> Any:
+def snapshot(
+    obj: Any,
+    memo: Optional[dict[int, Any]] = None,
+    buffers: Optional[dict[tuple, torch.Tensor]] = None,
+    where: tuple = (),
+) -> Any:
     """A copy of a checkpoint dict that later training steps cannot change: tensors copied to host
     memory (a tensor seen twice stays one copy), containers rebuilt, anything else deep-copied.
     With `buffers` (kept between saves), a tensor is copied into the host buffer the previous
@@ -102,8 +106,9 @@ class BackgroundCheckpointIO(AtomicCheckpointIO):
         frozen = snapshot(checkpoint, buffers=self._buffers)
         t2 = time.perf_counter()
         self.last_snapshot = {"wait_s": t1 - t0, "snapshot_s": t2 - t1, "blocked_s": t2 - t0}
-        self._thread = threading.Thread(target=self._write, args=(frozen, Path(path)), daemon=True,
-                                        name="checkpoint-writer")
+        self._thread = threading.Thread(
+            target=self._write, args=(frozen, Path(path)), daemon=True, name="checkpoint-writer"
+        )
         self._thread.start()
 
     def _write(self, frozen: dict[str, Any], path: Path) -> None:

@@ -27,7 +27,13 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 import torch
 
 from orchestrator.contract import (
-    CHECKPOINTS, TEMP_MARK, atomic_file, notice_name, parse_checkpoint_name, periodic_name, step_checkpoints,
+    CHECKPOINTS,
+    TEMP_MARK,
+    atomic_file,
+    notice_name,
+    parse_checkpoint_name,
+    periodic_name,
+    step_checkpoints,
 )
 
 from . import heartbeat
@@ -40,6 +46,7 @@ FORMAT = "orch.torch_loop/1"
 # -- RNG states as plain data (torch.load(weights_only=True) reads them back) ------------------------
 
 # -- DataLoader workers -------------------------------------------------------------------------------
+
 
 class WorkerIgnoresSigterm:
     """A DataLoader `worker_init_fn` (wrapping yours) that makes the worker ignore SIGTERM. orch
@@ -91,6 +98,7 @@ def _kill_loader_workers() -> None:
 
 # -- checkpoint files --------------------------------------------------------------------------------
 
+
 def atomic_save(obj: Any, path: Path) -> None:
     """torch.save, all or nothing (contract.atomic_file): a kill at any instant leaves the old
     file or the new one, never a torn one."""
@@ -110,11 +118,22 @@ def _state(obj: Any) -> Any:
 
 
 class OrchLoop:
-    def __init__(self, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None,
-                 scheduler: Any = None, scaler: Any = None, *, total_steps: Optional[int] = None,
-                 save_every: Optional[int] = None, keep: int = 2, samples_per_step: int = 0,
-                 run_dir: Optional[str | Path] = None, ckpt_dir: Optional[str | Path] = None,
-                 progress_every_s: Optional[float] = None, handle_sigint: bool = False):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: Optional[torch.optim.Optimizer] = None,
+        scheduler: Any = None,
+        scaler: Any = None,
+        *,
+        total_steps: Optional[int] = None,
+        save_every: Optional[int] = None,
+        keep: int = 2,
+        samples_per_step: int = 0,
+        run_dir: Optional[str | Path] = None,
+        ckpt_dir: Optional[str | Path] = None,
+        progress_every_s: Optional[float] = None,
+        handle_sigint: bool = False,
+    ):
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self.total_steps = total_steps
         self.save_every = save_every
@@ -149,7 +168,9 @@ class OrchLoop:
             try:
                 ckpt = load_checkpoint(path)
             except Exception as exc:  # truncated file, pickle error, wrong format: all mean unusable
-                say(f"skipping checkpoint {path}: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}")
+                say(
+                    f"skipping checkpoint {path}: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                )
                 continue
             self.model.load_state_dict(ckpt["model"])
             for obj, key in ((self.optimizer, "optimizer"), (self.scheduler, "scheduler"), (self.scaler, "scaler")):
@@ -188,8 +209,14 @@ class OrchLoop:
             self._pending_rng = None
 
     # -- every optimizer step ------------------------------------------------------------------
-    def step_done(self, *, data: Any = None, epoch: Optional[int] = None, metrics: Optional[Mapping[str, Any]] = None,
-                  samples: Optional[int] = None) -> int:
+    def step_done(
+        self,
+        *,
+        data: Any = None,
+        epoch: Optional[int] = None,
+        metrics: Optional[Mapping[str, Any]] = None,
+        samples: Optional[int] = None,
+    ) -> int:
         """Call once after every optimizer step, with the data position to continue from. Writes
         progress every few seconds, a periodic checkpoint every `save_every` steps, and on SIGTERM
         a notice checkpoint, then exits 75 (raises Preempted, a SystemExit)."""
@@ -211,9 +238,17 @@ class OrchLoop:
         return self.step
 
     def save(self, *, data: Any = None, notice: bool = False) -> Path:
-        ckpt = {"format": FORMAT, "step": self.step, "epoch": self.epoch, "model": _state(self.model),
-                "optimizer": _state(self.optimizer), "scheduler": _state(self.scheduler),
-                "scaler": _state(self.scaler), "rng": capture_rng(), "data": data}
+        ckpt = {
+            "format": FORMAT,
+            "step": self.step,
+            "epoch": self.epoch,
+            "model": _state(self.model),
+            "optimizer": _state(self.optimizer),
+            "scheduler": _state(self.scheduler),
+            "scaler": _state(self.scaler),
+            "rng": capture_rng(),
+            "data": data,
+        }
         path = self.ckpt_dir / (notice_name(self.step) if notice else periodic_name(self.step))
         atomic_save(ckpt, path)
         self._prune()
@@ -232,7 +267,7 @@ class OrchLoop:
         found = step_checkpoints(self.ckpt_dir)
         periodic = [p for p, n in found if not n.notice]
         notices = [p for p, n in found if n.notice]
-        for path in periodic[max(1, self.keep):] + notices[1:]:
+        for path in periodic[max(1, self.keep) :] + notices[1:]:
             try:
                 path.unlink()
             except OSError:
@@ -243,7 +278,9 @@ class OrchLoop:
         if not self.ckpt_dir.is_dir():
             return
         for entry in self.ckpt_dir.iterdir():
-            if entry.name.startswith(TEMP_MARK) and parse_checkpoint_name(entry.name[len(TEMP_MARK):].split("-", 1)[-1]):
+            if entry.name.startswith(TEMP_MARK) and parse_checkpoint_name(
+                entry.name[len(TEMP_MARK) :].split("-", 1)[-1]
+            ):
                 try:
                     entry.unlink()
                 except OSError:

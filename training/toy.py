@@ -9,15 +9,65 @@ import random
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-POSITIVE = ["good", "great", "excellent", "wonderful", "delightful", "superb", "lovely", "brilliant",
-            "enjoyable", "charming", "pleasant", "fantastic", "moving", "fresh", "clever"]
-NEGATIVE = ["bad", "awful", "terrible", "boring", "dull", "horrible", "dreadful", "weak", "tedious",
-            "clumsy", "messy", "painful", "poor", "bland", "stale"]
-SUBJECTS = ["the movie", "this film", "the plot", "the acting", "the script", "the soundtrack", "the ending",
-            "the cast", "the story", "the director's work", "the dialogue", "the pacing", "the visuals"]
-TEMPLATES = ["{s} was {a}", "{s} is {a} and {b}", "i found {s} {a}", "honestly , {s} felt {a}",
-             "{s} turned out {a} , really {b}", "what a {a} experience , {s} was {b}",
-             "critics said {s} is {a}", "{s} seemed {a} from start to finish"]
+POSITIVE = [
+    "good",
+    "great",
+    "excellent",
+    "wonderful",
+    "delightful",
+    "superb",
+    "lovely",
+    "brilliant",
+    "enjoyable",
+    "charming",
+    "pleasant",
+    "fantastic",
+    "moving",
+    "fresh",
+    "clever",
+]
+NEGATIVE = [
+    "bad",
+    "awful",
+    "terrible",
+    "boring",
+    "dull",
+    "horrible",
+    "dreadful",
+    "weak",
+    "tedious",
+    "clumsy",
+    "messy",
+    "painful",
+    "poor",
+    "bland",
+    "stale",
+]
+SUBJECTS = [
+    "the movie",
+    "this film",
+    "the plot",
+    "the acting",
+    "the script",
+    "the soundtrack",
+    "the ending",
+    "the cast",
+    "the story",
+    "the director's work",
+    "the dialogue",
+    "the pacing",
+    "the visuals",
+]
+TEMPLATES = [
+    "{s} was {a}",
+    "{s} is {a} and {b}",
+    "i found {s} {a}",
+    "honestly , {s} felt {a}",
+    "{s} turned out {a} , really {b}",
+    "what a {a} experience , {s} was {b}",
+    "critics said {s} is {a}",
+    "{s} seemed {a} from start to finish",
+]
 FILLER = ["today", "overall", "in my opinion", "to be fair", "for a sunday", "as expected", "at times", ""]
 LABEL_NAMES = ["negative", "positive"]
 
@@ -45,9 +95,19 @@ def write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
     return path
 
 
-def build_tiny_bert(folder: str | Path, texts: Iterable[str], *, num_labels: int = 2, hidden: int = 64,
-                    layers: int = 2, heads: int = 2, vocab_size: int = 400, max_positions: int = 128,
-                    seed: int = 0, label_names: Optional[list[str]] = None) -> Path:
+def build_tiny_bert(
+    folder: str | Path,
+    texts: Iterable[str],
+    *,
+    num_labels: int = 2,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 2,
+    vocab_size: int = 400,
+    max_positions: int = 128,
+    seed: int = 0,
+    label_names: Optional[list[str]] = None,
+) -> Path:
     """Train a WordPiece tokenizer on `texts`, build a randomly initialised BERT classifier, and
     save both with save_pretrained into `folder` (loadable offline with Auto*.from_pretrained)."""
     import torch
@@ -63,13 +123,30 @@ def build_tiny_bert(folder: str | Path, texts: Iterable[str], *, num_labels: int
     tok.train_from_iterator(list(texts), trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special))
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=max_positions)
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=max_positions,
+    )
     fast.save_pretrained(str(folder))
-    config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=heads, intermediate_size=hidden * 2, max_position_embeddings=max_positions,
-                        num_labels=num_labels, pad_token_id=tok.token_to_id("[PAD]"))
+    config = BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=hidden * 2,
+        max_position_embeddings=max_positions,
+        num_labels=num_labels,
+        pad_token_id=tok.token_to_id("[PAD]"),
+    )
     if label_names:
         config.id2label = {i: n for i, n in enumerate(label_names)}
         config.label2id = {n: i for i, n in enumerate(label_names)}
@@ -78,8 +155,18 @@ def build_tiny_bert(folder: str | Path, texts: Iterable[str], *, num_labels: int
     return folder
 
 
-def prepare_example(folder: Path, *, train_rows: int, dev_rows: int, train_seed: int, dev_seed: int,
-                    vocab_rows: int, vocab_seed: int = 1, say: bool = False, **model: Any) -> Path:
+def prepare_example(
+    folder: Path,
+    *,
+    train_rows: int,
+    dev_rows: int,
+    train_seed: int,
+    dev_seed: int,
+    vocab_rows: int,
+    vocab_seed: int = 1,
+    say: bool = False,
+    **model: Any,
+) -> Path:
     """An example's data/train.jsonl, data/dev.jsonl and tiny-bert/ in `folder` (deterministic,
     idempotent, no download): what each examples/*/prepare.py makes."""
     folder = Path(folder)
@@ -96,4 +183,3 @@ def prepare_example(folder: Path, *, train_rows: int, dev_rows: int, train_seed:
         if say:
             print(f"wrote {tiny}")
     return folder
-

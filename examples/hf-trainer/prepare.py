@@ -16,8 +16,19 @@ from training.toy import prepare_example  # noqa: E402
 
 
 def prepare(folder: Path = HERE, *, train_rows: int = 640, dev_rows: int = 128) -> Path:
-    return prepare_example(folder, train_rows=train_rows, dev_rows=dev_rows, train_seed=11, dev_seed=12,
-                           vocab_rows=1000, hidden=32, layers=2, heads=2, vocab_size=300, max_positions=64)
+    return prepare_example(
+        folder,
+        train_rows=train_rows,
+        dev_rows=dev_rows,
+        train_seed=11,
+        dev_seed=12,
+        vocab_rows=1000,
+        hidden=32,
+        layers=2,
+        heads=2,
+        vocab_size=300,
+        max_positions=64,
+    )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,11 @@ sys.path.insert(0, str(HERE.parent.parent))  # run from a checkout as well as fr
 
 import torch  # noqa: E402
 from transformers import (  # noqa: E402
-    AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer, TrainingArguments,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
 )
 
 from training.hf_trainer import OrchTrainerCallback, resume_from  # noqa: E402  <- orch, line 1 of 3
@@ -29,8 +33,10 @@ class JsonlDataset(torch.utils.data.Dataset):
     def __init__(self, path: Path, tokenizer, max_length: int):
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         enc = tokenizer([r["text"] for r in rows], truncation=True, max_length=max_length)
-        self.items = [{"input_ids": ids, "attention_mask": mask, "labels": r["label"]}
-                      for ids, mask, r in zip(enc["input_ids"], enc["attention_mask"], rows)]
+        self.items = [
+            {"input_ids": ids, "attention_mask": mask, "labels": r["label"]}
+            for ids, mask, r in zip(enc["input_ids"], enc["attention_mask"], rows)
+        ]
 
     def __len__(self) -> int:
         return len(self.items)
@@ -60,14 +66,30 @@ def main() -> None:
     dev = JsonlDataset(data / "dev.jsonl", tokenizer, args.max_length)
     out = Path(args.output_dir)
     training_args = TrainingArguments(
-        output_dir=str(out / "trainer"), num_train_epochs=args.epochs, per_device_train_batch_size=args.batch_size,
-        gradient_accumulation_steps=args.grad_accum, learning_rate=1e-3, warmup_steps=5, seed=args.seed,
-        save_strategy="steps", save_steps=args.save_steps, save_total_limit=2, eval_strategy="epoch",
-        logging_steps=5, report_to="none", disable_tqdm=True, dataloader_num_workers=args.workers,
+        output_dir=str(out / "trainer"),
+        num_train_epochs=args.epochs,
+        per_device_train_batch_size=args.batch_size,
+        gradient_accumulation_steps=args.grad_accum,
+        learning_rate=1e-3,
+        warmup_steps=5,
+        seed=args.seed,
+        save_strategy="steps",
+        save_steps=args.save_steps,
+        save_total_limit=2,
+        eval_strategy="epoch",
+        logging_steps=5,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=args.workers,
     )
-    trainer = Trainer(model=model, args=training_args, train_dataset=train, eval_dataset=dev,
-                      data_collator=DataCollatorWithPadding(tokenizer),
-                      callbacks=[OrchTrainerCallback()])  # <- orch, line 2 of 3
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=dev,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        callbacks=[OrchTrainerCallback()],
+    )  # <- orch, line 2 of 3
     trainer.train(resume_from_checkpoint=resume_from())  # <- orch, line 3 of 3
     trainer.save_model(str(out / "model"))
     tokenizer.save_pretrained(str(out / "model"))

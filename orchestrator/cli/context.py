@@ -31,8 +31,11 @@ class OrchGroup(TyperGroup):
                 raise
             # SQLite rolls the transaction back: the store is as it was, only this request failed.
             root = _state_root()
-            print(f"orch: the disk holding {root} is full ({exc}); nothing was recorded. Free space "
-                  f"(`df -h {root}`, `orch doctor`) and try again", file=sys.stderr)
+            print(
+                f"orch: the disk holding {root} is full ({exc}); nothing was recorded. Free space "
+                f"(`df -h {root}`, `orch doctor`) and try again",
+                file=sys.stderr,
+            )
             raise typer.Exit(1) from None
 
 
@@ -63,9 +66,14 @@ def _disk_full(exc: Optional[BaseException]) -> bool:
     return False
 
 
-app = typer.Typer(cls=OrchGroup, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="orch: queue training jobs on rented GPUs; resume after preemption; count the cost; "
-                       "get notified; power off when done.")
+app = typer.Typer(
+    cls=OrchGroup,
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="orch: queue training jobs on rented GPUs; resume after preemption; count the cost; "
+    "get notified; power off when done.",
+)
 daemon_app = typer.Typer(no_args_is_help=True, help="Run, start, stop or inspect the background daemon.")
 notify_app = typer.Typer(no_args_is_help=True, help="Check the notification channels.")
 config_app = typer.Typer(no_args_is_help=True, help="Check config.toml.")
@@ -115,7 +123,9 @@ def emit_json(data: Any) -> None:
 @app.callback()
 def main_options(
     home: Optional[str] = typer.Option(None, "--home", help="State folder (default $ORCH_HOME or ~/.orch)."),
-    config: Optional[str] = typer.Option(None, "--config", help="config.toml (default $ORCH_CONFIG or $ORCH_HOME/config.toml)."),
+    config: Optional[str] = typer.Option(
+        None, "--config", help="config.toml (default $ORCH_CONFIG or $ORCH_HOME/config.toml)."
+    ),
 ) -> None:
     ctx.home_arg, ctx.config_arg = home, config
 

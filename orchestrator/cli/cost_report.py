@@ -13,15 +13,19 @@ from ..store import Store
 def cost_data(store: Store, config: Config) -> dict[str, Any]:
     jobs: list[dict[str, Any]] = []
     for job in store.jobs():
-        jobs.append({
-            "id": job.id, "name": job.name, "state": job.state.value,
-            "gpu_hours": round(job.gpu_seconds / 3600, 6),
-            "runtime_s": round(job.run_seconds, 1),
-            "cost": round(job.cost, 6),
-            "waste": round(job.waste_cost, 6),
-            "waste_s": round(job.waste_seconds, 1),
-            "steps_lost": job.steps_lost,
-        })
+        jobs.append(
+            {
+                "id": job.id,
+                "name": job.name,
+                "state": job.state.value,
+                "gpu_hours": round(job.gpu_seconds / 3600, 6),
+                "runtime_s": round(job.run_seconds, 1),
+                "cost": round(job.cost, 6),
+                "waste": round(job.waste_cost, 6),
+                "waste_s": round(job.waste_seconds, 1),
+                "steps_lost": job.steps_lost,
+            }
+        )
     ledger = store.ledger()
     idle = round(ledger.get("idle_cost", 0.0), 6)
     jobs_total = round(sum(j["cost"] for j in jobs), 6)
@@ -37,8 +41,13 @@ def cost_data(store: Store, config: Config) -> dict[str, Any]:
         "note": "counted only while a daemon runs; time with no daemon is not billed here",
     }
     p = config.pricing
-    pricing = Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour, spot=p.spot,
-                      on_demand_gpu_hour=p.on_demand_gpu_hour)
+    pricing = Pricing(
+        currency=p.currency,
+        gpu_hour=p.gpu_hour,
+        instance_hour=p.instance_hour,
+        spot=p.spot,
+        on_demand_gpu_hour=p.on_demand_gpu_hour,
+    )
     savings = spot_savings(data["gpu_hours"], pricing)
     if savings is not None:
         data["on_demand_equivalent"] = round(data["gpu_hours"] * (p.on_demand_gpu_hour or 0.0), 6)
@@ -53,15 +62,20 @@ def cost_table(data: dict[str, Any]) -> str:
     rule = "-" * len(head)
     lines = [head]
     for j in data["jobs"]:
-        lines.append(f"{j['id']:>5}  {j['name'][:24]:<24} {j['state']:<10} {format_duration(j['runtime_s']):>9} "
-                     f"{j['gpu_hours']:>8.3f} {j['cost']:>14.2f} {j['waste']:>14.2f}"
-                     + (f"  ({j['steps_lost']} steps redone)" if j["steps_lost"] else ""))
+        lines.append(
+            f"{j['id']:>5}  {j['name'][:24]:<24} {j['state']:<10} {format_duration(j['runtime_s']):>9} "
+            f"{j['gpu_hours']:>8.3f} {j['cost']:>14.2f} {j['waste']:>14.2f}"
+            + (f"  ({j['steps_lost']} steps redone)" if j["steps_lost"] else "")
+        )
     lines.append(rule)
-    lines.append(f"{'':>5}  {'jobs':<24} {'':<10} {'':>9} {data['gpu_hours']:>8.3f} {data['jobs_cost']:>14.2f} "
-                 f"{data['waste']:>14.2f}")
+    lines.append(
+        f"{'':>5}  {'jobs':<24} {'':<10} {'':>9} {data['gpu_hours']:>8.3f} {data['jobs_cost']:>14.2f} "
+        f"{data['waste']:>14.2f}"
+    )
     lines.append(f"{'':>5}  {'idle (nothing running)':<24} {'':<10} {'':>9} {'':>8} {data['idle_cost']:>14.2f}")
-    lines.append(f"{'':>5}  {'total':<24} {'':<10} {format_duration(data['uptime_s']):>9} {'':>8} "
-                 f"{data['total']:>14.2f}")
+    lines.append(
+        f"{'':>5}  {'total':<24} {'':<10} {format_duration(data['uptime_s']):>9} {'':>8} {data['total']:>14.2f}"
+    )
     if "savings" in data:
         lines.append(f"spot savings vs on-demand: {format_money(data['savings'], cur)}")
     lines.append(f"({data['note']}; total runtime is the daemon's uptime)")

@@ -40,8 +40,10 @@ def daemon_stop(timeout: float = typer.Option(120.0, help="Seconds to wait for r
 
 
 @daemon_app.command("drain")
-def daemon_drain(wait: bool = typer.Option(False, "--wait", help="Block until the daemon has exited."),
-                 timeout: float = typer.Option(0.0, help="With --wait: give up after this many seconds (0: never).")) -> None:
+def daemon_drain(
+    wait: bool = typer.Option(False, "--wait", help="Block until the daemon has exited."),
+    timeout: float = typer.Option(0.0, help="With --wait: give up after this many seconds (0: never)."),
+) -> None:
     """Finish the running jobs, start nothing new, then exit (maintenance, moving to another machine)."""
     from ..daemon_control import running_pid
     from ..drain import request
@@ -53,8 +55,10 @@ def daemon_drain(wait: bool = typer.Option(False, "--wait", help="Block until th
         raise DaemonError(f"no daemon is running for {home.root}; nothing to drain")
     request(home)
     poke(home)
-    print(f"daemon (pid {pid}) draining: running jobs finish, nothing new starts, then it exits"
-          " (`orch daemon start` runs the queue again)")
+    print(
+        f"daemon (pid {pid}) draining: running jobs finish, nothing new starts, then it exits"
+        " (`orch daemon start` runs the queue again)"
+    )
     if wait:
         deadline = time.monotonic() + timeout if timeout > 0 else None
         while running_pid(home) is not None:

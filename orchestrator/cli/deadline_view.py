@@ -20,8 +20,9 @@ def _capacity(config: Any) -> tuple[int, int]:
     return len(managed_gpus(config.daemon.gpus)), config.daemon.cpu_slots
 
 
-def add_deadline_notes(store: Store, home: Home, config: Callable[[], Any], rows: list[dict[str, Any]],
-                       now: float) -> None:
+def add_deadline_notes(
+    store: Store, home: Home, config: Callable[[], Any], rows: list[dict[str, Any]], now: float
+) -> None:
     """Each active deadline row gets `projected_finish`, `deadline_at_risk`, and a note. `config`
     is called (config.toml read) only when there is a deadline to project."""
     wanted = [r for r in rows if r.get("deadline") and r["state"] in ("queued", "running")]
@@ -40,7 +41,9 @@ def add_deadline_notes(store: Store, home: Home, config: Callable[[], Any], rows
         row["projected_finish"] = finish
         row["projected_finish_is_lower_bound"] = bool(f and f.lower_bound)
         row["deadline_at_risk"] = finish is not None and finish > deadline
-        note = f"deadline {_clock(deadline)}, projected {_clock(finish)}" + (" (late)" if row["deadline_at_risk"] else "")
+        note = f"deadline {_clock(deadline)}, projected {_clock(finish)}" + (
+            " (late)" if row["deadline_at_risk"] else ""
+        )
         row["reason"] = f"{row['reason']}; {note}" if row.get("reason") else note
 
 

@@ -46,8 +46,9 @@ def run_checks(home: Home, config_path: Path, config_required: bool, *, now: Opt
     daemon_pid = check_daemon(home, out)
     jobs = check_store(home, out, now)
     if daemon_pid is None and jobs:
-        out.append(Finding("daemon", BAD, f"{len(jobs)} job(s) queued or running but no daemon runs them",
-                           "orch daemon start"))
+        out.append(
+            Finding("daemon", BAD, f"{len(jobs)} job(s) queued or running but no daemon runs them", "orch daemon start")
+        )
     config_findings: list[Finding] = []
     config = check_config(config_path, config_required, config_findings)
     check_jobs(home, config, jobs, daemon_pid, out, now)
@@ -75,22 +76,43 @@ def check_daemon(home: Home, out: list[Finding]) -> Optional[int]:
         pass
     if pid is None:
         if pid_text:
-            out.append(Finding("daemon", BAD, f"no daemon holds the lock, but {home.pid_file} names pid {pid_text} "
-                                               "(a daemon that died without cleaning up)",
-                               f"rm {home.pid_file} && orch daemon start"))
+            out.append(
+                Finding(
+                    "daemon",
+                    BAD,
+                    f"no daemon holds the lock, but {home.pid_file} names pid {pid_text} "
+                    "(a daemon that died without cleaning up)",
+                    f"rm {home.pid_file} && orch daemon start",
+                )
+            )
         else:
             out.append(Finding("daemon", OK, "not running"))
         if requested(home) is not None:
-            out.append(Finding("daemon", WARN, "a drain request is left over from a daemon that is gone",
-                               f"rm {home.root / 'drain'}"))
+            out.append(
+                Finding(
+                    "daemon",
+                    WARN,
+                    "a drain request is left over from a daemon that is gone",
+                    f"rm {home.root / 'drain'}",
+                )
+            )
         return None
     if pid < 0:
-        out.append(Finding("daemon", BAD, f"a daemon holds {home.lock_file} but {home.pid_file} is unreadable",
-                           f"fuser {home.lock_file}  # then: kill -TERM <pid> && orch daemon start"))
+        out.append(
+            Finding(
+                "daemon",
+                BAD,
+                f"a daemon holds {home.lock_file} but {home.pid_file} is unreadable",
+                f"fuser {home.lock_file}  # then: kill -TERM <pid> && orch daemon start",
+            )
+        )
         return None
     if pid_text != str(pid):
-        out.append(Finding("daemon", BAD, f"pid file says {pid_text!r}, the lock holder is {pid}",
-                           f"echo {pid} > {home.pid_file}"))
+        out.append(
+            Finding(
+                "daemon", BAD, f"pid file says {pid_text!r}, the lock holder is {pid}", f"echo {pid} > {home.pid_file}"
+            )
+        )
     drain = requested(home)
     state = "draining (running jobs finish, nothing new starts)" if drain is not None else "running"
     out.append(Finding("daemon", OK, f"{state}: pid {pid}, lock held"))
@@ -111,27 +133,47 @@ def check_store(home: Home, out: list[Finding], now: float) -> list[Job]:
     problems = []
     mode = stat.S_IMODE(db.stat().st_mode)
     if not os.access(db, os.R_OK | os.W_OK):
-        problems.append(Finding("store", BAD, f"{db} is not readable and writable by this user",
-                                f"chown {os.getuid()} {db} && chmod 600 {db}"))
+        problems.append(
+            Finding(
+                "store",
+                BAD,
+                f"{db} is not readable and writable by this user",
+                f"chown {os.getuid()} {db} && chmod 600 {db}",
+            )
+        )
     if mode & 0o077:
-        problems.append(Finding("store", BAD, f"{db} is mode {mode:o}: job [env] values may be secrets",
-                                f"chmod 600 {db}"))
+        problems.append(
+            Finding("store", BAD, f"{db} is mode {mode:o}: job [env] values may be secrets", f"chmod 600 {db}")
+        )
     root_mode = stat.S_IMODE(home.root.stat().st_mode)
     if root_mode & 0o022:
-        problems.append(Finding("store", BAD, f"{home.root} is mode {root_mode:o}: others can write to it",
-                                f"chmod 700 {home.root}"))
+        problems.append(
+            Finding(
+                "store", BAD, f"{home.root} is mode {root_mode:o}: others can write to it", f"chmod 700 {home.root}"
+            )
+        )
     jobs: list[Job] = []
     try:
         checked = check_database(db)
         if checked.problems:
-            problems.append(Finding("store", BAD, "SQLite integrity check failed: " + "; ".join(checked.problems[:3]),
-                                    f"cp {db} {db}.broken && sqlite3 {db}.broken .recover | sqlite3 {db}.new"
-                                    f"  # then stop the daemon and move {db}.new over {db}"))
+            problems.append(
+                Finding(
+                    "store",
+                    BAD,
+                    "SQLite integrity check failed: " + "; ".join(checked.problems[:3]),
+                    f"cp {db} {db}.broken && sqlite3 {db}.broken .recover | sqlite3 {db}.new"
+                    f"  # then stop the daemon and move {db}.new over {db}",
+                )
+            )
         if checked.version != SCHEMA_VERSION:
-            fix = "orch status  # opening the store migrates it" if checked.version < SCHEMA_VERSION else \
-                "pip install -U orch  # this store was written by a newer orch"
-            problems.append(Finding("store", BAD, f"schema version {checked.version}, this orch expects "
-                                                  f"{SCHEMA_VERSION}", fix))
+            fix = (
+                "orch status  # opening the store migrates it"
+                if checked.version < SCHEMA_VERSION
+                else "pip install -U orch  # this store was written by a newer orch"
+            )
+            problems.append(
+                Finding("store", BAD, f"schema version {checked.version}, this orch expects {SCHEMA_VERSION}", fix)
+            )
         else:
             store = Store(db, read_only=True)
             try:
@@ -144,16 +186,22 @@ def check_store(home: Home, out: list[Finding], now: float) -> list[Job]:
         out.extend(problems)
     else:
         running = sum(1 for j in jobs if j.state is JobState.RUNNING)
-        out.append(Finding("store", OK, f"integrity ok, schema {SCHEMA_VERSION}, mode 600; "
-                                        f"{running} running, {len(jobs) - running} queued"))
+        out.append(
+            Finding(
+                "store",
+                OK,
+                f"integrity ok, schema {SCHEMA_VERSION}, mode 600; {running} running, {len(jobs) - running} queued",
+            )
+        )
     return jobs
 
 
 # -- running jobs and orphans -----------------------------------------------------------------------
 
 
-def check_jobs(home: Home, config: Any, jobs: list[Job], daemon_pid: Optional[int], out: list[Finding],
-               now: float) -> None:
+def check_jobs(
+    home: Home, config: Any, jobs: list[Job], daemon_pid: Optional[int], out: list[Finding], now: float
+) -> None:
     """Each running job's attempt, as the executor that runs it sees it (the daemon's, from
     config.toml: a local supervisor, a Slurm job): ended but not settled, gone, or alive with its
     progress fresh or stale."""
@@ -169,8 +217,14 @@ def check_jobs(home: Home, config: Any, jobs: list[Job], daemon_pid: Optional[in
     try:
         executor.refresh(running, now)
     except Exception as exc:  # a cluster queue that cannot be asked: say so, do not guess
-        out.append(Finding("jobs", WARN, f"cannot ask the {executor.name} executor about its jobs: {exc}",
-                           "orch daemon status  # and the daemon log"))
+        out.append(
+            Finding(
+                "jobs",
+                WARN,
+                f"cannot ask the {executor.name} executor about its jobs: {exc}",
+                "orch daemon status  # and the daemon log",
+            )
+        )
         return
     restart_note = "orch daemon start" if daemon_pid is None else "nothing: the daemon settles it on its next tick"
     for job in running:
@@ -179,20 +233,37 @@ def check_jobs(home: Home, config: Any, jobs: list[Job], daemon_pid: Optional[in
         if not job.supervisor_pid and not job.executor_ref:  # the daemon died before recording it
             job = replace(job, **(executor.adopt(job) or {}))
         if executor.exit(job) is not None:
-            out.append(Finding("jobs", WARN if daemon_pid else BAD,
-                               f"{label}: attempt {job.attempt} has ended but is not settled yet", restart_note))
+            out.append(
+                Finding(
+                    "jobs",
+                    WARN if daemon_pid else BAD,
+                    f"{label}: attempt {job.attempt} has ended but is not settled yet",
+                    restart_note,
+                )
+            )
             continue
         # The job's own pid means something only on this machine (a Slurm step runs on a node).
         info = (read_json(run_dir / attempt_pid(job.attempt)) or {}) if executor.name == "local" else {}
         job_alive = is_alive(info.get("job_pid"), info.get("job_start"))
         if not executor.alive(job):
             if job_alive:
-                out.append(Finding("jobs", BAD, f"{label}: its supervisor is gone but the job (pid "
-                                                f"{info.get('job_pid')}) runs unwatched",
-                                   restart_note.replace("settles", "stops and requeues")))
+                out.append(
+                    Finding(
+                        "jobs",
+                        BAD,
+                        f"{label}: its supervisor is gone but the job (pid {info.get('job_pid')}) runs unwatched",
+                        restart_note.replace("settles", "stops and requeues"),
+                    )
+                )
             else:
-                out.append(Finding("jobs", BAD, f"{label}: attempt {job.attempt} is gone ({executor.name} executor)",
-                                   restart_note.replace("settles", "requeues")))
+                out.append(
+                    Finding(
+                        "jobs",
+                        BAD,
+                        f"{label}: attempt {job.attempt} is gone ({executor.name} executor)",
+                        restart_note.replace("settles", "requeues"),
+                    )
+                )
             continue
         where = executor.describe(job)
         if info.get("job_pid") and not job_alive:
@@ -204,12 +275,21 @@ def check_jobs(home: Home, config: Any, jobs: list[Job], daemon_pid: Optional[in
         progress = read_json(run_dir / PROGRESS) or {}
         age = now - float(progress.get("updated_at") or info.get("started_at") or now)
         if progress and age > stale_after:
-            out.append(Finding("jobs", WARN, f"{label}: progress.json not updated for {age / 60:.0f} min "
-                                             f"(step {progress.get('step')}): hung?",
-                               f"orch logs {job.id} -n 50  # set watchdog_minutes / [train] hang_minutes to act on it"))
+            out.append(
+                Finding(
+                    "jobs",
+                    WARN,
+                    f"{label}: progress.json not updated for {age / 60:.0f} min (step {progress.get('step')}): hung?",
+                    f"orch logs {job.id} -n 50  # set watchdog_minutes / [train] hang_minutes to act on it",
+                )
+            )
         else:
             step = f"step {progress.get('step')}" if progress else "no progress yet"
-            alive = "supervisor and job alive" if info else f"{executor.name} attempt alive" + (f" ({where})" if where else "")
+            alive = (
+                "supervisor and job alive"
+                if info
+                else f"{executor.name} attempt alive" + (f" ({where})" if where else "")
+            )
             out.append(Finding("jobs", OK, f"{label}: {alive}, {step}"))
 
 
@@ -222,8 +302,14 @@ def orch_processes(home: Home) -> list[tuple[int, str, str, bool]]:
         env = procs.environ(pid)
         if not env.get(ENV_RUN_DIR.encode(), b"").startswith(prefix) or procs.stat_fields(pid) is None:
             continue
-        found.append((pid, env.get(ENV_JOB_ID.encode(), b"?").decode(), env.get(ENV_ATTEMPT.encode(), b"?").decode(),
-                      SUPERVISOR_MODULE in procs.cmdline(pid)))
+        found.append(
+            (
+                pid,
+                env.get(ENV_JOB_ID.encode(), b"?").decode(),
+                env.get(ENV_ATTEMPT.encode(), b"?").decode(),
+                SUPERVISOR_MODULE in procs.cmdline(pid),
+            )
+        )
     return found
 
 
@@ -233,8 +319,14 @@ def check_orphans(home: Home, jobs: list[Job], out: list[Finding]) -> None:
     if orphans:
         pids = " ".join(str(p) for p, _, _ in orphans)
         what = ", ".join(f"pid {p} (job {j} attempt {a})" for p, j, a in orphans[:4])
-        out.append(Finding("processes", BAD, f"{len(orphans)} orphan process(es) of attempts orch no longer runs: "
-                                             f"{what}", f"kill -9 {pids}"))
+        out.append(
+            Finding(
+                "processes",
+                BAD,
+                f"{len(orphans)} orphan process(es) of attempts orch no longer runs: {what}",
+                f"kill -9 {pids}",
+            )
+        )
     else:
         out.append(Finding("processes", OK, "no orphan job or supervisor processes"))
 
@@ -264,12 +356,23 @@ def check_disk(home: Home, out: list[Finding]) -> None:
     size, where = newest_checkpoint_size(home)
     free = f"{usage.free / 1e9:.1f} GB free of {usage.total / 1e9:.1f} GB at {folder}"
     if size and where is not None and usage.free < size:
-        out.append(Finding("disk", BAD, f"{free}: less than one checkpoint ({size / 1e6:.0f} MB, {where.name}); "
-                                        "the next save fails", f"du -sh {home.runs}/*/checkpoints  # free space, or lower "
-                                                               "[checkpoint] keep"))
+        out.append(
+            Finding(
+                "disk",
+                BAD,
+                f"{free}: less than one checkpoint ({size / 1e6:.0f} MB, {where.name}); the next save fails",
+                f"du -sh {home.runs}/*/checkpoints  # free space, or lower [checkpoint] keep",
+            )
+        )
     elif size and usage.free < 3 * size:
-        out.append(Finding("disk", WARN, f"{free}: room for fewer than 3 checkpoints of {size / 1e6:.0f} MB",
-                           f"du -sh {home.runs}/*/checkpoints  # free space, or lower [checkpoint] keep"))
+        out.append(
+            Finding(
+                "disk",
+                WARN,
+                f"{free}: room for fewer than 3 checkpoints of {size / 1e6:.0f} MB",
+                f"du -sh {home.runs}/*/checkpoints  # free space, or lower [checkpoint] keep",
+            )
+        )
     elif usage.free < 100e6:
         out.append(Finding("disk", BAD, f"{free}: the store and logs need room too", f"du -sh {home.root}/*"))
     else:
@@ -332,16 +435,27 @@ def check_notifiers(config: Any, out: list[Finding], timeout: float = 3.0) -> No
         try:
             addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4]
         except (socket.gaierror, UnicodeError) as exc:
-            out.append(Finding("notifiers", BAD, f"{name}: cannot resolve {host}: {exc}",
-                               f"getent hosts {host}  # check DNS, or the URL in config.toml"))
+            out.append(
+                Finding(
+                    "notifiers",
+                    BAD,
+                    f"{name}: cannot resolve {host}: {exc}",
+                    f"getent hosts {host}  # check DNS, or the URL in config.toml",
+                )
+            )
             continue
         try:
             with socket.create_connection((host, port), timeout=timeout):
                 pass
         except OSError as exc:
-            out.append(Finding("notifiers", BAD, f"{name}: {host}:{port} ({addr[0]}) does not accept connections: "
-                                                 f"{exc}", f"orch notify test --channel {name}  # after fixing the "
-                                                           "network or the URL"))
+            out.append(
+                Finding(
+                    "notifiers",
+                    BAD,
+                    f"{name}: {host}:{port} ({addr[0]}) does not accept connections: {exc}",
+                    f"orch notify test --channel {name}  # after fixing the network or the URL",
+                )
+            )
             continue
         out.append(Finding("notifiers", OK, f"{name}: {host}:{port} reachable (nothing sent)"))
 
@@ -354,15 +468,27 @@ def check_clock(home: Home, out: list[Finding], now: float) -> None:
 
     latest = newest_event_at(home.db) if home.db.exists() else None
     if latest is not None and latest > now + 60:
-        out.append(Finding("clock", BAD, f"the clock is {latest - now:.0f}s behind the store's newest event: "
-                                         "durations and costs will be wrong", "timedatectl set-ntp true"))
+        out.append(
+            Finding(
+                "clock",
+                BAD,
+                f"the clock is {latest - now:.0f}s behind the store's newest event: durations and costs will be wrong",
+                "timedatectl set-ntp true",
+            )
+        )
         return
     synced = ntp_synchronized()
     if synced is False:
         out.append(Finding("clock", WARN, "the system clock is not NTP-synchronised", "timedatectl set-ntp true"))
         return
-    out.append(Finding("clock", OK, time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(now))
-                       + ("" if synced is None else ", NTP synchronised")))
+    out.append(
+        Finding(
+            "clock",
+            OK,
+            time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(now))
+            + ("" if synced is None else ", NTP synchronised"),
+        )
+    )
 
 
 def ntp_synchronized() -> Optional[bool]:
@@ -395,7 +521,10 @@ def render(findings: list[Finding]) -> str:
             lines.append(f"{'':16}fix: {f.fix}")
     problems = sum(1 for f in findings if f.level == BAD)
     warnings = sum(1 for f in findings if f.level == WARN)
-    lines.append("healthy" + (f" ({warnings} warning{'s' if warnings != 1 else ''})" if warnings else "")
-                 if not problems else f"{problems} problem{'s' if problems != 1 else ''} found"
-                 + (f", {warnings} warning{'s' if warnings != 1 else ''}" if warnings else ""))
+    lines.append(
+        "healthy" + (f" ({warnings} warning{'s' if warnings != 1 else ''})" if warnings else "")
+        if not problems
+        else f"{problems} problem{'s' if problems != 1 else ''} found"
+        + (f", {warnings} warning{'s' if warnings != 1 else ''}" if warnings else "")
+    )
     return "\n".join(lines)

@@ -70,7 +70,9 @@ def mtbf_of(store: Store, spec: JobSpec) -> tuple[float, str]:
     return DEFAULT_MTBF_S, "no preemption seen here yet: orch assumes 6 h"
 
 
-def builtin_projection(spec: JobSpec, probe: dict[str, Any], rate_hour: float, mtbf: tuple[float, str]) -> dict[str, Any]:
+def builtin_projection(
+    spec: JobSpec, probe: dict[str, Any], rate_hour: float, mtbf: tuple[float, str]
+) -> dict[str, Any]:
     """Wall time = start-up + steps / (steps/s) + evaluations + periodic saves + the end; cost at the rate."""
     sps = float(probe["steps_per_s"])
     total = int(probe["total_steps"])
@@ -87,38 +89,80 @@ def builtin_projection(spec: JobSpec, probe: dict[str, Any], rate_hour: float, m
     per_preemption = (min(interval_s, wall) / 2.0) + startup  # half an interval redone, and a restart
     waste_s = preemptions * per_preemption
     return {
-        "kind": "builtin", "steps_per_s": round(sps, 4), "total_steps": total, "wall_s": round(wall, 1),
-        "parts_s": {"startup": round(startup, 2), "training": round(train_s, 2), "eval": round(evals * eval_pass, 2),
-                    "checkpoint": round(saves * save_s, 3), "end": round(end_s, 2)},
-        "evals": round(evals, 2), "saves": saves, "checkpoint_interval_s": None if math.isinf(interval_s) else round(interval_s, 1),
-        "checkpoint_interval_why": interval_why, "checkpoint_stall_s": round(save_s, 4),
-        "gpu_hours": round(wall * spec.gpus / 3600.0, 4), "cost": round(wall / 3600.0 * rate_hour, 6),
-        "mtbf_s": round(mtbf[0], 1), "mtbf_source": mtbf[1],
-        "preemption_waste_s": round(waste_s, 1), "preemption_waste_cost": round(waste_s / 3600.0 * rate_hour, 6),
-        "probe": {"warmup_steps": probe.get("warmup_steps"), "measured_steps": probe.get("steady_steps"),
-                  "seconds": round(float(probe["probe_s"]), 1), "cost": round(float(probe["probe_s"]) / 3600.0 * rate_hour, 6)},
+        "kind": "builtin",
+        "steps_per_s": round(sps, 4),
+        "total_steps": total,
+        "wall_s": round(wall, 1),
+        "parts_s": {
+            "startup": round(startup, 2),
+            "training": round(train_s, 2),
+            "eval": round(evals * eval_pass, 2),
+            "checkpoint": round(saves * save_s, 3),
+            "end": round(end_s, 2),
+        },
+        "evals": round(evals, 2),
+        "saves": saves,
+        "checkpoint_interval_s": None if math.isinf(interval_s) else round(interval_s, 1),
+        "checkpoint_interval_why": interval_why,
+        "checkpoint_stall_s": round(save_s, 4),
+        "gpu_hours": round(wall * spec.gpus / 3600.0, 4),
+        "cost": round(wall / 3600.0 * rate_hour, 6),
+        "mtbf_s": round(mtbf[0], 1),
+        "mtbf_source": mtbf[1],
+        "preemption_waste_s": round(waste_s, 1),
+        "preemption_waste_cost": round(waste_s / 3600.0 * rate_hour, 6),
+        "probe": {
+            "warmup_steps": probe.get("warmup_steps"),
+            "measured_steps": probe.get("steady_steps"),
+            "seconds": round(float(probe["probe_s"]), 1),
+            "cost": round(float(probe["probe_s"]) / 3600.0 * rate_hour, 6),
+        },
         "early_stopping": spec.early_stopping is not None,
     }
 
 
 def command_projection(spec: JobSpec, history: Optional[History], rate_hour: float) -> dict[str, Any]:
     if history is None:
-        return {"kind": "command", "wall_s": None, "cost": None,
-                "cannot_estimate": f"no finished job named {spec.name!r} yet: orch cannot estimate a command it has "
-                                   "never seen run (the built-in job is measured by a probe instead)"}
-    return {"kind": "command", "wall_s": round(history.seconds, 1), "gpu_hours": round(history.seconds * spec.gpus / 3600, 4),
-            "cost": round(history.seconds / 3600.0 * rate_hour, 6), "history_runs": history.runs,
-            "history_mean_cost": round(history.cost, 6),
-            "basis": f"the mean of {history.runs} finished job(s) named {spec.name!r}"}
+        return {
+            "kind": "command",
+            "wall_s": None,
+            "cost": None,
+            "cannot_estimate": f"no finished job named {spec.name!r} yet: orch cannot estimate a command it has "
+            "never seen run (the built-in job is measured by a probe instead)",
+        }
+    return {
+        "kind": "command",
+        "wall_s": round(history.seconds, 1),
+        "gpu_hours": round(history.seconds * spec.gpus / 3600, 4),
+        "cost": round(history.seconds / 3600.0 * rate_hour, 6),
+        "history_runs": history.runs,
+        "history_mean_cost": round(history.cost, 6),
+        "basis": f"the mean of {history.runs} finished job(s) named {spec.name!r}",
+    }
 
 
 def run_probe(job_toml: Path, *, warmup: int, steps: int, env: Optional[dict[str, str]] = None) -> dict[str, Any]:
     # absolute: the probe runs in the repository's folder, not the user's
-    cmd = [sys.executable, "-m", "training.probe", str(job_toml.absolute()), "--warmup", str(warmup), "--steps", str(steps)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "training.probe",
+        str(job_toml.absolute()),
+        "--warmup",
+        str(warmup),
+        "--steps",
+        str(steps),
+    ]
     spawned = time.time()
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env or dict(os.environ),
-                              cwd=str(Path(__file__).resolve().parents[2]))
+        done = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            env=env or dict(os.environ),
+            cwd=str(Path(__file__).resolve().parents[2]),
+        )
         exited = time.time()
     except subprocess.TimeoutExpired:
         raise OrchError(f"the probe of {job_toml} took over {PROBE_TIMEOUT_S:.0f} s; nothing was estimated") from None
@@ -139,14 +183,25 @@ def run_probe(job_toml: Path, *, warmup: int, steps: int, env: Optional[dict[str
     return result
 
 
-def estimate_data(store: Store, home: Home, config: Any, job_toml: Path, now: float, *, warmup: int = 10,
-                  steps: int = 30, daemon_running: bool = True) -> dict[str, Any]:
+def estimate_data(
+    store: Store,
+    home: Home,
+    config: Any,
+    job_toml: Path,
+    now: float,
+    *,
+    warmup: int = 10,
+    steps: int = 30,
+    daemon_running: bool = True,
+) -> dict[str, Any]:
     from ..gpus import managed_gpus
 
     spec = load_jobspec(job_toml)
     managed = len(managed_gpus(config.daemon.gpus))
     p = config.pricing
-    rate = hourly_rate(Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour), spec.gpus, managed)
+    rate = hourly_rate(
+        Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour), spec.gpus, managed
+    )
     if spec.is_command:
         data = command_projection(spec, history_of(store.jobs([JobState.SUCCEEDED]), spec.name or ""), rate)
     else:
@@ -155,13 +210,28 @@ def estimate_data(store: Store, home: Home, config: Any, job_toml: Path, now: fl
         data = builtin_projection(spec, run_probe(job_toml, warmup=warmup, steps=steps), rate, mtbf_of(store, spec))
     body = spec.model_dump(mode="json", exclude_none=True)
     candidate = Candidate(json.dumps(body), body, spec.gpus, spec.priority)
-    forecast = queue_forecast(store, home, managed, config.daemon.cpu_slots, now, extra=candidate,  # type: ignore[arg-type]
-                              extra_left=data.get("wall_s"))[candidate.id]
+    forecast = queue_forecast(
+        store,
+        home,
+        managed,
+        config.daemon.cpu_slots,
+        now,
+        extra=candidate,  # type: ignore[arg-type]
+        extra_left=data.get("wall_s"),
+    )[candidate.id]
     wait = None if math.isinf(forecast.start) else max(0.0, forecast.start - now)
-    data.update({"job": spec.name, "gpus": spec.gpus, "currency": p.currency, "hourly_rate": round(rate, 6),
-                 "queue_wait_s": None if wait is None else round(wait, 1), "queue_wait_is_lower_bound": forecast.lower_bound,
-                 "queue_ahead": len([j for j in store.jobs([JobState.QUEUED, JobState.RUNNING])]),
-                 "daemon_running": daemon_running})
+    data.update(
+        {
+            "job": spec.name,
+            "gpus": spec.gpus,
+            "currency": p.currency,
+            "hourly_rate": round(rate, 6),
+            "queue_wait_s": None if wait is None else round(wait, 1),
+            "queue_wait_is_lower_bound": forecast.lower_bound,
+            "queue_ahead": len([j for j in store.jobs([JobState.QUEUED, JobState.RUNNING])]),
+            "daemon_running": daemon_running,
+        }
+    )
     if data.get("wall_s") is not None and wait is not None:
         data["projected_finish"] = now + wait + data["wall_s"]
     return data
@@ -169,8 +239,10 @@ def estimate_data(store: Store, home: Home, config: Any, job_toml: Path, now: fl
 
 def estimate_text(d: dict[str, Any]) -> str:
     cur = d["currency"]
-    lines = [f"estimate for {d['job']} ({d['gpus']} GPU{'s' if d['gpus'] != 1 else ''}, "
-             f"{format_money(d['hourly_rate'], cur)}/h on this machine)"]
+    lines = [
+        f"estimate for {d['job']} ({d['gpus']} GPU{'s' if d['gpus'] != 1 else ''}, "
+        f"{format_money(d['hourly_rate'], cur)}/h on this machine)"
+    ]
     if d.get("cannot_estimate"):
         lines.append(f"  cannot estimate: {d['cannot_estimate']}")
     elif d["kind"] == "command":
@@ -184,7 +256,8 @@ def estimate_text(d: dict[str, Any]) -> str:
             f"  steps:       {d['total_steps']}",
             f"  wall time:   {format_duration(d['wall_s'])} (start-up {format_duration(parts['startup'])}, training "
             f"{format_duration(parts['training'])}, {d['evals']:g} evaluations {format_duration(parts['eval'])}, "
-            f"{d['saves']} saves {parts['checkpoint']:.2f}s)" + ("; early stopping may end it sooner" if d["early_stopping"] else ""),
+            f"{d['saves']} saves {parts['checkpoint']:.2f}s)"
+            + ("; early stopping may end it sooner" if d["early_stopping"] else ""),
             f"  cost:        {format_money(d['cost'], cur)}   gpu-hours: {d['gpu_hours']:.3f}",
             f"  checkpoints: every {format_duration(d['checkpoint_interval_s'])} ({d['checkpoint_interval_why']}); "
             f"each blocks the step {d['checkpoint_stall_s']:.3f}s",
@@ -193,12 +266,19 @@ def estimate_text(d: dict[str, Any]) -> str:
             f"  the probe:   {format_duration(d['probe']['seconds'])}, {format_money(d['probe']['cost'], cur)}",
         ]
     wait = d.get("queue_wait_s")
-    wait_text = "never on this machine (it asks for more than it has)" if wait is None else (
-        ("now" if wait == 0 else f"in {format_duration(wait)}")
-        # a job ahead with no ETA yet counts as ending now: the start is the earliest it can be
-        + (" or later (a job ahead has no ETA yet)" if d["queue_wait_is_lower_bound"] else ""))
-    lines.append(f"  starts:      {wait_text} ({d['queue_ahead']} job(s) queued or running)"
-                 + ("" if d.get("daemon_running") else "; no daemon is running: `orch daemon start`"))
+    wait_text = (
+        "never on this machine (it asks for more than it has)"
+        if wait is None
+        else (
+            ("now" if wait == 0 else f"in {format_duration(wait)}")
+            # a job ahead with no ETA yet counts as ending now: the start is the earliest it can be
+            + (" or later (a job ahead has no ETA yet)" if d["queue_wait_is_lower_bound"] else "")
+        )
+    )
+    lines.append(
+        f"  starts:      {wait_text} ({d['queue_ahead']} job(s) queued or running)"
+        + ("" if d.get("daemon_running") else "; no daemon is running: `orch daemon start`")
+    )
     if d.get("projected_finish"):
         lines.append(f"  finishes:    {time.strftime('%Y-%m-%d %H:%M', time.localtime(d['projected_finish']))}")
     return "\n".join(lines)

@@ -27,8 +27,9 @@ from ..states import RETRYABLE, Intent, JobState
 from ..store import Store
 
 
-def run_foreground(home: Home, store: Store, config: Config, *, job_toml: Optional[Path],
-                   resume_id: Optional[int]) -> int:
+def run_foreground(
+    home: Home, store: Store, config: Config, *, job_toml: Optional[Path], resume_id: Optional[int]
+) -> int:
     managed = managed_gpus(config.daemon.gpus)
     if job_toml is not None:
         job = submit_job(store, config, home, job_toml, now=time.time(), machine_gpus=len(managed))
@@ -36,8 +37,9 @@ def run_foreground(home: Home, store: Store, config: Config, *, job_toml: Option
     else:
         job = store.get(resume_id)  # type: ignore[arg-type]
         if job.state not in RETRYABLE and job.state is not JobState.QUEUED:
-            raise InvalidTransition(job.id, job.state.value, "running",
-                                    "only a queued, failed, cancelled or stopped job can be resumed")
+            raise InvalidTransition(
+                job.id, job.state.value, "running", "only a queued, failed, cancelled or stopped job can be resumed"
+            )
         if job.state in RETRYABLE:
             job = retry_job(store, config, home, job.id, time.time())
         print(f"resuming job {job.id} ({job.name}) here (Ctrl-C checkpoints and stops)", file=sys.stderr)
@@ -91,20 +93,35 @@ class _Foreground:
                 signal.signal(s, handler)
 
     def _one_attempt(self, job: Job) -> Optional[Settled]:
-        begun = begin_attempt(self.store, self.config, self.home, job, self.gpu_ids, time.time(), environ=os.environ,
-                              where=" in the foreground (orch run)")
+        begun = begin_attempt(
+            self.store,
+            self.config,
+            self.home,
+            job,
+            self.gpu_ids,
+            time.time(),
+            environ=os.environ,
+            where=" in the foreground (orch run)",
+        )
         if begun is None:
-            print(f"job {job.id} was started by a running daemon; follow it with `orch logs -f {job.id}`",
-                  file=sys.stderr)
+            print(
+                f"job {job.id} was started by a running daemon; follow it with `orch logs -f {job.id}`", file=sys.stderr
+            )
             return None
         launch = begun.launch
         # This process stands in for the attempt's supervisor: a daemon sees it alive, and its
         # cancel SIGTERMs reach us.
-        self.store.update(job.id, time.time(), only_if_state=[JobState.RUNNING], supervisor_pid=os.getpid(),
-                          supervisor_start=start_time(os.getpid()))
+        self.store.update(
+            job.id,
+            time.time(),
+            only_if_state=[JobState.RUNNING],
+            supervisor_pid=os.getpid(),
+            supervisor_start=start_time(os.getpid()),
+        )
         argv = list(launch.argv) + (["--progress"] if begun.job.kind == "builtin" else [])
         (launch.run_dir / attempt_log(launch.attempt)).write_text(
-            "[orch] this attempt ran in the foreground (orch run); its output went to the terminal\n")
+            "[orch] this attempt ran in the foreground (orch run); its output went to the terminal\n"
+        )
         started = time.time()
         self.job = self.store.get(job.id)
         # The job has its own process group so only we see the terminal's Ctrl-C; we pass it on.
@@ -118,7 +135,9 @@ class _Foreground:
         ended = time.time()
         # No daemon accrues a foreground run: count its running time here (cost needs the daemon's clock).
         now_job = self.store.get(job.id)
-        self.store.update(job.id, ended, only_if_state=[JobState.RUNNING], run_seconds=now_job.run_seconds + (ended - started))
+        self.store.update(
+            job.id, ended, only_if_state=[JobState.RUNNING], run_seconds=now_job.run_seconds + (ended - started)
+        )
         exit_info = exit_record(code, sig, started, ended)
         settled = settle_attempt(self.store, self.config, self.home, self.store.get(job.id), exit_info, ended)
         # The exit record only after the outcome is recorded: a daemon that saw the file first
@@ -135,8 +154,11 @@ class _Foreground:
         if job.state is JobState.CANCELLED:
             print(f"\njob {job.id} stopped; continue it with:  orch run --resume {job.id}", file=sys.stderr)
         else:
-            print(f"job {job.id} {job.state.value}: {settled.decision.reason or job.reason}; after fixing, continue with "
-                  f"`orch run --resume {job.id}`", file=sys.stderr)
+            print(
+                f"job {job.id} {job.state.value}: {settled.decision.reason or job.reason}; after fixing, continue with "
+                f"`orch run --resume {job.id}`",
+                file=sys.stderr,
+            )
         if code is not None:
             return code or 1
         return 128 + (sig or 0)

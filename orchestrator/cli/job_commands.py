@@ -20,12 +20,15 @@ from .context import app, ctx, currency, daemon_pid, emit_json, err, poke
 @app.command()
 def submit(
     job_toml: Path = typer.Argument(..., help="The job file (see examples/)."),
-    priority: Optional[int] = typer.Option(None, "--priority", min=-(2 ** 63), max=2 ** 63 - 1,
-                                            help="Higher runs first (overrides the file)."),
+    priority: Optional[int] = typer.Option(
+        None, "--priority", min=-(2**63), max=2**63 - 1, help="Higher runs first (overrides the file)."
+    ),
     after: List[int] = typer.Option([], "--after", help="Start only after job ID succeeded (repeatable)."),
     at: Optional[str] = typer.Option(None, "--at", help="Hold until a time: 2026-12-01T02:00 (local), or +30m, +2h."),
-    as_json: bool = typer.Option(False, "--json", help="Print {\"id\", \"name\", \"state\"} as JSON."),
-    estimate_first: bool = typer.Option(False, "--estimate", help="Print `orch estimate` for it and ask before queueing."),
+    as_json: bool = typer.Option(False, "--json", help='Print {"id", "name", "state"} as JSON.'),
+    estimate_first: bool = typer.Option(
+        False, "--estimate", help="Print `orch estimate` for it and ask before queueing."
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="With --estimate: queue without asking."),
 ) -> None:
     """Validate a job file and queue it (a file with a [sweep] table queues a sweep)."""
@@ -47,8 +50,12 @@ def submit(
         from .estimate import estimate_data, estimate_text
 
         check_deadline(load_jobspec(job_toml), str(job_toml), now)  # bad input before a probe is paid for
-        print(estimate_text(estimate_data(store, ctx.home, config, job_toml, now,
-                                          daemon_running=daemon_pid(ctx.home) is not None)), file=sys.stderr)
+        print(
+            estimate_text(
+                estimate_data(store, ctx.home, config, job_toml, now, daemon_running=daemon_pid(ctx.home) is not None)
+            ),
+            file=sys.stderr,
+        )
         if not yes and not sys.stdin.isatty():
             err("not queued: no terminal to ask on (--yes queues it after the estimate)")
             raise typer.Exit(1)
@@ -56,9 +63,19 @@ def submit(
             err("not queued")
             raise typer.Exit(1)
         now = time.time()
-    job = submit_job(store, config, ctx.home, job_toml, now=now, priority=priority, after=after,
-                     not_before=not_before, machine_gpus=config.slurm.max_gpus if config.executor.kind == "slurm"
-                     else len(managed_gpus(config.daemon.gpus)))
+    job = submit_job(
+        store,
+        config,
+        ctx.home,
+        job_toml,
+        now=now,
+        priority=priority,
+        after=after,
+        not_before=not_before,
+        machine_gpus=config.slurm.max_gpus
+        if config.executor.kind == "slurm"
+        else len(managed_gpus(config.daemon.gpus)),
+    )
     running = poke(ctx.home)
     if as_json:
         emit_json({"id": job.id, "name": job.name, "state": job.state.value})
@@ -80,8 +97,16 @@ def estimate(
     job's history."""
     from .estimate import estimate_data, estimate_text
 
-    data = estimate_data(ctx.store(), ctx.home, ctx.config(), job_toml, time.time(), warmup=warmup, steps=steps,
-                         daemon_running=daemon_pid(ctx.home) is not None)
+    data = estimate_data(
+        ctx.store(),
+        ctx.home,
+        ctx.config(),
+        job_toml,
+        time.time(),
+        warmup=warmup,
+        steps=steps,
+        daemon_running=daemon_pid(ctx.home) is not None,
+    )
     if as_json:
         emit_json(data)
     else:
@@ -153,8 +178,11 @@ def _say_draining(home: Home) -> None:
 
 
 @app.command()
-def show(job_id: int = typer.Argument(...), as_json: bool = typer.Option(False, "--json"),
-         reveal: bool = typer.Option(False, "--reveal", help="Show [env] values (masked as *** otherwise).")) -> None:
+def show(
+    job_id: int = typer.Argument(...),
+    as_json: bool = typer.Option(False, "--json"),
+    reveal: bool = typer.Option(False, "--reveal", help="Show [env] values (masked as *** otherwise)."),
+) -> None:
     """A job's spec, state, provenance, attempts, checkpoints, cost and event history."""
     from .render import show_text
     from .views import show_data
@@ -224,9 +252,15 @@ def retry(
 
 
 @app.command()
-def cost(as_json: bool = typer.Option(False, "--json"),
-         breakdown: bool = typer.Option(False, "--breakdown", help="Where the money went: the goodput ledger summed "
-                                        "over jobs (useful, redone, checkpoint, start-up, data wait, eval) and idle.")) -> None:
+def cost(
+    as_json: bool = typer.Option(False, "--json"),
+    breakdown: bool = typer.Option(
+        False,
+        "--breakdown",
+        help="Where the money went: the goodput ledger summed "
+        "over jobs (useful, redone, checkpoint, start-up, data wait, eval) and idle.",
+    ),
+) -> None:
     """Per-job and total cost, GPU-hours, idle cost and preemption waste."""
     from .cost_report import cost_data, cost_table
 

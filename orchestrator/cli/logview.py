@@ -13,6 +13,7 @@ from ..contract import parse_attempt_log
 from ..paths import Home
 from ..store import Store
 
+
 def attempt_logs(run_dir: Path) -> list[Path]:
     """Every attempt's log, oldest attempt first; within one, rank 0 then the other ranks' (a
     multi-node job under Slurm writes one per rank)."""
@@ -34,8 +35,16 @@ def _labelled(path: Path, text: str) -> str:
     return "".join(prefix + line for line in text.splitlines(keepends=True))
 
 
-def print_logs(store: Store, home: Home, job_id: int, *, follow: bool = False, last: Optional[int] = None,
-               poll_s: float = 0.25, out=None) -> int:
+def print_logs(
+    store: Store,
+    home: Home,
+    job_id: int,
+    *,
+    follow: bool = False,
+    last: Optional[int] = None,
+    poll_s: float = 0.25,
+    out=None,
+) -> int:
     out = out or sys.stdout
     job = store.get(job_id)  # JobNotFound for a bad id
     run_dir = home.run_dir(job_id)

@@ -14,9 +14,15 @@ def mirror_view(store: Any, config: Any, job: Any) -> Optional[dict[str, Any]]:
         return None
     row = store.mirror_state(job.id) or {}
     pending = store.uploads_pending(job.id)
-    return {"url": config.storage.url, "step": row.get("step"), "pending": len(pending),
-            "uploaded_at": row.get("uploaded_at"), "manifest_at": row.get("manifest_at"),
-            "error": row.get("error") or None, "lease_lost_to": row.get("lost") or None}
+    return {
+        "url": config.storage.url,
+        "step": row.get("step"),
+        "pending": len(pending),
+        "uploaded_at": row.get("uploaded_at"),
+        "manifest_at": row.get("manifest_at"),
+        "error": row.get("error") or None,
+        "lease_lost_to": row.get("lost") or None,
+    }
 
 
 def lag_notes(store: Any) -> dict[int, str]:
@@ -30,7 +36,9 @@ def lag_notes(store: Any) -> dict[int, str]:
             notes[job_id] = f"mirror: adopted by {row['lost']}"
         elif row["error"]:
             since = time.time() - (row["error_since"] or time.time())
-            notes[job_id] = f"mirror lagging {since:.0f}s ({pending.get(job_id, 0)} upload(s) waiting; store unreachable)"
+            notes[job_id] = (
+                f"mirror lagging {since:.0f}s ({pending.get(job_id, 0)} upload(s) waiting; store unreachable)"
+            )
     for job_id, n in pending.items():
         notes.setdefault(job_id, f"mirror: {n} upload(s) waiting")
     return notes

@@ -23,8 +23,13 @@ def send_test(config: Config, channel: Optional[str] = None) -> int:
     if not channels:
         print("no notifiers configured: add [[notifiers]] to config.toml (see docs/notifications.md)", file=sys.stderr)
         return 1
-    msg = Message(event="test", job_name="orch notify test", state="ok", host=socket.gethostname(),
-                  reason="a test message from `orch notify test`: this channel works")
+    msg = Message(
+        event="test",
+        job_name="orch notify test",
+        state="ok",
+        host=socket.gethostname(),
+        reason="a test message from `orch notify test`: this channel works",
+    )
     failed = 0
     for ch in channels:
         try:

@@ -8,8 +8,15 @@ from typing import Any, Optional
 
 from ..cost import format_duration, format_money
 
-STATE_STYLE = {"queued": "yellow", "running": "cyan", "succeeded": "green", "failed": "red",
-               "cancelled": "magenta", "stopped": "magenta", "pruned": "magenta"}
+STATE_STYLE = {
+    "queued": "yellow",
+    "running": "cyan",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "magenta",
+    "stopped": "magenta",
+    "pruned": "magenta",
+}
 
 
 def duration(seconds: Optional[float]) -> str:
@@ -49,15 +56,26 @@ _RIGHT = frozenset({0, 3, 4, 8, 9})
 _ANSI = {"yellow": "33", "cyan": "36", "green": "32", "red": "31", "magenta": "35"}
 
 
-def status_table(rows: list[dict[str, Any]], currency: str = "", *, color: bool = False,
-                 width: Optional[int] = None) -> str:
+def status_table(
+    rows: list[dict[str, Any]], currency: str = "", *, color: bool = False, width: Optional[int] = None
+) -> str:
     """The status table as plain aligned text (colored states when `color`). Hand-formatted, not
     rich: a rich Table over a few hundred rows costs more than the 300 ms `orch status` may take.
     With `width` (a terminal's), the NOTE column is cut to fit instead of wrapping."""
     cells = [
-        [str(r["id"]), str(r["name"]), r["state"], str(r["attempt"]), str(r["gpus"]), progress(r),
-         duration(r.get("eta_s")), duration(r.get("runtime_s")), money(r.get("cost"), currency),
-         projected(r, currency), str(r.get("reason") or "")]
+        [
+            str(r["id"]),
+            str(r["name"]),
+            r["state"],
+            str(r["attempt"]),
+            str(r["gpus"]),
+            progress(r),
+            duration(r.get("eta_s")),
+            duration(r.get("runtime_s")),
+            money(r.get("cost"), currency),
+            projected(r, currency),
+            str(r.get("reason") or ""),
+        ]
         for r in rows
     ]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(_COLUMNS)]
@@ -105,19 +123,26 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
         lines.append(f"  after:     {', '.join(map(str, d['after']))}")
     if d.get("not_before"):
         lines.append(f"  not before: {clock(d['not_before'])}")
-    lines.append(f"  progress:  {progress(d)}   eta: {duration(d.get('eta_s'))}   runtime: {duration(d.get('runtime_s'))}")
+    lines.append(
+        f"  progress:  {progress(d)}   eta: {duration(d.get('eta_s'))}   runtime: {duration(d.get('runtime_s'))}"
+    )
     if d.get("projected_cost") is not None:
-        bound = ("an upper bound: early stopping may end it sooner" if d.get("projection_is_upper_bound")
-                 else "if it runs to its last step")
+        bound = (
+            "an upper bound: early stopping may end it sooner"
+            if d.get("projection_is_upper_bound")
+            else "if it runs to its last step"
+        )
         lines.append(f"  projected: {projected(d, currency)} in all ({bound})")
     budget = []
     if d.get("max_cost") is not None:
         budget.append(f"max_cost {d['max_cost']:g}")
     if d.get("max_hours") is not None:
         budget.append(f"max_hours {d['max_hours']:g}")
-    lines.append(f"  cost:      {money(d['cost'], currency)}   gpu-hours: {d['gpu_hours']:.3f}"
-                 f"   steps lost: {d['steps_lost']} ({duration(d['waste_s'])}, {money(d['waste_cost'], currency)})"
-                 + (f"   budget: {', '.join(budget)}" if budget else ""))
+    lines.append(
+        f"  cost:      {money(d['cost'], currency)}   gpu-hours: {d['gpu_hours']:.3f}"
+        f"   steps lost: {d['steps_lost']} ({duration(d['waste_s'])}, {money(d['waste_cost'], currency)})"
+        + (f"   budget: {', '.join(budget)}" if budget else "")
+    )
     from .bill import bill_lines
     from .deadline_view import deadline_line
 
@@ -130,35 +155,47 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
         lines.append("  attempts:")
         for a in d["attempts"]:
             how = a["outcome"] or ("running" if a["ended_at"] is None else "ended")
-            exit_text = f"signal {a['signal']}" if a.get("signal") else (f"exit {a['exit_code']}" if a.get("exit_code") is not None else "")
+            exit_text = (
+                f"signal {a['signal']}"
+                if a.get("signal")
+                else (f"exit {a['exit_code']}" if a.get("exit_code") is not None else "")
+            )
             steps = ""
             if a.get("resumed_from_step") is not None or a.get("step_reached") is not None:
                 steps = f"  steps {a.get('resumed_from_step') or 0} -> {a.get('step_reached') if a.get('step_reached') is not None else '?'}"
-            lines.append(f"    #{a['n']}  {clock(a['started_at'])}  {how:<12} {exit_text}{steps}"
-                         + (f"  gpus {a['gpus']}" if a.get("gpus") else ""))
+            lines.append(
+                f"    #{a['n']}  {clock(a['started_at'])}  {how:<12} {exit_text}{steps}"
+                + (f"  gpus {a['gpus']}" if a.get("gpus") else "")
+            )
     if d["checkpoints"]:
         lines.append("  checkpoints:")
         for c in d["checkpoints"]:
             lines.append(f"    {c['path']}  ({c['bytes'] / 1e6:.1f} MB)")
     auto = d.get("checkpoint_interval")
     if auto and auto.get("interval_s") is not None:
-        lines.append(f"  checkpoint: every {duration(auto['interval_s'])} (auto: {auto.get('why')}; MTBF from "
-                     f"{auto.get('mtbf_source')})")
+        lines.append(
+            f"  checkpoint: every {duration(auto['interval_s'])} (auto: {auto.get('why')}; MTBF from "
+            f"{auto.get('mtbf_source')})"
+        )
     memory = d.get("snapshot_memory") or {}
     if memory.get("background") is False:
         lines.append(f"  warning:   {memory.get('reason')}")
     mirror = d.get("mirror")
     if mirror:
-        lines.append(f"  mirror:    {mirror['url']}   step {mirror['step'] if mirror['step'] is not None else '-'}"
-                     f"   pending {mirror['pending']}   uploaded {clock(mirror.get('uploaded_at'))}"
-                     + (f"   ERROR {mirror['error']}" if mirror.get("error") else "")
-                     + (f"   adopted by {mirror['lease_lost_to']}" if mirror.get("lease_lost_to") else ""))
+        lines.append(
+            f"  mirror:    {mirror['url']}   step {mirror['step'] if mirror['step'] is not None else '-'}"
+            f"   pending {mirror['pending']}   uploaded {clock(mirror.get('uploaded_at'))}"
+            + (f"   ERROR {mirror['error']}" if mirror.get("error") else "")
+            + (f"   adopted by {mirror['lease_lost_to']}" if mirror.get("lease_lost_to") else "")
+        )
     if d.get("result"):
         r = d["result"]
         best = r.get("best_metric")
         best = f"{r['best_monitor']}={best:.4g}" if r.get("best_monitor") and isinstance(best, (int, float)) else best
-        lines.append(f"  result:    best {best}  steps {r.get('steps')}  epochs {r.get('epochs')}"
-                     f"{'  (early stopped)' if r.get('early_stopped') else ''}")
+        lines.append(
+            f"  result:    best {best}  steps {r.get('steps')}  epochs {r.get('epochs')}"
+            f"{'  (early stopped)' if r.get('early_stopped') else ''}"
+        )
     lines.append("  events:")
     for e in d["events"]:
         lines.append(f"    {clock(e['at'])}  {e['kind']:<16} {e['detail']}")

@@ -48,8 +48,10 @@ def check_storage(home: Any, config: Any, url: Optional[str], probe_mb: float, s
         etag2 = remote.cas_put(key, b"orch probe 2", etag)
         try:
             remote.cas_put(key, b"orch probe 3", etag)
-            say("  conditional update: FAILED (a write with a stale ETag was accepted: two machines could both think "
-                "they own a job; orch relies on the lease alone here)")
+            say(
+                "  conditional update: FAILED (a write with a stale ETag was accepted: two machines could both think "
+                "they own a job; orch relies on the lease alone here)"
+            )
         except Conflict:
             say("  conditional update: ok (a stale ETag is refused)")
         del etag2
@@ -64,8 +66,10 @@ def check_storage(home: Any, config: Any, url: Optional[str], probe_mb: float, s
         finally:
             probe.unlink(missing_ok=True)
         rate = size / took if took > 0 else float("inf")
-        say(f"  upload of {probe_mb:g} MB: {took:.2f} s ({rate / 1e6:.1f} MB/s at notice_concurrency "
-            f"{section.notice_concurrency})")
+        say(
+            f"  upload of {probe_mb:g} MB: {took:.2f} s ({rate / 1e6:.1f} MB/s at notice_concurrency "
+            f"{section.notice_concurrency})"
+        )
         remote.delete(key + ".bin")
         remote.delete(key)
         if remote.get_bytes(key) is not None:
@@ -79,10 +83,17 @@ def check_storage(home: Any, config: Any, url: Optional[str], probe_mb: float, s
     if newest is not None:
         need = newest.stat().st_size / rate
         fits = need <= section.notice_deadline_seconds
-        say(f"  newest checkpoint here: {newest.name} ({newest.stat().st_size / 1e6:.0f} MB): about {need:.0f} s to upload, "
-            + (f"inside the {section.notice_deadline_seconds:g} s notice window" if fits else
-               f"MORE than the {section.notice_deadline_seconds:g} s notice window: the periodic uploads are what "
-               "protect these jobs; checkpoint more often or use a bucket in the same region"))
-    say("  reminder: add a bucket lifecycle rule that aborts incomplete multipart uploads (a killed upload leaves "
-        "invisible, billed parts behind)")
+        say(
+            f"  newest checkpoint here: {newest.name} ({newest.stat().st_size / 1e6:.0f} MB): about {need:.0f} s to upload, "
+            + (
+                f"inside the {section.notice_deadline_seconds:g} s notice window"
+                if fits
+                else f"MORE than the {section.notice_deadline_seconds:g} s notice window: the periodic uploads are what "
+                "protect these jobs; checkpoint more often or use a bucket in the same region"
+            )
+        )
+    say(
+        "  reminder: add a bucket lifecycle rule that aborts incomplete multipart uploads (a killed upload leaves "
+        "invisible, billed parts behind)"
+    )
     return 0

@@ -12,22 +12,34 @@ import typer
 from ..cost import format_duration, format_money
 from .context import app, ctx, currency, emit_json, err, poke
 
-sweep_app = typer.Typer(no_args_is_help=True, help="Look at or cancel a sweep (submit one with `orch submit sweep.toml`).")
+sweep_app = typer.Typer(
+    no_args_is_help=True, help="Look at or cancel a sweep (submit one with `orch submit sweep.toml`)."
+)
 app.add_typer(sweep_app, name="sweep")
 
 
-def submit_sweep(path: Path, as_json: bool, *, priority: Optional[int] = None, after: Sequence[int] = (),
-                 at: Optional[str] = None, estimate: bool = False) -> None:
+def submit_sweep(
+    path: Path,
+    as_json: bool,
+    *,
+    priority: Optional[int] = None,
+    after: Sequence[int] = (),
+    at: Optional[str] = None,
+    estimate: bool = False,
+) -> None:
     from ..errors import UsageError
     from ..gpus import managed_gpus
     from ..lifecycle import check_gpus, check_nodes
     from ..sweeps.spec import load_sweep
 
-    unused = [flag for flag, given in (("--after", bool(after)), ("--at", at is not None), ("--estimate", estimate))
-              if given]
+    unused = [
+        flag for flag, given in (("--after", bool(after)), ("--at", at is not None), ("--estimate", estimate)) if given
+    ]
     if unused:
-        raise UsageError(f"{path}: {', '.join(unused)} {'is' if len(unused) == 1 else 'are'} for a single job; a sweep "
-                         "starts its trials as its `parallel` slots free up (submit the sweep later to delay it)")
+        raise UsageError(
+            f"{path}: {', '.join(unused)} {'is' if len(unused) == 1 else 'are'} for a single job; a sweep "
+            "starts its trials as its `parallel` slots free up (submit the sweep later to delay it)"
+        )
     section, base = load_sweep(path)
     if priority is not None:  # every trial's priority
         base = base.model_copy(update={"priority": priority})
@@ -35,22 +47,30 @@ def submit_sweep(path: Path, as_json: bool, *, priority: Optional[int] = None, a
     machine_gpus = config.slurm.max_gpus if config.executor.kind == "slurm" else len(managed_gpus(config.daemon.gpus))
     check_gpus(base, section.job, machine_gpus)
     check_nodes(base, section.job, config.executor.kind)
-    spec = {"sweep": section.model_dump(mode="json", by_alias=True), "job": base.to_toml_dict(), "job_path": section.job}
-    sweep = ctx.store().create_sweep(name=section.name or path.stem, spec=spec, spec_path=str(path.resolve()),
-                                     now=time.time())
+    spec = {
+        "sweep": section.model_dump(mode="json", by_alias=True),
+        "job": base.to_toml_dict(),
+        "job_path": section.job,
+    }
+    sweep = ctx.store().create_sweep(
+        name=section.name or path.stem, spec=spec, spec_path=str(path.resolve()), now=time.time()
+    )
     running = poke(ctx.home)
     if as_json:
         emit_json({"id": sweep.id, "name": sweep.name, "state": sweep.state.value, "kind": "sweep"})
     else:
-        print(f"submitted sweep {sweep.id} ({sweep.name}): {section.trials} trials, {section.parallel} at a time, "
-              f"{section.sampler} sampler, {section.pruner} pruner")
+        print(
+            f"submitted sweep {sweep.id} ({sweep.name}): {section.trials} trials, {section.parallel} at a time, "
+            f"{section.sampler} sampler, {section.pruner} pruner"
+        )
     if not running:
         err("note: no daemon is running; start one with `orch daemon start` (the daemon creates the trials)")
 
 
 @sweep_app.command("show")
-def show(sweep_id: int = typer.Argument(...),
-         as_json: bool = typer.Option(False, "--json", help="Print the sweep as JSON.")) -> None:
+def show(
+    sweep_id: int = typer.Argument(...), as_json: bool = typer.Option(False, "--json", help="Print the sweep as JSON.")
+) -> None:
     """The trials best first (params, state, objective, steps, cost), the best trial, and what pruning saved."""
     from ..sweeps.summary import summarize
 
@@ -66,22 +86,31 @@ def render(s: dict[str, Any], currency: str) -> str:
     from ..sweeps.summary import describe_params
 
     arrow = "higher is better" if s["direction"] == "maximize" else "lower is better"
-    lines = [f"sweep {s['id']} ({s['name']}): {s['state']}, {len(s['trials'])} of {s['trials_planned']} trials; "
-             f"{s['objective']} ({arrow})"]
+    lines = [
+        f"sweep {s['id']} ({s['name']}): {s['state']}, {len(s['trials'])} of {s['trials_planned']} trials; "
+        f"{s['objective']} ({arrow})"
+    ]
     if s["reason"]:
         lines.append(f"  {s['reason']}")
     best = s["best"]
-    lines.append(f"  best: job {best['trial']} {s['objective']}={best['value']:.4g} ({describe_params(best['params'])})"
-                 if best else "  best: no trial has finished yet")
-    lines.append(f"  spent: {s['steps_total']} steps, {format_money(s['cost_total'], currency)}; "
-                 f"pruned {s['pruned']}, saving {format_money(s['saved'], currency)} "
-                 f"({format_duration(s['saved_seconds'])} of running time)")
+    lines.append(
+        f"  best: job {best['trial']} {s['objective']}={best['value']:.4g} ({describe_params(best['params'])})"
+        if best
+        else "  best: no trial has finished yet"
+    )
+    lines.append(
+        f"  spent: {s['steps_total']} steps, {format_money(s['cost_total'], currency)}; "
+        f"pruned {s['pruned']}, saving {format_money(s['saved'], currency)} "
+        f"({format_duration(s['saved_seconds'])} of running time)"
+    )
     lines.append("")
     lines.append(f"  {'job':>5}  {'state':<10} {s['objective']:>12} {'steps':>7} {'cost':>10}  params")
     for t in s["trials"]:
         value = f"{t['value']:.4g}" if t["value"] is not None else "-"
-        lines.append(f"  {t['id']:>5}  {t['state']:<10} {value:>12} {t['steps']:>7} "
-                     f"{format_money(t['cost'], currency):>10}  {describe_params(t['params'])}")
+        lines.append(
+            f"  {t['id']:>5}  {t['state']:<10} {value:>12} {t['steps']:>7} "
+            f"{format_money(t['cost'], currency):>10}  {describe_params(t['params'])}"
+        )
     return "\n".join(lines)
 
 
@@ -102,7 +131,9 @@ def cancel(sweep_id: int = typer.Argument(...)) -> None:
             job, done = cancel_job(store, config, ctx.home, job.id, now)
             stopping += not done
     alive = poke(ctx.home)
-    print(f"cancelling sweep {sweep_id} ({sweep.name}): no new trials"
-          + (f"; {stopping} running trial{'s' if stopping != 1 else ''} checkpoint and stop" if stopping else ""))
+    print(
+        f"cancelling sweep {sweep_id} ({sweep.name}): no new trials"
+        + (f"; {stopping} running trial{'s' if stopping != 1 else ''} checkpoint and stop" if stopping else "")
+    )
     if not alive:
         err("note: no daemon is running; the sweep ends when one starts (`orch daemon start`)")

@@ -27,8 +27,10 @@ def grouped_table(store: Store, rows: list[dict[str, Any]], table: Callable[[lis
         sweep = store.sweep(sid)
         planned = sweep.spec["sweep"]["trials"]
         made = len(store.trials(sid))
-        out.append(f"sweep {sid} ({sweep.name}): {sweep.state.value}, {made} of {planned} trials created"
-                   f"  (`orch sweep show {sid}`)")
-        out += lines[at: at + len(group)]
+        out.append(
+            f"sweep {sid} ({sweep.name}): {sweep.state.value}, {made} of {planned} trials created"
+            f"  (`orch sweep show {sid}`)"
+        )
+        out += lines[at : at + len(group)]
         at += len(group)
     return "\n".join(out)

@@ -41,7 +41,9 @@ def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (
 
 @app.command()
 def dashboard(
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; anything but loopback needs the token printed at start."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to listen on; anything but loopback needs the token printed at start."
+    ),
     port: int = typer.Option(8787, "--port", min=0, max=65535, help="Port (0: any free one)."),
 ) -> None:
     """A read-only local web page: the queue, each job's curves and events, the bill."""
@@ -57,7 +59,9 @@ def dashboard(
 def adopt(
     url: str = typer.Argument(..., help="The mirror: s3://bucket/prefix, gs://, az://, file:///folder."),
     job: List[str] = typer.Option([], "--job", help="A job's global id (or a prefix of it, or its name); repeatable."),
-    all_jobs: bool = typer.Option(False, "--all", help="Every unfinished job (queued, running, stopped) in the mirror."),
+    all_jobs: bool = typer.Option(
+        False, "--all", help="Every unfinished job (queued, running, stopped) in the mirror."
+    ),
     force: bool = typer.Option(False, "--force", help="Adopt even if its owner's heartbeat is fresh."),
     maps: List[str] = typer.Option([], "--map", help="OLD=NEW: look for input files under OLD at NEW (repeatable)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Adopt without asking (scripts); the list is still printed."),
@@ -66,8 +70,19 @@ def adopt(
     Each adopted job runs its command here with the daemon's environment: read the list it shows."""
     from .adopt import run_adopt
 
-    raise typer.Exit(run_adopt(ctx.home.ensure(), ctx.config(), ctx.store(), url, jobs=job, take_all=all_jobs,
-                               force=force, maps=maps, yes=yes))
+    raise typer.Exit(
+        run_adopt(
+            ctx.home.ensure(),
+            ctx.config(),
+            ctx.store(),
+            url,
+            jobs=job,
+            take_all=all_jobs,
+            force=force,
+            maps=maps,
+            yes=yes,
+        )
+    )
 
 
 @storage_app.command("check")

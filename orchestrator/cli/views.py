@@ -28,8 +28,15 @@ def projection(job: Job, eta: Optional[float]) -> Optional[cost.Projection]:
     return cost.projected_cost(job.cost, eta, rate, early_stopping=bool(job.spec.get("early_stopping")))
 
 
-def status_row(job: Job, home: Home, now: float, *, dep_states: dict[int, JobState],
-               attempt: Optional[Attempt] = None, with_progress: Optional[bool] = None) -> dict[str, Any]:
+def status_row(
+    job: Job,
+    home: Home,
+    now: float,
+    *,
+    dep_states: dict[int, JobState],
+    attempt: Optional[Attempt] = None,
+    with_progress: Optional[bool] = None,
+) -> dict[str, Any]:
     """One job's row. progress.json is read only for running jobs unless `with_progress` says
     otherwise, so `orch status --all` over thousands of finished jobs reads no files."""
     running = job.state is JobState.RUNNING
@@ -44,8 +51,11 @@ def status_row(job: Job, home: Home, now: float, *, dep_states: dict[int, JobSta
     reason = job.reason
     if job.state is JobState.QUEUED:
         hold = hold_reason(job, dep_states, now)
-        slot = (f"waiting for {job.gpus} free GPU{'s' if job.gpus > 1 else ''}" if job.gpus
-                else "waiting for a free CPU slot ([daemon] cpu_slots)")
+        slot = (
+            f"waiting for {job.gpus} free GPU{'s' if job.gpus > 1 else ''}"
+            if job.gpus
+            else "waiting for a free CPU slot ([daemon] cpu_slots)"
+        )
         reason = hold.reason if hold else (job.reason or slot)
     # where a cluster executor says the attempt is (e.g. "Slurm 12: PENDING (Resources)"), from the row
     where = (job.executor_ref or {}).get("where") if running else None
@@ -95,8 +105,11 @@ def list_checkpoints(run_dir: Path) -> list[dict[str, Any]]:
             parsed = parse_checkpoint_name(path.name)
             step = parsed.step if parsed else None
             try:  # a Trainer checkpoint is a link to a folder: its files add up
-                size = (sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir()
-                        else path.stat().st_size)
+                size = (
+                    sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+                    if path.is_dir()
+                    else path.stat().st_size
+                )
             except OSError:
                 continue
             out.append({"path": str(path), "step": step, "bytes": size})
@@ -112,41 +125,53 @@ def masked_spec(spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def show_data(store: Store, home: Home, job_id: int, now: Optional[float] = None, *,
-              reveal: bool = False) -> dict[str, Any]:
+def show_data(
+    store: Store, home: Home, job_id: int, now: Optional[float] = None, *, reveal: bool = False
+) -> dict[str, Any]:
     now = time.time() if now is None else now
     job = store.get(job_id)
     attempts = store.attempts(job_id)
     dep_states = store.states_of(job.after_ids)
-    data = status_row(job, home, now, dep_states=dep_states, attempt=attempts[-1] if attempts else None,
-                      with_progress=True)
+    data = status_row(
+        job, home, now, dep_states=dep_states, attempt=attempts[-1] if attempts else None, with_progress=True
+    )
     run_dir = home.run_dir(job_id)
     result = read_json(run_dir / RESULT)
-    data.update({
-        "spec": job.spec if reveal else masked_spec(job.spec),
-        "spec_path": job.spec_path,
-        "kind": job.kind,
-        "run_dir": str(run_dir),
-        "after": job.after_ids,
-        "not_before": job.not_before,
-        "retries": job.retries,
-        "failures": job.failures,
-        "git": {"commit": job.git_commit, "dirty": job.git_dirty},
-        "events": [{"at": e.at, "kind": e.kind, "detail": e.detail} for e in store.events(job_id)],
-        "attempts": [
-            {"n": a.n, "started_at": a.started_at, "ended_at": a.ended_at, "gpus": a.gpu_ids,
-             "exit_code": a.exit_code, "signal": a.exit_signal, "outcome": a.outcome,
-             "resumed_from_step": a.resumed_from_step, "step_reached": a.step_reached}
-            for a in attempts
-        ],
-        "checkpoints": list_checkpoints(run_dir),
-        "result": result,
-        "snapshot_memory": read_json(run_dir / SNAPSHOT_MEMORY),  # training/memory_guard.py's decision
-        "gpu_hours": round(job.gpu_seconds / 3600, 4),
-        "steps_lost": job.steps_lost,
-        "waste_s": round(job.waste_seconds, 1),
-        "waste_cost": round(job.waste_cost, 4),
-        "max_cost": job.max_cost,
-        "max_hours": job.max_hours,
-    })
+    data.update(
+        {
+            "spec": job.spec if reveal else masked_spec(job.spec),
+            "spec_path": job.spec_path,
+            "kind": job.kind,
+            "run_dir": str(run_dir),
+            "after": job.after_ids,
+            "not_before": job.not_before,
+            "retries": job.retries,
+            "failures": job.failures,
+            "git": {"commit": job.git_commit, "dirty": job.git_dirty},
+            "events": [{"at": e.at, "kind": e.kind, "detail": e.detail} for e in store.events(job_id)],
+            "attempts": [
+                {
+                    "n": a.n,
+                    "started_at": a.started_at,
+                    "ended_at": a.ended_at,
+                    "gpus": a.gpu_ids,
+                    "exit_code": a.exit_code,
+                    "signal": a.exit_signal,
+                    "outcome": a.outcome,
+                    "resumed_from_step": a.resumed_from_step,
+                    "step_reached": a.step_reached,
+                }
+                for a in attempts
+            ],
+            "checkpoints": list_checkpoints(run_dir),
+            "result": result,
+            "snapshot_memory": read_json(run_dir / SNAPSHOT_MEMORY),  # training/memory_guard.py's decision
+            "gpu_hours": round(job.gpu_seconds / 3600, 4),
+            "steps_lost": job.steps_lost,
+            "waste_s": round(job.waste_seconds, 1),
+            "waste_cost": round(job.waste_cost, 4),
+            "max_cost": job.max_cost,
+            "max_hours": job.max_hours,
+        }
+    )
     return data

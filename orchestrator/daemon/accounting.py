@@ -15,8 +15,15 @@ from ..store import Store
 log = logging.getLogger("orch.daemon")
 
 
-def accrue_interval(store: Store, config: Config, managed_gpus: int, seconds: float, now: float, *,
-                    billable: Optional[Callable[[Job], bool]] = None) -> None:
+def accrue_interval(
+    store: Store,
+    config: Config,
+    managed_gpus: int,
+    seconds: float,
+    now: float,
+    *,
+    billable: Optional[Callable[[Job], bool]] = None,
+) -> None:
     """Bill `seconds` of daemon uptime: each running job its share, the rest idle.
 
     With `billable` (a cluster executor: Slurm), only the jobs it names are charged (a job

@@ -26,15 +26,21 @@ def at_risk_text(job: Job, deadline: float, forecast: Forecast, now: float) -> s
     late = finish - deadline
     wait = max(0.0, forecast.start - now) if job.state is JobState.QUEUED else 0.0
     own = (forecast.finish - forecast.start) if forecast.finish is not None else None
-    parts = [f"projected to finish {_clock(finish)}{' or later' if forecast.lower_bound or own is None else ''}, "
-             f"{format_duration(late)} after its deadline {_clock(deadline)}"]
+    parts = [
+        f"projected to finish {_clock(finish)}{' or later' if forecast.lower_bound or own is None else ''}, "
+        f"{format_duration(late)} after its deadline {_clock(deadline)}"
+    ]
     helps = []
     if wait > 0:
-        helps.append(f"{format_duration(wait)} of it is the queue ahead: a higher priority (now {job.priority}) would "
-                     f"start it sooner")
+        helps.append(
+            f"{format_duration(wait)} of it is the queue ahead: a higher priority (now {job.priority}) would "
+            f"start it sooner"
+        )
     if own is not None and own > 0:
-        helps.append(f"its own run takes {format_duration(own)}: fewer epochs (max_epochs) or max_steps cut by "
-                     f"{min(1.0, late / own):.0%} would meet it")
+        helps.append(
+            f"its own run takes {format_duration(own)}: fewer epochs (max_epochs) or max_steps cut by "
+            f"{min(1.0, late / own):.0%} would meet it"
+        )
     if own is None:
         helps.append("its own run time is not known yet (no finished job of this name)")
     return parts[0] + ("; " + "; ".join(helps) if helps else "")
@@ -57,14 +63,24 @@ def watch_deadlines(d: StepContext, now: float) -> list[Job]:
         if finish is not None and finish > deadline and not at_risk:
             detail = at_risk_text(job, deadline, forecast, now)
             payload = payload_for(job, EventKind.DEADLINE_AT_RISK, d.config, d.home, reason=detail)
-            d.store.record_event(job.id, EventKind.DEADLINE_AT_RISK, now, detail=detail,
-                                 outgoing=outgoing_for(d.config, EventKind.DEADLINE_AT_RISK, payload))
+            d.store.record_event(
+                job.id,
+                EventKind.DEADLINE_AT_RISK,
+                now,
+                detail=detail,
+                outgoing=outgoing_for(d.config, EventKind.DEADLINE_AT_RISK, payload),
+            )
             warned.append(job)
         elif at_risk and finish is not None and finish <= deadline - RECOVER_MARGIN_S and forecast.finish is not None:
             detail = f"projected to finish {_clock(finish)}, before its deadline {_clock(deadline)}"
             payload = payload_for(job, EventKind.DEADLINE_RECOVERED, d.config, d.home, reason=detail)
-            d.store.record_event(job.id, EventKind.DEADLINE_RECOVERED, now, detail=detail,
-                                 outgoing=outgoing_for(d.config, EventKind.DEADLINE_RECOVERED, payload))
+            d.store.record_event(
+                job.id,
+                EventKind.DEADLINE_RECOVERED,
+                now,
+                detail=detail,
+                outgoing=outgoing_for(d.config, EventKind.DEADLINE_RECOVERED, payload),
+            )
     return warned
 
 

@@ -21,8 +21,14 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..contract import (
-    HOOK_ENV_EVENT, HOOK_ENV_EVENT_DETAIL, HOOK_ENV_JOB_ATTEMPT, HOOK_ENV_JOB_COST, HOOK_ENV_JOB_ID, HOOK_ENV_JOB_NAME,
-    HOOK_ENV_JOB_STATE, HOOK_ENV_RUN_DIR,
+    HOOK_ENV_EVENT,
+    HOOK_ENV_EVENT_DETAIL,
+    HOOK_ENV_JOB_ATTEMPT,
+    HOOK_ENV_JOB_COST,
+    HOOK_ENV_JOB_ID,
+    HOOK_ENV_JOB_NAME,
+    HOOK_ENV_JOB_STATE,
+    HOOK_ENV_RUN_DIR,
 )
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -113,7 +119,9 @@ def run_hook(
     problem = _argv_problem(argv)
     if problem is not None:
         log.warning("%s not run: %s", label, problem)
-        return HookResult(tuple(map(str, argv)) if isinstance(argv, (list, tuple)) else (str(argv),), event, error=problem)
+        return HookResult(
+            tuple(map(str, argv)) if isinstance(argv, (list, tuple)) else (str(argv),), event, error=problem
+        )
     result = _execute(tuple(argv), event, hook_env(event, job, env_base, detail), timeout_s, cwd, kill_grace_s)
     _log_result(log, label, result)
     return result
@@ -195,7 +203,7 @@ def run_shutdown_command(
     if not result.ok:
         log.error(
             "idle shutdown failed (%s): the machine is still up and billing; check [idle] shutdown_command "
-            "(on AutoDL: [\"/usr/bin/shutdown\"]) and that the daemon may run it",
+            '(on AutoDL: ["/usr/bin/shutdown"]) and that the daemon may run it',
             result.describe(),
         )
     return result

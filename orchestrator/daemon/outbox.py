@@ -126,5 +126,3 @@ class OutboxSender:
         log.warning("notification %d (%s) via %s given up: %s", row.id, job, row.channel, error)
         # The store also records a notify_failed event, so `orch show` tells the user.
         self.store.mark_gave_up(row.id, now, error)
-
-

@@ -317,7 +317,7 @@ def build_sources(
     if unknown:
         raise ConfigError([f"[preemption] sources: unknown {unknown}; choose from {list(SOURCE_NAMES)}"])
     if "file" in names and file_path is None:
-        raise ConfigError(["[preemption] sources has \"file\" but no file path is set"])
+        raise ConfigError(['[preemption] sources has "file" but no file path is set'])
     makers: dict[str, Callable[[], NoticeSource]] = {
         "aws": lambda: AwsSource(aws_endpoint, timeout_s),
         "gcp": lambda: GcpSource(gcp_endpoint, timeout_s),

@@ -30,7 +30,8 @@ def setup_logging(home: Home, config: Config, detached: bool) -> None:
     root.handlers.clear()
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler = logging.handlers.RotatingFileHandler(
-        home.log_file, maxBytes=int(config.daemon.log_max_mb * 1e6), backupCount=config.daemon.log_backups)
+        home.log_file, maxBytes=int(config.daemon.log_max_mb * 1e6), backupCount=config.daemon.log_backups
+    )
     handler.setFormatter(fmt)
     root.addHandler(handler)
     if not detached:
@@ -49,17 +50,32 @@ class DaemonRuntime:
         from .preemption import build_sources
 
         self.home, self.config, self.store = home, config, store
-        self.hooks = HookRunner(config.hooks.model_extra or {}, log=logging.getLogger("orch.hooks"),
-                                timeout_s=config.hooks.timeout_seconds, cwd=home.root)
+        self.hooks = HookRunner(
+            config.hooks.model_extra or {},
+            log=logging.getLogger("orch.hooks"),
+            timeout_s=config.hooks.timeout_seconds,
+            cwd=home.root,
+        )
         self.daemon = Daemon(home, config, store, on_event=self._on_event)
         channels = {n.name: n for n in build_channels(config)}
-        self.sender = OutboxSender(store, channels, max_age_s=config.notify.give_up_after_hours * 3600,
-                                   base_backoff_s=config.notify.retry_base_seconds,
-                                   max_backoff_s=config.notify.retry_max_seconds)
+        self.sender = OutboxSender(
+            store,
+            channels,
+            max_age_s=config.notify.give_up_after_hours * 3600,
+            base_backoff_s=config.notify.retry_base_seconds,
+            max_backoff_s=config.notify.retry_max_seconds,
+        )
         p = config.preemption
-        self.watcher = NoticeWatcher(build_sources(
-            p.sources, aws_endpoint=p.aws_endpoint, gcp_endpoint=p.gcp_endpoint, azure_endpoint=p.azure_endpoint,
-            file_path=preemption_file(config, home.root), timeout_s=p.timeout_seconds))
+        self.watcher = NoticeWatcher(
+            build_sources(
+                p.sources,
+                aws_endpoint=p.aws_endpoint,
+                gcp_endpoint=p.gcp_endpoint,
+                azure_endpoint=p.azure_endpoint,
+                file_path=preemption_file(config, home.root),
+                timeout_s=p.timeout_seconds,
+            )
+        )
         self.stop_event = threading.Event()
         self.exit_after_notice = False
         self.wake_pending = threading.Event()
@@ -73,8 +89,14 @@ class DaemonRuntime:
     def _on_event(self, kind: str, job: Any) -> None:
         info = None
         if job is not None:
-            info = {"id": job.id, "name": job.name, "state": job.state.value, "cost": job.cost,
-                    "attempt": job.shown_attempt, "run_dir": str(self.home.run_dir(job.id))}
+            info = {
+                "id": job.id,
+                "name": job.name,
+                "state": job.state.value,
+                "cost": job.cost,
+                "attempt": job.shown_attempt,
+                "run_dir": str(self.home.run_dir(job.id)),
+            }
         self.hooks.submit_event(kind, info)
 
     # -- scheduled work ------------------------------------------------------------------------
@@ -103,7 +125,9 @@ class DaemonRuntime:
             clear(self.home)
             self.stop_event.set()
         if self.exit_after_notice and self.daemon.running_count() == 0:
-            log.info("preemption notice: every job checkpointed and requeued; exiting as [preemption] on_notice = 'exit'")
+            log.info(
+                "preemption notice: every job checkpointed and requeued; exiting as [preemption] on_notice = 'exit'"
+            )
             self.stop_event.set()
 
     def watch(self) -> None:
@@ -114,9 +138,13 @@ class DaemonRuntime:
             return
         now = time.time()
         for notice in notices:
-            self.store.record_event(None, EventKind.NOTICE, now, detail=f"{notice.source}: {notice.kind}: {notice.detail}")
+            self.store.record_event(
+                None, EventKind.NOTICE, now, detail=f"{notice.source}: {notice.kind}: {notice.detail}"
+            )
             if notice.stops_jobs:
-                log.warning("preemption notice from %s: %s; checkpointing every running job", notice.source, notice.detail)
+                log.warning(
+                    "preemption notice from %s: %s; checkpointing every running job", notice.source, notice.detail
+                )
                 self.daemon.preempt_all(now, f"preemption notice ({notice.source}): {notice.detail}")
                 if self.mirror is not None:
                     self.mirror.on_notice()
@@ -167,13 +195,15 @@ class DaemonRuntime:
         sock = listen(self.home.wake_socket)
         sock.settimeout(1.0)
         threading.Thread(target=self._listen_loop, args=(sock,), daemon=True, name="wake").start()
-        sched = BackgroundScheduler(timezone=timezone.utc, job_defaults={"coalesce": True, "max_instances": 1,
-                                                                         "misfire_grace_time": 30})
+        sched = BackgroundScheduler(
+            timezone=timezone.utc, job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30}
+        )
         now = datetime.now(timezone.utc)
         sched.add_job(self.tick, "interval", seconds=self.config.daemon.tick_seconds, id="tick", next_run_time=now)
         if self.config.preemption.sources:
-            sched.add_job(self.watch, "interval", seconds=self.config.preemption.poll_seconds, id="watch",
-                          next_run_time=now)
+            sched.add_job(
+                self.watch, "interval", seconds=self.config.preemption.poll_seconds, id="watch", next_run_time=now
+            )
         if self.config.notifiers:
             sched.add_job(self.deliver, "interval", seconds=1.0, id="outbox", next_run_time=now)
         self.scheduler = sched
@@ -183,8 +213,12 @@ class DaemonRuntime:
         from .mtbf import update_mtbf  # [checkpoint] every = "auto" reads it from the job's environment
 
         sched.add_job(update_mtbf, "interval", args=[self], seconds=60, id="mtbf", next_run_time=now)
-        log.info("daemon started: home %s, GPUs %s, CPU slots %s", self.home.root, self.daemon.managed or "none",
-                 self.config.daemon.cpu_slots)
+        log.info(
+            "daemon started: home %s, GPUs %s, CPU slots %s",
+            self.home.root,
+            self.daemon.managed or "none",
+            self.config.daemon.cpu_slots,
+        )
         while not self.stop_event.wait(0.5):
             pass
         sched.shutdown(wait=True)
@@ -212,7 +246,10 @@ class DaemonRuntime:
             self.mirror.on_notice()
         signalled = d.preempt_all(time.time(), "the daemon is stopping")
         # A job's own grace_seconds may be longer than the config's: wait for the longest.
-        grace = max([grace_for(j, self.config) for j in d.store.jobs([JobState.RUNNING])], default=self.config.daemon.grace_seconds)
+        grace = max(
+            [grace_for(j, self.config) for j in d.store.jobs([JobState.RUNNING])],
+            default=self.config.daemon.grace_seconds,
+        )
         if signalled:
             log.info("stopping: waiting up to %.0fs for %d job(s) to checkpoint", grace, len(signalled))
         deadline = time.monotonic() + grace + 5
@@ -263,25 +300,37 @@ class IdleShutdown:
         if self.event_at is None and now - self.idle_since >= cfg.shutdown_after_minutes * 60:
             from ..lifecycle import outgoing_for
 
-            payload = {"event": "idle_shutdown", "host": __import__("socket").gethostname(),
-                       "reason": f"idle for {cfg.shutdown_after_minutes:g} min; running {cfg.shutdown_command}",
-                       "currency": self.rt.config.pricing.currency}
+            payload = {
+                "event": "idle_shutdown",
+                "host": __import__("socket").gethostname(),
+                "reason": f"idle for {cfg.shutdown_after_minutes:g} min; running {cfg.shutdown_command}",
+                "currency": self.rt.config.pricing.currency,
+            }
             self.event_id = self.rt.store.record_event(
-                None, EventKind.IDLE_SHUTDOWN, now, detail=payload["reason"],
-                outgoing=outgoing_for(self.rt.config, EventKind.IDLE_SHUTDOWN, payload))
+                None,
+                EventKind.IDLE_SHUTDOWN,
+                now,
+                detail=payload["reason"],
+                outgoing=outgoing_for(self.rt.config, EventKind.IDLE_SHUTDOWN, payload),
+            )
             self.event_at = now
             self.rt.deliver()
         if self.event_at is not None:
             # Only this message matters: a channel failing on older rows must not hold the
             # machine up (notify_wait_seconds bounds the wait either way).
-            delivered = not any(r.event_id == self.event_id and r.delivered_at is None and r.gave_up_at is None
-                                for r in self.rt.store.outbox())
+            delivered = not any(
+                r.event_id == self.event_id and r.delivered_at is None and r.gave_up_at is None
+                for r in self.rt.store.outbox()
+            )
             if delivered or now - self.event_at >= cfg.notify_wait_seconds:
                 from .hooks import run_shutdown_command
 
                 self.fired = True
-                log.warning("idle for %.0f min: running the shutdown command %s", cfg.shutdown_after_minutes,
-                            cfg.shutdown_command)
+                log.warning(
+                    "idle for %.0f min: running the shutdown command %s",
+                    cfg.shutdown_after_minutes,
+                    cfg.shutdown_command,
+                )
                 self.rt.hooks.submit_event("idle_shutdown", None)
                 run_shutdown_command(list(cfg.shutdown_command), logging.getLogger("orch.idle"))
 

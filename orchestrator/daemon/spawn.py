@@ -40,9 +40,14 @@ def dispatch(d: StepContext, now: float) -> list[int]:
                 d.store.update(job.id, now, only_if_state=[JobState.QUEUED], reason=budget_reason)
             continue
         if job.gpus > len(d.managed):
-            d.change(job, JobState.FAILED, EventKind.FAILED, now,
-                     reason=f"asks for {job.gpus} GPUs but this daemon manages {len(d.managed)} "
-                            "(config [daemon] gpus, else nvidia-smi)")
+            d.change(
+                job,
+                JobState.FAILED,
+                EventKind.FAILED,
+                now,
+                reason=f"asks for {job.gpus} GPUs but this daemon manages {len(d.managed)} "
+                "(config [daemon] gpus, else nvidia-smi)",
+            )
             continue
         if job.gpus > 0 and gpus_reserved:
             continue  # GPUs freed meanwhile are kept for it, or it could starve behind later jobs

@@ -50,8 +50,9 @@ def check_budgets(d: StepContext, now: float) -> None:
     for job in d.store.jobs([JobState.RUNNING]):
         if job.intent is not Intent.NONE:
             continue
-        reason = total_reason or budget_exceeded(job.cost, job.run_seconds / 3600, job.max_cost, job.max_hours,
-                                                 currency=d.config.pricing.currency)
+        reason = total_reason or budget_exceeded(
+            job.cost, job.run_seconds / 3600, job.max_cost, job.max_hours, currency=d.config.pricing.currency
+        )
         if reason:
             signal_job(d, job, Intent.BUDGET, now, reason)
 

@@ -13,6 +13,11 @@ def advance_sweeps(d: StepContext, now: float) -> None:
         return
     from ..sweeps.controller import SweepContext, advance_all  # imports optuna: only while a sweep runs
 
-    ctx = SweepContext(store=d.store, config=d.config, home=d.home, on_event=d.on_event,
-                       stop=lambda job, intent, reason: stop_requests.signal_job(d, job, intent, now, reason))
+    ctx = SweepContext(
+        store=d.store,
+        config=d.config,
+        home=d.home,
+        on_event=d.on_event,
+        stop=lambda job, intent, reason: stop_requests.signal_job(d, job, intent, now, reason),
+    )
     advance_all(ctx, now)

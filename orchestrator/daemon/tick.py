@@ -31,9 +31,17 @@ log = logging.getLogger("orch.daemon")
 
 
 class Daemon:
-    def __init__(self, home: Home, config: Config, store: Store, *, environ: Optional[Mapping[str, str]] = None,
-                 gpu_ids: Optional[list[int]] = None, on_event: Optional[Callable[[str, Optional[Job]], None]] = None,
-                 executor: Optional[Executor] = None):
+    def __init__(
+        self,
+        home: Home,
+        config: Config,
+        store: Store,
+        *,
+        environ: Optional[Mapping[str, str]] = None,
+        gpu_ids: Optional[list[int]] = None,
+        on_event: Optional[Callable[[str, Optional[Job]], None]] = None,
+        executor: Optional[Executor] = None,
+    ):
         self.home, self.config, self.store = home, config, store
         self.environ = dict(os.environ if environ is None else environ)
         self.managed = managed_gpus(config.daemon.gpus) if gpu_ids is None else list(gpu_ids)
@@ -72,9 +80,13 @@ class Daemon:
             guard.step("refresh", lambda t: self.executor.refresh(self.store.jobs([JobState.RUNNING]), t), now)
             guard.step("reap", self.reap, now)
             guard.step("watchdog", lambda t: self.watchdog.check(self, t), now)  # hung jobs: stacks, SIGTERM, retry
-            for name, run in (("health", self.watch_health), ("deadlines", self.watch_deadlines),
-                              ("cancels", self.apply_cancels), ("budgets", self.check_budgets),
-                              ("escalate", self.escalate)):
+            for name, run in (
+                ("health", self.watch_health),
+                ("deadlines", self.watch_deadlines),
+                ("cancels", self.apply_cancels),
+                ("budgets", self.check_budgets),
+                ("escalate", self.escalate),
+            ):
                 guard.step(name, run, now)
             if not self.stopping:
                 guard.step("sweeps", lambda t: advance_sweeps(self, t), now)  # prune, create trials (sweep_step.py)
@@ -138,8 +150,14 @@ class Daemon:
         if last is None or now <= last:
             return
         # A suspended machine or a stalled tick is not billed twice: at most 60 s an interval.
-        accrue_interval(self.store, self.config, len(self.managed), min(now - last, 60.0), now,
-                        billable=self.executor.billable if self.executor.bills_by_allocation else None)
+        accrue_interval(
+            self.store,
+            self.config,
+            len(self.managed),
+            min(now - last, 60.0),
+            now,
+            billable=self.executor.billable if self.executor.bills_by_allocation else None,
+        )
 
     # -- queue drained -------------------------------------------------------------------------
 
@@ -150,10 +168,19 @@ class Daemon:
             self.had_work = True
         elif self.had_work:
             self.had_work = False
-            payload = {"event": "queue_drained", "reason": "no job is queued or running", "host": os.uname().nodename,
-                       "currency": self.config.pricing.currency}
-            self.store.record_event(None, EventKind.QUEUE_DRAINED, now, detail="no job is queued or running",
-                                    outgoing=outgoing_for(self.config, EventKind.QUEUE_DRAINED, payload))
+            payload = {
+                "event": "queue_drained",
+                "reason": "no job is queued or running",
+                "host": os.uname().nodename,
+                "currency": self.config.pricing.currency,
+            }
+            self.store.record_event(
+                None,
+                EventKind.QUEUE_DRAINED,
+                now,
+                detail="no job is queued or running",
+                outgoing=outgoing_for(self.config, EventKind.QUEUE_DRAINED, payload),
+            )
             log.info("queue drained")
             self.on_event(EventKind.QUEUE_DRAINED.value, None)
 

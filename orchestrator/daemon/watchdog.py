@@ -50,8 +50,12 @@ def attempt_step(d: StepContext, job: Job, began: float) -> tuple[Optional[int],
     (None, when the attempt began)."""
     progress = read_json(d.home.run_dir(job.id) / PROGRESS) or {}
     step, updated = progress.get("step"), progress.get("updated_at")
-    if isinstance(step, int) and not isinstance(step, bool) and isinstance(updated, (int, float)) \
-            and updated >= began - 1:
+    if (
+        isinstance(step, int)
+        and not isinstance(step, bool)
+        and isinstance(updated, (int, float))
+        and updated >= began - 1
+    ):
         return step, float(updated)
     return None, began
 
@@ -93,8 +97,10 @@ class Watchdog:
 
 def hang(d: StepContext, job: Job, step: Optional[int], stuck_s: float, now: float) -> None:
     where = f"at step {step}" if step is not None else "before its first step"
-    reason = (f"hang: no progress for {stuck_s / 60:.1f} min, stuck {where} (watchdog "
-              f"{limit_minutes(job):g} min); stacks dumped into its log, stopping it to retry from its newest checkpoint")
+    reason = (
+        f"hang: no progress for {stuck_s / 60:.1f} min, stuck {where} (watchdog "
+        f"{limit_minutes(job):g} min); stacks dumped into its log, stopping it to retry from its newest checkpoint"
+    )
     _log_line(d, job, f"[orch] watchdog: {reason}")
     try:
         dumped = d.executor.dump_stacks(job)
@@ -103,8 +109,13 @@ def hang(d: StepContext, job: Job, step: Optional[int], stuck_s: float, now: flo
     log.warning("job %s (%s): %s; %s", job.id, job.name, reason, dumped)
     payload = payload_for(job, EventKind.HANG, d.config, d.home, reason=reason, state=job.state, with_log=True)
     payload["step"] = step
-    d.store.record_event(job.id, EventKind.HANG, now, detail=f"{reason} ({dumped})",
-                         outgoing=outgoing_for(d.config, EventKind.HANG, payload))
+    d.store.record_event(
+        job.id,
+        EventKind.HANG,
+        now,
+        detail=f"{reason} ({dumped})",
+        outgoing=outgoing_for(d.config, EventKind.HANG, payload),
+    )
     d.on_event(EventKind.HANG.value, job)
     # The hang intent, recorded before the signal: the attempt ends as a charged failure (retried
     # with backoff) whatever it exits with, also after a daemon restart, so a job that hangs every

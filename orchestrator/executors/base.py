@@ -42,7 +42,7 @@ class Executor(Protocol):
         """The attempt's exit record `{"code", "signal", "started_at", "ended_at"}`, or None."""
 
     def terminate(self, job: Job) -> bool:
-        """"Checkpoint now, then exit": SIGTERM to the job's processes, SIGKILL after its grace."""
+        """ "Checkpoint now, then exit": SIGTERM to the job's processes, SIGKILL after its grace."""
 
     def kill(self, job: Job) -> bool:
         """Stop the attempt now, without a checkpoint (the grace is over)."""

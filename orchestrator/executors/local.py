@@ -49,15 +49,29 @@ class LocalExecutor:
         run_dir = launch.run_dir
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         checkpoint_dir(run_dir).mkdir(exist_ok=True)
-        sup = [self.python, "-m", SUPERVISOR_MODULE, "--run-dir", str(run_dir),
-               "--attempt", str(launch.attempt), "--grace", str(launch.grace_s)]
+        sup = [
+            self.python,
+            "-m",
+            SUPERVISOR_MODULE,
+            "--run-dir",
+            str(run_dir),
+            "--attempt",
+            str(launch.attempt),
+            "--grace",
+            str(launch.grace_s),
+        ]
         if launch.cwd:
             sup += ["--cwd", launch.cwd]
         sup += ["--wake", str(self.home.wake_socket)]
         with open(run_dir / attempt_log(launch.attempt), "ab", buffering=0) as out:
             proc = subprocess.Popen(
-                [*sup, "--", *launch.argv], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env=dict(launch.env), start_new_session=True, close_fds=True,
+                [*sup, "--", *launch.argv],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(launch.env),
+                start_new_session=True,
+                close_fds=True,
             )
         return {"supervisor_pid": proc.pid, "supervisor_start": start_time(proc.pid)}
 
@@ -117,14 +131,24 @@ class LocalExecutor:
         waited = time.monotonic()
         while group_members(pgid):
             if time.monotonic() > deadline:
-                log.warning("job %s: attempt %s's processes (group %s) still exist after %.0fs of SIGKILL; "
-                            "starting the next attempt anyway", job.id, job.attempt, pgid, GROUP_EXIT_WAIT_S)
+                log.warning(
+                    "job %s: attempt %s's processes (group %s) still exist after %.0fs of SIGKILL; "
+                    "starting the next attempt anyway",
+                    job.id,
+                    job.attempt,
+                    pgid,
+                    GROUP_EXIT_WAIT_S,
+                )
                 return
             signal_group(pgid, signal.SIGKILL)
             time.sleep(0.05)
         if time.monotonic() - waited > 2.0:
-            log.info("job %s: attempt %s's processes took %.1fs to exit after SIGKILL", job.id, job.attempt,
-                     time.monotonic() - waited)
+            log.info(
+                "job %s: attempt %s's processes took %.1fs to exit after SIGKILL",
+                job.id,
+                job.attempt,
+                time.monotonic() - waited,
+            )
 
     def _clear_by_environment(self, job: Job, deadline: float) -> None:
         """Processes of this attempt found by their environment (ORCH_RUN_DIR and ORCH_ATTEMPT):
@@ -134,8 +158,13 @@ class LocalExecutor:
         strays = attempt_processes(run_dir, job.attempt)
         if not strays:
             return
-        log.warning("job %s: attempt %s: %d process(es) found by their environment (%s); killing them before "
-                    "the next attempt", job.id, job.attempt, len(strays), " ".join(map(str, strays[:8])))
+        log.warning(
+            "job %s: attempt %s: %d process(es) found by their environment (%s); killing them before the next attempt",
+            job.id,
+            job.attempt,
+            len(strays),
+            " ".join(map(str, strays[:8])),
+        )
         while strays and time.monotonic() < deadline:
             for pid in strays:
                 try:
@@ -159,8 +188,11 @@ class LocalExecutor:
         if not is_alive(pid, started):
             return "no stack dump: the job's process is gone"
         if job.kind != "command":
-            return ("Python stacks dumped into the log (SIGUSR1, faulthandler)"
-                    if signal_process(pid, started, signal.SIGUSR1) else "no stack dump: the signal failed")
+            return (
+                "Python stacks dumped into the log (SIGUSR1, faulthandler)"
+                if signal_process(pid, started, signal.SIGUSR1)
+                else "no stack dump: the signal failed"
+            )
         import shutil
 
         beside = Path(self.python).with_name("py-spy")  # installed into the same environment as orch
@@ -193,4 +225,3 @@ class LocalExecutor:
 
     def _pid_file(self, job: Job) -> dict[str, Any]:
         return (read_json(self.home.run_dir(job.id) / attempt_pid(job.attempt)) if job.attempt else None) or {}
-

@@ -33,15 +33,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from ..contract import (
-    attempt_exit, attempt_log, attempt_rank_logs, attempt_slurm_info, attempt_submitted, checkpoint_dir, exit_record, read_json,
-    write_exit_record, write_json_atomic,
+    attempt_exit,
+    attempt_log,
+    attempt_rank_logs,
+    attempt_slurm_info,
+    attempt_submitted,
+    checkpoint_dir,
+    exit_record,
+    read_json,
+    write_exit_record,
+    write_json_atomic,
 )
 from ..paths import Home
 from ..records import AttemptLaunch, Job
 from ..states import JobState
 from .slurm_query import (
-    BILLABLE, INFRA_ENDS, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, accounting_disabled, expand_nodelist, parse_sacct,
-    parse_sbatch, parse_squeue,
+    BILLABLE,
+    INFRA_ENDS,
+    SACCT_FIELDS,
+    SQUEUE_FORMAT,
+    SlurmJob,
+    accounting_disabled,
+    expand_nodelist,
+    parse_sacct,
+    parse_sbatch,
+    parse_squeue,
 )
 from .slurm_script import SlurmError, check_shared, write_script
 from .slurm_step import rank_log
@@ -77,8 +93,14 @@ class SlurmExecutor:
     name = "slurm"
     bills_by_allocation = True  # the cluster's GPUs are charged while allocated, never idle
 
-    def __init__(self, home: Home, slurm: "SlurmSection", *, python: str = sys.executable,
-                 environ: Optional[Mapping[str, str]] = None):
+    def __init__(
+        self,
+        home: Home,
+        slurm: "SlurmSection",
+        *,
+        python: str = sys.executable,
+        environ: Optional[Mapping[str, str]] = None,
+    ):
         self.home = home
         self.cfg = slurm
         self.python = python
@@ -117,7 +139,9 @@ class SlurmExecutor:
                 env["SLURM_CONF"] = self.environ["SLURM_CONF"]
             if int(launch.spec.get("gpus") or 0) > 0:
                 env.pop("CUDA_VISIBLE_DEVICES", None)  # Slurm's gres sets it on the node
-            for key in [k for k in env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k != "SLURM_CONF"]:
+            for key in [
+                k for k in env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k != "SLURM_CONF"
+            ]:
                 env.pop(key)  # a daemon started inside an allocation must not pass its geometry on
             r = self._run(["sbatch", "--parsable", str(script)], env=env, what="sbatch")
         except SlurmError as exc:
@@ -133,8 +157,13 @@ class SlurmExecutor:
                 f.write(f"[orch] sbatch refused attempt {launch.attempt}: {why}\n")
             raise SlurmError(f"sbatch refused the job: {why}")
         now = time.time()
-        ref = {"slurm_job_id": job_id, "submitted_at": now, "state": SUBMITTED, "where": f"Slurm {job_id}: submitted",
-               "script": script.name}
+        ref = {
+            "slurm_job_id": job_id,
+            "submitted_at": now,
+            "state": SUBMITTED,
+            "where": f"Slurm {job_id}: submitted",
+            "script": script.name,
+        }
         write_json_atomic(run_dir / attempt_submitted(launch.attempt), ref)
         self.cache.jobs[job_id] = _Tracked()
         log.info("job %s: attempt %s submitted as Slurm job %s", launch.job_id, launch.attempt, job_id)
@@ -180,12 +209,20 @@ class SlurmExecutor:
                 t = self.cache.jobs[sid]
                 if sid in found:
                     if t.answer is None or t.answer.state != found[sid].state:
-                        log.info("job %s: Slurm job %s is no longer in squeue; sacct says %s", tracked[sid].id, sid,
-                                 found[sid].state)
+                        log.info(
+                            "job %s: Slurm job %s is no longer in squeue; sacct says %s",
+                            tracked[sid].id,
+                            sid,
+                            found[sid].state,
+                        )
                     t.answer, t.gone = found[sid], False
                 else:
-                    self._forget(t, sid, tracked[sid], "accounting does not know it either" if self.accounting
-                                 else "accounting is off")
+                    self._forget(
+                        t,
+                        sid,
+                        tracked[sid],
+                        "accounting does not know it either" if self.accounting else "accounting is off",
+                    )
         elif missing:
             for sid in missing:
                 self._forget(self.cache.jobs[sid], sid, tracked[sid], "accounting is off")
@@ -246,7 +283,11 @@ class SlurmExecutor:
         if ref and ref.get("slurm_job_id"):
             return {"executor_ref": ref}
         sid = self._find_by_name(job.id, job.attempt)
-        return {"executor_ref": {"slurm_job_id": sid, "submitted_at": time.time(), "where": f"Slurm {sid}: adopted"}} if sid else None
+        return (
+            {"executor_ref": {"slurm_job_id": sid, "submitted_at": time.time(), "where": f"Slurm {sid}: adopted"}}
+            if sid
+            else None
+        )
 
     def job_name(self, job_id: int, attempt: int) -> str:
         """orch-<home tag>-<job>.<attempt>: unique per ORCH_HOME, so two orch homes of one user on
@@ -254,8 +295,10 @@ class SlurmExecutor:
         return f"orch-{self.tag}-{job_id}.{attempt}"
 
     def _find_by_name(self, job_id: int, attempt: int) -> Optional[str]:
-        r = self._run(["squeue", "-h", "-t", "all", "-u", self.user, f"--name={self.job_name(job_id, attempt)}",
-                       "-o", "%i"], what="squeue")
+        r = self._run(
+            ["squeue", "-h", "-t", "all", "-u", self.user, f"--name={self.job_name(job_id, attempt)}", "-o", "%i"],
+            what="squeue",
+        )
         return (r.stdout.split() or [None])[0] if r is not None and r.returncode == 0 else None
 
     def alive(self, job: Job) -> bool:
@@ -280,8 +323,14 @@ class SlurmExecutor:
         if t is None:
             return read_json(self.home.run_dir(job.id) / attempt_exit(job.attempt)) if job.attempt else None
         if t.exit_record is None:
-            if t.ended_seen_at is not None and not t.gone and t.answer is not None and t.answer.ended \
-                    and t.answer.state not in INFRA_ENDS and time.time() - t.ended_seen_at >= EXIT_RECORD_WAIT_S:
+            if (
+                t.ended_seen_at is not None
+                and not t.gone
+                and t.answer is not None
+                and t.answer.ended
+                and t.answer.state not in INFRA_ENDS
+                and time.time() - t.ended_seen_at >= EXIT_RECORD_WAIT_S
+            ):
                 return self._exit_from_slurm(job, t)
             return None
         record = dict(t.exit_record)
@@ -300,8 +349,9 @@ class SlurmExecutor:
             code, sig = (None, 15) if a.state == "CANCELLED" else (None, 9) if a.state == "TIMEOUT" else (1, None)
         now = time.time()
         record = exit_record(code, sig, now, now, slurm_state=a.state)
-        log.warning("job %s: Slurm job %s ended %s without an exit record; reading it as %s", job.id, a.job_id,
-                    a.state, record)
+        log.warning(
+            "job %s: Slurm job %s ended %s without an exit record; reading it as %s", job.id, a.job_id, a.state, record
+        )
         with open(self.home.run_dir(job.id) / attempt_log(job.attempt), "a", encoding="utf-8") as f:
             f.write(f"[orch] Slurm ended job {a.job_id} as {a.state} before the job wrote its exit record\n")
         return record
@@ -309,7 +359,7 @@ class SlurmExecutor:
     # -- signals -------------------------------------------------------------------------------
 
     def terminate(self, job: Job) -> bool:
-        """"Checkpoint now": SIGTERM to the job's srun tasks on every node (`scancel --signal=TERM`,
+        """ "Checkpoint now": SIGTERM to the job's srun tasks on every node (`scancel --signal=TERM`,
         no --full: that would make srun kill them). A pending job is simply cancelled."""
         sid = self.slurm_id(job)
         if sid is None:
@@ -334,8 +384,16 @@ class SlurmExecutor:
         if path.exists() or self._started(job):
             return
         now = time.time()
-        write_exit_record(self.home.run_dir(job.id), job.attempt, None, 15, now, now, slurm_job_id=sid,
-                          slurm_state="CANCELLED while PENDING")
+        write_exit_record(
+            self.home.run_dir(job.id),
+            job.attempt,
+            None,
+            15,
+            now,
+            now,
+            slurm_job_id=sid,
+            slurm_state="CANCELLED while PENDING",
+        )
         with open(self.home.run_dir(job.id) / attempt_log(job.attempt), "a", encoding="utf-8") as f:
             f.write(f"[orch] Slurm job {sid} cancelled while pending\n")
         t = self.cache.jobs.get(sid)
@@ -381,8 +439,9 @@ class SlurmExecutor:
         if not job.attempt:
             return []
         run_dir = self.home.run_dir(job.id)
-        ranks = sorted(run_dir.glob(attempt_rank_logs(job.attempt)),
-                       key=lambda p: int(p.name.rsplit("-", 1)[1].split(".")[0]))
+        ranks = sorted(
+            run_dir.glob(attempt_rank_logs(job.attempt)), key=lambda p: int(p.name.rsplit("-", 1)[1].split(".")[0])
+        )
         return [run_dir / rank_log(job.attempt, 0), *ranks]
 
     def describe(self, job: Job) -> Optional[str]:
@@ -397,17 +456,31 @@ class SlurmExecutor:
 
     # -- Slurm commands ------------------------------------------------------------------------
 
-    def _run(self, argv: list[str], *, env: Optional[Mapping[str, str]] = None, what: str = "",
-             timeout: float = QUERY_TIMEOUT_S) -> Optional[subprocess.CompletedProcess]:
+    def _run(
+        self,
+        argv: list[str],
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        what: str = "",
+        timeout: float = QUERY_TIMEOUT_S,
+    ) -> Optional[subprocess.CompletedProcess]:
         """A Slurm command; None when it could not run or did not answer in time (unknown)."""
         self.queries[what or argv[0]] = self.queries.get(what or argv[0], 0) + 1
         try:
-            return subprocess.run(argv, env=dict(env or self.environ), capture_output=True, text=True,
-                                  timeout=timeout, stdin=subprocess.DEVNULL)
+            return subprocess.run(
+                argv,
+                env=dict(env or self.environ),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+            )
         except FileNotFoundError as exc:
             if what == "sbatch":
-                raise SlurmError(f"{argv[0]} is not installed here (the daemon must run where Slurm's client "
-                                 "commands work, e.g. a login node)") from exc
+                raise SlurmError(
+                    f"{argv[0]} is not installed here (the daemon must run where Slurm's client "
+                    "commands work, e.g. a login node)"
+                ) from exc
             log.warning("%s: %s", argv[0], exc)
         except (OSError, subprocess.TimeoutExpired) as exc:
             log.warning("%s did not answer: %s", argv[0], exc)
@@ -427,8 +500,9 @@ class SlurmExecutor:
     def _sacct(self, ids: list[str], tracked: Mapping[str, Job]) -> Optional[dict[str, SlurmJob]]:
         since = min((tracked[s].executor_ref or {}).get("submitted_at") or time.time() for s in ids) - 86400
         start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
-        r = self._run(["sacct", "-X", "-n", "-P", "-j", ",".join(ids), f"--starttime={start}", "-o", SACCT_FIELDS],
-                      what="sacct")
+        r = self._run(
+            ["sacct", "-X", "-n", "-P", "-j", ",".join(ids), f"--starttime={start}", "-o", SACCT_FIELDS], what="sacct"
+        )
         if r is None:
             return None
         if r.returncode != 0:
@@ -442,5 +516,3 @@ class SlurmExecutor:
         if self.accounting is None:
             self.accounting = True
         return parse_sacct(r.stdout)
-
-

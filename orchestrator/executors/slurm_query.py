@@ -15,8 +15,24 @@ SQUEUE_FORMAT = SEP.join(["%i", "%T", "%r", "%N", "%M", "%j"])
 SACCT_FIELDS = "JobID,State,ExitCode,ElapsedRaw,NodeList,JobName"
 
 # Still in Slurm's hands: the attempt may run (or run again).
-ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
-                    "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
+ACTIVE = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+        "SPECIAL_EXIT",
+    }
+)
 # Ended by the infrastructure, not by the job: no exit record means a lost attempt (requeued, uncharged).
 INFRA_ENDS = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "DEADLINE"})
 # Ended: the job's own exit record (attempt-<n>.exit) says how.
@@ -63,9 +79,14 @@ def parse_squeue(text: str) -> dict[str, SlurmJob]:
         if len(parts) < 6 or not re.fullmatch(r"\d+(_\d+)?", parts[0]):
             continue
         job_id, state, reason, nodes, elapsed, name = parts[:6]
-        jobs[job_id] = SlurmJob(job_id=job_id, state=_state_word(state), reason=reason.strip(),
-                                nodes="" if nodes in ("", "(null)") else nodes, elapsed_s=parse_duration(elapsed),
-                                name=name)
+        jobs[job_id] = SlurmJob(
+            job_id=job_id,
+            state=_state_word(state),
+            reason=reason.strip(),
+            nodes="" if nodes in ("", "(null)") else nodes,
+            elapsed_s=parse_duration(elapsed),
+            name=name,
+        )
     return jobs
 
 
@@ -79,9 +100,15 @@ def parse_sacct(text: str) -> dict[str, SlurmJob]:
             continue  # steps (123.batch) are not asked for (-X) and skipped if they come anyway
         job_id, state, exit_code, elapsed, nodes, name = parts[:6]
         code, sig = parse_exit_code(exit_code)
-        jobs[job_id] = SlurmJob(job_id=job_id, state=_state_word(state), nodes="" if nodes in ("", "None assigned") else nodes,
-                                elapsed_s=float(elapsed) if elapsed.strip().isdigit() else None, name=name,
-                                exit_code=code, exit_signal=sig)
+        jobs[job_id] = SlurmJob(
+            job_id=job_id,
+            state=_state_word(state),
+            nodes="" if nodes in ("", "None assigned") else nodes,
+            elapsed_s=float(elapsed) if elapsed.strip().isdigit() else None,
+            name=name,
+            exit_code=code,
+            exit_signal=sig,
+        )
     return jobs
 
 

@@ -16,8 +16,16 @@ if TYPE_CHECKING:
     from ..config import SlurmSection
 
 # Network filesystems a run folder may be on for the nodes to see it (statfs f_type, from magic.h)
-SHARED_FS_TYPES = {0x6969: "NFS", 0x0BD00BD0: "Lustre", 0x47504653: "GPFS", 0x19830326: "BeeGFS",
-                   0x00C36400: "CephFS", 0xFF534D42: "CIFS", 0xFE534D42: "SMB2", 0x5346414F: "AFS"}
+SHARED_FS_TYPES = {
+    0x6969: "NFS",
+    0x0BD00BD0: "Lustre",
+    0x47504653: "GPFS",
+    0x19830326: "BeeGFS",
+    0x00C36400: "CephFS",
+    0xFF534D42: "CIFS",
+    0xFE534D42: "SMB2",
+    0x5346414F: "AFS",
+}
 
 
 class SlurmError(OSError):
@@ -39,7 +47,9 @@ def check_shared(cfg: "SlurmSection", run_dir: Path) -> None:
     raise SlurmError(
         f"the run folder {real} is on {kind}, which the Slurm nodes may not see; put ORCH_HOME on a shared "
         f"filesystem (NFS, Lustre, GPFS, BeeGFS, CephFS), or list the folder in config.toml "
-        f"[slurm] shared_dirs if the nodes do see it")
+        f"[slurm] shared_dirs if the nodes do see it"
+    )
+
 
 def sbatch_args(cfg: "SlurmSection", launch: AttemptLaunch, job_name: str) -> list[str]:
     spec = launch.spec
@@ -49,9 +59,15 @@ def sbatch_args(cfg: "SlurmSection", launch: AttemptLaunch, job_name: str) -> li
     builtin = not spec.get("command")
     per_node = max(1, gpus) if builtin else 1  # the built-in runner: one rank per GPU
     run = launch.run_dir
-    args = [f"--job-name={job_name}",
-            f"--output={run / attempt_log(launch.attempt)}", "--open-mode=append", "--no-requeue",
-            f"--chdir={launch.cwd or run}", f"--nodes={nodes}", f"--ntasks-per-node={per_node}"]
+    args = [
+        f"--job-name={job_name}",
+        f"--output={run / attempt_log(launch.attempt)}",
+        "--open-mode=append",
+        "--no-requeue",
+        f"--chdir={launch.cwd or run}",
+        f"--nodes={nodes}",
+        f"--ntasks-per-node={per_node}",
+    ]
     partition = over.get("partition") or cfg.partition
     if partition:
         args.append(f"--partition={partition}")
@@ -78,6 +94,7 @@ def sbatch_args(cfg: "SlurmSection", launch: AttemptLaunch, job_name: str) -> li
     args += list(cfg.extra_args) + list(over.get("extra_args") or [])
     return args
 
+
 def write_script(cfg: "SlurmSection", launch: AttemptLaunch, job_name: str, python: str) -> Path:
     spec = launch.spec
     gpus = int(spec.get("gpus") or 0)
@@ -89,8 +106,20 @@ def write_script(cfg: "SlurmSection", launch: AttemptLaunch, job_name: str, pyth
         if control_problem(a, allow_tab=False):
             raise SlurmError(f"an sbatch flag holds a control character ({a[:60]!r}); it would end its #SBATCH line")
     lines += [f"#SBATCH {a}" for a in args]
-    cmd = [python, "-m", "orchestrator.executors.slurm_step", "batch", "--run-dir", str(launch.run_dir),
-           "--attempt", str(launch.attempt), "--nodes", str(nodes), "--ntasks-per-node", str(per_node)]
+    cmd = [
+        python,
+        "-m",
+        "orchestrator.executors.slurm_step",
+        "batch",
+        "--run-dir",
+        str(launch.run_dir),
+        "--attempt",
+        str(launch.attempt),
+        "--nodes",
+        str(nodes),
+        "--ntasks-per-node",
+        str(per_node),
+    ]
     if launch.cwd:
         cmd += ["--cwd", launch.cwd]
     cmd += ["--", *launch.argv]
@@ -98,6 +127,7 @@ def write_script(cfg: "SlurmSection", launch: AttemptLaunch, job_name: str, pyth
     path = launch.run_dir / attempt_sbatch(launch.attempt)
     path.write_text("\n".join(lines) + "\n")
     return path
+
 
 def fs_type(path: Path) -> Optional[int]:
     """statfs(2) f_type of the filesystem holding `path` (Linux), or None."""

@@ -29,7 +29,6 @@ from typing import Any, Optional
 from ..contract import ENV_SRUN, RESULT, attempt_log, attempt_slurm_info, write_exit_record, write_json_atomic
 
 
-
 def rank_log(n: int, rank: int) -> str:
     return attempt_log(n, rank)
 
@@ -44,23 +43,50 @@ def batch(args: argparse.Namespace, command: list[str]) -> int:
         if signum == signal.SIGUSR2:
             state["stop"] = True
         if signum != signal.SIGCONT:
-            print(f"[orch] batch step got {name}" + (" (the job's tasks get their own signal from Slurm)"
-                                                     if state["srun"] is not None else ""), flush=True)
+            print(
+                f"[orch] batch step got {name}"
+                + (" (the job's tasks get their own signal from Slurm)" if state["srun"] is not None else ""),
+                flush=True,
+            )
 
     for caught in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
         signal.signal(caught, note)
     started_at = time.time()
     job_id = os.environ.get("SLURM_JOB_ID", "")
-    write_json_atomic(run_dir / attempt_slurm_info(n), {
-        "slurm_job_id": job_id, "batch_host": os.environ.get("SLURMD_NODENAME") or os.uname().nodename,
-        "nodes": os.environ.get("SLURM_JOB_NODELIST", ""), "wrapper_pid": os.getpid(), "started_at": started_at,
-    })
-    print(f"[orch] attempt {n} started {time.strftime('%Y-%m-%d %H:%M:%S')} as Slurm job {job_id} on "
-          f"{os.environ.get('SLURM_JOB_NODELIST', '?')}: {' '.join(command)}", flush=True)
+    write_json_atomic(
+        run_dir / attempt_slurm_info(n),
+        {
+            "slurm_job_id": job_id,
+            "batch_host": os.environ.get("SLURMD_NODENAME") or os.uname().nodename,
+            "nodes": os.environ.get("SLURM_JOB_NODELIST", ""),
+            "wrapper_pid": os.getpid(),
+            "started_at": started_at,
+        },
+    )
+    print(
+        f"[orch] attempt {n} started {time.strftime('%Y-%m-%d %H:%M:%S')} as Slurm job {job_id} on "
+        f"{os.environ.get('SLURM_JOB_NODELIST', '?')}: {' '.join(command)}",
+        flush=True,
+    )
     step = os.environ.get(ENV_SRUN, "srun")
-    srun = [step, "--kill-on-bad-exit=1", f"--nodes={args.nodes}", f"--ntasks-per-node={args.ntasks_per_node}",
-            sys.executable, "-m", "orchestrator.executors.slurm_step", "task", "--log-dir", str(run_dir),
-            "--attempt", str(n)] + (["--cwd", args.cwd] if args.cwd else []) + ["--", *command]
+    srun = (
+        [
+            step,
+            "--kill-on-bad-exit=1",
+            f"--nodes={args.nodes}",
+            f"--ntasks-per-node={args.ntasks_per_node}",
+            sys.executable,
+            "-m",
+            "orchestrator.executors.slurm_step",
+            "task",
+            "--log-dir",
+            str(run_dir),
+            "--attempt",
+            str(n),
+        ]
+        + (["--cwd", args.cwd] if args.cwd else [])
+        + ["--", *command]
+    )
     code: Optional[int] = None
     sig: Optional[int] = None
     if state["stop"]:

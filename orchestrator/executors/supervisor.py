@@ -73,10 +73,16 @@ def main(argv: list[str] | None = None) -> int:
             pending = state["term_at"] is not None
         if pending:  # a SIGTERM came while the job was being started
             forward(signal.SIGTERM, None)
-        write_json_atomic(run_dir / attempt_pid(n), {
-            "supervisor_pid": os.getpid(), "supervisor_start": start_time(os.getpid()),
-            "job_pid": job.pid, "job_start": start_time(job.pid), "started_at": started_at,
-        })
+        write_json_atomic(
+            run_dir / attempt_pid(n),
+            {
+                "supervisor_pid": os.getpid(),
+                "supervisor_start": start_time(os.getpid()),
+                "job_pid": job.pid,
+                "job_start": start_time(job.pid),
+                "started_at": started_at,
+            },
+        )
         returncode = job.wait()
         code, sig = (returncode, None) if returncode >= 0 else (None, -returncode)
     except OSError as exc:
@@ -103,8 +109,11 @@ def _clear_group(pgid: int, wait_s: float = GROUP_EXIT_WAIT_S) -> None:
     began = time.monotonic()
     while group_members(pgid):
         if time.monotonic() - began > wait_s:
-            print(f"[orch] the job's processes (group {pgid}) still exist {wait_s:.0f}s after SIGKILL; "
-                  "ending the attempt anyway", flush=True)
+            print(
+                f"[orch] the job's processes (group {pgid}) still exist {wait_s:.0f}s after SIGKILL; "
+                "ending the attempt anyway",
+                flush=True,
+            )
             return
         signal_group(pgid, signal.SIGKILL)
         time.sleep(0.02)

@@ -43,8 +43,9 @@ def _files(root: Path) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def collect(spec: dict[str, Any], max_bytes: int,
-            cache: Optional[dict[tuple[str, float, int], str]] = None) -> list[dict[str, Any]]:
+def collect(
+    spec: dict[str, Any], max_bytes: int, cache: Optional[dict[tuple[str, float, int], str]] = None
+) -> list[dict[str, Any]]:
     """Every input file with its fingerprint; `key` set when they travel (total under the limit)."""
     cache = {} if cache is None else cache
     entries: list[dict[str, Any]] = []
@@ -78,7 +79,7 @@ def _mapped(root: str, mapping: list[tuple[str, str]]) -> str:
     for old, new in mapping:
         old_n = old.rstrip("/")
         if root == old_n or root.startswith(old_n + "/"):
-            return new.rstrip("/") + root[len(old_n):]
+            return new.rstrip("/") + root[len(old_n) :]
     return root
 
 
@@ -110,14 +111,17 @@ def plan(entries: list[dict[str, Any]], mapping: list[tuple[str, str]]) -> tuple
         else:
             size = sum(e["bytes"] for e in files) / 1e6
             where = f"{candidate} (mapped from {root})" if candidate != root else root
-            problems.append(f"{role} = {where}: missing here or not the same bytes ({len(files)} file(s), {size:.0f} MB, "
-                            f"not mirrored: above [storage] data_max_mb); copy it to that path, or map its folder with "
-                            f"--map {os.path.dirname(root) or root}=/new/folder")
+            problems.append(
+                f"{role} = {where}: missing here or not the same bytes ({len(files)} file(s), {size:.0f} MB, "
+                f"not mirrored: above [storage] data_max_mb); copy it to that path, or map its folder with "
+                f"--map {os.path.dirname(root) or root}=/new/folder"
+            )
     return found, download, problems
 
 
-def fetch(remote: Remote, entries: list[dict[str, Any]], role: str, dest_root: Path,
-          warn: Callable[[str], None]) -> str:
+def fetch(
+    remote: Remote, entries: list[dict[str, Any]], role: str, dest_root: Path, warn: Callable[[str], None]
+) -> str:
     """Download one role's files into dest_root/<sha of its first file>/...; returns the new path
     (a file for data files, the folder for a model)."""
     files = [e for e in entries if e["role"] == role]

@@ -14,8 +14,9 @@ from .packing import PACKED_TAR, unpack_folder
 from .remote import Remote
 
 
-def fetch_checkpoint(remote: Remote, history: list[dict[str, Any]], folder: Path,
-                     warn: Callable[[str], None]) -> tuple[Optional[dict[str, Any]], list[str]]:
+def fetch_checkpoint(
+    remote: Remote, history: list[dict[str, Any]], folder: Path, warn: Callable[[str], None]
+) -> tuple[Optional[dict[str, Any]], list[str]]:
     """Download the newest checkpoint of `history` (checked records, newest first) that can be
     used; older ones only if a newer one cannot. Returns (the one used or None, rejected keys)."""
     rejected: list[str] = []
@@ -30,8 +31,10 @@ def fetch_checkpoint(remote: Remote, history: list[dict[str, Any]], folder: Path
             continue
         if sha != record["sha256"] or size != record["bytes"]:
             dest.unlink(missing_ok=True)
-            warn(f"warning: rejected {remote.where(record['key'])}: sha256 {sha[:16]}… size {size} does not match the "
-                 f"manifest's {record['sha256'][:16]}… size {record['bytes']}; falling back to an older checkpoint")
+            warn(
+                f"warning: rejected {remote.where(record['key'])}: sha256 {sha[:16]}… size {size} does not match the "
+                f"manifest's {record['sha256'][:16]}… size {record['bytes']}; falling back to an older checkpoint"
+            )
             rejected.append(record["key"])
             continue
         if packed:
@@ -40,8 +43,10 @@ def fetch_checkpoint(remote: Remote, history: list[dict[str, Any]], folder: Path
                 unpack_folder(dest, target)
             except (tarfile.TarError, OSError, ValueError, EOFError) as exc:
                 shutil.rmtree(target, ignore_errors=True)
-                warn(f"warning: rejected {remote.where(record['key'])}: its tar does not unpack safely "
-                     f"({type(exc).__name__}: {str(exc)[:120]}); falling back to an older checkpoint")
+                warn(
+                    f"warning: rejected {remote.where(record['key'])}: its tar does not unpack safely "
+                    f"({type(exc).__name__}: {str(exc)[:120]}); falling back to an older checkpoint"
+                )
                 rejected.append(record["key"])
                 continue
             finally:

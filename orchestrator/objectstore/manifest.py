@@ -75,8 +75,14 @@ def home_identity(home: Home) -> str:
 
 
 def owner(home_id: str, *, now: Optional[float] = None, released: bool = False, by: str = "daemon") -> dict[str, Any]:
-    return {"host": socket.gethostname(), "home_id": home_id, "pid": os.getpid(), "by": by,
-            "heartbeat": time.time() if now is None else now, "released": released}
+    return {
+        "host": socket.gethostname(),
+        "home_id": home_id,
+        "pid": os.getpid(),
+        "by": by,
+        "heartbeat": time.time() if now is None else now,
+        "released": released,
+    }
 
 
 def lease_age(manifest: dict[str, Any], now: float) -> Optional[float]:
@@ -104,11 +110,20 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def build_manifest(job: Any, attempts: Sequence[Any], *, home_id: str, checkpoints: list[dict[str, Any]],
-                   batch: Optional[dict[str, Any]], progress: Optional[dict[str, Any]],
-                   result: Optional[dict[str, Any]] = None, model: Optional[list[str]] = None,
-                   data_files: Optional[list[dict[str, Any]]] = None, released: bool = False,
-                   now: Optional[float] = None) -> dict[str, Any]:
+def build_manifest(
+    job: Any,
+    attempts: Sequence[Any],
+    *,
+    home_id: str,
+    checkpoints: list[dict[str, Any]],
+    batch: Optional[dict[str, Any]],
+    progress: Optional[dict[str, Any]],
+    result: Optional[dict[str, Any]] = None,
+    model: Optional[list[str]] = None,
+    data_files: Optional[list[dict[str, Any]]] = None,
+    released: bool = False,
+    now: Optional[float] = None,
+) -> dict[str, Any]:
     """Everything another machine needs to take the job over (jobs.uid is its name)."""
     now = time.time() if now is None else now
     return {
@@ -131,12 +146,26 @@ def build_manifest(job: Any, attempts: Sequence[Any], *, home_id: str, checkpoin
         "finished_at": job.finished_at,
         "git": {"commit": job.git_commit, "dirty": job.git_dirty},
         "budget": {"max_cost": job.max_cost, "max_hours": job.max_hours},
-        "cost": {"cost": job.cost, "run_seconds": job.run_seconds, "gpu_seconds": job.gpu_seconds,
-                 "waste_seconds": job.waste_seconds, "waste_cost": job.waste_cost, "steps_lost": job.steps_lost},
+        "cost": {
+            "cost": job.cost,
+            "run_seconds": job.run_seconds,
+            "gpu_seconds": job.gpu_seconds,
+            "waste_seconds": job.waste_seconds,
+            "waste_cost": job.waste_cost,
+            "steps_lost": job.steps_lost,
+        },
         "attempts": [
-            {"n": a.n, "started_at": a.started_at, "ended_at": a.ended_at, "gpu_ids": a.gpu_ids,
-             "exit_code": a.exit_code, "exit_signal": a.exit_signal, "outcome": a.outcome.value,
-             "resumed_from_step": a.resumed_from_step, "step_reached": a.step_reached}
+            {
+                "n": a.n,
+                "started_at": a.started_at,
+                "ended_at": a.ended_at,
+                "gpu_ids": a.gpu_ids,
+                "exit_code": a.exit_code,
+                "exit_signal": a.exit_signal,
+                "outcome": a.outcome.value,
+                "resumed_from_step": a.resumed_from_step,
+                "step_reached": a.step_reached,
+            }
             for a in attempts
         ],
         "batch": batch,

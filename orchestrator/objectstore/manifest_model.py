@@ -63,8 +63,10 @@ class CheckpointRecord(_Record):
     def _contract_name(self) -> "CheckpointRecord":
         parsed = parse_checkpoint_name(self.name)
         if parsed is None or "/" in self.name or "\\" in self.name:
-            raise ValueError(f"name: not a checkpoint file name of the form step-<8 digits>.ckpt or "
-                             f"notice-step-<8 digits>.ckpt (got {self.name[:80]!r})")
+            raise ValueError(
+                f"name: not a checkpoint file name of the form step-<8 digits>.ckpt or "
+                f"notice-step-<8 digits>.ckpt (got {self.name[:80]!r})"
+            )
         if parsed.step != self.step or parsed.notice != self.notice:
             raise ValueError(f"step: {self.step} (notice {self.notice}) does not match its name {self.name!r}")
         return self
@@ -86,7 +88,9 @@ class DataFileRecord(_Record):
             raise ValueError(problem)
         name = PurePosixPath(value).name  # the downloaded copy's folder name
         if not value.startswith("/") or name in ("", ".", "..") or ".." in value.split("/"):
-            raise ValueError(f"must be an absolute path without .. ending in a file or folder name (got {value[:80]!r})")
+            raise ValueError(
+                f"must be an absolute path without .. ending in a file or folder name (got {value[:80]!r})"
+            )
         return value
 
     @field_validator("rel")
@@ -110,7 +114,7 @@ class AttemptRecord(_Record):
     started_at: Time
     ended_at: Optional[Time] = None
     gpu_ids: list[Annotated[int, Field(ge=0, le=4096)]] = Field(default=[], max_length=4096)
-    exit_code: Optional[Annotated[int, Field(ge=-(2 ** 31), le=2 ** 31)]] = None
+    exit_code: Optional[Annotated[int, Field(ge=-(2**31), le=2**31)]] = None
     exit_signal: Optional[Annotated[int, Field(ge=0, le=1024)]] = None
     outcome: Literal[tuple(o.value for o in AttemptOutcome)] = ""  # type: ignore[valid-type]
     resumed_from_step: Optional[Count] = None
@@ -154,7 +158,7 @@ class Manifest(_Record):
     reason: Text = ""
     kind: Literal["builtin", "command"] = "builtin"
     gpus: Annotated[int, Field(ge=0, le=64)] = 0
-    priority: Annotated[int, Field(ge=-(2 ** 63), le=INT64_MAX)] = 0
+    priority: Annotated[int, Field(ge=-(2**63), le=INT64_MAX)] = 0
     retries: Annotated[int, Field(ge=0, le=1000)] = 0
     failures: Count = 0
     attempt: Count = 0
@@ -200,7 +204,7 @@ class Manifest(_Record):
 
         own = f"{job_prefix(self.uid)}/checkpoints/"
         for i, c in enumerate(self.checkpoints):
-            if not c.key.startswith(own) or "/" in c.key[len(own):] or control_problem(c.key, allow_tab=False):
+            if not c.key.startswith(own) or "/" in c.key[len(own) :] or control_problem(c.key, allow_tab=False):
                 raise ValueError(f"checkpoints[{i}].key: must name an object under {own} (got {c.key[:80]!r})")
         return self
 
@@ -214,8 +218,10 @@ def parse(raw: bytes, where: str, uid: Optional[str] = None) -> dict[str, Any]:
     `uid`: the folder it was listed under, which it must name."""
     label = f"job {uid[:12]}" if uid else where
     if len(raw) > MAX_MANIFEST_BYTES:
-        raise ManifestError(f"{label}: {where} is {len(raw)} bytes, more than a manifest's "
-                            f"{MAX_MANIFEST_BYTES // (1024 * 1024)} MB limit; refused unread")
+        raise ManifestError(
+            f"{label}: {where} is {len(raw)} bytes, more than a manifest's "
+            f"{MAX_MANIFEST_BYTES // (1024 * 1024)} MB limit; refused unread"
+        )
     try:
         data = json.loads(raw.decode("utf-8"))
     except RecursionError:
@@ -229,13 +235,18 @@ def parse(raw: bytes, where: str, uid: Optional[str] = None) -> dict[str, Any]:
         raise ManifestError(f"{label}: {where}: written by a newer orch (manifest version {version}); upgrade orch")
     problems = value_problems(data, f"{label}: manifest", finite=False)
     if uid is not None and data.get("uid") != uid:
-        problems.append(f"{label}: manifest: uid: must be {uid}, the folder it is in (got {str(data.get('uid'))[:40]!r})")
+        problems.append(
+            f"{label}: manifest: uid: must be {uid}, the folder it is in (got {str(data.get('uid'))[:40]!r})"
+        )
     if not problems:
         try:
             model = Manifest.model_validate(data)
         except ValidationError as exc:
             problems = problems_from(exc, Manifest, f"{label}: manifest")
     if problems:
-        raise ManifestError("\n".join(problems[:5]) + (f"\n(and {len(problems) - 5} more)" if len(problems) > 5 else "")
-                            + f"\n{label}: refused: {where} does not look like a manifest orch wrote")
+        raise ManifestError(
+            "\n".join(problems[:5])
+            + (f"\n(and {len(problems) - 5} more)" if len(problems) > 5 else "")
+            + f"\n{label}: refused: {where} does not look like a manifest orch wrote"
+        )
     return model.model_dump(mode="json")

@@ -88,9 +88,11 @@ class Remote:
         from obstore.store import from_url
 
         client: dict[str, Any] = {"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=600)}
-        retry: dict[str, Any] = {"max_retries": 2, "retry_timeout": timedelta(seconds=20),
-                 "backoff": {"init_backoff": timedelta(milliseconds=200), "max_backoff": timedelta(seconds=5),
-                             "base": 2}}
+        retry: dict[str, Any] = {
+            "max_retries": 2,
+            "retry_timeout": timedelta(seconds=20),
+            "backoff": {"init_backoff": timedelta(milliseconds=200), "max_backoff": timedelta(seconds=5), "base": 2},
+        }
         if self.url.scheme == "file":
             Path(self.url.prefix).mkdir(parents=True, exist_ok=True)
             return from_url("file://" + self.url.prefix, mkdir=True)
@@ -117,8 +119,9 @@ class Remote:
         """Upload a local file (multipart above the part size). `create`: only if the key is new."""
         return asyncio.run(self.put_file_async(key, path, concurrency=concurrency, create=create))
 
-    async def put_file_async(self, key: str, path: Path, *, concurrency: Optional[int] = None,
-                             create: bool = False) -> Any:
+    async def put_file_async(
+        self, key: str, path: Path, *, concurrency: Optional[int] = None, create: bool = False
+    ) -> Any:
         import obstore
 
         size = Path(path).stat().st_size
@@ -129,15 +132,22 @@ class Remote:
                     return await obstore.put_async(self.store, key, Path(path), mode="create")
                 if await self.exists_async(key):
                     raise Conflict(f"{self.where(key)} exists already")
-            return await obstore.put_async(self.store, key, Path(path), chunk_size=self.part_size,
-                                           max_concurrency=concurrency or self.concurrency,
-                                           use_multipart=size > self.part_size)
+            return await obstore.put_async(
+                self.store,
+                key,
+                Path(path),
+                chunk_size=self.part_size,
+                max_concurrency=concurrency or self.concurrency,
+                use_multipart=size > self.part_size,
+            )
         except StorageError:
             raise
         except Exception as exc:
             raise self._error("upload", key, exc) from None
 
-    async def put_file_hashed_async(self, key: str, path: Path, *, concurrency: Optional[int] = None) -> tuple[str, int]:
+    async def put_file_hashed_async(
+        self, key: str, path: Path, *, concurrency: Optional[int] = None
+    ) -> tuple[str, int]:
         """Upload a local file and return the sha256 and size of exactly the bytes sent, from the
         one read of the file the upload makes: each part is hashed as it is handed to the store,
         so the first part is in flight at once instead of after a pass over the whole file.
@@ -166,8 +176,14 @@ class Remote:
                     sent = len(data)
                     await obstore.put_async(self.store, key, data, use_multipart=False)
                 else:
-                    await obstore.put_async(self.store, key, parts(), chunk_size=self.part_size,
-                                            max_concurrency=concurrency or self.concurrency, use_multipart=True)
+                    await obstore.put_async(
+                        self.store,
+                        key,
+                        parts(),
+                        chunk_size=self.part_size,
+                        max_concurrency=concurrency or self.concurrency,
+                        use_multipart=True,
+                    )
             except Exception as exc:
                 raise self._error("upload", key, exc) from None
         return h.hexdigest(), sent
@@ -270,7 +286,7 @@ class Remote:
         except Exception as exc:
             raise self._error("list", prefix, exc) from None
         base = prefix.rstrip("/") + "/" if prefix else ""
-        return [p[len(base):].strip("/") if p.startswith(base) else p.strip("/") for p in found["common_prefixes"]]
+        return [p[len(base) :].strip("/") if p.startswith(base) else p.strip("/") for p in found["common_prefixes"]]
 
     # -- the conditional write the manifest relies on ---------------------------------------
 
@@ -283,8 +299,9 @@ class Remote:
             with self._file_lock(key):
                 current = self._local_etag(key)
                 if current != etag:
-                    raise Conflict(f"{self.where(key)} changed since it was read"
-                                   if etag else f"{self.where(key)} exists already")
+                    raise Conflict(
+                        f"{self.where(key)} changed since it was read" if etag else f"{self.where(key)} exists already"
+                    )
                 try:
                     obstore.put(self.store, key, data, use_multipart=False)
                 except Exception as exc:
@@ -300,9 +317,15 @@ class Remote:
         except Exception as exc:
             name = type(exc).__name__
             if name in ("AlreadyExistsError", "PreconditionError"):
-                raise Conflict(f"{self.where(key)} " + ("exists already" if etag is None else "changed since it was read")) from None
-            if name == "NotSupportedError" or "not yet implemented" in str(exc) or "NotImplemented" in str(exc) \
-                    or " 501" in str(exc):
+                raise Conflict(
+                    f"{self.where(key)} " + ("exists already" if etag is None else "changed since it was read")
+                ) from None
+            if (
+                name == "NotSupportedError"
+                or "not yet implemented" in str(exc)
+                or "NotImplemented" in str(exc)
+                or " 501" in str(exc)
+            ):
                 # A store without S3 conditional writes (Aliyun OSS): compare, then write; the owner
                 # lease in the manifest is then what keeps two machines apart.
                 self.conditional = False
@@ -344,8 +367,10 @@ class Remote:
         try:
             fd = os.open(folder / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:  # ELOOP: a link planted where the lock file belongs
-            raise StorageError(f"cannot open the lock file {folder / name}: {exc.strerror or exc} "
-                               "(a link there is never followed: remove it)") from None
+            raise StorageError(
+                f"cannot open the lock file {folder / name}: {exc.strerror or exc} "
+                "(a link there is never followed: remove it)"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -361,8 +386,12 @@ class Remote:
 
     def _error(self, what: str, key: str, exc: BaseException) -> StorageError:
         name = type(exc).__name__
-        permanent = name in ("PermissionDeniedError", "UnauthenticatedError", "InvalidPathError",
-                             "UnknownConfigurationKeyError")
+        permanent = name in (
+            "PermissionDeniedError",
+            "UnauthenticatedError",
+            "InvalidPathError",
+            "UnknownConfigurationKeyError",
+        )
         return StorageError(f"cannot {what} {self.where(key)}: {_short(exc)}", permanent=permanent)
 
 

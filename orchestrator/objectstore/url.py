@@ -30,17 +30,23 @@ def parse_storage_url(url: str) -> StorageURL:
     """`s3://bucket/prefix`, `gs://bucket/prefix`, `az://account/container/prefix` or
     `file:///absolute/folder`. Raises ValueError saying what is wrong."""
     if not isinstance(url, str) or "://" not in url:
-        raise ValueError(f"must be s3://bucket/prefix, gs://bucket/prefix, az://account/container/prefix or "
-                         f"file:///absolute/folder (got {url!r})")
+        raise ValueError(
+            f"must be s3://bucket/prefix, gs://bucket/prefix, az://account/container/prefix or "
+            f"file:///absolute/folder (got {url!r})"
+        )
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
-        raise ValueError(f"unknown scheme {parts.scheme!r} in {url!r}: use one of {', '.join(s + '://' for s in SCHEMES)}")
+        raise ValueError(
+            f"unknown scheme {parts.scheme!r} in {url!r}: use one of {', '.join(s + '://' for s in SCHEMES)}"
+        )
     if parts.query or parts.fragment:
         raise ValueError(f"{url!r}: no ?query or #fragment allowed")
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
-            raise ValueError(f"{url!r}: a file URL has three slashes and an absolute path, e.g. file:///root/autodl-fs/orch")
+            raise ValueError(
+                f"{url!r}: a file URL has three slashes and an absolute path, e.g. file:///root/autodl-fs/orch"
+            )
         path = os.path.normpath(parts.path or "/")
         if not path.startswith("/") or path == "/":
             raise ValueError(f"{url!r}: give an absolute folder other than /, e.g. file:///root/autodl-fs/orch")
@@ -62,12 +68,25 @@ def parse_storage_url(url: str) -> StorageURL:
 
 # Variables that give credentials, per scheme (any one group complete is enough).
 _CREDENTIALS: dict[str, list[tuple[str, ...]]] = {
-    "s3": [("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"), ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"),
-           ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",), ("AWS_CONTAINER_CREDENTIALS_FULL_URI",)],
-    "gs": [("GOOGLE_SERVICE_ACCOUNT",), ("GOOGLE_SERVICE_ACCOUNT_PATH",), ("GOOGLE_SERVICE_ACCOUNT_KEY",),
-           ("GOOGLE_APPLICATION_CREDENTIALS",)],
-    "az": [("AZURE_STORAGE_ACCOUNT_KEY",), ("AZURE_STORAGE_ACCESS_KEY",), ("AZURE_STORAGE_SAS_KEY",),
-           ("AZURE_STORAGE_SAS_TOKEN",), ("AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID")],
+    "s3": [
+        ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"),
+        ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",),
+        ("AWS_CONTAINER_CREDENTIALS_FULL_URI",),
+    ],
+    "gs": [
+        ("GOOGLE_SERVICE_ACCOUNT",),
+        ("GOOGLE_SERVICE_ACCOUNT_PATH",),
+        ("GOOGLE_SERVICE_ACCOUNT_KEY",),
+        ("GOOGLE_APPLICATION_CREDENTIALS",),
+    ],
+    "az": [
+        ("AZURE_STORAGE_ACCOUNT_KEY",),
+        ("AZURE_STORAGE_ACCESS_KEY",),
+        ("AZURE_STORAGE_SAS_KEY",),
+        ("AZURE_STORAGE_SAS_TOKEN",),
+        ("AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID"),
+    ],
 }
 
 
@@ -86,6 +105,8 @@ def credential_problems(storage: Any, env: Mapping[str, str]) -> list[str]:
     if any(all(env.get(name) for name in group) for group in groups):
         return []
     wanted = " and ".join(groups[0])
-    return [f"storage.url: {url.scheme}:// needs credentials in the environment ({wanted}; other ways: "
-            f"{'; '.join(' + '.join(g) for g in groups[1:])}), or storage.credentials = \"instance\" on a "
-            "machine with an instance role; they are never read from config.toml"]
+    return [
+        f"storage.url: {url.scheme}:// needs credentials in the environment ({wanted}; other ways: "
+        f'{"; ".join(" + ".join(g) for g in groups[1:])}), or storage.credentials = "instance" on a '
+        "machine with an instance role; they are never read from config.toml"
+    ]

@@ -34,16 +34,27 @@ def inserted_id(cur: sqlite3.Cursor) -> int:
     return cur.lastrowid
 
 
-def implied_columns(src: JobState, dst: JobState, now: float, job_attempt: int,
-                    begin: Optional[AttemptStart]) -> dict[str, Any]:
+def implied_columns(
+    src: JobState, dst: JobState, now: float, job_attempt: int, begin: Optional[AttemptStart]
+) -> dict[str, Any]:
     """The columns a transition resets, written here once instead of at every call site:
     starting an attempt clears the last one's request and reason; leaving `running` forgets the
     attempt's processes and GPUs; the queue holds no intent; a finished job has its end time."""
     cols: dict[str, Any] = {}
     if dst is JobState.RUNNING:
-        cols.update(attempt=begin.n if begin else job_attempt + 1, gpu_ids=list(begin.gpu_ids) if begin else [],
-                    intent="", cancel_requested_at=None, signalled_at=None, retry_after=None, reason="",
-                    finished_at=None, supervisor_pid=None, supervisor_start=None, executor_ref={})
+        cols.update(
+            attempt=begin.n if begin else job_attempt + 1,
+            gpu_ids=list(begin.gpu_ids) if begin else [],
+            intent="",
+            cancel_requested_at=None,
+            signalled_at=None,
+            retry_after=None,
+            reason="",
+            finished_at=None,
+            supervisor_pid=None,
+            supervisor_start=None,
+            executor_ref={},
+        )
     if src is JobState.RUNNING and dst is not JobState.RUNNING:
         cols.update(supervisor_pid=None, supervisor_start=None, executor_ref={}, gpu_ids=[], signalled_at=None)
     if dst is JobState.QUEUED:
@@ -55,6 +66,7 @@ def implied_columns(src: JobState, dst: JobState, now: float, job_attempt: int,
 
 class JobRows:
     """The connection, transactions and migrations; jobs, their transitions, attempts and events."""
+
     def __init__(self, path: Path | str, *, read_only: bool = False):
         """`read_only`: the queries on a read-only connection (the dashboard, `orch doctor`): no
         file is created, nothing migrated, and any write raises."""
@@ -90,15 +102,18 @@ class JobRows:
     def _connect_read_only(self) -> sqlite3.Connection:
         if not self.path.exists():
             raise OrchError(f"no orch state at {self.path.parent} yet: submit a job first")
-        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5, isolation_level=None,
-                               check_same_thread=False)
+        conn = sqlite3.connect(
+            f"file:{self.path}?mode=ro", uri=True, timeout=5, isolation_level=None, check_same_thread=False
+        )
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA busy_timeout=5000")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
             conn.close()
-            raise OrchError(f"{self.path} has schema {version}; this orch reads {SCHEMA_VERSION} "
-                            "(run any other orch command once to migrate it)")
+            raise OrchError(
+                f"{self.path} has schema {version}; this orch reads {SCHEMA_VERSION} "
+                "(run any other orch command once to migrate it)"
+            )
         return conn
 
     def close(self) -> None:
@@ -180,10 +195,26 @@ class JobRows:
                    not_before, retries, git_commit, git_dirty, submitted_at, updated_at, max_cost, max_hours, uid,
                    executor)
                    VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
-                (name, JobState.QUEUED.value, priority, gpus, kind, json.dumps(spec), spec_path,
-                 json.dumps(list(after_ids)), not_before, retries, git_commit,
-                 None if git_dirty is None else int(git_dirty), now, now, max_cost, max_hours,
-                 uid or uuid.uuid4().hex, executor),
+                (
+                    name,
+                    JobState.QUEUED.value,
+                    priority,
+                    gpus,
+                    kind,
+                    json.dumps(spec),
+                    spec_path,
+                    json.dumps(list(after_ids)),
+                    not_before,
+                    retries,
+                    git_commit,
+                    None if git_dirty is None else int(git_dirty),
+                    now,
+                    now,
+                    max_cost,
+                    max_hours,
+                    uid or uuid.uuid4().hex,
+                    executor,
+                ),
             )
             job_id = inserted_id(cur)
             if link is not None:
@@ -215,7 +246,9 @@ class JobRows:
         else:
             wanted = [JobState(s).value for s in states]
             marks = ",".join("?" * len(wanted))
-            rows = self.db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ({marks}) ORDER BY id", wanted).fetchall()
+            rows = self.db.execute(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ({marks}) ORDER BY id", wanted
+            ).fetchall()
         return [Job.from_row(r) for r in rows]
 
     def queue_order(self) -> list[Job]:
@@ -279,14 +312,22 @@ class JobRows:
                 db.execute(
                     """INSERT INTO attempts(job_id, n, started_at, gpu_ids, resumed_from_step)
                        VALUES(?,?,?,?,?)""",
-                    (job_id, begin_attempt.n, now, json.dumps(list(begin_attempt.gpu_ids)), begin_attempt.resumed_from_step),
+                    (
+                        job_id,
+                        begin_attempt.n,
+                        now,
+                        json.dumps(list(begin_attempt.gpu_ids)),
+                        begin_attempt.resumed_from_step,
+                    ),
                 )
             self._event(db, job_id, kind, detail, now, outgoing)
             for also_kind, also_detail, also_outgoing in also:
                 self._event(db, job_id, also_kind, also_detail, now, also_outgoing)
             return self._get(db, job_id)
 
-    def update(self, job_id: int, now: float, *, only_if_state: Optional[Iterable[JobState]] = None, **updates: Any) -> bool:
+    def update(
+        self, job_id: int, now: float, *, only_if_state: Optional[Iterable[JobState]] = None, **updates: Any
+    ) -> bool:
         """Set non-state fields (intent, pids, accounting). Returns False when the job is no
         longer in `only_if_state` (a compare-and-set, so a late write never clobbers a newer state)."""
         fields = {"updated_at": now, **self._columns(updates)}
@@ -301,7 +342,9 @@ class JobRows:
                 raise JobNotFound(job_id)
             return db.execute(sql, params).rowcount == 1
 
-    def set_intent_once(self, job_id: int, intent: str, now: float, *, detail: str = "", kind: Optional[EventKind] = None) -> bool:
+    def set_intent_once(
+        self, job_id: int, intent: str, now: float, *, detail: str = "", kind: Optional[EventKind] = None
+    ) -> bool:
         """Record why the daemon is about to signal a running job, unless an intent is already set."""
         with self._tx() as db:
             cur = db.execute(
@@ -316,7 +359,10 @@ class JobRows:
         unknown = set(updates) - _UPDATABLE
         if unknown:
             raise ValueError(f"not updatable: {sorted(unknown)}")
-        return {k: (json.dumps(v) if k in _JSON_COLUMNS else (v.value if hasattr(v, "value") else v)) for k, v in updates.items()}
+        return {
+            k: (json.dumps(v) if k in _JSON_COLUMNS else (v.value if hasattr(v, "value") else v))
+            for k, v in updates.items()
+        }
 
     # -- attempts ------------------------------------------------------------------------
 
@@ -324,8 +370,15 @@ class JobRows:
         db.execute(
             """UPDATE attempts SET ended_at=?, exit_code=?, exit_signal=?, outcome=?, step_reached=?
                WHERE job_id=? AND n=?""",
-            (end.ended_at, end.exit_code, end.exit_signal, AttemptOutcome(end.outcome).value, end.step_reached,
-             job_id, n),
+            (
+                end.ended_at,
+                end.exit_code,
+                end.exit_signal,
+                AttemptOutcome(end.outcome).value,
+                end.step_reached,
+                job_id,
+                n,
+            ),
         )
 
     def attempts(self, job_id: int) -> list[Attempt]:
@@ -334,8 +387,15 @@ class JobRows:
 
     # -- events --------------------------------------------------------------------------
 
-    def _event(self, db: sqlite3.Connection, job_id: Optional[int], kind: EventKind | str, detail: str,
-               now: float, outgoing: Iterable[Outgoing]) -> int:
+    def _event(
+        self,
+        db: sqlite3.Connection,
+        job_id: Optional[int],
+        kind: EventKind | str,
+        detail: str,
+        now: float,
+        outgoing: Iterable[Outgoing],
+    ) -> int:
         cur = db.execute(
             "INSERT INTO events(job_id, at, kind, detail) VALUES(?,?,?,?)", (job_id, now, str(kind), detail)
         )
@@ -347,8 +407,15 @@ class JobRows:
             )
         return event_id
 
-    def record_event(self, job_id: Optional[int], kind: EventKind | str, now: float, *, detail: str = "",
-                     outgoing: Iterable[Outgoing] = ()) -> int:
+    def record_event(
+        self,
+        job_id: Optional[int],
+        kind: EventKind | str,
+        now: float,
+        *,
+        detail: str = "",
+        outgoing: Iterable[Outgoing] = (),
+    ) -> int:
         with self._tx() as db:
             return self._event(db, job_id, kind, detail, now, outgoing)
 

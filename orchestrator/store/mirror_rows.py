@@ -44,10 +44,15 @@ class MirrorRows(OutboxRows):
             db.execute(
                 """UPDATE uploads SET dropped_at=?, last_error='superseded by '||? WHERE job_id=? AND done_at IS NULL
                    AND dropped_at IS NULL AND (step < ? OR (step = ? AND notice <= ?))""",
-                (now, name, job_id, step, step, int(notice)))
-            return inserted_id(db.execute(
-                """INSERT INTO uploads(job_id, uid, path, name, step, notice, created_at, next_try_at)
-                   VALUES(?,?,?,?,?,?,?,?)""", (job_id, uid, path, name, step, int(notice), now, now)))
+                (now, name, job_id, step, step, int(notice)),
+            )
+            return inserted_id(
+                db.execute(
+                    """INSERT INTO uploads(job_id, uid, path, name, step, notice, created_at, next_try_at)
+                   VALUES(?,?,?,?,?,?,?,?)""",
+                    (job_id, uid, path, name, step, int(notice), now, now),
+                )
+            )
 
     def uploads_pending(self, job_id: Optional[int] = None) -> list[dict[str, Any]]:
         """Pending uploads, notice checkpoints first, then the newest step first."""
@@ -72,18 +77,31 @@ class MirrorRows(OutboxRows):
     def upload_finish(self, upload_id: int, now: float, *, dropped: str = "") -> None:
         with self._tx() as db:
             if dropped:
-                db.execute("UPDATE uploads SET dropped_at=?, last_error=? WHERE id=? AND done_at IS NULL",
-                           (now, dropped, upload_id))
+                db.execute(
+                    "UPDATE uploads SET dropped_at=?, last_error=? WHERE id=? AND done_at IS NULL",
+                    (now, dropped, upload_id),
+                )
             else:
                 db.execute("UPDATE uploads SET done_at=?, tries=tries+1 WHERE id=?", (now, upload_id))
 
     def upload_retry(self, upload_id: int, next_try_at: float, error: str) -> None:
         with self._tx() as db:
-            db.execute("UPDATE uploads SET tries=tries+1, next_try_at=?, last_error=? WHERE id=?",
-                       (next_try_at, error, upload_id))
+            db.execute(
+                "UPDATE uploads SET tries=tries+1, next_try_at=?, last_error=? WHERE id=?",
+                (next_try_at, error, upload_id),
+            )
 
-    def import_job(self, m: dict[str, Any], *, state: JobState, reason: str, spec_path: str, now: float,
-                   attempts: list[dict[str, Any]], detail: str) -> Job:
+    def import_job(
+        self,
+        m: dict[str, Any],
+        *,
+        state: JobState,
+        reason: str,
+        spec_path: str,
+        now: float,
+        attempts: list[dict[str, Any]],
+        detail: str,
+    ) -> Job:
         """A job adopted from another machine's manifest (`orch adopt`): same uid, its history and
         money, a new local id, queued (or stopped) here."""
         with self._tx() as db:
@@ -96,28 +114,60 @@ class MirrorRows(OutboxRows):
                    reason, git_commit, git_dirty, submitted_at, started_at, updated_at, cost, run_seconds, gpu_seconds,
                    waste_seconds, waste_cost, steps_lost, max_cost, max_hours, uid)
                    VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
-                (m["name"], state.value, int(m.get("priority") or 0), int(m.get("gpus") or 0), m.get("kind") or "builtin",
-                 json.dumps(m.get("spec") or {}), spec_path, int(m.get("retries") or 0), int(m.get("failures") or 0),
-                 int(m.get("attempt") or 0), reason, git.get("commit"),
-                 None if git.get("dirty") is None else int(bool(git.get("dirty"))),
-                 float(m.get("submitted_at") or now), m.get("started_at"), now, float(c.get("cost") or 0),
-                 float(c.get("run_seconds") or 0), float(c.get("gpu_seconds") or 0), float(c.get("waste_seconds") or 0),
-                 float(c.get("waste_cost") or 0), int(c.get("steps_lost") or 0), b.get("max_cost"), b.get("max_hours"),
-                 m["uid"]))
+                (
+                    m["name"],
+                    state.value,
+                    int(m.get("priority") or 0),
+                    int(m.get("gpus") or 0),
+                    m.get("kind") or "builtin",
+                    json.dumps(m.get("spec") or {}),
+                    spec_path,
+                    int(m.get("retries") or 0),
+                    int(m.get("failures") or 0),
+                    int(m.get("attempt") or 0),
+                    reason,
+                    git.get("commit"),
+                    None if git.get("dirty") is None else int(bool(git.get("dirty"))),
+                    float(m.get("submitted_at") or now),
+                    m.get("started_at"),
+                    now,
+                    float(c.get("cost") or 0),
+                    float(c.get("run_seconds") or 0),
+                    float(c.get("gpu_seconds") or 0),
+                    float(c.get("waste_seconds") or 0),
+                    float(c.get("waste_cost") or 0),
+                    int(c.get("steps_lost") or 0),
+                    b.get("max_cost"),
+                    b.get("max_hours"),
+                    m["uid"],
+                ),
+            )
             job_id = inserted_id(cur)
             for a in attempts:
                 db.execute(
                     """INSERT INTO attempts(job_id, n, started_at, ended_at, gpu_ids, exit_code, exit_signal, outcome,
                        resumed_from_step, step_reached) VALUES(?,?,?,?,?,?,?,?,?,?)""",
-                    (job_id, a["n"], a["started_at"], a.get("ended_at"), json.dumps(a.get("gpu_ids") or []),
-                     a.get("exit_code"), a.get("exit_signal"), a.get("outcome") or "", a.get("resumed_from_step"),
-                     a.get("step_reached")))
+                    (
+                        job_id,
+                        a["n"],
+                        a["started_at"],
+                        a.get("ended_at"),
+                        json.dumps(a.get("gpu_ids") or []),
+                        a.get("exit_code"),
+                        a.get("exit_signal"),
+                        a.get("outcome") or "",
+                        a.get("resumed_from_step"),
+                        a.get("step_reached"),
+                    ),
+                )
             self._event(db, job_id, "adopted", detail, now, ())
             return self._get(db, job_id)
 
 
-_MIRROR_COLUMNS = frozenset("""etag manifest_at checkpoints doomed step uploaded_at error error_since warned lost dirty
-    files_at final released""".split())
+_MIRROR_COLUMNS = frozenset(
+    """etag manifest_at checkpoints doomed step uploaded_at error error_since warned lost dirty
+    files_at final released""".split()
+)
 
 
 def _mirror_upsert(db: Any, job_id: int, uid: str, fields: dict[str, Any]) -> None:
@@ -127,8 +177,11 @@ def _mirror_upsert(db: Any, job_id: int, uid: str, fields: dict[str, Any]) -> No
     values = {k: (json.dumps(v) if k in ("checkpoints", "doomed") else v) for k, v in fields.items()}
     cols = ["job_id", "uid", *values]
     sets = ", ".join(f"{k}=excluded.{k}" for k in values) or "uid=excluded.uid"
-    db.execute(f"INSERT INTO mirror({', '.join(cols)}) VALUES({','.join('?' * len(cols))}) "
-               f"ON CONFLICT(job_id) DO UPDATE SET {sets}", (job_id, uid, *values.values()))
+    db.execute(
+        f"INSERT INTO mirror({', '.join(cols)}) VALUES({','.join('?' * len(cols))}) "
+        f"ON CONFLICT(job_id) DO UPDATE SET {sets}",
+        (job_id, uid, *values.values()),
+    )
 
 
 def _mirror_row(row: Any) -> dict[str, Any]:

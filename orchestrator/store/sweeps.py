@@ -26,7 +26,8 @@ class SweepRows(JobRows):
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO sweeps(name, state, spec_json, spec_path, created_at, updated_at) VALUES(?,?,?,?,?,?)",
-                (name, SweepState.RUNNING.value, json.dumps(spec), spec_path, now, now))
+                (name, SweepState.RUNNING.value, json.dumps(spec), spec_path, now, now),
+            )
             return self._sweep(db, inserted_id(cur))
 
     def sweep(self, sweep_id: int) -> Sweep:
@@ -45,28 +46,38 @@ class SweepRows(JobRows):
 
     def has_running_sweep(self) -> bool:
         """The daemon's cheap check every tick: with no sweep running, optuna is never imported."""
-        return self.db.execute("SELECT 1 FROM sweeps WHERE state=? LIMIT 1",
-                               (SweepState.RUNNING.value,)).fetchone() is not None
+        return (
+            self.db.execute("SELECT 1 FROM sweeps WHERE state=? LIMIT 1", (SweepState.RUNNING.value,)).fetchone()
+            is not None
+        )
 
     def finish_sweep(self, sweep_id: int, state: SweepState, now: float, *, reason: str = "") -> bool:
         """Running -> a terminal state, once (compare-and-set)."""
         with self._tx() as db:
-            cur = db.execute("UPDATE sweeps SET state=?, finished_at=?, updated_at=?, reason=? WHERE id=? AND state=?",
-                             (state.value, now, now, reason, sweep_id, SweepState.RUNNING.value))
+            cur = db.execute(
+                "UPDATE sweeps SET state=?, finished_at=?, updated_at=?, reason=? WHERE id=? AND state=?",
+                (state.value, now, now, reason, sweep_id, SweepState.RUNNING.value),
+            )
             return cur.rowcount == 1
 
     def request_sweep_cancel(self, sweep_id: int, now: float) -> bool:
         self._sweep(self.db, sweep_id)
         with self._tx() as db:
-            cur = db.execute("UPDATE sweeps SET cancel_requested_at=?, updated_at=? WHERE id=? AND state=?",
-                             (now, now, sweep_id, SweepState.RUNNING.value))
+            cur = db.execute(
+                "UPDATE sweeps SET cancel_requested_at=?, updated_at=? WHERE id=? AND state=?",
+                (now, now, sweep_id, SweepState.RUNNING.value),
+            )
             return cur.rowcount == 1
 
     def submit_trial(self, sweep_id: int, number: int, params: dict[str, Any], now: float, **job: Any):
         """The trial's job and its trial row in one transaction: a crash leaves both or neither."""
+
         def link(db: sqlite3.Connection, job_id: int) -> None:
-            db.execute("INSERT INTO sweep_trials(sweep_id, number, job_id, params, created_at) VALUES(?,?,?,?,?)",
-                       (sweep_id, number, job_id, json.dumps(params), now))
+            db.execute(
+                "INSERT INTO sweep_trials(sweep_id, number, job_id, params, created_at) VALUES(?,?,?,?,?)",
+                (sweep_id, number, job_id, json.dumps(params), now),
+            )
+
         return self.submit(now=now, link=link, **job)
 
     def trials(self, sweep_id: int) -> list[Trial]:

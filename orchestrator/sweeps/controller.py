@@ -29,8 +29,13 @@ from .summary import describe_params, summarize
 log = logging.getLogger("orch.daemon")
 
 # job state -> how Optuna hears of it
-_TOLD = {JobState.SUCCEEDED: "complete", JobState.PRUNED: "pruned", JobState.FAILED: "fail",
-         JobState.CANCELLED: "fail", JobState.STOPPED: "fail"}
+_TOLD = {
+    JobState.SUCCEEDED: "complete",
+    JobState.PRUNED: "pruned",
+    JobState.FAILED: "fail",
+    JobState.CANCELLED: "fail",
+    JobState.STOPPED: "fail",
+}
 
 Stop = Callable[[Job, Intent, str], None]  # record the intent, then SIGTERM (the daemon's signal_job)
 
@@ -82,8 +87,12 @@ def advance(ctx: SweepContext, sweep: Sweep, now: float) -> None:
                 study.report(ft, step, value)
             if section.pruner != "none" and study.should_prune(t.number):
                 reached = study.trials()[t.number].last_step
-                ctx.stop(job, Intent.PRUNE, f"pruned by the sweep's {section.pruner} pruner at step {reached}: "
-                                            f"{section.objective} behind the other trials")
+                ctx.stop(
+                    job,
+                    Intent.PRUNE,
+                    f"pruned by the sweep's {section.pruner} pruner at step {reached}: "
+                    f"{section.objective} behind the other trials",
+                )
         elif job.state is JobState.QUEUED and not (run_dir / JOB_TOML).is_file():
             write_run_spec(ctx.home, job.id, job.spec)  # the daemon died between the insert and this write
 
@@ -110,13 +119,20 @@ def advance(ctx: SweepContext, sweep: Sweep, now: float) -> None:
     if sweep.cancel_requested_at is not None:
         _finish(ctx, sweep, SweepState.CANCELLED, now, "cancelled by the user")
     elif over_budget:
-        _finish(ctx, sweep, SweepState.STOPPED, now, f"its budget of {format_money(section.max_cost or 0, ctx.config.pricing.currency)} is spent")
+        _finish(
+            ctx,
+            sweep,
+            SweepState.STOPPED,
+            now,
+            f"its budget of {format_money(section.max_cost or 0, ctx.config.pricing.currency)} is spent",
+        )
     elif len(trials) >= section.trials:
         _finish(ctx, sweep, SweepState.SUCCEEDED, now, "")
 
 
-def _create_trial(ctx: SweepContext, sweep: Sweep, section: SweepSection, study: SweepStudy, linked: set[int],
-                  now: float) -> Job:
+def _create_trial(
+    ctx: SweepContext, sweep: Sweep, section: SweepSection, study: SweepStudy, linked: set[int], now: float
+) -> Job:
     # An Optuna trial asked before a crash but never given its job is run now, not asked again.
     orphans = [ft for n, ft in sorted(study.trials().items()) if n not in linked and ft.state.name == "RUNNING"]
     if orphans:
@@ -130,10 +146,21 @@ def _create_trial(ctx: SweepContext, sweep: Sweep, section: SweepSection, study:
     data["name"] = f"{sweep.name}-t{number}"
     budget = data.get("budget") or {}
     job = ctx.store.submit_trial(
-        sweep.id, number, params, now, name=data["name"], kind="command" if is_command else "builtin",
-        gpus=data.get("gpus", 1), priority=data.get("priority", 0), retries=data.get("retries", 2), spec=data,
-        spec_path=sweep.spec["job_path"], max_cost=budget.get("max_cost"), max_hours=budget.get("max_hours"),
-        detail=f"trial {number} of sweep {sweep.id} ({describe_params(params)})")
+        sweep.id,
+        number,
+        params,
+        now,
+        name=data["name"],
+        kind="command" if is_command else "builtin",
+        gpus=data.get("gpus", 1),
+        priority=data.get("priority", 0),
+        retries=data.get("retries", 2),
+        spec=data,
+        spec_path=sweep.spec["job_path"],
+        max_cost=budget.get("max_cost"),
+        max_hours=budget.get("max_hours"),
+        detail=f"trial {number} of sweep {sweep.id} ({describe_params(params)})",
+    )
     write_run_spec(ctx.home, job.id, data)
     log.info("sweep %s: trial %s is job %s (%s)", sweep.id, number, job.id, describe_params(params))
     return job
@@ -160,19 +187,36 @@ def _finish(ctx: SweepContext, sweep: Sweep, state: SweepState, now: float, reas
     currency = ctx.config.pricing.currency
     best = summary["best"]
     if best:
-        text = (f"best trial: job {best['trial']} ({describe_params(best['params'])}), "
-                f"{summary['objective']}={best['value']:.4g}")
+        text = (
+            f"best trial: job {best['trial']} ({describe_params(best['params'])}), "
+            f"{summary['objective']}={best['value']:.4g}"
+        )
     else:
         text = "no trial finished"
-    text += (f"; {len(summary['trials'])} trials, {summary['steps_total']} steps, cost "
-             f"{format_money(summary['cost_total'], currency)}; {summary['pruned']} pruned, saving "
-             f"{format_money(summary['saved'], currency)}")
+    text += (
+        f"; {len(summary['trials'])} trials, {summary['steps_total']} steps, cost "
+        f"{format_money(summary['cost_total'], currency)}; {summary['pruned']} pruned, saving "
+        f"{format_money(summary['saved'], currency)}"
+    )
     if reason:
         text = f"{reason}; {text}"
-    payload = {"event": EventKind.SWEEP_FINISHED.value, "job_id": None, "job_name": f"sweep {sweep.id} ({sweep.name})",
-               "state": state.value, "reason": text, "cost": round(summary["cost_total"], 4), "currency": currency,
-               "best_metric": f"{summary['objective']}={best['value']:.4g}" if best else "", "host": socket.gethostname()}
-    ctx.store.record_event(None, EventKind.SWEEP_FINISHED, now, detail=f"sweep {sweep.id}: {text}",
-                           outgoing=outgoing_for(ctx.config, EventKind.SWEEP_FINISHED, payload))
+    payload = {
+        "event": EventKind.SWEEP_FINISHED.value,
+        "job_id": None,
+        "job_name": f"sweep {sweep.id} ({sweep.name})",
+        "state": state.value,
+        "reason": text,
+        "cost": round(summary["cost_total"], 4),
+        "currency": currency,
+        "best_metric": f"{summary['objective']}={best['value']:.4g}" if best else "",
+        "host": socket.gethostname(),
+    }
+    ctx.store.record_event(
+        None,
+        EventKind.SWEEP_FINISHED,
+        now,
+        detail=f"sweep {sweep.id}: {text}",
+        outgoing=outgoing_for(ctx.config, EventKind.SWEEP_FINISHED, payload),
+    )
     log.info("sweep %s (%s) %s: %s", sweep.id, sweep.name, state.value, text)
     ctx.on_event(EventKind.SWEEP_FINISHED.value, None)

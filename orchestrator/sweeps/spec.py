@@ -41,8 +41,10 @@ class ParamSpec(_Strict):
     def _one_kind(self) -> "ParamSpec":
         given = [k for k, v in self._kinds() if v is not None]
         if len(given) != 1:
-            raise ValueError("give exactly one of values = [...], uniform = [a, b], log_uniform = [a, b], int = [a, b]"
-                             + (f" (got {', '.join(given)})" if given else ""))
+            raise ValueError(
+                "give exactly one of values = [...], uniform = [a, b], log_uniform = [a, b], int = [a, b]"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
         low, high = self.bounds or (0, 1)
         if self.bounds and not low < high:
             raise ValueError(f"{self.kind} = [{low}, {high}]: the first bound must be below the second")
@@ -51,8 +53,12 @@ class ParamSpec(_Strict):
         return self
 
     def _kinds(self) -> list[tuple[str, Any]]:
-        return [("values", self.values), ("uniform", self.uniform), ("log_uniform", self.log_uniform),
-                ("int", self.int_range)]
+        return [
+            ("values", self.values),
+            ("uniform", self.uniform),
+            ("log_uniform", self.log_uniform),
+            ("int", self.int_range),
+        ]
 
     @property
     def kind(self) -> str:
@@ -116,7 +122,9 @@ def load_sweep(path: str | Path) -> tuple[SweepSection, JobSpec]:
         raise SpecError(problems_from(exc, SweepFile, label)) from None
     job_path = (path.resolve().parent / section.job).resolve()
     if not job_path.is_file():
-        raise SpecError([f"{label}: sweep.job: no such job file {str(job_path)!r} (relative paths start at this file's folder)"])
+        raise SpecError(
+            [f"{label}: sweep.job: no such job file {str(job_path)!r} (relative paths start at this file's folder)"]
+        )
     base = load_jobspec(job_path)
     problems = check_params(section, base, label)
     if problems:
@@ -139,7 +147,9 @@ def check_params(section: SweepSection, base: JobSpec, label: str) -> list[str]:
             problems.append(f"{where}: {field}")
             continue
         if param.kind in ("uniform", "log_uniform") and _is_int_field(field):
-            problems.append(f"{where}: {key} takes whole numbers; {param.kind} gives fractions (use int = [a, b] or values)")
+            problems.append(
+                f"{where}: {key} takes whole numbers; {param.kind} gives fractions (use int = [a, b] or values)"
+            )
             continue
         for value in param.probes():
             try:
@@ -151,25 +161,33 @@ def check_params(section: SweepSection, base: JobSpec, label: str) -> list[str]:
     if not base.is_command and base.model is not None:
         logged = TASK_METRICS[base.model.task]
         if section.objective not in logged:
-            problems.append(f"{label}: sweep.objective: the built-in {base.model.task} job does not log "
-                            f"{section.objective!r}; it logs {', '.join(logged)}")
+            problems.append(
+                f"{label}: sweep.objective: the built-in {base.model.task} job does not log "
+                f"{section.objective!r}; it logs {', '.join(logged)}"
+            )
     if base.is_command:
         used = {m for part in base.command or [] for m in PLACEHOLDER.findall(part)}
         for name in sorted(used - set(section.params)):
-            problems.append(f"{label}: sweep.params: the job's command uses {{{name}}} but no parameter is named {name!r}")
+            problems.append(
+                f"{label}: sweep.params: the job's command uses {{{name}}} but no parameter is named {name!r}"
+            )
     if section.sampler == "grid":
         points: float = 1
         for key, param in section.params.items():
             grid = param.grid_points()
             if grid is None:
-                problems.append(f"{label}: sweep.params.{key!r}: a grid needs values = [...] or int = [a, b], "
-                                f"not {param.kind}; or use sampler = \"random\" / \"tpe\"")
+                problems.append(
+                    f"{label}: sweep.params.{key!r}: a grid needs values = [...] or int = [a, b], "
+                    f'not {param.kind}; or use sampler = "random" / "tpe"'
+                )
                 points = math.inf
             else:
                 points *= len(grid)
         if points < section.trials:
-            problems.append(f"{label}: sweep.trials: the grid has {points} point{'s' if points != 1 else ''}, "
-                            f"fewer than trials = {section.trials}; lower trials or add values")
+            problems.append(
+                f"{label}: sweep.trials: the grid has {points} point{'s' if points != 1 else ''}, "
+                f"fewer than trials = {section.trials}; lower trials or add values"
+            )
     return problems
 
 
@@ -183,13 +201,19 @@ def _field_at(key: str) -> Any:
         if part not in fields:
             prefix = ".".join(parts[:i])
             choices = [f"{prefix}.{f}" if prefix else f for f in fields]
-            choices += [f"{s}.{f}" for s in ("train", "model", "data") for f in (_model_at(JobSpec, (s,)) or JobSpec).model_fields]
-            near = difflib.get_close_matches(key, choices, n=1, cutoff=0.6) or [c for c in choices if c.endswith("." + key)]
+            choices += [
+                f"{s}.{f}"
+                for s in ("train", "model", "data")
+                for f in (_model_at(JobSpec, (s,)) or JobSpec).model_fields
+            ]
+            near = difflib.get_close_matches(key, choices, n=1, cutoff=0.6) or [
+                c for c in choices if c.endswith("." + key)
+            ]
             hint = f" (did you mean '{near[0]}'?)" if near else ""
             return f"unknown job.toml path '{key}'{hint}"
         model = fields[part]
-        if i < len(parts) - 1 and _model_at(JobSpec, tuple(parts[:i + 1])) is None:
-            return f"unknown job.toml path '{key}': '{'.'.join(parts[:i + 1])}' is not a table"
+        if i < len(parts) - 1 and _model_at(JobSpec, tuple(parts[: i + 1])) is None:
+            return f"unknown job.toml path '{key}': '{'.'.join(parts[: i + 1])}' is not a table"
     if _model_at(JobSpec, tuple(parts)) is not None:
         return f"'{key}' is a table; name one of its keys (e.g. '{key}.{next(iter(_unwrap(model.annotation).model_fields))}')"
     return model
@@ -208,8 +232,10 @@ def apply_params(data: dict[str, Any], params: dict[str, Any], *, is_command: bo
 
     out = copy.deepcopy(data)
     if is_command:
-        out["command"] = [PLACEHOLDER.sub(lambda m: str(params[m.group(1)]) if m.group(1) in params else m.group(0), part)
-                          for part in out.get("command") or []]
+        out["command"] = [
+            PLACEHOLDER.sub(lambda m: str(params[m.group(1)]) if m.group(1) in params else m.group(0), part)
+            for part in out.get("command") or []
+        ]
         out["env"] = {**out.get("env", {}), **{ENV_PREFIX + k.upper(): str(v) for k, v in params.items()}}
         return out
     for key, value in params.items():

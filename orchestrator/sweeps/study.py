@@ -56,8 +56,9 @@ def _sampler(section: SweepSection, asked: int) -> optuna.samplers.BaseSampler:
 
 def _pruner(section: SweepSection) -> optuna.pruners.BasePruner:
     if section.pruner == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=section.prune_startup_trials,
-                                           n_warmup_steps=section.prune_after_steps)
+        return optuna.pruners.MedianPruner(
+            n_startup_trials=section.prune_startup_trials, n_warmup_steps=section.prune_after_steps
+        )
     if section.pruner == "halving":
         return optuna.pruners.SuccessiveHalvingPruner(min_resource=max(1, section.prune_after_steps))
     return optuna.pruners.NopPruner()
@@ -71,9 +72,14 @@ class SweepStudy:
         path = journal_path(home_root, sweep_id)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         storage = JournalStorage(JournalFileBackend(str(path)))
-        self.study = optuna.create_study(study_name=f"sweep-{sweep_id}", storage=storage, load_if_exists=True,
-                                         direction=section.direction, sampler=_sampler(section, 0),
-                                         pruner=_pruner(section))
+        self.study = optuna.create_study(
+            study_name=f"sweep-{sweep_id}",
+            storage=storage,
+            load_if_exists=True,
+            direction=section.direction,
+            sampler=_sampler(section, 0),
+            pruner=_pruner(section),
+        )
         self.distributions = {k: distribution(p) for k, p in section.params.items()}
 
     def trials(self) -> dict[int, FrozenTrial]:

@@ -67,19 +67,44 @@ def summarize(store: Store, home: Home, sweep: Sweep) -> dict[str, Any]:
         money, seconds = saved_by_pruning(job, steps, objective.steps_done(run_dir)[1], per_step)
         saved += money
         saved_seconds += seconds
-        rows.append({"id": job.id, "number": trial.number, "params": trial.params, "state": job.state.value,
-                     "value": value, "steps": steps, "cost": round(job.cost, 6), "run_seconds": round(job.run_seconds, 3),
-                     "reason": job.reason})
+        rows.append(
+            {
+                "id": job.id,
+                "number": trial.number,
+                "params": trial.params,
+                "state": job.state.value,
+                "value": value,
+                "steps": steps,
+                "cost": round(job.cost, 6),
+                "run_seconds": round(job.run_seconds, 3),
+                "reason": job.reason,
+            }
+        )
     sign = -1.0 if direction == "maximize" else 1.0
     # Best first: finished trials by their value, then the rest (running, pruned) by theirs.
-    rows.sort(key=lambda r: (r["state"] != JobState.SUCCEEDED.value, r["value"] is None,
-                             sign * (r["value"] if r["value"] is not None else 0.0), r["number"]))
+    rows.sort(
+        key=lambda r: (
+            r["state"] != JobState.SUCCEEDED.value,
+            r["value"] is None,
+            sign * (r["value"] if r["value"] is not None else 0.0),
+            r["number"],
+        )
+    )
     done = [r for r in rows if r["state"] == JobState.SUCCEEDED.value and r["value"] is not None]
     best = {"trial": done[0]["id"], "value": done[0]["value"], "params": done[0]["params"]} if done else None
     return {
-        "id": sweep.id, "name": sweep.name, "state": sweep.state.value, "objective": name, "direction": direction,
-        "best": best, "trials": rows,
-        "steps_total": sum(r["steps"] for r in rows), "cost_total": round(sum(r["cost"] for r in rows), 6),
-        "pruned": sum(r["state"] == JobState.PRUNED.value for r in rows), "saved": round(saved, 6),
-        "saved_seconds": round(saved_seconds, 3), "trials_planned": section["trials"], "reason": sweep.reason,
+        "id": sweep.id,
+        "name": sweep.name,
+        "state": sweep.state.value,
+        "objective": name,
+        "direction": direction,
+        "best": best,
+        "trials": rows,
+        "steps_total": sum(r["steps"] for r in rows),
+        "cost_total": round(sum(r["cost"] for r in rows), 6),
+        "pruned": sum(r["state"] == JobState.PRUNED.value for r in rows),
+        "saved": round(saved, 6),
+        "saved_seconds": round(saved_seconds, 3),
+        "trials_planned": section["trials"],
+        "reason": sweep.reason,
     }

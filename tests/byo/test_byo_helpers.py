@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from orchestrator.contract import ENV_CKPT_DIR, ENV_RESUME_FROM, ENV_RUN_DIR, newest_checkpoint, notice_name, periodic_name
+from orchestrator.contract import (
+    ENV_CKPT_DIR,
+    ENV_RESUME_FROM,
+    ENV_RUN_DIR,
+    newest_checkpoint,
+    notice_name,
+    periodic_name,
+)
 from training.torch_loop import OrchLoop
 
 
@@ -35,14 +42,18 @@ def make_parts(seed: int = 0):
     return model, opt, sched
 
 
-DATA = torch.randn(40, 6, generator=torch.Generator().manual_seed(1)), torch.randn(40, generator=torch.Generator().manual_seed(2))
+DATA = (
+    torch.randn(40, 6, generator=torch.Generator().manual_seed(1)),
+    torch.randn(40, generator=torch.Generator().manual_seed(2)),
+)
 
 
 def train(loop: OrchLoop, model, opt, sched, *, epochs: int = 2, stop_at: int | None = None) -> None:
     pos = loop.resume() or {"epoch": 0, "batch": 0}
     order = torch.Generator()
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*DATA), batch_size=8, shuffle=True,
-                                         generator=order)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(*DATA), batch_size=8, shuffle=True, generator=order
+    )
     for epoch in range(pos["epoch"], epochs):
         order.manual_seed(100 + epoch)
         skip = pos["batch"] if epoch == pos["epoch"] else 0

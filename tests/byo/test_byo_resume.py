@@ -44,15 +44,38 @@ def workload(tmp_path_factory) -> Path:
 
 def job_toml(folder: Path, workload: Path, framework: str, name: str) -> Path:
     spec: dict[str, Any] = {
-        "name": name, "gpus": 0, "retries": 2, "grace_seconds": 30,
-        "command": [sys.executable, str(REPO / "examples" / framework / "train.py"), "--model",
-                    str(workload / "tiny-bert"), "--data", str(workload / "data"), "--batch-size", str(BATCH),
-                    "--epochs", str(EPOCHS), "--max-length", "32"]
-                   # the Trainer job with two DataLoader workers: the group's SIGTERM reaches them too
-                   + (["--save-steps", str(SAVE_EVERY), "--workers", "2"] if framework == "hf-trainer"
-                      else ["--save-every", str(SAVE_EVERY)]),
-        "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                "OMP_NUM_THREADS": "1", "ORCH_PROGRESS_EVERY_S": "0.05", "ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S)},
+        "name": name,
+        "gpus": 0,
+        "retries": 2,
+        "grace_seconds": 30,
+        "command": [
+            sys.executable,
+            str(REPO / "examples" / framework / "train.py"),
+            "--model",
+            str(workload / "tiny-bert"),
+            "--data",
+            str(workload / "data"),
+            "--batch-size",
+            str(BATCH),
+            "--epochs",
+            str(EPOCHS),
+            "--max-length",
+            "32",
+        ]
+        # the Trainer job with two DataLoader workers: the group's SIGTERM reaches them too
+        + (
+            ["--save-steps", str(SAVE_EVERY), "--workers", "2"]
+            if framework == "hf-trainer"
+            else ["--save-every", str(SAVE_EVERY)]
+        ),
+        "env": {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1",
+            "ORCH_PROGRESS_EVERY_S": "0.05",
+            "ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S),
+        },
     }
     path = folder / f"{name}.toml"
     path.write_bytes(tomli_w.dumps(spec).encode())
@@ -61,8 +84,12 @@ def job_toml(folder: Path, workload: Path, framework: str, name: str) -> Path:
 
 def make_home(folder: Path) -> OrchHome:
     folder.mkdir(parents=True)
-    return OrchHome(folder, {"preemption": {"sources": ["file"], "poll_seconds": 0.2, "on_notice": "wait"}},
-                    cpu_slots=1, grace_seconds=30)
+    return OrchHome(
+        folder,
+        {"preemption": {"sources": ["file"], "poll_seconds": 0.2, "on_notice": "wait"}},
+        cpu_slots=1,
+        grace_seconds=30,
+    )
 
 
 def attempt_log(h: OrchHome, job_id: int) -> str:
@@ -76,6 +103,7 @@ def wait_succeeded(h: OrchHome, job_id: int, timeout: float = 150) -> dict[str, 
         if state in (JobState.FAILED, JobState.CANCELLED, JobState.STOPPED):
             raise AssertionError(f"job {job_id} ended {state.value}: {h.job(job_id).reason}\n{attempt_log(h, job_id)}")
         return state is JobState.SUCCEEDED
+
     wait_for(done, timeout, interval=0.2, what=f"job {job_id} to succeed: {h.log_tail()}\n{attempt_log(h, job_id)}")
     return h.cli_json("show", str(job_id))
 
@@ -118,6 +146,7 @@ def uninterrupted(workload, tmp_path_factory) -> Iterator[dict[str, Any]]:
                     assert h.state(job_id) in (JobState.QUEUED, JobState.RUNNING), attempt_log(h, job_id)
                     return None
                 return row if row["step"] and row["eta_s"] is not None else None
+
             row = wait_for(running_row, 90, interval=0.1, what="orch status to show step and ETA")
             assert row["total_steps"] == TOTAL_STEPS and 0 < row["step"] < TOTAL_STEPS and row["eta_s"] > 0, row
             data = wait_succeeded(h, job_id)
@@ -140,7 +169,8 @@ def home(tmp_path) -> Iterator[OrchHome]:
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_notice_at_a_random_step_costs_nothing_and_a_sigkill_resumes_from_the_newest_periodic_checkpoint(
-        framework, workload, uninterrupted, home):
+    framework, workload, uninterrupted, home
+):
     """One job, three attempts: a notice at a random step (exit 75, 0 steps lost), then a SIGKILL
     at a random step after a periodic checkpoint (steps lost reported), then the end — with the
     weights of the uninterrupted run."""
@@ -157,8 +187,12 @@ def test_a_notice_at_a_random_step_costs_nothing_and_a_sigkill_resumes_from_the_
     # attempt 1: the notice
     wait_for(lambda: progress_step(h, job_id) >= notice_at, 90, interval=0.02, what=f"step {notice_at} of attempt 1")
     sentinel.touch()
-    wait_for(lambda: h.state(job_id) is JobState.QUEUED, 40, interval=0.05,
-             what=f"the notice to requeue the job: {attempt_log(h, job_id)}")
+    wait_for(
+        lambda: h.state(job_id) is JobState.QUEUED,
+        40,
+        interval=0.05,
+        what=f"the notice to requeue the job: {attempt_log(h, job_id)}",
+    )
     sentinel.unlink()
     h.wait_state(job_id, JobState.RUNNING)
     data = h.cli_json("show", str(job_id))
@@ -173,8 +207,12 @@ def test_a_notice_at_a_random_step_costs_nothing_and_a_sigkill_resumes_from_the_
     assert data["steps_lost"] == 0, (where, data)
 
     # attempt 2: a SIGKILL, no chance to save
-    wait_for(lambda: progress_step(h, job_id) >= kill_at and (newest_checkpoint(ckpts)[1] or 0) >= SAVE_EVERY, 90,
-             interval=0.02, what=f"step {kill_at} and a periodic checkpoint")
+    wait_for(
+        lambda: progress_step(h, job_id) >= kill_at and (newest_checkpoint(ckpts)[1] or 0) >= SAVE_EVERY,
+        90,
+        interval=0.02,
+        what=f"step {kill_at} and a periodic checkpoint",
+    )
     os.killpg(h.attempt_pids(job_id, 2)["job_pid"], signal.SIGKILL)
     wait_for(lambda: h.exit_record(job_id, 2), 30, what="attempt 2's exit record")
     newest_path, newest = newest_checkpoint(ckpts)
@@ -182,7 +220,10 @@ def test_a_notice_at_a_random_step_costs_nothing_and_a_sigkill_resumes_from_the_
 
     _, second, third = data["attempts"]
     assert second["signal"] == signal.SIGKILL and second["outcome"] == "failed", (where, second)
-    assert newest_path is not None and newest_path.name.startswith("step-") and newest % SAVE_EVERY == 0, (where, newest)
+    assert newest_path is not None and newest_path.name.startswith("step-") and newest % SAVE_EVERY == 0, (
+        where,
+        newest,
+    )
     assert third["resumed_from_step"] == newest and third["outcome"] == "succeeded", (where, data["attempts"])
     assert second["step_reached"] >= kill_at > newest, (where, data["attempts"])
     assert data["steps_lost"] == second["step_reached"] - newest > 0, (where, data)

@@ -44,23 +44,32 @@ def build_workload(root: Path) -> dict[str, Path]:
     from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 
     texts = [r["text"] for r in sentiment_rows(600, seed=1)]
-    model = build_tiny_bert(root / "tiny-bert", texts, hidden=32, layers=2, heads=2, vocab_size=300,
-                            max_positions=64)
+    model = build_tiny_bert(root / "tiny-bert", texts, hidden=32, layers=2, heads=2, vocab_size=300, max_positions=64)
     train = write_jsonl(root / "train.jsonl", sentiment_rows(ROWS, seed=11))
     return {"model": model, "train": train, "hf_cache": root / "hf-cache"}
 
 
 def job_file(workload: dict[str, Path], folder: Path, name: str, seed: int, workers: int) -> Path:
     spec: dict[str, Any] = {
-        "name": name, "gpus": 0, "retries": 40, "grace_seconds": 30,
+        "name": name,
+        "gpus": 0,
+        "retries": 40,
+        "grace_seconds": 30,
         "model": {"name_or_path": str(workload["model"]), "num_labels": 2},
         "data": {"train": str(workload["train"]), "max_length": 32, "num_workers": workers, "shuffle": True},
         "train": {"max_epochs": EPOCHS, "batch_size": BATCH, "precision": "32", "learning_rate": 1e-3, "seed": seed},
         "checkpoint": {"every_n_steps": EVERY, "keep": 2},
-        "env": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "HF_DATASETS_CACHE": str(workload["hf_cache"]), "TOKENIZERS_PARALLELISM": "false",
-                "OMP_NUM_THREADS": "1", "ORCH_PROGRESS_EVERY_S": "0.2",
-                "ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S), "ORCH_FAULT_SLOW_SAVE_S": str(SLOW_SAVE_S)},
+        "env": {
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_CACHE": str(workload["hf_cache"]),
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1",
+            "ORCH_PROGRESS_EVERY_S": "0.2",
+            "ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S),
+            "ORCH_FAULT_SLOW_SAVE_S": str(SLOW_SAVE_S),
+        },
     }
     path = folder / f"{name}.toml"
     path.write_bytes(tomli_w.dumps(spec).encode())
@@ -142,7 +151,7 @@ class AttemptWatcher(threading.Thread):
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
-            if stat[stat.rfind(")") + 2:].split()[0] in ("Z", "X") or b"orchestrator.executors.supervisor" in cmdline:
+            if stat[stat.rfind(")") + 2 :].split()[0] in ("Z", "X") or b"orchestrator.executors.supervisor" in cmdline:
                 continue
             env = dict(part.split(b"=", 1) for part in raw.split(b"\0") if b"=" in part)
             run_dir = env.get(b"ORCH_RUN_DIR", b"").decode(errors="replace")
@@ -231,8 +240,9 @@ class Chaos:
         return progress["step"] - first
 
     def ready(self, fault: Fault) -> list[int]:
-        return [j for j in self.ids.values()
-                if (j, self.h.job(j).attempt) not in self.hit and self.advanced(j) >= fault.gap]
+        return [
+            j for j in self.ids.values() if (j, self.h.job(j).attempt) not in self.hit and self.advanced(j) >= fault.gap
+        ]
 
     def all_done(self) -> bool:
         return all(self.h.state(j).is_terminal for j in self.ids.values())
@@ -291,8 +301,12 @@ class Chaos:
             sentinel = h.root / "preempt-notice"
             sentinel.touch()
             try:
-                wait_for(lambda: not any(self.h.state(j) is JobState.RUNNING for j in self.ids.values()), 90,
-                         interval=0.05, what="every job to checkpoint and wait under the notice")
+                wait_for(
+                    lambda: not any(self.h.state(j) is JobState.RUNNING for j in self.ids.values()),
+                    90,
+                    interval=0.05,
+                    what="every job to checkpoint and wait under the notice",
+                )
             finally:
                 sentinel.unlink()
             fault.note = "preemption notice raised; cleared once no job ran"
@@ -306,10 +320,18 @@ class Chaos:
 
 # -- the checks afterwards ----------------------------------------------------------------------------
 
-EVENT_STATE = {"submitted": JobState.QUEUED, "started": JobState.RUNNING, "resumed": JobState.RUNNING,
-               "succeeded": JobState.SUCCEEDED, "failed": JobState.FAILED, "retrying": JobState.QUEUED,
-               "preempted": JobState.QUEUED, "oom": JobState.QUEUED, "stopped": JobState.STOPPED,
-               "cancelled": JobState.CANCELLED}
+EVENT_STATE = {
+    "submitted": JobState.QUEUED,
+    "started": JobState.RUNNING,
+    "resumed": JobState.RUNNING,
+    "succeeded": JobState.SUCCEEDED,
+    "failed": JobState.FAILED,
+    "retrying": JobState.QUEUED,
+    "preempted": JobState.QUEUED,
+    "oom": JobState.QUEUED,
+    "stopped": JobState.STOPPED,
+    "cancelled": JobState.CANCELLED,
+}
 
 
 def event_problems(h: OrchHome, job_id: int) -> list[str]:
@@ -361,6 +383,3 @@ def summary(h: OrchHome, ids: dict[str, int]) -> str:
 
 def dump_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=1, default=str))
-
-
-

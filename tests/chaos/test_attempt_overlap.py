@@ -20,7 +20,7 @@ from orchestrator.states import JobState
 
 pytestmark = pytest.mark.slow
 
-FAMILY = r'''
+FAMILY = r"""
 import json, os, signal, subprocess, sys, time
 folder, mode = sys.argv[1], sys.argv[2]
 attempt = os.environ["ORCH_ATTEMPT"]
@@ -33,7 +33,7 @@ with open(os.path.join(folder, f"kids-{mode}.json"), "w") as f:
 if mode == "leader_exits":
     os._exit(1)  # the children stay behind in the job's process group
 time.sleep(600)
-'''
+"""
 
 
 def test_the_next_attempt_waits_for_every_process_of_the_last(orch_home):
@@ -44,8 +44,10 @@ def test_the_next_attempt_waits_for_every_process_of_the_last(orch_home):
     watcher.start()
     try:
         h.start_daemon()
-        ids = {mode: h.submit(mode, retries=1, command=[sys.executable, str(script), str(h.tmp), mode])
-               for mode in ("supervisor_killed", "leader_exits", "no_pid_file")}
+        ids = {
+            mode: h.submit(mode, retries=1, command=[sys.executable, str(script), str(h.tmp), mode])
+            for mode in ("supervisor_killed", "leader_exits", "no_pid_file")
+        }
 
         # 1. The leader exits, its children linger: the exit record only once they are gone.
         exit_file = h.run_dir(ids["leader_exits"]) / "attempt-1.exit"
@@ -69,8 +71,11 @@ def test_the_next_attempt_waits_for_every_process_of_the_last(orch_home):
         # 3. The supervisor died before it wrote attempt-1.pid (simulated: the file is removed): the
         # daemon finds the attempt's processes by their environment.
         job_id = ids["no_pid_file"]
-        kids = json.loads(wait_for(lambda: (h.tmp / "kids-no_pid_file.json").exists() and
-                                   (h.tmp / "kids-no_pid_file.json").read_text(), 20))
+        kids = json.loads(
+            wait_for(
+                lambda: (h.tmp / "kids-no_pid_file.json").exists() and (h.tmp / "kids-no_pid_file.json").read_text(), 20
+            )
+        )
         pids = h.attempt_pids(job_id, 1)
         (h.run_dir(job_id) / "attempt-1.pid").unlink()
         os.kill(pids["supervisor_pid"], signal.SIGKILL)

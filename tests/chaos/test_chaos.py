@@ -16,8 +16,17 @@ from typing import Any
 
 import pytest
 from chaos_harness import (
-    AttemptWatcher, Chaos, build_workload, differing_tensors, event_problems, exported_weights, ledger_problem,
-    make_home, schedule, submit_all, summary,
+    AttemptWatcher,
+    Chaos,
+    build_workload,
+    differing_tensors,
+    event_problems,
+    exported_weights,
+    ledger_problem,
+    make_home,
+    schedule,
+    submit_all,
+    summary,
 )
 from daemon_harness import wait_for
 
@@ -28,8 +37,9 @@ pytestmark = pytest.mark.slow
 DEFAULT_SEED = 1313
 # ORCH_CHAOS_SEED=N replays one schedule; ORCH_CHAOS_SEEDS=1,2,3 runs several against one set of
 # reference runs (how the closing note's extra seeds were run).
-SEEDS = [int(x) for x in os.environ.get("ORCH_CHAOS_SEEDS", "").split(",") if x.strip()] \
-    or [int(os.environ.get("ORCH_CHAOS_SEED") or DEFAULT_SEED)]
+SEEDS = [int(x) for x in os.environ.get("ORCH_CHAOS_SEEDS", "").split(",") if x.strip()] or [
+    int(os.environ.get("ORCH_CHAOS_SEED") or DEFAULT_SEED)
+]
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +54,12 @@ def references(workload, tmp_path_factory) -> dict[str, dict[str, Any]]:
     try:
         h.start_daemon()
         ids = submit_all(h, workload)
-        wait_for(lambda: all(h.state(j).is_terminal for j in ids.values()), 240, interval=0.2,
-                 what=f"the reference runs (daemon log: {h.log_tail()})")
+        wait_for(
+            lambda: all(h.state(j).is_terminal for j in ids.values()),
+            240,
+            interval=0.2,
+            what=f"the reference runs (daemon log: {h.log_tail()})",
+        )
         for name, job_id in ids.items():
             job = h.job(job_id)
             assert job.state is JobState.SUCCEEDED and job.attempt == 1, (name, job.state, job.reason)
@@ -82,17 +96,23 @@ def test_chaos_every_job_ends_exactly_as_if_nothing_happened(workload, reference
         for name, job_id in chaos.ids.items():
             different = differing_tensors(references[name], exported_weights(h.run_dir(job_id)))
             if different:
-                problems.append(f"{name}: {len(different)} tensors differ from the uninterrupted run, e.g. {different[:3]}")
+                problems.append(
+                    f"{name}: {len(different)} tensors differ from the uninterrupted run, e.g. {different[:3]}"
+                )
         assert not problems, "\n".join(problems)
         gaps = watcher.handovers()
         closest = f"; closest hand-over between attempts {gaps[0] * 1000:.0f} ms" if gaps else ""
-        print(f"\nchaos seed {seed}: {len(fired)} faults in {time.time() - chaos.t0:.0f}s{closest}\n{chaos.history()}\n"
-              f"{summary(h, chaos.ids)}")
+        print(
+            f"\nchaos seed {seed}: {len(fired)} faults in {time.time() - chaos.t0:.0f}s{closest}\n{chaos.history()}\n"
+            f"{summary(h, chaos.ids)}"
+        )
     except BaseException as exc:
         watcher.stop()
         history = chaos.history() if chaos else ""
         jobs = summary(h, chaos.ids) if chaos and chaos.ids else ""
-        raise AssertionError(f"{exc}\n\nchaos seed {seed} (replay: ORCH_CHAOS_SEED={seed})\nfault history:\n{history}\n"
-                             f"jobs:\n{jobs}\ndaemon log tail:\n{h.log_tail(30)}") from exc
+        raise AssertionError(
+            f"{exc}\n\nchaos seed {seed} (replay: ORCH_CHAOS_SEED={seed})\nfault history:\n{history}\n"
+            f"jobs:\n{jobs}\ndaemon log tail:\n{h.log_tail(30)}"
+        ) from exc
     finally:
         h.cleanup()

@@ -26,20 +26,35 @@ from orchestrator.paths import Home
 from orchestrator.store import Store
 
 EXAMPLES = 300
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                       HealthCheck.data_too_large, HealthCheck.filter_too_much])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
 
 # -- values and documents ------------------------------------------------------------------------
 
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
 scalars = st.one_of(
-    st.integers(min_value=-(2 ** 63), max_value=2 ** 63 - 1), st.floats(allow_nan=True, allow_infinity=True),
-    st.booleans(), text, st.sampled_from(["", "32", "16-mixed", "auto", "val_loss", "max", "file", "aws", "exit"]),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    text,
+    st.sampled_from(["", "32", "16-mixed", "auto", "val_loss", "max", "file", "aws", "exit"]),
     st.integers(min_value=-3, max_value=100),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                        st.dictionaries(text, inner, max_size=3)), max_leaves=8)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(text, inner, max_size=3)),
+    max_leaves=8,
+)
 
 
 def fields_of(model: Any) -> dict[str, Any]:
@@ -47,7 +62,7 @@ def fields_of(model: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, info in model.model_fields.items():
         nested = None
-        for arg in (getattr(info.annotation, "__args__", None) or (info.annotation,)):
+        for arg in getattr(info.annotation, "__args__", None) or (info.annotation,):
             if isinstance(arg, type) and hasattr(arg, "model_fields"):
                 nested = fields_of(arg)
         out[name] = nested
@@ -84,8 +99,9 @@ def table_counts(db: Path) -> dict[str, int]:
         return {}
     con = sqlite3.connect(db)
     try:
-        return {t: con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
-                for t in ("jobs", "events", "attempts", "outbox")}
+        return {
+            t: con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("jobs", "events", "attempts", "outbox")
+        }
     finally:
         con.close()
 
@@ -96,7 +112,7 @@ def assert_clear(exc: SpecError, label: str) -> None:
     for line in exc.problems:
         assert line.startswith(f"{label}: "), f"problem does not name the file: {line!r}"
         assert "Traceback" not in line and len(line) < 2000, line
-        assert line[len(label) + 2:].strip(), f"an empty problem: {line!r}"
+        assert line[len(label) + 2 :].strip(), f"an empty problem: {line!r}"
 
 
 # -- job.toml ----------------------------------------------------------------------------------------
@@ -123,15 +139,24 @@ def mutated_jobs() -> st.SearchStrategy[dict[str, Any]]:
     """A valid command or built-in job with one to three fields set to random values: most of
     these are one problem away from valid, the shape users actually submit."""
     command = {"name": "fuzz", "gpus": 0, "command": ["python", "train.py"]}
-    builtin = {"name": "fuzz", "gpus": 0, "model": {"name_or_path": "org/model"}, "data": {"train": "org/data"},
-               "train": {"max_steps": 10}}
+    builtin = {
+        "name": "fuzz",
+        "gpus": 0,
+        "model": {"name_or_path": "org/model"},
+        "data": {"train": "org/data"},
+        "train": {"max_steps": 10},
+    }
     tree = fields_of(JobSpec)
 
     def setter(base: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
         paths = [(k,) for k in tree] + [(k, f) for k, nested in tree.items() if nested for f in nested]
-        plausible = st.one_of(st.integers(min_value=0, max_value=8), st.booleans(), st.sampled_from(["32", "x"]), values)
+        plausible = st.one_of(
+            st.integers(min_value=0, max_value=8), st.booleans(), st.sampled_from(["32", "x"]), values
+        )
         return st.lists(st.tuples(st.sampled_from(paths), plausible), min_size=0, max_size=2).map(
-            lambda changes: _apply(base, changes))
+            lambda changes: _apply(base, changes)
+        )
+
     return st.one_of(setter(command), setter(builtin))
 
 
@@ -215,33 +240,85 @@ def test_config_toml_random_bytes_never_traceback(fuzz_home, data):
 # -- the CLI's arguments -----------------------------------------------------------------------------
 
 words = st.one_of(
-    st.sampled_from(["submit", "run", "status", "show", "logs", "cancel", "retry", "cost", "daemon", "notify",
-                     "config", "check", "test", "stop", "drain", "doctor", "--json", "--all", "--priority", "--after",
-                     "--at", "--resume", "--budget", "--hours", "-n", "--channel", "--timeout", "--help", "-1",
-                     "0", "1", "99999999999999999999", "+30m", "+2h", "2026-12-01T02:00", "tomorrow", "nan",
-                     "inf", "-", "--", ""]),
+    st.sampled_from(
+        [
+            "submit",
+            "run",
+            "status",
+            "show",
+            "logs",
+            "cancel",
+            "retry",
+            "cost",
+            "daemon",
+            "notify",
+            "config",
+            "check",
+            "test",
+            "stop",
+            "drain",
+            "doctor",
+            "--json",
+            "--all",
+            "--priority",
+            "--after",
+            "--at",
+            "--resume",
+            "--budget",
+            "--hours",
+            "-n",
+            "--channel",
+            "--timeout",
+            "--help",
+            "-1",
+            "0",
+            "1",
+            "99999999999999999999",
+            "+30m",
+            "+2h",
+            "2026-12-01T02:00",
+            "tomorrow",
+            "nan",
+            "inf",
+            "-",
+            "--",
+            "",
+        ]
+    ),
     st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=10),
 )
 # Never `daemon run`/`daemon start` (they would start a daemon) nor `run` with a file (it trains).
 FORBIDDEN = ({"daemon", "run"}, {"daemon", "start"})
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(args=st.lists(words, min_size=1, max_size=5))
 def test_cli_arguments_exit_0_1_or_2_never_a_traceback_and_refusals_change_nothing(fuzz_home, args):
     from typer.testing import CliRunner
 
     from orchestrator.cli.app import app
 
-    assume(not (args[0] == "run" or any(pair <= set(args) for pair in FORBIDDEN) or ("daemon" in args and "drain" in args)
-                or {"-f", "--follow"} & set(args)))  # `logs -f` of a queued job follows until it ends
+    assume(
+        not (
+            args[0] == "run"
+            or any(pair <= set(args) for pair in FORBIDDEN)
+            or ("daemon" in args and "drain" in args)
+            or {"-f", "--follow"} & set(args)
+        )
+    )  # `logs -f` of a queued job follows until it ends
     home = fuzz_home["home"]
     before = table_counts(home.db)
     result = CliRunner().invoke(app, ["--home", str(home.root), *args], env={"NO_COLOR": "1"})
     if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"orch {args!r} raised {type(result.exception).__name__}: {result.exception}") \
-            from result.exception
+        raise AssertionError(
+            f"orch {args!r} raised {type(result.exception).__name__}: {result.exception}"
+        ) from result.exception
     assert result.exit_code in (0, 1, 2), (args, result.exit_code, result.output)
     assert "Traceback" not in result.output
     if result.exit_code != 0:

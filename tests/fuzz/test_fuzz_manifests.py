@@ -31,19 +31,61 @@ from orchestrator.objectstore.remote import Remote
 from orchestrator.store import Store
 
 EXAMPLES = 300
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                       HealthCheck.data_too_large, HealthCheck.filter_too_much])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
 
-HOSTILE_TEXT = ["../escape", "../../../../escape.ckpt", "/tmp/orch-fuzz-escape", "..", ".", "", "a\x00b", "x\ny",
-                "\x1b[2J", "step-00000001.ckpt", "notice-step-00000002.ckpt", "sub/step-00000001.ckpt",
-                "jobs/other/checkpoints/x", "data/../../escape", "0" * 64, "f" * 64, "tar", "queued", "running",
-                "command", "builtin", "/datasets/train", "/", "//x", "C:\\x", "é" * 3]
+HOSTILE_TEXT = [
+    "../escape",
+    "../../../../escape.ckpt",
+    "/tmp/orch-fuzz-escape",
+    "..",
+    ".",
+    "",
+    "a\x00b",
+    "x\ny",
+    "\x1b[2J",
+    "step-00000001.ckpt",
+    "notice-step-00000002.ckpt",
+    "sub/step-00000001.ckpt",
+    "jobs/other/checkpoints/x",
+    "data/../../escape",
+    "0" * 64,
+    "f" * 64,
+    "tar",
+    "queued",
+    "running",
+    "command",
+    "builtin",
+    "/datasets/train",
+    "/",
+    "//x",
+    "C:\\x",
+    "é" * 3,
+]
 text = st.one_of(st.sampled_from(HOSTILE_TEXT), st.text(max_size=12))
-scalars = st.one_of(text, st.integers(min_value=-(2 ** 70), max_value=2 ** 70), st.integers(-3, 100),
-                    st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.none())
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                        st.dictionaries(text, inner, max_size=3)), max_leaves=6)
+scalars = st.one_of(
+    text,
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.integers(-3, 100),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(text, inner, max_size=3)),
+    max_leaves=6,
+)
 
 
 def _paths(m: Any, prefix: tuple = ()) -> list[tuple]:
@@ -80,14 +122,34 @@ def origin(tmp_path_factory) -> dict[str, Any]:
     rows = b"rows\n"
     rows_sha = hashlib.sha256(rows).hexdigest()
     remote.put_bytes(f"data/{rows_sha}", rows)
-    manifest = mf.build_manifest(store.get(job.id), [], home_id="origin", checkpoints=records, batch={"history": []},
-                                 progress={"step": 20}, released=True,
-                                 data_files=[{"role": "data.train", "root": "/nowhere/train.jsonl", "rel": "",
-                                              "sha256": rows_sha, "bytes": len(rows), "key": f"data/{rows_sha}"}])
+    manifest = mf.build_manifest(
+        store.get(job.id),
+        [],
+        home_id="origin",
+        checkpoints=records,
+        batch={"history": []},
+        progress={"step": 20},
+        released=True,
+        data_files=[
+            {
+                "role": "data.train",
+                "root": "/nowhere/train.jsonl",
+                "rel": "",
+                "sha256": rows_sha,
+                "bytes": len(rows),
+                "key": f"data/{rows_sha}",
+            }
+        ],
+    )
     manifest = json.loads(mf.dump(manifest))
     store.close()
-    return {"store": store_dir, "uid": job.uid, "manifest": manifest, "paths": _paths(manifest),
-            "work": folder / "examples"}
+    return {
+        "store": store_dir,
+        "uid": job.uid,
+        "manifest": manifest,
+        "paths": _paths(manifest),
+        "work": folder / "examples",
+    }
 
 
 def _listing(root: Path, skip: set[str]) -> set[str]:
@@ -98,8 +160,14 @@ def _listing(root: Path, skip: set[str]) -> set[str]:
     return out
 
 
-edits = st.lists(st.one_of(st.tuples(st.just("set"), st.integers(0, 10 ** 6), values),
-                           st.tuples(st.just("delete"), st.integers(0, 10 ** 6), st.none())), min_size=1, max_size=4)
+edits = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), st.integers(0, 10**6), values),
+        st.tuples(st.just("delete"), st.integers(0, 10**6), st.none()),
+    ),
+    min_size=1,
+    max_size=4,
+)
 whole = st.one_of(st.none(), values.map(lambda v: json.dumps(v, default=str).encode()), st.binary(max_size=40))
 
 
@@ -131,17 +199,29 @@ def test_any_manifest_is_refused_or_adopted_cleanly_and_nothing_escapes(origin, 
         store_dir = sandbox / "store"
         shutil.copytree(origin["store"], store_dir)
         key_path = store_dir / mf.manifest_key(origin["uid"])
-        body = raw if raw is not None else json.dumps(_apply(origin["manifest"], origin["paths"], ops),
-                                                      default=str).encode()
+        body = (
+            raw
+            if raw is not None
+            else json.dumps(_apply(origin["manifest"], origin["paths"], ops), default=str).encode()
+        )
         key_path.write_bytes(body)
         home = Home(sandbox / "home").ensure()
         before = _listing(sandbox, {str(home.root), str(store_dir)})
         store = Store(home.db)
         said: list[str] = []
         try:
-            adopted, refused = adopt_jobs(home, load_config(home.config_path()), store, f"file://{store_dir}",
-                                          wanted=[origin["uid"]], take_all=False, force=True, say=said.append,
-                                          warn=said.append, confirm=lambda lines: True)
+            adopted, refused = adopt_jobs(
+                home,
+                load_config(home.config_path()),
+                store,
+                f"file://{store_dir}",
+                wanted=[origin["uid"]],
+                take_all=False,
+                force=True,
+                say=said.append,
+                warn=said.append,
+                confirm=lambda lines: True,
+            )
         except OrchError as exc:  # a usage error (e.g. the manifest is no longer findable): fine, said clearly
             assert str(exc)
             adopted, refused = [], []

@@ -34,7 +34,11 @@ def listing(root: Path, skip: Iterable[Path] = ()) -> dict[str, tuple]:
         for name in dirs + files:
             path = os.path.join(folder, name)
             st = os.lstat(path)
-            out[os.path.relpath(path, root)] = (st.st_mode, st.st_size if not os.path.isdir(path) else 0, st.st_mtime_ns)
+            out[os.path.relpath(path, root)] = (
+                st.st_mode,
+                st.st_size if not os.path.isdir(path) else 0,
+                st.st_mtime_ns,
+            )
     return out
 
 
@@ -50,9 +54,15 @@ class Sandbox:
         return env
 
     def orch(self, *args: object, stdin: Optional[int] = subprocess.DEVNULL, timeout: float = 90) -> Ran:
-        proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(self.home), *map(str, args)],
-                              capture_output=True, text=True, timeout=timeout, stdin=stdin, env=self.env(),
-                              cwd=str(self.root))
+        proc = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "--home", str(self.home), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=stdin,
+            env=self.env(),
+            cwd=str(self.root),
+        )
         return Ran(proc.returncode, proc.stdout, proc.stderr)
 
     def mark(self, *skip: Path) -> None:

@@ -42,10 +42,26 @@ def make_origin(folder: Path) -> tuple[Path, str]:
         sha = hashlib.sha256(data).hexdigest()
         key = mf.checkpoint_key(job.uid, name, sha)
         remote.put_bytes(key, data)
-        records.append({"name": name, "step": step, "notice": False, "key": key, "sha256": sha, "bytes": len(data),
-                        "uploaded_at": time.time()})
-    manifest = mf.build_manifest(store.get(job.id), [], home_id="origin", checkpoints=records, batch=None,
-                                 progress={"step": 20, "total_steps": 40, "updated_at": time.time()}, released=True)
+        records.append(
+            {
+                "name": name,
+                "step": step,
+                "notice": False,
+                "key": key,
+                "sha256": sha,
+                "bytes": len(data),
+                "uploaded_at": time.time(),
+            }
+        )
+    manifest = mf.build_manifest(
+        store.get(job.id),
+        [],
+        home_id="origin",
+        checkpoints=records,
+        batch=None,
+        progress={"step": 20, "total_steps": 40, "updated_at": time.time()},
+        released=True,
+    )
     remote.put_bytes(mf.manifest_key(job.uid), mf.dump(manifest))
     store.close()
     return store_dir, job.uid

@@ -44,8 +44,13 @@ def test_without_a_terminal_or_yes_it_shows_the_command_and_refuses(sandbox, ori
 
 def _on_a_terminal(sandbox, args, answer: bytes) -> tuple[int, str]:
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--home", str(sandbox.home), *args],
-                            stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=sandbox.env())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "--home", str(sandbox.home), *args],
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=sandbox.env(),
+    )
     os.close(follower)
     os.write(leader, answer)
     out, _ = proc.communicate(timeout=90)

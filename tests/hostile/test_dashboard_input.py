@@ -16,9 +16,24 @@ import pytest
 @pytest.fixture
 def dashboard(sandbox):
     sandbox.orch("status").clean(0)
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--home", str(sandbox.home), "dashboard",
-                             "--host", "0.0.0.0", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=sandbox.env(), text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "--home",
+            str(sandbox.home),
+            "dashboard",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=sandbox.env(),
+        text=True,
+    )
     line = ""
     deadline = time.monotonic() + 60
     while "token=" not in line and time.monotonic() < deadline:
@@ -44,7 +59,13 @@ def request(port: int, raw: bytes) -> bytes:
 
 
 def get(path: bytes, *headers: bytes) -> bytes:
-    return b"GET " + path + b" HTTP/1.1\r\nHost: box:1\r\nConnection: close\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n"
+    return (
+        b"GET "
+        + path
+        + b" HTTP/1.1\r\nHost: box:1\r\nConnection: close\r\n"
+        + b"".join(h + b"\r\n" for h in headers)
+        + b"\r\n"
+    )
 
 
 BAD_TOKENS = [
@@ -65,8 +86,9 @@ def test_a_bad_token_of_any_encoding_is_a_401(dashboard, case, raw):
     assert answer.startswith(b"HTTP/1.0 401") or answer.startswith(b"HTTP/1.1 401"), answer[:200]
 
 
-@pytest.mark.parametrize("path", [b"/api/job/" + b"9" * 40, b"/api/job/99999999999999999999",
-                                  "/api/job/١٢".encode(), b"/api/job/-1"])
+@pytest.mark.parametrize(
+    "path", [b"/api/job/" + b"9" * 40, b"/api/job/99999999999999999999", "/api/job/١٢".encode(), b"/api/job/-1"]
+)
 def test_an_absurd_job_id_is_a_404(dashboard, path):
     port, token = dashboard
     answer = request(port, get(path, b"Authorization: Bearer " + token.encode()))

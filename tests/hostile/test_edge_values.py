@@ -84,7 +84,7 @@ def test_cli_priority_past_64_bits_is_a_usage_error(sandbox):
     job = sandbox.root / "job.toml"
     job.write_text(CMD)
     sandbox.mark()
-    ran = sandbox.orch("submit", job, "--priority", str(2 ** 64)).clean(2)
+    ran = sandbox.orch("submit", job, "--priority", str(2**64)).clean(2)
     assert "--priority" in ran.err
     assert _jobs(sandbox.home) == 0
     sandbox.assert_nothing_outside_home()
@@ -94,7 +94,7 @@ def test_an_absurd_job_id_is_no_such_job(sandbox):
     sandbox.orch("status").clean(0)
     sandbox.mark()
     for verb in ("show", "cancel", "logs"):
-        ran = sandbox.orch(verb, str(10 ** 30)).clean(1)
+        ran = sandbox.orch(verb, str(10**30)).clean(1)
         assert "no job" in ran.err, ran.err
     sandbox.assert_nothing_outside_home()
 

@@ -17,10 +17,22 @@ from orchestrator.states import JobState
 def test_a_job_whose_start_raises_fails_alone_and_the_queue_goes_on(orch_home):
     h = orch_home(cpu_slots=1)
     # Stored as it was before job.toml refused NUL: straight into the store, as an old row would be.
-    poison = h.store.submit(name="poison", kind="command", gpus=0, priority=10, retries=2,
-                            spec={"name": "poison", "gpus": 0, "retries": 2, "command": [sys.executable, "-c", "pass\x00"],
-                                  "workdir": str(h.tmp)},
-                            spec_path="", now=time.time()).id
+    poison = h.store.submit(
+        name="poison",
+        kind="command",
+        gpus=0,
+        priority=10,
+        retries=2,
+        spec={
+            "name": "poison",
+            "gpus": 0,
+            "retries": 2,
+            "command": [sys.executable, "-c", "pass\x00"],
+            "workdir": str(h.tmp),
+        },
+        spec_path="",
+        now=time.time(),
+    ).id
     good = h.submit("behind", priority=0)
     h.configure(retry_backoff_seconds=0.2, max_retry_backoff_seconds=0.5)
     daemon = h.start_daemon()

@@ -15,7 +15,7 @@ from orchestrator.states import JobState
 
 # A command job: a state of STATE_MB of tensors, an address-space limit of LIMIT_MB above what the
 # process has mapped now (0: no limit), three periodic saves through the runner's own CheckpointIO.
-SAVER = r'''
+SAVER = r"""
 import os, resource, sys, torch
 from pathlib import Path
 from training.snapshot import BackgroundCheckpointIO
@@ -32,12 +32,13 @@ for step in (1, 2, 3):
     io.save_checkpoint(state, ck / f"step-{step:08d}.ckpt")
 io.wait()
 print("background" if io.memory["background"] else "synchronous", flush=True)
-'''
+"""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("state_mb,limit_mb,background", [(200, 250, False), (4, 0, True)],
-                         ids=["state over the limit", "small state"])
+@pytest.mark.parametrize(
+    "state_mb,limit_mb,background", [(200, 250, False), (4, 0, True)], ids=["state over the limit", "small state"]
+)
 def test_a_state_the_memory_limit_cannot_hold_twice_is_saved_synchronously(orch_home, state_mb, limit_mb, background):
     h = orch_home(cpu_slots=1)
     (h.tmp / "saver.py").write_text(SAVER)
@@ -51,8 +52,10 @@ def test_a_state_the_memory_limit_cannot_hold_twice_is_saved_synchronously(orch_
     assert ("background" if background else "synchronous") in log.splitlines()
     info = json.loads((h.run_dir(job) / "snapshot-memory.json").read_text())
     assert info["background"] is background and info["state_bytes"] == state_mb * 1024 * 1024
-    assert sorted(p.name for p in (h.run_dir(job) / "checkpoints").iterdir()) == ["step-00000002.ckpt",
-                                                                                   "step-00000003.ckpt"]
+    assert sorted(p.name for p in (h.run_dir(job) / "checkpoints").iterdir()) == [
+        "step-00000002.ckpt",
+        "step-00000003.ckpt",
+    ]
     shown = h.cli("show", str(job))
     assert shown.returncode == 0
     assert ("warning:" in shown.stdout) is not background, shown.stdout
@@ -60,7 +63,7 @@ def test_a_state_the_memory_limit_cannot_hold_twice_is_saved_synchronously(orch_
         assert "written synchronously" in shown.stdout
 
 
-HOLDER = r'''
+HOLDER = r"""
 import os, sys, time, torch
 from pathlib import Path
 from training.snapshot import BackgroundCheckpointIO
@@ -71,7 +74,7 @@ io.save_checkpoint(state, Path(os.environ["ORCH_CKPT_DIR"]) / "step-00000001.ckp
 io.wait()
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.05)
-'''
+"""
 
 
 @pytest.mark.slow
@@ -84,8 +87,9 @@ def test_a_job_started_beside_a_background_snapshot_is_told_what_it_holds(orch_h
     holder = h.submit("holder", command=[sys.executable, str(h.tmp / "holder.py"), str(release)])
     daemon = h.start_daemon()
     wait_for(lambda: (h.run_dir(holder) / "snapshot-memory.json").exists(), 90, what="the holder's snapshot")
-    second = h.submit("second", command=[sys.executable, "-c",
-                                         "import os; print('held', os.environ['ORCH_SNAPSHOTS_HELD_BYTES'])"])
+    second = h.submit(
+        "second", command=[sys.executable, "-c", "import os; print('held', os.environ['ORCH_SNAPSHOTS_HELD_BYTES'])"]
+    )
     h.wait_state(second, JobState.SUCCEEDED, timeout=60)
     release.touch()
     h.wait_state(holder, JobState.SUCCEEDED, timeout=60)

@@ -45,23 +45,27 @@ def _data_file(remote, rel: str, root: str = "/datasets/train") -> dict:
 
 def _set(path: str, value):
     """A change that sets manifest[path...] = value (path dotted, list indexes as numbers)."""
+
     def change(m, remote):
         target, parts = m, path.split(".")
         for p in parts[:-1]:
             target = target[int(p)] if p.isdigit() else target[p]
         target[int(parts[-1]) if parts[-1].isdigit() else parts[-1]] = value(remote) if callable(value) else value
+
     return change
 
 
 def _delete(key: str):
     def change(m, remote):
         del m[key]
+
     return change
 
 
 def _add_data(rel: str, root: str = "/datasets/train"):
     def change(m, remote):
         m["data_files"] = [_data_file(remote, rel, root)]
+
     return change
 
 
@@ -69,31 +73,49 @@ ESCAPE = "ESCAPE"  # replaced by an absolute path inside the sandbox, outside th
 
 # (case, change, words the refusal must hold)
 CASES = [
-    ("checkpoint name climbs out", _set("checkpoints.0.name", "../../../../escape.ckpt"),
-     ["checkpoints[0]", "../../../../escape.ckpt"]),
+    (
+        "checkpoint name climbs out",
+        _set("checkpoints.0.name", "../../../../escape.ckpt"),
+        ["checkpoints[0]", "../../../../escape.ckpt"],
+    ),
     ("checkpoint name absolute", _set("checkpoints.0.name", ESCAPE), ["checkpoints[0]", "escape"]),
-    ("checkpoint name in a sub-folder", _set("checkpoints.0.name", "x/step-00000020.ckpt"), ["checkpoints[0]", "x/step"]),
+    (
+        "checkpoint name in a sub-folder",
+        _set("checkpoints.0.name", "x/step-00000020.ckpt"),
+        ["checkpoints[0]", "x/step"],
+    ),
     ("checkpoint name not the contract's", _set("checkpoints.0.name", "model.pt"), ["checkpoints[0]", "model.pt"]),
-    ("checkpoint key of another job", _set("checkpoints.0.key", "jobs/other/checkpoints/x"), ["checkpoints[0].key", "jobs/other"]),
-    ("checkpoint key climbs out", _set("checkpoints.0.key", "../../../etc/passwd"), ["checkpoints[0].key", "../../../etc/passwd"]),
+    (
+        "checkpoint key of another job",
+        _set("checkpoints.0.key", "jobs/other/checkpoints/x"),
+        ["checkpoints[0].key", "jobs/other"],
+    ),
+    (
+        "checkpoint key climbs out",
+        _set("checkpoints.0.key", "../../../etc/passwd"),
+        ["checkpoints[0].key", "../../../etc/passwd"],
+    ),
     ("sha256 not hex", _set("checkpoints.0.sha256", "zz" * 32), ["checkpoints[0].sha256"]),
     ("size negative", _set("checkpoints.0.bytes", -1), ["checkpoints[0].bytes"]),
     ("data file climbs out", _add_data("../../../escape.txt"), ["data_files[0].rel"]),
     ("data file absolute", _add_data(ESCAPE), ["data_files[0].rel"]),
     ("data file root is ..", _add_data("a.txt", root="/datasets/.."), ["data_files[0].root", "/datasets/.."]),
-    ("data file key not its sha", _add_data("a.txt") , None),  # replaced below
+    ("data file key not its sha", _add_data("a.txt"), None),  # replaced below
     ("wrong type", _set("gpus", "two"), ["gpus", "two"]),
     ("missing state", _delete("state"), ["state", "is required"]),
     ("missing spec", _delete("spec"), ["spec", "is required"]),
     ("nul in the command", _set("spec.command", ["python", "-c", "pass\u0000"]), ["spec", "command[2]"]),
     ("name with a slash", _set("name", "../x"), ["name", "../x"]),
     ("name with a newline", _set("name", "a\nb"), ["name"]),
-    ("priority past 64 bits", _set("priority", 2 ** 70), ["priority"]),
+    ("priority past 64 bits", _set("priority", 2**70), ["priority"]),
     ("uid of another job", _set("uid", "f" * 32), ["uid"]),
     ("not json", lambda m, r: b"{not json", ["not a JSON manifest"]),
     ("not an object", lambda m, r: b"[1, 2, 3]", ["not an orch manifest"]),
-    ("nested a million deep", lambda m, r: b'{"uid": "x", "a": ' + b"[" * 1_000_000 + b"]" * 1_000_000 + b"}",
-     ["nested"]),
+    (
+        "nested a million deep",
+        lambda m, r: b'{"uid": "x", "a": ' + b"[" * 1_000_000 + b"]" * 1_000_000 + b"}",
+        ["nested"],
+    ),
     ("bigger than the limit", lambda m, r: mf.dump(dict(m, pad="x" * (17 * 1024 * 1024))), ["limit"]),
 ]
 

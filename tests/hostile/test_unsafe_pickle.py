@@ -25,8 +25,9 @@ class RunsCode:
 
 
 def plant(path: Path, marker: Path) -> None:
-    torch.save({"state_dict": RunsCode(marker), "global_step": 99999999, "epoch": 0, "loops": {},
-                "optimizer_states": []}, path)
+    torch.save(
+        {"state_dict": RunsCode(marker), "global_step": 99999999, "epoch": 0, "loops": {}, "optimizer_states": []}, path
+    )
 
 
 def test_lightning_restores_never_unpickle_code(tmp_path):
@@ -55,15 +56,40 @@ def test_a_planted_pickle_checkpoint_is_refused_and_the_job_resumes_from_the_pre
 
     h = orch_home(cpu_slots=1)
     data = write_jsonl(tmp_path / "train.jsonl", sentiment_rows(2000, seed=3))
-    model = build_tiny_bert(tmp_path / "bert", [r["text"] for r in sentiment_rows(500, seed=1)], hidden=32,
-                            layers=1, heads=2, vocab_size=200, max_positions=64)
+    model = build_tiny_bert(
+        tmp_path / "bert",
+        [r["text"] for r in sentiment_rows(500, seed=1)],
+        hidden=32,
+        layers=1,
+        heads=2,
+        vocab_size=200,
+        max_positions=64,
+    )
     job = tmp_path / "ft.toml"
-    job.write_text("\n".join([
-        'name = "ft"', "gpus = 0", "retries = 0",
-        "[model]", f"name_or_path = {json.dumps(str(model))}",
-        "[data]", f"train = {json.dumps(str(data))}", "max_length = 32", "num_workers = 0",
-        "[train]", "max_steps = 300", "batch_size = 8", 'precision = "32"', "learning_rate = 1e-3",
-        "[checkpoint]", "every_n_steps = 5", "keep = 2"]) + "\n")
+    job.write_text(
+        "\n".join(
+            [
+                'name = "ft"',
+                "gpus = 0",
+                "retries = 0",
+                "[model]",
+                f"name_or_path = {json.dumps(str(model))}",
+                "[data]",
+                f"train = {json.dumps(str(data))}",
+                "max_length = 32",
+                "num_workers = 0",
+                "[train]",
+                "max_steps = 300",
+                "batch_size = 8",
+                'precision = "32"',
+                "learning_rate = 1e-3",
+                "[checkpoint]",
+                "every_n_steps = 5",
+                "keep = 2",
+            ]
+        )
+        + "\n"
+    )
     job_id = h.submit(job)
     marker = tmp_path / "pickle-ran"
     daemon = h.start_daemon()

@@ -18,17 +18,35 @@ from typing import Any, Optional
 import pytest
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-default-apps", "--disable-extensions", "--hide-scrollbars", "--mute-audio"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--hide-scrollbars",
+    "--mute-audio",
+]
 
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/system-deps.d/chromium.sh)")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="needs Debian's chromium (scripts/system-deps.d/chromium.sh)"
+)
 
 
 def _run(args: list[str], timeout: float) -> str:
     with tempfile.TemporaryDirectory(prefix="orch-chromium-") as profile:
-        proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     if proc.returncode != 0:
         raise AssertionError(f"chromium exited {proc.returncode}: {proc.stderr[-2000:]}")
     return proc.stdout
@@ -39,10 +57,13 @@ def dump_dom(url: str, *, budget_ms: int = 4000, timeout: float = 90) -> str:
     return _run([f"--virtual-time-budget={budget_ms}", "--dump-dom", url], timeout)
 
 
-def screenshot(url: str, path: Path, *, size: tuple[int, int] = (1280, 1700), budget_ms: int = 4000,
-               timeout: float = 90) -> Path:
-    _run([f"--virtual-time-budget={budget_ms}", f"--window-size={size[0]},{size[1]}", f"--screenshot={path}", url],
-         timeout)
+def screenshot(
+    url: str, path: Path, *, size: tuple[int, int] = (1280, 1700), budget_ms: int = 4000, timeout: float = 90
+) -> Path:
+    _run(
+        [f"--virtual-time-budget={budget_ms}", f"--window-size={size[0]},{size[1]}", f"--screenshot={path}", url],
+        timeout,
+    )
     assert path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"no screenshot at {path}"
     return path
 
@@ -93,9 +114,24 @@ class DashboardProcess:
     """`orch --home H dashboard --host HOST --port 0` as a subprocess; `url` from its first line."""
 
     def __init__(self, home_root: Path, host: str = "127.0.0.1"):
-        self.proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--home", str(home_root),
-                                      "dashboard", "--host", host, "--port", "0"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "--home",
+                str(home_root),
+                "dashboard",
+                "--host",
+                host,
+                "--port",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         self.lines: list[str] = []
         while time.monotonic() < deadline:
@@ -110,7 +146,9 @@ class DashboardProcess:
         match = re.search(r"(http://\S+)", "\n".join(self.lines))
         if not match:
             self.close()
-            raise AssertionError(f"no URL from orch dashboard: {self.lines} {self.proc.stderr.read() if self.proc.stderr else ''}")
+            raise AssertionError(
+                f"no URL from orch dashboard: {self.lines} {self.proc.stderr.read() if self.proc.stderr else ''}"
+            )
         self.url = match.group(1)
         self.port = int(re.search(r":(\d+)/", self.url).group(1))  # type: ignore[union-attr]
         token = re.search(r"token=([\w-]+)", self.url)

@@ -34,8 +34,12 @@ def test_queue_lists_every_job_with_its_state_and_why_it_waits(scenario, dashboa
     html = dump_dom(dashboard.url + "#/")
     rows = {int(el.attrs["data-job-id"]): el for el in find(parse(html), "tr") if el.has_class("job-row")}
     states = {job_id: el.attrs["data-state"] for job_id, el in rows.items()}
-    assert states == {scenario["a"]: "succeeded", scenario["b"]: "failed", scenario["c"]: "queued",
-                      scenario["d"]: "succeeded"}, states
+    assert states == {
+        scenario["a"]: "succeeded",
+        scenario["b"]: "failed",
+        scenario["c"]: "queued",
+        scenario["d"]: "succeeded",
+    }, states
     assert "held until" in rows[scenario["c"]].text  # why the queued job waits
     assert "diverged" in rows[scenario["b"]].text
     screenshot(dashboard.url + "#/", artifacts / "dashboard-queue.png", size=(1280, 520))
@@ -59,8 +63,7 @@ def test_job_page_draws_every_metrics_row_and_marks_the_preemption(scenario, das
         assert int(curves[metric].attrs["data-points"]) == expected, metric
         assert path_vertices(curves[metric].attrs["d"]) == expected, metric
     # One vertex per row: the train rows and the validation rows together are every row.
-    assert (int(curves["train_loss"].attrs["data-points"]) + int(curves["val_loss"].attrs["data-points"])
-            == len(rows))
+    assert int(curves["train_loss"].attrs["data-points"]) + int(curves["val_loss"].attrs["data-points"]) == len(rows)
     marks = [el for el in find(elements, "g") if el.has_class("marker")]
     preemptions = [m for m in marks if m.has_class("marker-preempted")]
     resumes = [m for m in marks if m.has_class("marker-resume")]

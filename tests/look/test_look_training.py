@@ -67,8 +67,10 @@ def test_a_diverging_job_stops_at_the_first_nan_and_keeps_the_checkpoint_before_
     assert f"at step {step}" in events["diverged"] and f"at step {step}" in events["failed"]
     # Stopped at once: no step after the NaN one ran.
     assert (read_json(run_dir / "progress.json") or {}).get("step", 0) <= step
-    ckpts = sorted((p for p in (run_dir / "checkpoints").iterdir() if parse_checkpoint_name(p.name)),
-                   key=lambda p: parse_checkpoint_name(p.name).step)
+    ckpts = sorted(
+        (p for p in (run_dir / "checkpoints").iterdir() if parse_checkpoint_name(p.name)),
+        key=lambda p: parse_checkpoint_name(p.name).step,
+    )
     assert ckpts, "checkpoints every 2 steps: at least one before the divergence"
     assert all(parse_checkpoint_name(p.name).step < step for p in ckpts), [p.name for p in ckpts]
     assert diverged["checkpoint"] == ckpts[-1].name
@@ -91,9 +93,9 @@ def _png_size_and_pixels(data: bytes) -> tuple[int, int, bytes]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, width, height, idat = 8, 0, 0, b""
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
         assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF, kind
         if kind == b"IHDR":
             width, height = struct.unpack(">II", body[:8])
@@ -112,7 +114,9 @@ def test_the_end_of_job_email_carries_a_decodable_loss_curve(scenario):
     png = images[0].get_content()
     width, height, raw = _png_size_and_pixels(png)
     assert (width, height) == (480, 240) and len(raw) == height * (1 + 3 * width)
-    colors = {raw[i:i + 3] for y in range(height) for i in range(y * (1 + 3 * width) + 1, (y + 1) * (1 + 3 * width), 3)}
+    colors = {
+        raw[i : i + 3] for y in range(height) for i in range(y * (1 + 3 * width) + 1, (y + 1) * (1 + 3 * width), 3)
+    }
     assert bytes((31, 119, 180)) in colors and bytes((255, 127, 14)) in colors  # train_loss and val_loss drawn
     cid = images[0]["Content-ID"].strip("<>")
     html = next(p for p in mails[0].walk() if p.get_content_type() == "text/html").get_content()

@@ -57,8 +57,8 @@ def test_the_loss_curve_png_decodes_and_is_none_without_a_loss(tmp_path):
     png = draw_curves(read_metrics(csv)["series"])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
     idat = png.index(b"IDAT")
-    length = int.from_bytes(png[idat - 4:idat], "big")
-    assert len(zlib.decompress(png[idat + 4:idat + 4 + length])) == 240 * (1 + 480 * 3)
+    length = int.from_bytes(png[idat - 4 : idat], "big")
+    assert len(zlib.decompress(png[idat + 4 : idat + 4 + length])) == 240 * (1 + 480 * 3)
     assert draw_curves(read_metrics(tmp_path / "missing.csv")["series"]) is None
     assert draw_curves({"val_acc": [[1, 0.5]]}) is None
 
@@ -76,8 +76,18 @@ def test_the_daemon_records_a_flat_loss_once_and_a_divergence_fails_without_retr
     home = Home(tmp_path / "home").ensure()
     store = Store(home.db)
     job = store.submit(name="j", kind="builtin", gpus=0, priority=0, retries=3, spec={}, spec_path="", now=1.0)
-    job = change_state(store, Config(), home, job, JobState.RUNNING, EventKind.STARTED, 2.0, expect=[JobState.QUEUED],
-                       updates={"attempt": 1}, begin_attempt=AttemptStart(1))
+    job = change_state(
+        store,
+        Config(),
+        home,
+        job,
+        JobState.RUNNING,
+        EventKind.STARTED,
+        2.0,
+        expect=[JobState.QUEUED],
+        updates={"attempt": 1},
+        begin_attempt=AttemptStart(1),
+    )
     run_dir = home.run_dir(job.id)
     run_dir.mkdir(parents=True, exist_ok=True)
     assert record_loss_flat(store, Config(), home, 3.0) == []
@@ -88,8 +98,17 @@ def test_the_daemon_records_a_flat_loss_once_and_a_divergence_fails_without_retr
     assert record_loss_flat(store, Config(), home, 5.0) == []
     assert len(store.events(job.id, kinds=["loss_flat"])) == 1
     assert divergence(home, job) is None
-    write_json_atomic(run_dir / HEALTH, {"diverged": {"step": 37, "what": "the training loss became nan",
-                                                      "attempt": "1", "checkpoint": "step-00000030.ckpt"}})
+    write_json_atomic(
+        run_dir / HEALTH,
+        {
+            "diverged": {
+                "step": 37,
+                "what": "the training loss became nan",
+                "attempt": "1",
+                "checkpoint": "step-00000030.ckpt",
+            }
+        },
+    )
     info = divergence(home, store.get(job.id))
     d = diverged_decision(info)
     assert d.state is JobState.FAILED and "at step 37" in d.reason and "step-00000030.ckpt" in d.reason
@@ -119,11 +138,15 @@ def test_the_dashboard_store_is_read_only(tmp_path):
 
 
 def test_the_daemon_and_the_dashboard_never_import_the_event_writer_or_torch():
-    code = ("import sys; import orchestrator.daemon.tick, orchestrator.daemon.outbox, orchestrator.cli.dashboard.server;"
-            "import notifiers.email, notifiers.wechat, notifiers.curve;"
-            "bad = [m for m in ('tensorboardX', 'training.run_logs', 'torch', 'pytorch_lightning') if m in sys.modules];"
-            "print(bad)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    code = (
+        "import sys; import orchestrator.daemon.tick, orchestrator.daemon.outbox, orchestrator.cli.dashboard.server;"
+        "import notifiers.email, notifiers.wechat, notifiers.curve;"
+        "bad = [m for m in ('tensorboardX', 'training.run_logs', 'torch', 'pytorch_lightning') if m in sys.modules];"
+        "print(bad)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2]
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.replace("'", '"')) == []
 
@@ -154,7 +177,9 @@ def test_the_wecom_robot_gets_the_curve_as_an_image_message_after_the_text(tmp_p
     server = HTTPServer(("127.0.0.1", 0), Robot)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/cgi-bin/webhook/send?key=693a91f6-7xxx-4bc4-97a0-0ec2sifa5aaa"
+        url = (
+            f"http://127.0.0.1:{server.server_address[1]}/cgi-bin/webhook/send?key=693a91f6-7xxx-4bc4-97a0-0ec2sifa5aaa"
+        )
         (robot,) = build_notifiers([{"type": "wecom", "url": url}], label="test", env={})
         series = {"train_loss": [[9, 0.9], [19, 0.5]]}
         robot.send(Message(event="succeeded", job_id=3, job_name="x", state="succeeded", curve_series=series))

@@ -11,8 +11,7 @@ from typing import Any, Callable, Iterator
 import pytest
 from s3_server import S3Server
 
-ACCESS = {"AWS_ACCESS_KEY_ID": "orch-test-key", "AWS_SECRET_ACCESS_KEY": "orch-test-secret",
-          "AWS_REGION": "us-east-1"}
+ACCESS = {"AWS_ACCESS_KEY_ID": "orch-test-key", "AWS_SECRET_ACCESS_KEY": "orch-test-secret", "AWS_REGION": "us-east-1"}
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from orchestrator.objectstore.remote import Remote
 # A command job: writes step-N checkpoints (`size` random bytes each) every `every` seconds up to
 # `steps`, progress.json after each, then waits for a release file (if any) and exits 0. SIGTERM:
 # a notice checkpoint at the current step, exit 75.
-CKPT_JOB = r'''
+CKPT_JOB = r"""
 import json, os, signal, sys, time
 b = json.loads(sys.argv[1])
 ck, run = os.environ["ORCH_CKPT_DIR"], os.environ["ORCH_RUN_DIR"]
@@ -52,14 +52,20 @@ release = b.get("release")
 while release and not os.path.exists(release):
     time.sleep(0.05)
 sys.exit(0)
-'''
+"""
 
 
 def storage_home(folder: Path, url: str, endpoint: Optional[str] = None, **storage: Any) -> OrchHome:
     folder.mkdir(parents=True, exist_ok=True)
     h = OrchHome(folder, cpu_slots=2, grace_seconds=10)
-    settings = {"heartbeat_seconds": 1, "throttle_seconds": 0.5, "stale_after_minutes": 0.05, "keep": 2,
-                "part_size_mb": 5, **storage}
+    settings = {
+        "heartbeat_seconds": 1,
+        "throttle_seconds": 0.5,
+        "stale_after_minutes": 0.05,
+        "keep": 2,
+        "part_size_mb": 5,
+        **storage,
+    }
     lines = ["", "[storage]", f"url = {json.dumps(url)}"] + ([f"endpoint = {json.dumps(endpoint)}"] if endpoint else [])
     lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
     config = h.root / "config.toml"
@@ -87,6 +93,7 @@ def wait_manifest(remote: Remote, uid: str, pred, timeout: float = 30, what: str
     def check() -> Optional[dict[str, Any]]:
         m = manifest(remote, uid)
         return m if m is not None and pred(m) else None
+
     return wait_for(check, timeout, what=what or f"the manifest of {uid} to satisfy {pred}", interval=0.1)
 
 

@@ -54,14 +54,23 @@ def test_auto_interval_checkpoints_at_the_young_daly_interval_and_show_says_why(
     h = OrchHome(tmp_path / "h", cpu_slots=1, grace_seconds=30)
     try:
         h.start_daemon()
-        spec = {"name": "auto", "gpus": 0,
-                "model": {"name_or_path": str(model), "num_labels": 2},
-                "data": {"train": str(train), "max_length": 32, "num_workers": 0},
-                "train": {"max_epochs": 2, "batch_size": 16, "precision": "32", "seed": 7},
-                "checkpoint": {"every": "auto", "every_minutes": 0.01, "mtbf_hours": 0.002, "keep": 10},
-                "env": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                        "HF_DATASETS_CACHE": str(tmp_path / "hf"), "TOKENIZERS_PARALLELISM": "false",
-                        "OMP_NUM_THREADS": "1", "ORCH_FAULT_SLOW_STEP_S": "0.1"}}
+        spec = {
+            "name": "auto",
+            "gpus": 0,
+            "model": {"name_or_path": str(model), "num_labels": 2},
+            "data": {"train": str(train), "max_length": 32, "num_workers": 0},
+            "train": {"max_epochs": 2, "batch_size": 16, "precision": "32", "seed": 7},
+            "checkpoint": {"every": "auto", "every_minutes": 0.01, "mtbf_hours": 0.002, "keep": 10},
+            "env": {
+                "HF_HUB_OFFLINE": "1",
+                "HF_DATASETS_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "HF_DATASETS_CACHE": str(tmp_path / "hf"),
+                "TOKENIZERS_PARALLELISM": "false",
+                "OMP_NUM_THREADS": "1",
+                "ORCH_FAULT_SLOW_STEP_S": "0.1",
+            },
+        }
         path = tmp_path / "auto.toml"
         path.write_bytes(tomli_w.dumps(spec).encode())
         job_id = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0).id

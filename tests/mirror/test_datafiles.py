@@ -23,7 +23,9 @@ def _job(h, folder: Path, name: str) -> int:
     (model / "config.json").write_text('{"model_type": "bert"}')
     (model / "vocab.txt").write_text("[PAD]\n[UNK]\n")
     toml = folder / f"{name}.toml"
-    toml.write_text(f'name = "{name}"\ngpus = 0\n[model]\nname_or_path = "{model}"\n[data]\ntrain = "{data / "train.jsonl"}"\n')
+    toml.write_text(
+        f'name = "{name}"\ngpus = 0\n[model]\nname_or_path = "{model}"\n[data]\ntrain = "{data / "train.jsonl"}"\n'
+    )
     return submit_job(h.store, h.config, h.home, toml, now=time.time(), machine_gpus=0).id
 
 
@@ -36,6 +38,7 @@ def mirrored(s3_server, s3_env, tmp_path):
         _job(a, tmp_path / "inputs", "dj2")  # same files: one object each in the store
         Mirror(a.home, a.config, a.store).pass_once(time.time())  # the daemon's uploader, one pass
         return a, url, a.job(job_id).uid
+
     return make
 
 

@@ -57,8 +57,12 @@ def test_a_folder_checkpoint_is_mirrored_and_adopted_as_the_same_folder(homes, t
     job_id = a.submit("trainer-like", command=[sys.executable, str(script), "7"])
     uid = a.job(job_id).uid
     remote = remote_for(a)
-    m = wait_manifest(remote, uid, lambda m: m["checkpoints"] and m["checkpoints"][0]["step"] == 7,
-                      what="the folder checkpoint mirrored")
+    m = wait_manifest(
+        remote,
+        uid,
+        lambda m: m["checkpoints"] and m["checkpoints"][0]["step"] == 7,
+        what="the folder checkpoint mirrored",
+    )
     record = m["checkpoints"][0]
     assert record["packed"] == "tar" and record["name"] == "step-00000007.ckpt"
     original = _files(a.run_dir(job_id) / "checkpoints" / "checkpoint-7")

@@ -43,14 +43,24 @@ def workload(tmp_path_factory) -> dict[str, Path]:
 
 def submit(h: OrchHome, workload: dict[str, Path], name: str) -> int:
     spec: dict[str, Any] = {
-        "name": name, "gpus": 0, "retries": 2, "grace_seconds": 30,
+        "name": name,
+        "gpus": 0,
+        "retries": 2,
+        "grace_seconds": 30,
         "model": {"name_or_path": str(workload["model"]), "num_labels": 2},
         "data": {"train": str(workload["train"]), "max_length": 32, "num_workers": 0, "shuffle": True},
         "train": {"max_epochs": EPOCHS, "batch_size": BATCH, "precision": "32", "learning_rate": 1e-3, "seed": 7},
         "checkpoint": {"every_n_steps": EVERY, "keep": 2},
-        "env": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "HF_DATASETS_CACHE": str(workload["hf_cache"]), "TOKENIZERS_PARALLELISM": "false",
-                "OMP_NUM_THREADS": "1", "ORCH_PROGRESS_EVERY_S": "0.3", "ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S)},
+        "env": {
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_CACHE": str(workload["hf_cache"]),
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1",
+            "ORCH_PROGRESS_EVERY_S": "0.3",
+            "ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S),
+        },
     }
     path = h.jobs_dir / f"{name}.toml"
     path.write_bytes(tomli_w.dumps(spec).encode())
@@ -69,6 +79,7 @@ def wait_succeeded(h: OrchHome, job_id: int, timeout: float = 150) -> None:
         if state in (JobState.FAILED, JobState.CANCELLED, JobState.STOPPED):
             raise AssertionError(f"job {job_id} ended {state.value}: {h.job(job_id).reason}\n{h.log_tail()}")
         return state is JobState.SUCCEEDED
+
     wait_for(done, timeout, interval=0.2, what=f"job {job_id} to succeed ({h.log_tail()})")
 
 
@@ -116,8 +127,12 @@ def adopt_and_finish(tmp_path: Path, url: str, endpoint: str, homes: list, uid: 
     b = storage_home(tmp_path / "b", url, endpoint)
     homes.append(b)
     started = time.monotonic()
-    ran = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", "--yes", url, "--all")), 40,
-                   interval=0.5, what="adoption once the lost machine's lease is stale")
+    ran = wait_for(
+        lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", "--yes", url, "--all")),
+        40,
+        interval=0.5,
+        what="adoption once the lost machine's lease is stale",
+    )
     assert "sha256 verified" in ran.stdout, ran
     job = b.store.by_uid(uid)
     assert job is not None and job.state is JobState.QUEUED
@@ -129,7 +144,8 @@ def adopt_and_finish(tmp_path: Path, url: str, endpoint: str, homes: list, uid: 
 
 
 def test_lost_instance_after_a_notice_resumes_elsewhere_with_identical_weights_and_no_steps_lost(
-        workload, uninterrupted, s3_server, s3_env, homes, tmp_path):
+    workload, uninterrupted, s3_server, s3_env, homes, tmp_path
+):
     url, endpoint = f"s3://{s3_server.bucket()}/orch", s3_server.endpoint
     a = storage_home(tmp_path / "a", url, endpoint, keep=2)
     cfg = a.root / "config.toml"
@@ -145,8 +161,13 @@ def test_lost_instance_after_a_notice_resumes_elsewhere_with_identical_weights_a
     wait_for(lambda: progress_step(a, job_id) >= notice_at, 120, interval=0.02, what=f"step {notice_at}")
     (a.root / "preempt-notice").touch()
     remote = remote_for(a)
-    m = wait_manifest(remote, uid, lambda m: m["checkpoints"] and m["checkpoints"][0]["notice"] and m["state"] == "queued",
-                      timeout=60, what="the notice checkpoint mirrored")
+    m = wait_manifest(
+        remote,
+        uid,
+        lambda m: m["checkpoints"] and m["checkpoints"][0]["notice"] and m["state"] == "queued",
+        timeout=60,
+        what="the notice checkpoint mirrored",
+    )
     notice_step = m["checkpoints"][0]["step"]
     lose_the_machine(a)
     homes.remove(a)
@@ -163,7 +184,8 @@ def test_lost_instance_after_a_notice_resumes_elsewhere_with_identical_weights_a
 
 
 def test_lost_instance_without_a_notice_resumes_from_the_newest_mirrored_checkpoint_and_reports_lost_steps(
-        workload, uninterrupted, s3_server, s3_env, homes, tmp_path):
+    workload, uninterrupted, s3_server, s3_env, homes, tmp_path
+):
     url, endpoint = f"s3://{s3_server.bucket()}/orch", s3_server.endpoint
     a = storage_home(tmp_path / "a", url, endpoint, keep=2)
     homes.append(a)

@@ -47,8 +47,11 @@ def test_manifest_names_only_uploaded_checkpoints_and_retention_never_deletes_a_
     steps = [c["step"] for c in m["checkpoints"]]
     assert steps[0] == 8 and len(steps) == 2 and steps[1] < 8, steps  # newest wins: older ones may be skipped
     # retention deletes what the manifest no longer names, right after writing it
-    wait_for(lambda: {meta["path"] for meta in remote.list(f"jobs/{uid}/checkpoints")} == set(named_keys(m)), 10,
-             what="retention to delete the checkpoints the manifest no longer names")
+    wait_for(
+        lambda: {meta["path"] for meta in remote.list(f"jobs/{uid}/checkpoints")} == set(named_keys(m)),
+        10,
+        what="retention to delete the checkpoints the manifest no longer names",
+    )
     assert len(seen_steps | set(steps)) >= 3, seen_steps  # so retention did delete some
     assert m["owner"]["released"] is True and m["attempts"][0]["outcome"] == "succeeded"
     show = json.loads(h.cli("show", str(job_id), "--json").stdout)
@@ -67,7 +70,8 @@ def _kill_home(h) -> None:
 
 
 def test_adopt_refuses_a_live_owner_two_machines_cannot_both_adopt_and_the_old_owner_cannot_write(
-        store_url, homes, tmp_path):
+    store_url, homes, tmp_path
+):
     url, endpoint = store_url
     a = storage_home(tmp_path / "a", url, endpoint, stale_after_minutes=0.1)
     homes.append(a)
@@ -80,12 +84,18 @@ def test_adopt_refuses_a_live_owner_two_machines_cannot_both_adopt_and_the_old_o
     b = storage_home(tmp_path / "b", url, endpoint, stale_after_minutes=0.1)
     homes.append(b)
     refused = b.cli("adopt", "--yes", url, "--all")
-    assert refused.returncode == 1 and "still owned by host" in refused.stderr and "heartbeat is" in refused.stderr, refused
+    assert refused.returncode == 1 and "still owned by host" in refused.stderr and "heartbeat is" in refused.stderr, (
+        refused
+    )
     assert b.store.by_uid(uid) is None
 
     _kill_home(a)  # the machine is lost; its heartbeat goes stale after 6 s
-    adopted = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", "--yes", url, "--all")), 30,
-                       interval=0.5, what="adoption once the lease is stale")
+    adopted = wait_for(
+        lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", "--yes", url, "--all")),
+        30,
+        interval=0.5,
+        what="adoption once the lease is stale",
+    )
     assert "adopted" in adopted.stdout and "sha256 verified" in adopted.stdout, adopted
     job_b = b.store.by_uid(uid)
     assert job_b.state is JobState.QUEUED and job_b.attempt == 1
@@ -168,8 +178,13 @@ def test_storage_down_never_pauses_training_one_warning_then_uploads_catch_up(s3
     finally:
         server.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.server.start()
-    wait_manifest(remote, uid, lambda m: m["checkpoints"][0]["step"] > step_now, timeout=30,
-                  what="uploads to catch up after the store came back")
+    wait_manifest(
+        remote,
+        uid,
+        lambda m: m["checkpoints"][0]["step"] > step_now,
+        timeout=30,
+        what="uploads to catch up after the store came back",
+    )
     wait_for(lambda: "mirror_recovered" in [e.kind for e in h.store.events()], 10, what="mirror_recovered")
     assert [e.kind for e in h.store.events()].count("mirror_failed") == 1
     h.cleanup()
@@ -177,30 +192,49 @@ def test_storage_down_never_pauses_training_one_warning_then_uploads_catch_up(s3
     server.stop()
 
 
-def test_sigkill_in_the_middle_of_an_upload_leaves_the_manifest_on_complete_checkpoints(s3_server, s3_env, homes,
-                                                                                       tmp_path):
+def test_sigkill_in_the_middle_of_an_upload_leaves_the_manifest_on_complete_checkpoints(
+    s3_server, s3_env, homes, tmp_path
+):
     url, endpoint = f"s3://{s3_server.bucket()}/orch", s3_server.endpoint
     a = storage_home(tmp_path / "a", url, endpoint, concurrency=1)
     homes.append(a)
     a.start_daemon()
-    job_id = ckpt_job(a, "midway", steps=4, every=0.3, ckpt_every=2, big_from=4, big=160 * 1024 * 1024,
-                      release=str(tmp_path / "never"))
+    job_id = ckpt_job(
+        a,
+        "midway",
+        steps=4,
+        every=0.3,
+        ckpt_every=2,
+        big_from=4,
+        big=160 * 1024 * 1024,
+        release=str(tmp_path / "never"),
+    )
     uid = a.job(job_id).uid
     remote = remote_for(a)
     wait_manifest(remote, uid, lambda m: m["checkpoints"] and m["checkpoints"][0]["step"] == 2, what="step 2 mirrored")
-    wait_for(lambda: "queued step-00000004.ckpt" in a.home.log_file.read_text(), 30, interval=0.02,
-             what="the big upload to start")
+    wait_for(
+        lambda: "queued step-00000004.ckpt" in a.home.log_file.read_text(),
+        30,
+        interval=0.02,
+        what="the big upload to start",
+    )
     time.sleep(0.3)  # inside the put
     assert "uploaded step-00000004.ckpt" not in a.home.log_file.read_text(), "the upload finished too fast to test"
     _kill_home(a)
     m = manifest(remote, uid)
     assert [c["step"] for c in m["checkpoints"]] == [2], m["checkpoints"]
-    assert not any("step-00000004" in meta["path"] for meta in remote.list(f"jobs/{uid}")), "a partial object is visible"
+    assert not any("step-00000004" in meta["path"] for meta in remote.list(f"jobs/{uid}")), (
+        "a partial object is visible"
+    )
 
     b = storage_home(tmp_path / "b", url, endpoint)
     homes.append(b)
-    ran = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", "--yes", url, "--all")), 30,
-                   interval=0.5, what="adoption once the lease is stale")
+    ran = wait_for(
+        lambda: (lambda r: r if r.returncode == 0 else None)(b.cli("adopt", "--yes", url, "--all")),
+        30,
+        interval=0.5,
+        what="adoption once the lease is stale",
+    )
     assert "resuming from step 2" in ran.stdout, ran
     job_b = b.store.by_uid(uid)
     # The lost steps: beyond the 2 mirrored, up to the step the mirror last heard of (progress is
@@ -209,17 +243,23 @@ def test_sigkill_in_the_middle_of_an_upload_leaves_the_manifest_on_complete_chec
 
 
 def test_daemon_stop_drops_the_periodic_upload_in_flight_mirrors_the_notice_checkpoint_and_releases(
-        s3_server, s3_env, homes, tmp_path):
+    s3_server, s3_env, homes, tmp_path
+):
     url, endpoint = f"s3://{s3_server.bucket()}/orch", s3_server.endpoint
     a = storage_home(tmp_path / "a", url, endpoint, concurrency=1)
     homes.append(a)
     a.start_daemon()
-    job_id = ckpt_job(a, "notice", steps=400, every=0.1, ckpt_every=5, big_from=10, big=160 * 1024 * 1024,
-                      notice_size=64 * 1024)
+    job_id = ckpt_job(
+        a, "notice", steps=400, every=0.1, ckpt_every=5, big_from=10, big=160 * 1024 * 1024, notice_size=64 * 1024
+    )
     uid = a.job(job_id).uid
     remote = remote_for(a)
-    wait_for(lambda: "queued step-00000010.ckpt" in a.home.log_file.read_text(), 30, interval=0.02,
-             what="the big periodic upload to start")
+    wait_for(
+        lambda: "queued step-00000010.ckpt" in a.home.log_file.read_text(),
+        30,
+        interval=0.02,
+        what="the big periodic upload to start",
+    )
     t0 = time.monotonic()
     a.daemons[0].send_signal(signal.SIGTERM)
     assert a.daemons[0].wait(60) == 0
@@ -233,7 +273,8 @@ def test_daemon_stop_drops_the_periodic_upload_in_flight_mirrors_the_notice_chec
 
 
 def test_missing_the_notice_deadline_leaves_the_manifest_at_the_previous_checkpoint_and_counts_the_steps_as_lost(
-        s3_server, s3_env, homes, tmp_path):
+    s3_server, s3_env, homes, tmp_path
+):
     url, endpoint = f"s3://{s3_server.bucket()}/orch", s3_server.endpoint
     a = storage_home(tmp_path / "a", url, endpoint, concurrency=1, notice_concurrency=1, notice_deadline_seconds=1.0)
     homes.append(a)
@@ -241,11 +282,16 @@ def test_missing_the_notice_deadline_leaves_the_manifest_at_the_previous_checkpo
     job_id = ckpt_job(a, "late", steps=60, every=0.1, ckpt_every=5, notice_size=160 * 1024 * 1024)
     uid = a.job(job_id).uid
     remote = remote_for(a)
-    wait_manifest(remote, uid, lambda m: m["checkpoints"] and m["checkpoints"][0]["step"] >= 10, what="step 10 mirrored")
+    wait_manifest(
+        remote, uid, lambda m: m["checkpoints"] and m["checkpoints"][0]["step"] >= 10, what="step 10 mirrored"
+    )
     mirrored = manifest(remote, uid)["checkpoints"][0]["step"]
     # the job past the mirrored checkpoint, so the notice checkpoint holds steps the mirror lacks
-    wait_for(lambda: json.loads((a.run_dir(job_id) / "progress.json").read_text())["step"] > mirrored, 30,
-             what="the job past the mirrored step")
+    wait_for(
+        lambda: json.loads((a.run_dir(job_id) / "progress.json").read_text())["step"] > mirrored,
+        30,
+        what="the job past the mirrored step",
+    )
     a.daemons[0].send_signal(signal.SIGTERM)
     assert a.daemons[0].wait(60) == 0
     notice = sorted((a.run_dir(job_id) / "checkpoints").glob("notice-*"))[-1]
@@ -267,7 +313,8 @@ def test_missing_the_notice_deadline_leaves_the_manifest_at_the_previous_checkpo
 
 
 def test_a_daemon_killed_mid_upload_sends_the_checkpoint_again_on_restart_and_leaves_no_stray_object(
-        s3_server, s3_env, homes, tmp_path):
+    s3_server, s3_env, homes, tmp_path
+):
     """The upload queue survives a SIGKILL of the daemon: the next daemon on the same home sends the
     checkpoint again (under the same key), the manifest records the sha256 of the bytes stored, and
     the store holds exactly the checkpoints the manifest names."""
@@ -278,13 +325,18 @@ def test_a_daemon_killed_mid_upload_sends_the_checkpoint_again_on_restart_and_le
     homes.append(a)
     a.start_daemon()
     release = tmp_path / "release"
-    job_id = ckpt_job(a, "again", steps=4, every=0.3, ckpt_every=2, big_from=4, big=160 * 1024 * 1024,
-                      release=str(release))
+    job_id = ckpt_job(
+        a, "again", steps=4, every=0.3, ckpt_every=2, big_from=4, big=160 * 1024 * 1024, release=str(release)
+    )
     uid = a.job(job_id).uid
     remote = remote_for(a)
     wait_manifest(remote, uid, lambda m: m["checkpoints"] and m["checkpoints"][0]["step"] == 2, what="step 2 mirrored")
-    wait_for(lambda: "queued step-00000004.ckpt" in a.home.log_file.read_text(), 30, interval=0.02,
-             what="the big upload to start")
+    wait_for(
+        lambda: "queued step-00000004.ckpt" in a.home.log_file.read_text(),
+        30,
+        interval=0.02,
+        what="the big upload to start",
+    )
     a.kill9(a.daemons[0])  # the daemon only: the job goes on and is adopted by the next daemon
     if "uploaded step-00000004.ckpt" in a.home.log_file.read_text():
         pytest.skip("the upload finished before the kill: nothing to test on this machine")
@@ -296,8 +348,13 @@ def test_a_daemon_killed_mid_upload_sends_the_checkpoint_again_on_restart_and_le
     m = wait_manifest(remote, uid, lambda m: m["state"] == "succeeded", what="the last manifest")
     newest = m["checkpoints"][0]
     local = a.run_dir(job_id) / "checkpoints" / "step-00000004.ckpt"
-    assert newest["sha256"] == hashlib.sha256(local.read_bytes()).hexdigest() and newest["bytes"] == local.stat().st_size
+    assert (
+        newest["sha256"] == hashlib.sha256(local.read_bytes()).hexdigest() and newest["bytes"] == local.stat().st_size
+    )
     assert remote.download(newest["key"], tmp_path / "back.ckpt") == (newest["sha256"], newest["bytes"])
-    wait_for(lambda: {meta["path"] for meta in remote.list(f"jobs/{uid}/checkpoints")} == set(named_keys(m)), 10,
-             what="the store to hold exactly the named checkpoints")
+    wait_for(
+        lambda: {meta["path"] for meta in remote.list(f"jobs/{uid}/checkpoints")} == set(named_keys(m)),
+        10,
+        what="the store to hold exactly the named checkpoints",
+    )
     assert a.home.log_file.read_text().count("queued step-00000004.ckpt") == 1, "queued again instead of resumed"

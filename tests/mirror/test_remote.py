@@ -23,8 +23,10 @@ def test_put_get_list_delete(remote, tmp_path: Path):
     remote.put_bytes("jobs/u1/files/progress.json", b"{}")
     remote.put_bytes("jobs/u2/files/progress.json", b"{}")
     assert sorted(remote.list_dirs("jobs")) == ["u1", "u2"]
-    assert {m["path"] for m in remote.list("jobs/u1")} == {"jobs/u1/checkpoints/a-step-00000001.ckpt",
-                                                          "jobs/u1/files/progress.json"}
+    assert {m["path"] for m in remote.list("jobs/u1")} == {
+        "jobs/u1/checkpoints/a-step-00000001.ckpt",
+        "jobs/u1/files/progress.json",
+    }
     remote.delete("jobs/u1/checkpoints/a-step-00000001.ckpt")
     remote.delete("jobs/u1/checkpoints/a-step-00000001.ckpt")  # twice is fine
     assert remote.get_bytes("jobs/u1/checkpoints/a-step-00000001.ckpt") is None
@@ -60,6 +62,7 @@ def test_a_hashed_upload_of_a_file_renamed_over_midway_sends_and_hashes_the_file
     async def upload() -> tuple[str, int]:
         async def swap() -> None:  # runs at the upload's first await: after the open, before most reads
             os.replace(newer, src)  # the path now names other bytes; the open file is unchanged
+
         task = asyncio.ensure_future(swap())
         result = await remote.put_file_hashed_async("jobs/u1/checkpoints/swap.ckpt", src)
         await task
@@ -90,13 +93,16 @@ def test_unreachable_store_is_a_storage_error(storage_section, s3_env):
     assert "orch-test-secret" not in str(err.value)
 
 
-@pytest.mark.parametrize("url, problem", [
-    ("bucket/prefix", "must be s3://"),
-    ("ftp://host/x", "unknown scheme"),
-    ("file://relative/x", "three slashes"),
-    ("s3://ab/x", "3 to 63"),
-    ("az://account", "az://account/container"),
-])
+@pytest.mark.parametrize(
+    "url, problem",
+    [
+        ("bucket/prefix", "must be s3://"),
+        ("ftp://host/x", "unknown scheme"),
+        ("file://relative/x", "three slashes"),
+        ("s3://ab/x", "3 to 63"),
+        ("az://account", "az://account/container"),
+    ],
+)
 def test_bad_urls(url, problem):
     with pytest.raises(ValueError, match=problem):
         parse_storage_url(url)
@@ -132,8 +138,14 @@ def test_storage_check_against_the_loopback_server(s3_server, s3_env, tmp_path: 
     cfg.write_text(f'[storage]\nurl = "s3://{s3_server.bucket()}/orch"\nendpoint = "{s3_server.endpoint}"\n')
     ran = orch("--config", cfg, "storage", "check", "--mb", "6", env=s3_env)
     assert ran.rc == 0, ran
-    for line in ("conditional create: ok", "read back: ok", "conditional update: ok", "upload of 6 MB", "delete: ok",
-                 "aborts incomplete multipart uploads"):
+    for line in (
+        "conditional create: ok",
+        "read back: ok",
+        "conditional update: ok",
+        "upload of 6 MB",
+        "delete: ok",
+        "aborts incomplete multipart uploads",
+    ):
         assert line in ran.out, ran.out
     assert "orch-test-secret" not in ran.out + ran.err
     missing = orch("--config", cfg, "storage", "check", "s3://orch-no-such-bucket/p", env=s3_env)

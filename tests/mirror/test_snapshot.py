@@ -14,9 +14,18 @@ from training.snapshot import BackgroundCheckpointIO, snapshot
 def _state() -> dict:
     torch.manual_seed(0)
     w = torch.randn(256, 256)
-    return {"state_dict": {"w": w, "tied": w, "b": torch.randn(256)}, "optimizer_states": [{"state": {0: {
-        "exp_avg": torch.randn(256, 256), "step": torch.tensor(3.0)}}, "param_groups": [{"lr": 1e-3, "params": [0]}]}],
-        "global_step": 10, "epoch": 0, "loops": {"fit_loop": {"x": [1, 2, (3, 4)]}}}
+    return {
+        "state_dict": {"w": w, "tied": w, "b": torch.randn(256)},
+        "optimizer_states": [
+            {
+                "state": {0: {"exp_avg": torch.randn(256, 256), "step": torch.tensor(3.0)}},
+                "param_groups": [{"lr": 1e-3, "params": [0]}],
+            }
+        ],
+        "global_step": 10,
+        "epoch": 0,
+        "loops": {"fit_loop": {"x": [1, 2, (3, 4)]}},
+    }
 
 
 def test_snapshot_is_independent_and_keeps_shared_tensors_shared():

@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 
-
 @dataclass
 class Received:
     method: str
@@ -51,8 +50,13 @@ class ProviderServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 parts = urlsplit(self.path)
                 outer.requests.append(
-                    Received("POST", parts.path, parse_qs(parts.query), {k.lower(): v for k, v in self.headers.items()},
-                             self.rfile.read(length))
+                    Received(
+                        "POST",
+                        parts.path,
+                        parse_qs(parts.query),
+                        {k.lower(): v for k, v in self.headers.items()},
+                        self.rfile.read(length),
+                    )
                 )
                 answer = outer.script.pop(0) if outer.script else outer.answer
                 if answer.delay_s:
@@ -81,8 +85,9 @@ class ProviderServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
         self._thread.start()
 
-    def reply(self, status: int = 200, body: Any = None, *, delay_s: float = 0.0,
-              headers: dict[str, str] | None = None) -> None:
+    def reply(
+        self, status: int = 200, body: Any = None, *, delay_s: float = 0.0, headers: dict[str, str] | None = None
+    ) -> None:
         self.answer = Answer(status, {} if body is None else body, delay_s, headers or {})
 
     def then(self, status: int = 200, body: Any = None) -> None:
@@ -120,7 +125,11 @@ class Inbox:
 def authenticator(server: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any) -> Any:
     from aiosmtpd.smtp import AuthResult, LoginPassword
 
-    ok = isinstance(auth_data, LoginPassword) and auth_data.login.decode() == USER and auth_data.password.decode() == PASSWORD
+    ok = (
+        isinstance(auth_data, LoginPassword)
+        and auth_data.login.decode() == USER
+        and auth_data.password.decode() == PASSWORD
+    )
     # handled=False: let aiosmtpd answer "535" itself (its default assumes we already replied).
     return AuthResult(success=ok, handled=False)
 

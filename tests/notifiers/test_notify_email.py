@@ -15,15 +15,30 @@ from notifiers import Message, NotifyError, build_notifiers
 pytestmark = pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
 
 MESSAGE = Message(
-    event="succeeded", job_id=7, job_name="sst2-bert", state="succeeded", attempt=1, duration_s=5400,
-    cost=9.9, currency="CNY", best_metric="val_acc=0.931", checkpoint="/ckpt/best.ckpt", host="lab-box",
+    event="succeeded",
+    job_id=7,
+    job_name="sst2-bert",
+    state="succeeded",
+    attempt=1,
+    duration_s=5400,
+    cost=9.9,
+    currency="CNY",
+    best_metric="val_acc=0.931",
+    checkpoint="/ckpt/best.ckpt",
+    host="lab-box",
 )
 
 
 def email_config(server: Any, **overrides: Any) -> dict[str, Any]:
     config = {
-        "type": "email", "name": "me", "host": server.host, "port": server.port, "tls": server.mode,
-        "ca_file": server.ca_file, "username": USER, "password_env": "ORCH_SMTP_PASSWORD",
+        "type": "email",
+        "name": "me",
+        "host": server.host,
+        "port": server.port,
+        "tls": server.mode,
+        "ca_file": server.ca_file,
+        "username": USER,
+        "password_env": "ORCH_SMTP_PASSWORD",
         "to": ["me@example.com", "lab@example.org"],
     }
     config.update(overrides)
@@ -38,7 +53,7 @@ def build(config: dict[str, Any], timeout_s: float = 5.0) -> Any:
 def test_email_delivers_one_mime_message_with_text_and_html_parts(smtp_server: Any) -> None:
     build(email_config(smtp_server)).send(MESSAGE)
 
-    (mail_from, rcpt_tos, mail), = smtp_server.inbox.envelopes
+    ((mail_from, rcpt_tos, mail),) = smtp_server.inbox.envelopes
     assert mail_from == USER
     assert rcpt_tos == ["me@example.com", "lab@example.org"]
     assert mail["Subject"] == "[orch] job 7 sst2-bert succeeded"
@@ -73,8 +88,14 @@ def test_untrusted_certificate_is_refused_without_ca_file(smtp_server: Any) -> N
 
 
 def test_nothing_listening_is_retryable() -> None:
-    config = {"type": "email", "host": "127.0.0.1", "port": free_port(), "tls": "none",
-              "sender": "orch@example.com", "to": ["me@example.com"]}
+    config = {
+        "type": "email",
+        "host": "127.0.0.1",
+        "port": free_port(),
+        "tls": "none",
+        "sender": "orch@example.com",
+        "to": ["me@example.com"],
+    }
     with pytest.raises(NotifyError) as caught:
         build(config, timeout_s=2).send(MESSAGE)
     assert caught.value.retryable and caught.value.code == "connection"
@@ -82,12 +103,22 @@ def test_nothing_listening_is_retryable() -> None:
 
 @pytest.mark.parametrize(
     "port, tls, expected",
-    [(465, None, ("ssl", 465)), (587, None, ("starttls", 587)), (2525, None, ("none", 2525)),
-     (2525, "ssl", ("ssl", 2525)), (None, "starttls", ("starttls", 587))],
+    [
+        (465, None, ("ssl", 465)),
+        (587, None, ("starttls", 587)),
+        (2525, None, ("none", 2525)),
+        (2525, "ssl", ("ssl", 2525)),
+        (None, "starttls", ("starttls", 587)),
+    ],
 )
 def test_tls_mode_follows_the_port_unless_tls_says_otherwise(port: Any, tls: Any, expected: Any) -> None:
-    config = {"type": "email", "host": "smtp.qq.com", "username": "me@qq.com", "password": "abcdabcdabcdabcd",
-              "to": ["me@qq.com"]}
+    config = {
+        "type": "email",
+        "host": "smtp.qq.com",
+        "username": "me@qq.com",
+        "password": "abcdabcdabcdabcd",
+        "to": ["me@qq.com"],
+    }
     config.update({k: v for k, v in {"port": port, "tls": tls}.items() if v is not None})
     notifier = build(config)
     assert (notifier.config.effective_tls, notifier.config.effective_port) == expected
@@ -100,8 +131,14 @@ def test_a_server_that_never_greets_is_a_retryable_timeout() -> None:
     with socket.socket() as silent:  # accepts connections (backlog) but never says 220
         silent.bind(("127.0.0.1", 0))
         silent.listen(1)
-        config = {"type": "email", "host": "127.0.0.1", "port": silent.getsockname()[1], "tls": "none",
-                  "sender": "orch@example.com", "to": ["me@example.com"]}
+        config = {
+            "type": "email",
+            "host": "127.0.0.1",
+            "port": silent.getsockname()[1],
+            "tls": "none",
+            "sender": "orch@example.com",
+            "to": ["me@example.com"],
+        }
         with pytest.raises(NotifyError) as caught:
             build(config, timeout_s=0.5).send(MESSAGE)
     assert caught.value.retryable and "timed out" in caught.value.provider_message

@@ -16,9 +16,19 @@ import pytest
 from notifiers import Message, NotifyError, build_notifiers
 
 MESSAGE = Message(
-    event="failed", job_id=7, job_name="sst2-bert", state="failed", reason="exit code 1", attempt=2,
-    duration_s=3725, cost=12.5, currency="CNY", best_metric="val_acc=0.931", checkpoint="/ckpt/step-00000500.ckpt",
-    host="autodl-container-1", log_tail="epoch 1\nRuntimeError: CUDA error",
+    event="failed",
+    job_id=7,
+    job_name="sst2-bert",
+    state="failed",
+    reason="exit code 1",
+    attempt=2,
+    duration_s=3725,
+    cost=12.5,
+    currency="CNY",
+    best_metric="val_acc=0.931",
+    checkpoint="/ckpt/step-00000500.ckpt",
+    host="autodl-container-1",
+    log_tail="epoch 1\nRuntimeError: CUDA error",
 )
 
 WECOM_KEY = "693a91f6-7xxx-4bc4-97a0-0ec2sifa5aaa"

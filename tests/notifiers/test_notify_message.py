@@ -13,10 +13,20 @@ from notifiers.base import truncate_utf8
 from orchestrator.states import EventKind
 
 FULL = Message(
-    event="failed", job_id=7, job_name="sst2-bert", state="failed", reason="exit code 1 (see attempt-2.log)",
-    attempt=2, duration_s=3725.4, cost=12.3456, currency="CNY", best_metric="val_acc=0.931",
-    checkpoint="/root/autodl-tmp/orch/runs/7/checkpoints/step-00000500.ckpt", host="autodl-container-1",
-    log_tail="\n".join(f"line {i}" for i in range(100)) + "\nRuntimeError: CUDA error <&>", steps_lost=120,
+    event="failed",
+    job_id=7,
+    job_name="sst2-bert",
+    state="failed",
+    reason="exit code 1 (see attempt-2.log)",
+    attempt=2,
+    duration_s=3725.4,
+    cost=12.3456,
+    currency="CNY",
+    best_metric="val_acc=0.931",
+    checkpoint="/root/autodl-tmp/orch/runs/7/checkpoints/step-00000500.ckpt",
+    host="autodl-container-1",
+    log_tail="\n".join(f"line {i}" for i in range(100)) + "\nRuntimeError: CUDA error <&>",
+    steps_lost=120,
 )
 
 
@@ -45,8 +55,16 @@ def test_every_event_kind_renders_in_every_format(kind: str) -> None:
 
 def test_text_shows_what_happened_and_what_to_do_next() -> None:
     text = FULL.text()
-    for expected in ("Attempt: 2", "Duration: 1h 02m", "Cost: 12.35 CNY", "Best metric: val_acc=0.931",
-                     "Steps lost: 120", "Host: autodl-container-1", "`orch retry 7`", "RuntimeError: CUDA error"):
+    for expected in (
+        "Attempt: 2",
+        "Duration: 1h 02m",
+        "Cost: 12.35 CNY",
+        "Best metric: val_acc=0.931",
+        "Steps lost: 120",
+        "Host: autodl-container-1",
+        "`orch retry 7`",
+        "RuntimeError: CUDA error",
+    ):
         assert expected in text
     assert "line 69" not in text and "line 71" in text  # only the last 30 log lines
 

@@ -28,17 +28,21 @@ def store(tmp_path: Path) -> Any:
 
 def channels(provider: Any) -> dict[str, Any]:
     built = build_notifiers(
-        [{"type": "wecom", "url": f"{provider.base_url}/cgi-bin/webhook/send?key={KEY}"},
-         {"type": "webhook", "name": "hook", "url": f"{provider.base_url}/hook"}],
-        env={}, timeout_s=2,
+        [
+            {"type": "wecom", "url": f"{provider.base_url}/cgi-bin/webhook/send?key={KEY}"},
+            {"type": "webhook", "name": "hook", "url": f"{provider.base_url}/hook"},
+        ],
+        env={},
+        timeout_s=2,
     )
     return {n.name: n for n in built}
 
 
 def queue(store: Any, channel: str, now: float, event: str = "failed", job_id: int | None = None) -> int:
     if job_id is None:
-        job_id = store.submit(name="sst2-bert", kind="command", gpus=0, priority=0, retries=0, spec={},
-                              spec_path="", now=now).id
+        job_id = store.submit(
+            name="sst2-bert", kind="command", gpus=0, priority=0, retries=0, spec={}, spec_path="", now=now
+        ).id
     message = Message(event, job_id=job_id, job_name="sst2-bert")
     store.record_event(job_id, event, now, outgoing=[Outgoing(channel, message.to_dict())])
     return job_id
@@ -129,7 +133,8 @@ def test_each_channel_is_spaced_by_its_min_interval(store: Any, provider: Any) -
     assert sender.deliver_due(6.0) == 1
     wecom = [r.json()["markdown"]["content"] for r in provider.requests if r.path.startswith("/cgi-bin")]
     assert [c.splitlines()[0] for c in wecom] == [
-        "**[orch] job 1 sst2-bert started**", "**[orch] job 1 sst2-bert was preempted**",
+        "**[orch] job 1 sst2-bert started**",
+        "**[orch] job 1 sst2-bert was preempted**",
         "**[orch] job 1 sst2-bert resumed from a checkpoint**",
     ]
 

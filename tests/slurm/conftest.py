@@ -45,10 +45,18 @@ def slurm_home(orch_home, slurm) -> Callable[..., OrchHome]:  # noqa: F811
         cluster = cluster or slurm
         cluster.cancel_all()
         h = orch_home(**{"cpu_slots": 4, "grace_seconds": 20, **(daemon or {})})
-        settings = {"slurm_conf": str(cluster.conf), "poll_seconds": 0.5, "partition": "low",
-                    "shared_dirs": [str(h.tmp)], "warn_before": 0, **keys}
+        settings = {
+            "slurm_conf": str(cluster.conf),
+            "poll_seconds": 0.5,
+            "partition": "low",
+            "shared_dirs": [str(h.tmp)],
+            "warn_before": 0,
+            **keys,
+        }
         text = (h.root / "config.toml").read_text()
-        text += '\n[executor]\nkind = "slurm"\n\n[slurm]\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
+        text += '\n[executor]\nkind = "slurm"\n\n[slurm]\n' + "".join(
+            f"{k} = {json.dumps(v)}\n" for k, v in settings.items()
+        )
         (h.root / "config.toml").write_text(text)
         h.config = load_config(h.root / "config.toml", required=True)
         h.slurm = cluster
@@ -67,5 +75,10 @@ def squeue_state(slurm: SlurmCluster, sid: str) -> str:
 
 
 def orch_cli(h: OrchHome, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", "--home", str(h.root), *args],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "--home", str(h.root), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )

@@ -30,11 +30,16 @@ def missing_programs() -> list[str]:
 
 
 def why_no_accounting() -> Optional[str]:
-    missing = [p for p in ("/usr/sbin/slurmdbd", "mariadbd", "mariadb-install-db", "mariadb")
-               if not (Path(p).exists() if p.startswith("/") else shutil.which(p))]
+    missing = [
+        p
+        for p in ("/usr/sbin/slurmdbd", "mariadbd", "mariadb-install-db", "mariadb")
+        if not (Path(p).exists() if p.startswith("/") else shutil.which(p))
+    ]
     if missing:
-        return (f"Slurm accounting needs slurmdbd and MariaDB ({', '.join(missing)} missing): "
-                "apt-get install slurmdbd mariadb-server")
+        return (
+            f"Slurm accounting needs slurmdbd and MariaDB ({', '.join(missing)} missing): "
+            "apt-get install slurmdbd mariadb-server"
+        )
     return None
 
 
@@ -44,8 +49,10 @@ def why_unusable() -> Optional[str]:
         return "the private Slurm cluster needs root (SlurmUser=root, munged as the munge user)"
     missing = missing_programs()
     if missing:
-        return (f"Slurm is not installed ({', '.join(missing)} missing): run scripts/system-deps.sh "
-                f"(Debian packages {' '.join(PACKAGES)})")
+        return (
+            f"Slurm is not installed ({', '.join(missing)} missing): run scripts/system-deps.sh "
+            f"(Debian packages {' '.join(PACKAGES)})"
+        )
     if not Path("/etc/munge/munge.key").exists():
         return "/etc/munge/munge.key is missing (reinstall the munge package)"
     return None
@@ -103,8 +110,9 @@ PartitionName=high Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10 PreemptMo
 class SlurmCluster:
     """start() / stop(); `env` is what every Slurm client command needs (SLURM_CONF)."""
 
-    def __init__(self, base: Optional[Path] = None, *, grace: int = 15, min_job_age: int = 600,
-                 accounting: bool = False):
+    def __init__(
+        self, base: Optional[Path] = None, *, grace: int = 15, min_job_age: int = 600, accounting: bool = False
+    ):
         self.base = Path(base or tempfile.mkdtemp(prefix="orch-slurm-"))
         self.grace = grace
         self.min_job_age = min_job_age
@@ -119,8 +127,9 @@ class SlurmCluster:
 
     def run(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
         # cwd: an sbatch without -o writes slurm-<id>.out where it was submitted; keep that here
-        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, check=check, timeout=timeout,
-                              cwd=self.base)
+        return subprocess.run(
+            list(argv), env=self.env, capture_output=True, text=True, check=check, timeout=timeout, cwd=self.base
+        )
 
     # -- start ----------------------------------------------------------------------------
 
@@ -134,10 +143,23 @@ class SlurmCluster:
         shutil.copy2("/etc/munge/munge.key", base / "munge" / "munge.key")
         os.chown(base / "munge" / "munge.key", mu.pw_uid, mu.pw_gid)
         os.chmod(base / "munge" / "munge.key", 0o400)
-        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged",
-                        f"--key-file={base}/munge/munge.key", f"--socket={base}/munge/munge.socket.2",
-                        f"--pid-file={base}/munge/munged.pid", f"--log-file={base}/munge/munged.log",
-                        f"--seed-file={base}/munge/munged.seed"], check=True, capture_output=True, timeout=30)
+        subprocess.run(
+            [
+                "runuser",
+                "-u",
+                "munge",
+                "--",
+                "/usr/sbin/munged",
+                f"--key-file={base}/munge/munge.key",
+                f"--socket={base}/munge/munge.socket.2",
+                f"--pid-file={base}/munge/munged.pid",
+                f"--log-file={base}/munge/munged.log",
+                f"--seed-file={base}/munge/munged.seed",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
         self.munged_pid = int(_wait_file(base / "munge" / "munged.pid", 10).read_text().split()[0])
         accounting = "AccountingStorageType=accounting_storage/none"
         if self.accounting:
@@ -145,12 +167,21 @@ class SlurmCluster:
         # Two "GPUs" per node that are not GPUs (/dev/null, /dev/zero; task/none binds nothing):
         # Slurm allocates them, counts them and sets CUDA_VISIBLE_DEVICES, which is what orch's
         # --gres and cost paths need; no CUDA code can run on them.
-        (base / "etc" / "gres.conf").write_text("AutoDetect=off\n" + "".join(
-            f"NodeName={n} Name=gpu File=/dev/null,/dev/zero\n" for n in NODES))
-        self.conf.write_text(SLURM_CONF.format(
-            host=socket.gethostname().split(".")[0], base=base, ctld_port=free_port(),
-            n1_port=free_port(), n2_port=free_port(), grace=self.grace, accounting=accounting,
-            min_job_age=self.min_job_age))
+        (base / "etc" / "gres.conf").write_text(
+            "AutoDetect=off\n" + "".join(f"NodeName={n} Name=gpu File=/dev/null,/dev/zero\n" for n in NODES)
+        )
+        self.conf.write_text(
+            SLURM_CONF.format(
+                host=socket.gethostname().split(".")[0],
+                base=base,
+                ctld_port=free_port(),
+                n1_port=free_port(),
+                n2_port=free_port(),
+                grace=self.grace,
+                accounting=accounting,
+                min_job_age=self.min_job_age,
+            )
+        )
         self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)])
         for node in NODES:
             self.start_slurmd(node)
@@ -165,30 +196,63 @@ class SlurmCluster:
         (my / "data").mkdir(parents=True, exist_ok=True)
         shutil.chown(my, "mysql", "mysql")
         shutil.chown(my / "data", "mysql", "mysql")
-        subprocess.run(["mariadb-install-db", "--user=mysql", f"--datadir={my}/data", "--skip-test-db",
-                        "--auth-root-authentication-method=socket"], check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                "mariadb-install-db",
+                "--user=mysql",
+                f"--datadir={my}/data",
+                "--skip-test-db",
+                "--auth-root-authentication-method=socket",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         db_port, dbd_port = free_port(), free_port()
         out = open(base / "log" / "mariadbd.out", "ab")
         self.procs["mariadbd"] = subprocess.Popen(
-            ["runuser", "-u", "mysql", "--", "mariadbd", "--no-defaults", f"--datadir={my}/data",
-             f"--socket={my}/mysql.sock", f"--port={db_port}", "--bind-address=127.0.0.1", "--skip-log-bin",
-             f"--pid-file={my}/mariadbd.pid"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+            [
+                "runuser",
+                "-u",
+                "mysql",
+                "--",
+                "mariadbd",
+                "--no-defaults",
+                f"--datadir={my}/data",
+                f"--socket={my}/mysql.sock",
+                f"--port={db_port}",
+                "--bind-address=127.0.0.1",
+                "--skip-log-bin",
+                f"--pid-file={my}/mariadbd.pid",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         out.close()
-        sql = ("CREATE DATABASE IF NOT EXISTS slurm_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' "
-               "IDENTIFIED BY 'orchtest'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;")
+        sql = (
+            "CREATE DATABASE IF NOT EXISTS slurm_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' "
+            "IDENTIFIED BY 'orchtest'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
+        )
         deadline = time.monotonic() + 60
-        while subprocess.run(["mariadb", f"--socket={my}/mysql.sock", "-u", "root", "-e", sql],
-                             capture_output=True, timeout=30).returncode != 0:
+        while (
+            subprocess.run(
+                ["mariadb", f"--socket={my}/mysql.sock", "-u", "root", "-e", sql], capture_output=True, timeout=30
+            ).returncode
+            != 0
+        ):
             if time.monotonic() > deadline or self.procs["mariadbd"].poll() is not None:
                 raise RuntimeError(f"MariaDB did not start: {(base / 'log' / 'mariadbd.out').read_text()[-2000:]}")
             time.sleep(0.3)
         dbd = base / "etc" / "slurmdbd.conf"
-        dbd.write_text(f"AuthType=auth/munge\nAuthInfo=socket={base}/munge/munge.socket.2\nDbdHost=localhost\n"
-                       f"DbdAddr=127.0.0.1\nDbdPort={dbd_port}\nSlurmUser=root\nPidFile={base}/slurmdbd.pid\n"
-                       f"LogFile={base}/log/slurmdbd.log\nStorageType=accounting_storage/mysql\n"
-                       f"StorageHost=127.0.0.1\nStoragePort={db_port}\nStorageUser=slurm\nStoragePass=orchtest\n"
-                       f"StorageLoc=slurm_acct_db\n")
+        dbd.write_text(
+            f"AuthType=auth/munge\nAuthInfo=socket={base}/munge/munge.socket.2\nDbdHost=localhost\n"
+            f"DbdAddr=127.0.0.1\nDbdPort={dbd_port}\nSlurmUser=root\nPidFile={base}/slurmdbd.pid\n"
+            f"LogFile={base}/log/slurmdbd.log\nStorageType=accounting_storage/mysql\n"
+            f"StorageHost=127.0.0.1\nStoragePort={db_port}\nStorageUser=slurm\nStoragePass=orchtest\n"
+            f"StorageLoc=slurm_acct_db\n"
+        )
         os.chmod(dbd, 0o600)
         self._spawn("slurmdbd", ["/usr/sbin/slurmdbd", "-D"])
         deadline = time.monotonic() + 30
@@ -198,16 +262,20 @@ class SlurmCluster:
                 break
             except OSError:
                 if time.monotonic() > deadline or self.procs["slurmdbd"].poll() is not None:
-                    raise RuntimeError(f"slurmdbd did not start: {(base / 'log' / 'slurmdbd.out').read_text()[-2000:]}") \
-                        from None
+                    raise RuntimeError(
+                        f"slurmdbd did not start: {(base / 'log' / 'slurmdbd.out').read_text()[-2000:]}"
+                    ) from None
                 time.sleep(0.2)
-        return (f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\n"
-                f"AccountingStoragePort={dbd_port}\nAccountingStoragePass={base}/munge/munge.socket.2")
+        return (
+            f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\n"
+            f"AccountingStoragePort={dbd_port}\nAccountingStoragePass={base}/munge/munge.socket.2"
+        )
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         out = open(self.base / "log" / f"{name}.out", "ab")
-        self.procs[name] = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         out.close()
 
     def start_slurmd(self, node: str) -> None:

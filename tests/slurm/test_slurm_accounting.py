@@ -46,12 +46,24 @@ def test_job_forgotten_by_squeue_while_the_daemon_was_down_is_settled(slurm_home
     h.kill9(d)
     h.release("go")
     wait_for(lambda: h.exit_record(job, 1), 30, what="the exit record")
-    wait_for(lambda: not c.run("squeue", "-h", "-t", "all", "-j", sid, "-o", "%i", check=False).stdout.strip(), 60,
-             interval=0.5, what="squeue to forget the job")
+    wait_for(
+        lambda: not c.run("squeue", "-h", "-t", "all", "-j", sid, "-o", "%i", check=False).stdout.strip(),
+        60,
+        interval=0.5,
+        what="squeue to forget the job",
+    )
     if c.mode == "on":
-        wait_for(lambda: "COMPLETED" in c.run("sacct", "-X", "-n", "-P", "-j", sid, "-o", "State",
-                                              "--starttime=now-1days", check=False).stdout, 30, interval=0.5,
-                 what="sacct to record it")
+        wait_for(
+            lambda: (
+                "COMPLETED"
+                in c.run(
+                    "sacct", "-X", "-n", "-P", "-j", sid, "-o", "State", "--starttime=now-1days", check=False
+                ).stdout
+            ),
+            30,
+            interval=0.5,
+            what="sacct to record it",
+        )
     # past the executor's "just submitted, squeue may not list it yet" allowance (10 s)
     wait_for(lambda: time.time() - h.job(job).executor_ref["submitted_at"] > 10.5, 15, interval=0.2)
     h.start_daemon()

@@ -36,21 +36,35 @@ def bert(tmp_path_factory) -> dict[str, Path]:
 
     folder = tmp_path_factory.mktemp("slurm-bert")
     os.chmod(folder, 0o755)
-    model = build_tiny_bert(folder / "model", [r["text"] for r in sentiment_rows(500, seed=1)], hidden=32, layers=2,
-                            heads=2, vocab_size=300, max_positions=64)
+    model = build_tiny_bert(
+        folder / "model",
+        [r["text"] for r in sentiment_rows(500, seed=1)],
+        hidden=32,
+        layers=2,
+        heads=2,
+        vocab_size=300,
+        max_positions=64,
+    )
     train = write_jsonl(folder / "train.jsonl", sentiment_rows(1600, seed=11))  # 100 steps an epoch
     return {"model": model, "train": train, "root": folder}
 
 
 def spec_dict(bert: dict[str, Path], name: str, **over: Any) -> dict[str, Any]:
     spec = {
-        "name": name, "gpus": 0, "retries": 0,
+        "name": name,
+        "gpus": 0,
+        "retries": 0,
         "model": {"name_or_path": str(bert["model"]), "num_labels": 2},
         "data": {"train": str(bert["train"]), "max_length": 32, "num_workers": 0},
         "train": {"max_epochs": 2, "batch_size": 16, "precision": "32", "learning_rate": 1e-3, "seed": 7},
         "checkpoint": {"every_n_steps": 10, "keep": 2},
-        "env": {"OMP_NUM_THREADS": "1", "ORCH_PROGRESS_EVERY_S": "0.3", "HF_HUB_OFFLINE": "1",
-                "TOKENIZERS_PARALLELISM": "false", "MASTER_ADDR": "127.0.0.1"},
+        "env": {
+            "OMP_NUM_THREADS": "1",
+            "ORCH_PROGRESS_EVERY_S": "0.3",
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "MASTER_ADDR": "127.0.0.1",
+        },
     }
     spec.update(over)
     return spec
@@ -70,10 +84,22 @@ def reference_run(folder: Path, spec: dict[str, Any]) -> subprocess.Popen:
     clean = JobSpec.model_validate(spec).to_toml_dict()
     (folder / "job.toml").write_bytes(tomli_w.dumps(clean).encode())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "ORCH_"))}
-    env.update(spec["env"], ORCH_RUN_DIR=str(folder), ORCH_CKPT_DIR=str(folder / "checkpoints"), ORCH_JOB_ID="0",
-               ORCH_ATTEMPT="1", PYTHONPATH=str(REPO))
-    return subprocess.Popen([sys.executable, "-m", "training.run", str(folder)], cwd=str(REPO), env=env,
-                            stdout=open(folder / "run.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    env.update(
+        spec["env"],
+        ORCH_RUN_DIR=str(folder),
+        ORCH_CKPT_DIR=str(folder / "checkpoints"),
+        ORCH_JOB_ID="0",
+        ORCH_ATTEMPT="1",
+        PYTHONPATH=str(REPO),
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "training.run", str(folder)],
+        cwd=str(REPO),
+        env=env,
+        stdout=open(folder / "run.log", "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -124,7 +150,9 @@ def test_builtin_job_preempted_by_slurm_resumes_to_identical_weights(slurm_home,
     wait_for(lambda: progress_step(h, job) >= at, 120, what=f"step {at}")
     node = (h.job(job).executor_ref.get("nodes") or ["n1"])[0]
     # a job in the high partition wants exactly that node: Slurm preempts ours (GraceTime 15 s)
-    high = h.slurm.run("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-w", node, "--wrap", "sleep 1").stdout.strip()
+    high = h.slurm.run(
+        "sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-w", node, "--wrap", "sleep 1"
+    ).stdout.strip()
     done = h.wait_state(job, JobState.SUCCEEDED, timeout=240)
     attempts = h.store.attempts(job)
     assert len(attempts) == 2, [(a.n, a.exit_code, a.outcome) for a in attempts]

@@ -59,8 +59,11 @@ def test_cancel_running_slurm_job_signals_the_task_and_never_requeues(slurm_home
     assert h.exit_record(job, 1)["code"] == 75
     time.sleep(2)  # nothing resubmits it
     assert h.job(job).attempt == 1 and h.job(job).state is JobState.CANCELLED
-    name = [ln.split("=", 1)[1] for ln in (h.run_dir(job) / "attempt-1.sbatch").read_text().splitlines()
-            if ln.startswith("#SBATCH --job-name=")][0]
+    name = [
+        ln.split("=", 1)[1]
+        for ln in (h.run_dir(job) / "attempt-1.sbatch").read_text().splitlines()
+        if ln.startswith("#SBATCH --job-name=")
+    ][0]
     assert name.endswith(f"-{job}.1")
     r = h.slurm.run("squeue", "-h", "-t", "all", "-n", name[:-1] + "2", "-o", "%i", check=False)
     assert not r.stdout.strip()
@@ -71,7 +74,9 @@ def test_cancel_pending_slurm_job_is_at_once(slurm_home):
     h = slurm_home()
     h.start_daemon()
     # both nodes busy in the high partition: orch's job waits in Slurm's queue
-    blocker = h.slurm.run("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N2", "--wrap", "sleep 120").stdout.strip()
+    blocker = h.slurm.run(
+        "sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N2", "--wrap", "sleep 120"
+    ).stdout.strip()
     try:
         job = h.submit("waits", hold="never")
         sid = slurm_id(h, job)
@@ -96,7 +101,9 @@ def test_budget_counts_only_slurm_running_time_and_stops_the_job(slurm_home):
     not stopped (pending costs nothing); once Slurm runs it, 3.6 s later it is told to stop."""
     h = slurm_home()
     h.start_daemon()
-    blocker = h.slurm.run("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N2", "--wrap", "sleep 8").stdout.strip()
+    blocker = h.slurm.run(
+        "sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N2", "--wrap", "sleep 8"
+    ).stdout.strip()
     path = h.job_file("capped", hold="never", on_term=75, notice_ckpt=2)
     path.write_text(path.read_text() + "\n[budget]\nmax_hours = 0.001\n")
     from orchestrator.lifecycle import submit_job
@@ -166,14 +173,14 @@ def test_sbatch_refusal_fails_the_job_with_slurms_reason(slurm_home):
     assert done.attempt == 1
 
 
-STACK_JOB = r'''
+STACK_JOB = r"""
 import faulthandler, os, signal, sys, time
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # what the built-in runner does
 def waiting_in_a_named_frame():
     open(os.path.join(sys.argv[1], "ready"), "w").close()
     time.sleep(300)
 waiting_in_a_named_frame()
-'''
+"""
 
 
 def test_doctor_asks_the_slurm_executor_and_dump_stacks_signals_the_steps_tasks(slurm_home):
@@ -205,8 +212,11 @@ def test_doctor_asks_the_slurm_executor_and_dump_stacks_signals_the_steps_tasks(
     said = executor.dump_stacks(replace(job, kind="builtin"))  # as for the built-in runner
     assert "stacks dumped" in said, said
     log = h.run_dir(job_id) / "attempt-1.log"
-    wait_for(lambda: "waiting_in_a_named_frame" in log.read_text(errors="replace"), 20,
-             what="faulthandler's dump in the attempt log")
+    wait_for(
+        lambda: "waiting_in_a_named_frame" in log.read_text(errors="replace"),
+        20,
+        what="faulthandler's dump in the attempt log",
+    )
     assert h.job(job_id).state is JobState.RUNNING and h.exit_record(job_id, 1) is None
     assert orch_cli(h, "cancel", str(job_id)).returncode == 0
     h.wait_state(job_id, JobState.CANCELLED, timeout=60)

@@ -26,7 +26,9 @@ def test_gpu_job_costs_allocated_gpus_times_slurm_running_time_and_nothing_pendi
     h.config = load_config(h.root / "config.toml", required=True)
     h.start_daemon()
     # every "GPU" of both nodes taken by a high-partition job: ours waits PENDING
-    blocker = h.slurm.run("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N2", "--gres=gpu:2", "--wrap", "sleep 6").stdout.strip()
+    blocker = h.slurm.run(
+        "sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N2", "--gres=gpu:2", "--wrap", "sleep 6"
+    ).stdout.strip()
     path = h.job_file("gpu2", gpus=2, hold="go", env_keys=["SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"])
     job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=64).id
     poke(h.home.wake_socket)

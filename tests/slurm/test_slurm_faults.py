@@ -21,8 +21,12 @@ pytestmark = pytest.mark.slow
 
 def job_pids(sid: str) -> list[int]:
     """Every process of Slurm job `sid` on this host: its slurmstepds and what they started."""
-    return [pid for pid in procs.pids()
-            if procs.cmdline(pid).startswith(f"slurmstepd: [{sid}.") or procs.environ(pid).get(b"SLURM_JOB_ID") == sid.encode()]
+    return [
+        pid
+        for pid in procs.pids()
+        if procs.cmdline(pid).startswith(f"slurmstepd: [{sid}.")
+        or procs.environ(pid).get(b"SLURM_JOB_ID") == sid.encode()
+    ]
 
 
 def test_node_failure_requeues_and_the_job_finishes_on_the_other_node(slurm_home):
@@ -78,8 +82,11 @@ def test_attempt_submitted_but_never_recorded_is_adopted_not_submitted_twice(slu
     h.release("go")
     done = h.wait_state(job, JobState.SUCCEEDED, timeout=30)
     assert done.attempt == 1
-    name = [ln.split("=", 1)[1] for ln in (h.run_dir(job) / "attempt-1.sbatch").read_text().splitlines()
-            if ln.startswith("#SBATCH --job-name=")][0]
+    name = [
+        ln.split("=", 1)[1]
+        for ln in (h.run_dir(job) / "attempt-1.sbatch").read_text().splitlines()
+        if ln.startswith("#SBATCH --job-name=")
+    ][0]
     out = h.slurm.run("squeue", "-h", "-t", "all", "-u", "root", "-o", "%j", check=False).stdout.split()
     assert out.count(name) == 1 and not any(n.startswith(name[:-1]) and n != name for n in out), out
     assert len(h.records("orphan", "start")) == 1

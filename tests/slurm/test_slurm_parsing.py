@@ -4,17 +4,25 @@ cluster in the other tests here)."""
 from __future__ import annotations
 
 from orchestrator.executors.slurm_query import (
-    SlurmJob, accounting_disabled, expand_nodelist, parse_duration, parse_exit_code, parse_sacct, parse_sbatch,
+    SlurmJob,
+    accounting_disabled,
+    expand_nodelist,
+    parse_duration,
+    parse_exit_code,
+    parse_sacct,
+    parse_sbatch,
     parse_squeue,
 )
 from orchestrator.executors.slurm_step import split_returncode
 
 
 def test_squeue_lines_and_noise():
-    text = ("12|PENDING|Resources|(null)|0:00|orch-3.1\n"
-            "slurm_load_jobs error: Socket timed out\n"  # noise is never a job
-            "13|RUNNING|None|n[1-2]|1-02:03:04|orch-4.2\n"
-            "14_7|COMPLETED|None|gpu01|00:05|x\n\n")
+    text = (
+        "12|PENDING|Resources|(null)|0:00|orch-3.1\n"
+        "slurm_load_jobs error: Socket timed out\n"  # noise is never a job
+        "13|RUNNING|None|n[1-2]|1-02:03:04|orch-4.2\n"
+        "14_7|COMPLETED|None|gpu01|00:05|x\n\n"
+    )
     jobs = parse_squeue(text)
     assert set(jobs) == {"12", "13", "14_7"}
     assert jobs["12"].describe() == "PENDING (Resources)"
@@ -35,13 +43,21 @@ def test_sacct_states_exit_codes_and_last_record_wins():
 
 
 def test_small_formats():
-    assert parse_exit_code("75:0") == (75, None) and parse_exit_code("0:9") == (None, 9) and parse_exit_code("") == (None, None)
-    assert parse_duration("05:07") == 307 and parse_duration("2-00:00:01") == 172801 and parse_duration("INVALID") is None
+    assert (
+        parse_exit_code("75:0") == (75, None)
+        and parse_exit_code("0:9") == (None, 9)
+        and parse_exit_code("") == (None, None)
+    )
+    assert (
+        parse_duration("05:07") == 307 and parse_duration("2-00:00:01") == 172801 and parse_duration("INVALID") is None
+    )
     assert expand_nodelist("gpu[01-03,07],cpu5") == ["gpu01", "gpu02", "gpu03", "gpu07", "cpu5"]
     assert expand_nodelist("(null)") == [] and expand_nodelist("n1") == ["n1"]
     assert parse_sbatch("4711\n") == "4711" and parse_sbatch("4711;cluster2") == "4711"
     assert parse_sbatch("sbatch: error: Batch job submission failed") is None
-    assert split_returncode(75) == (75, None) and split_returncode(143) == (None, 15) and split_returncode(-9) == (None, 9)
+    assert (
+        split_returncode(75) == (75, None) and split_returncode(143) == (None, 15) and split_returncode(-9) == (None, 9)
+    )
     assert SlurmJob("1", "RUNNING", nodes="n[1-20]").describe().endswith("(+12)")
 
 
@@ -52,18 +68,50 @@ def test_sbatch_geometry_overrides_and_shared_folder_check(tmp_path):
     from orchestrator.records import AttemptLaunch
     from orchestrator.executors.slurm_script import SlurmError, check_shared, sbatch_args
 
-    cfg = SlurmSection(partition="gpu", account="lab", time="4:00:00", warn_before=120, cpus_per_gpu=8,
-                       mem_per_gpu="32G", extra_args=["--constraint=ib"])
-    spec = {"gpus": 4, "nodes": 2, "model": {}, "slurm": {"partition": "long", "time": "12:00:00",
-                                                           "extra_args": ["--exclusive"]}}
+    cfg = SlurmSection(
+        partition="gpu",
+        account="lab",
+        time="4:00:00",
+        warn_before=120,
+        cpus_per_gpu=8,
+        mem_per_gpu="32G",
+        extra_args=["--constraint=ib"],
+    )
+    spec = {
+        "gpus": 4,
+        "nodes": 2,
+        "model": {},
+        "slurm": {"partition": "long", "time": "12:00:00", "extra_args": ["--exclusive"]},
+    }
     launch = AttemptLaunch(job_id=7, attempt=3, run_dir=tmp_path, argv=["x"], cwd=None, env={}, grace_s=25, spec=spec)
     args = sbatch_args(cfg, launch, "orch-abc-7.3")
-    for want in ("--job-name=orch-abc-7.3", "--nodes=2", "--ntasks-per-node=4", "--gres=gpu:4", "--cpus-per-task=8",
-                 "--mem-per-gpu=32G", "--partition=long", "--time=12:00:00", "--account=lab", "--signal=TERM@120",
-                 "--no-requeue", "--open-mode=append", "--constraint=ib", "--exclusive"):
+    for want in (
+        "--job-name=orch-abc-7.3",
+        "--nodes=2",
+        "--ntasks-per-node=4",
+        "--gres=gpu:4",
+        "--cpus-per-task=8",
+        "--mem-per-gpu=32G",
+        "--partition=long",
+        "--time=12:00:00",
+        "--account=lab",
+        "--signal=TERM@120",
+        "--no-requeue",
+        "--open-mode=append",
+        "--constraint=ib",
+        "--exclusive",
+    ):
         assert want in args, (want, args)
-    command_job = AttemptLaunch(job_id=7, attempt=1, run_dir=tmp_path, argv=["x"], cwd=None, env={}, grace_s=25,
-                                spec={"gpus": 2, "command": ["x"]})
+    command_job = AttemptLaunch(
+        job_id=7,
+        attempt=1,
+        run_dir=tmp_path,
+        argv=["x"],
+        cwd=None,
+        env={},
+        grace_s=25,
+        spec={"gpus": 2, "command": ["x"]},
+    )
     assert "--ntasks-per-node=1" in sbatch_args(cfg, command_job, "n")  # a command runs once per node
     with pytest.raises(SlurmError, match=r"shared_dirs"):
         check_shared(SlurmSection(), tmp_path)  # a local filesystem, not listed

@@ -48,10 +48,15 @@ def tiny_bert(tmp_path_factory) -> Path:
 
 def base_spec(tiny_bert: Path, data_dir: Path) -> dict[str, Any]:
     return {
-        "name": "t", "gpus": 0,
+        "name": "t",
+        "gpus": 0,
         "model": {"name_or_path": str(tiny_bert), "num_labels": 2},
-        "data": {"train": str(data_dir / "train.jsonl"), "validation": str(data_dir / "dev.jsonl"),
-                 "max_length": 64, "num_workers": 0},
+        "data": {
+            "train": str(data_dir / "train.jsonl"),
+            "validation": str(data_dir / "dev.jsonl"),
+            "max_length": 64,
+            "num_workers": 0,
+        },
         "train": {"max_epochs": 2, "batch_size": 16, "precision": "32", "learning_rate": 1e-3, "seed": 7},
         "checkpoint": {"every_n_steps": 10, "keep": 2},
     }
@@ -87,10 +92,21 @@ def make_run_dir(tmp_path, tiny_bert, data_dir) -> Callable[..., Path]:
 
 def job_env(hf_cache: Path, run_dir: Path, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "HF_DATASETS_CACHE": str(hf_cache), "ORCH_RUN_DIR": str(run_dir),
-                "ORCH_CKPT_DIR": str(run_dir / "checkpoints"), "ORCH_JOB_ID": "1", "ORCH_ATTEMPT": "1",
-                "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"})
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_CACHE": str(hf_cache),
+            "ORCH_RUN_DIR": str(run_dir),
+            "ORCH_CKPT_DIR": str(run_dir / "checkpoints"),
+            "ORCH_JOB_ID": "1",
+            "ORCH_ATTEMPT": "1",
+            "PYTHONPATH": str(REPO),
+            "OMP_NUM_THREADS": "2",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
     env.pop("ORCH_RESUME_FROM", None)
     env.pop("ORCH_RESUME_CHECKED", None)
     env.update(extra or {})
@@ -104,8 +120,14 @@ class Job:
         self.run_dir = run_dir
         self.log = log
         self._fh = open(log, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "training.run", str(run_dir)], cwd=str(REPO), env=env,
-                                     stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "training.run", str(run_dir)],
+            cwd=str(REPO),
+            env=env,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def signal_group(self, sig: int = signal.SIGTERM) -> None:
         os.killpg(self.proc.pid, sig)

@@ -23,15 +23,28 @@ def tiny_llama(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_ner_bert(tmp_path_factory) -> Path:
-    return build_tiny_bert(tmp_path_factory.mktemp("bert"), [" ".join(r["tokens"]) for r in ner_rows(600, seed=1)],
-                           hidden=32, layers=2, heads=2, vocab_size=120, max_positions=64)
+    return build_tiny_bert(
+        tmp_path_factory.mktemp("bert"),
+        [" ".join(r["tokens"]) for r in ner_rows(600, seed=1)],
+        hidden=32,
+        layers=2,
+        heads=2,
+        vocab_size=120,
+        max_positions=64,
+    )
 
 
 def lm_data(tokenizer, train: Path, **kwargs):
     from training.tasks.causal_lm import CausalLMData
 
-    data = CausalLMData(tokenizer=tokenizer, train=str(train), validation=None, batch_size=4, num_workers=0,
-                        **{"max_length": 64, **kwargs})
+    data = CausalLMData(
+        tokenizer=tokenizer,
+        train=str(train),
+        validation=None,
+        batch_size=4,
+        num_workers=0,
+        **{"max_length": 64, **kwargs},
+    )
     data.prepare()
     return data
 
@@ -90,9 +103,17 @@ def test_messages_use_the_chat_template_and_train_on_assistant_turns_only(tiny_l
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tiny_llama))
-    rows = [{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the plot was dull"},
-                          {"role": "assistant", "content": "negative"}, {"role": "user", "content": "and the cast ?"},
-                          {"role": "assistant", "content": "positive"}]}]
+    rows = [
+        {
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "the plot was dull"},
+                {"role": "assistant", "content": "negative"},
+                {"role": "user", "content": "and the cast ?"},
+                {"role": "assistant", "content": "positive"},
+            ]
+        }
+    ]
     example = lm_data(tok, write_jsonl(tmp_path / "m.jsonl", rows), messages_field="messages").splits["train"][0]
     assert tok.decode(example["input_ids"]) == tok.apply_chat_template(rows[0]["messages"], tokenize=False)
     trained = tok.decode([t for t in example["labels"] if t != IGNORE])
@@ -107,13 +128,19 @@ def test_truncation_drops_examples_with_nothing_to_train_on(tiny_llama, tmp_path
     tok = AutoTokenizer.from_pretrained(str(tiny_llama))
     short = {"prompt": "q :", "response": " positive"}
     rows = instruction_rows(4, seed=6) + [short]
-    data = lm_data(tok, write_jsonl(tmp_path / "t.jsonl", rows), prompt_field="prompt", response_field="response",
-                   max_length=12)  # the long prompts leave no response token within 12
+    data = lm_data(
+        tok, write_jsonl(tmp_path / "t.jsonl", rows), prompt_field="prompt", response_field="response", max_length=12
+    )  # the long prompts leave no response token within 12
     assert len(data.splits["train"]) == 1 and data.dropped["train"] == 4
     assert all(len(r["input_ids"]) <= 12 for r in data.splits["train"])
     with pytest.raises(DataError, match="no example has a token to train on within max_length = 12"):
-        lm_data(tok, write_jsonl(tmp_path / "u.jsonl", rows[:4]), prompt_field="prompt", response_field="response",
-                max_length=12)
+        lm_data(
+            tok,
+            write_jsonl(tmp_path / "u.jsonl", rows[:4]),
+            prompt_field="prompt",
+            response_field="response",
+            max_length=12,
+        )
 
 
 def test_packing_keeps_attention_within_each_example(tiny_llama, tmp_path):
@@ -123,8 +150,9 @@ def test_packing_keeps_attention_within_each_example(tiny_llama, tmp_path):
     tok = AutoTokenizer.from_pretrained(str(tiny_llama))
     train = write_jsonl(tmp_path / "t.jsonl", instruction_rows(12, seed=7))
     plain = lm_data(tok, train, prompt_field="prompt", response_field="response").splits["train"]
-    packed = lm_data(tok, train, prompt_field="prompt", response_field="response", max_length=128,
-                     packing=True).splits["train"]
+    packed = lm_data(tok, train, prompt_field="prompt", response_field="response", max_length=128, packing=True).splits[
+        "train"
+    ]
     assert len(packed) < len(plain)
     assert sum(len(r["input_ids"]) for r in packed) == sum(len(r["input_ids"]) for r in plain)
     from training.tasks.causal_lm import LMCollator
@@ -142,7 +170,7 @@ def test_packing_keeps_attention_within_each_example(tiny_llama, tmp_path):
             if start + n > int((batch["labels"][0] != -100).nonzero().max()) + 1:
                 break
             alone = model(input_ids=torch.tensor([example["input_ids"]])).logits[0]
-            assert torch.allclose(logits[start:start + n], alone, atol=1e-5), f"example at {start} saw its neighbours"
+            assert torch.allclose(logits[start : start + n], alone, atol=1e-5), f"example at {start} saw its neighbours"
             start += n
         assert start > 0
 
@@ -153,10 +181,20 @@ def test_token_labels_sit_on_each_words_first_sub_token(tiny_ner_bert, tmp_path)
     from training.tasks.token_cls import TokenClassificationData
 
     tok = AutoTokenizer.from_pretrained(str(tiny_ner_bert))
-    rows = [{"tokens": ["anna", "maria", "lopez", "works", "for", "globex", "corporation"],
-             "tags": ["B-PER", "I-PER", "I-PER", "O", "O", "B-ORG", "I-ORG"]}]
-    data = TokenClassificationData(tokenizer=tok, train=str(write_jsonl(tmp_path / "n.jsonl", rows)), validation=None,
-                                   batch_size=2, num_workers=0, max_length=64)
+    rows = [
+        {
+            "tokens": ["anna", "maria", "lopez", "works", "for", "globex", "corporation"],
+            "tags": ["B-PER", "I-PER", "I-PER", "O", "O", "B-ORG", "I-ORG"],
+        }
+    ]
+    data = TokenClassificationData(
+        tokenizer=tok,
+        train=str(write_jsonl(tmp_path / "n.jsonl", rows)),
+        validation=None,
+        batch_size=2,
+        num_workers=0,
+        max_length=64,
+    )
     data.prepare()
     assert data.label_names == ["B-ORG", "B-PER", "I-ORG", "I-PER", "O"]  # sorted: the same ids every attempt
     example = data.splits["train"][0]

@@ -27,14 +27,28 @@ def test_sft_oom_halves_batch_keeps_effective_batch_and_trains_every_sample_once
         row["prompt"] = f"{' '.join(words[(i // 6**k) % 6] for k in range(3))} {row['prompt']}"
     train = write_jsonl(tmp_path / "sft.jsonl", rows)
     llama = build_tiny_llama(tmp_path / "llama", [r["prompt"] + r["response"] for r in rows], vocab_size=400)
-    run = make_run_dir("sft-oom", model={"name_or_path": str(llama), "task": "causal-lm", "num_labels": None},
-                       data={"train": str(train), "validation": None, "prompt_field": "prompt",
-                             "response_field": "response", "max_length": 64},
-                       train={"max_epochs": 2, "batch_size": BATCH}, lora={"r": 4, "dropout": 0.1},
-                       checkpoint={"every_n_steps": 10, "keep": 3})
+    run = make_run_dir(
+        "sft-oom",
+        model={"name_or_path": str(llama), "task": "causal-lm", "num_labels": None},
+        data={
+            "train": str(train),
+            "validation": None,
+            "prompt_field": "prompt",
+            "response_field": "response",
+            "max_length": 64,
+        },
+        train={"max_epochs": 2, "batch_size": BATCH},
+        lora={"r": 4, "dropout": 0.1},
+        checkpoint={"every_n_steps": 10, "keep": 3},
+    )
     trace1, trace2 = tmp_path / "trace1.jsonl", tmp_path / "trace2.jsonl"
-    code, out = run_job(run, attempt=1, ORCH_FAULT_OOM_ABOVE_BATCH="4", ORCH_FAULT_OOM_AT_STEP=str(OOM_AT_STEP),
-                        ORCH_TRACE_SAMPLES=str(trace1))
+    code, out = run_job(
+        run,
+        attempt=1,
+        ORCH_FAULT_OOM_ABOVE_BATCH="4",
+        ORCH_FAULT_OOM_AT_STEP=str(OOM_AT_STEP),
+        ORCH_TRACE_SAMPLES=str(trace1),
+    )
     assert code == 76, out
     sizes = json.loads((run / "batch.json").read_text())
     assert (sizes["batch_size"], sizes["accumulate_grad_batches"]) == (4, 2)
@@ -54,6 +68,7 @@ def test_sft_oom_halves_batch_keeps_effective_batch_and_trains_every_sample_once
     for epoch, seen in rows_by_epoch(second).items():
         kept[epoch].extend(seen)
     for epoch in (0, 1):
-        assert len(kept[epoch]) == ROWS and len(set(kept[epoch])) == ROWS, \
+        assert len(kept[epoch]) == ROWS and len(set(kept[epoch])) == ROWS, (
             f"epoch {epoch}: {len(kept[epoch])} samples trained, {len(set(kept[epoch]))} distinct; want {ROWS} once each"
+        )
     assert set(kept[0]) == set(kept[1])

@@ -13,16 +13,27 @@ import pytest
 import torch
 
 from training.checkpoints import (
-    TEMP_MARK, AtomicCheckpointIO, checkpoint_problem, latest_valid_checkpoint, list_checkpoints, prune_checkpoints,
-    remove_orphan_temps, step_of,
+    TEMP_MARK,
+    AtomicCheckpointIO,
+    checkpoint_problem,
+    latest_valid_checkpoint,
+    list_checkpoints,
+    prune_checkpoints,
+    remove_orphan_temps,
+    step_of,
 )
 
 from conftest import REPO
 
 
 def fake_checkpoint(step: int, size: int = 1000) -> dict:
-    return {"state_dict": {"w": torch.full((size,), float(step))}, "global_step": step, "epoch": 0,
-            "loops": {}, "optimizer_states": []}
+    return {
+        "state_dict": {"w": torch.full((size,), float(step))},
+        "global_step": step,
+        "epoch": 0,
+        "loops": {},
+        "optimizer_states": [],
+    }
 
 
 WRITER = """
@@ -44,8 +55,12 @@ def test_sigkill_during_checkpoint_write_leaves_the_previous_one_loadable(tmp_pa
     target = tmp_path / "ckpts" / "step-00000001.ckpt"
     rng = random.Random(3)
     for trial in range(5):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(target)], cwd=str(REPO), stdout=subprocess.PIPE,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(target)],
+            cwd=str(REPO),
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
         assert proc.stdout.readline().strip() == b"ready"
         time.sleep(rng.uniform(0.0, 0.4))  # somewhere inside an 8 MB write most of the time
         proc.send_signal(signal.SIGKILL)
@@ -88,13 +103,24 @@ def test_resume_from_env_is_validated_and_falls_back(tmp_path):
 def test_retention_keeps_periodic_newest_notice_and_best(tmp_path):
     folder = tmp_path / "checkpoints"
     folder.mkdir()
-    names = ["step-00000010.ckpt", "step-00000020.ckpt", "step-00000030.ckpt", "notice-step-00000015.ckpt",
-             "notice-step-00000025.ckpt", "best.ckpt", "step-00000005.ckpt"]
+    names = [
+        "step-00000010.ckpt",
+        "step-00000020.ckpt",
+        "step-00000030.ckpt",
+        "notice-step-00000015.ckpt",
+        "notice-step-00000025.ckpt",
+        "best.ckpt",
+        "step-00000005.ckpt",
+    ]
     for name in names:
         (folder / name).write_bytes(b"x")
     prune_checkpoints(folder, keep=2)
-    assert {p.name for p in folder.iterdir()} == {"step-00000020.ckpt", "step-00000030.ckpt",
-                                                  "notice-step-00000025.ckpt", "best.ckpt"}
+    assert {p.name for p in folder.iterdir()} == {
+        "step-00000020.ckpt",
+        "step-00000030.ckpt",
+        "notice-step-00000025.ckpt",
+        "best.ckpt",
+    }
     assert [step_of(p) for p in list_checkpoints(folder)] == [30, 25, 20]
 
 

@@ -21,8 +21,20 @@ OOM_AT_STEP = 25  # the checkpoint before it is step 20, mid-epoch 0
 @pytest.fixture
 def unique_train(tmp_path):
     rows = sentiment_rows(640, seed=21)
-    words = ["movie", "film", "plot", "acting", "script", "soundtrack", "ending", "cast", "story", "dialogue",
-             "pacing", "visuals"]  # in the tiny tokenizer's vocabulary (digits are not)
+    words = [
+        "movie",
+        "film",
+        "plot",
+        "acting",
+        "script",
+        "soundtrack",
+        "ending",
+        "cast",
+        "story",
+        "dialogue",
+        "pacing",
+        "visuals",
+    ]  # in the tiny tokenizer's vocabulary (digits are not)
     for i, row in enumerate(rows):
         tag = " ".join(words[(i // 12**k) % 12] for k in range(3))
         row["text"] = f"{row['text']} {tag}"  # no two rows alike: each one is countable
@@ -38,13 +50,23 @@ def rows_by_epoch(trace_lines, max_step=None):
 
 
 @pytest.mark.slow
-def test_oom_halves_batch_keeps_effective_batch_and_accounts_every_sample(make_run_dir, run_job, unique_train,
-                                                                            tmp_path):
-    run = make_run_dir("oom", data={"train": str(unique_train)}, train={"max_epochs": 2, "batch_size": 16},
-                       checkpoint={"every_n_steps": 10, "keep": 3})
+def test_oom_halves_batch_keeps_effective_batch_and_accounts_every_sample(
+    make_run_dir, run_job, unique_train, tmp_path
+):
+    run = make_run_dir(
+        "oom",
+        data={"train": str(unique_train)},
+        train={"max_epochs": 2, "batch_size": 16},
+        checkpoint={"every_n_steps": 10, "keep": 3},
+    )
     trace1, trace2 = tmp_path / "trace1.jsonl", tmp_path / "trace2.jsonl"
-    code, out = run_job(run, attempt=1, ORCH_FAULT_OOM_ABOVE_BATCH="8", ORCH_FAULT_OOM_AT_STEP=str(OOM_AT_STEP),
-                        ORCH_TRACE_SAMPLES=str(trace1))
+    code, out = run_job(
+        run,
+        attempt=1,
+        ORCH_FAULT_OOM_ABOVE_BATCH="8",
+        ORCH_FAULT_OOM_AT_STEP=str(OOM_AT_STEP),
+        ORCH_TRACE_SAMPLES=str(trace1),
+    )
     assert code == 76, out
     sizes = json.loads((run / "batch.json").read_text())
     assert (sizes["batch_size"], sizes["accumulate_grad_batches"]) == (8, 2)
@@ -84,10 +106,18 @@ def test_oom_at_batch_size_one_fails_with_a_clear_message(make_run_dir, run_job)
     assert "out of GPU memory even at batch size 1" in last
 
 
-@pytest.mark.parametrize("batch, accumulate, expected", [
-    (32, 1, (16, 2)), (16, 4, (8, 8)), (2, 1, (1, 2)), (1, 1, None),
-    (3, 1, (1, 3)), (12, 1, (6, 2)), (15, 2, (5, 6)),  # odd: divide by the smallest prime factor
-])
+@pytest.mark.parametrize(
+    "batch, accumulate, expected",
+    [
+        (32, 1, (16, 2)),
+        (16, 4, (8, 8)),
+        (2, 1, (1, 2)),
+        (1, 1, None),
+        (3, 1, (1, 3)),
+        (12, 1, (6, 2)),
+        (15, 2, (5, 6)),  # odd: divide by the smallest prime factor
+    ],
+)
 def test_shrink_keeps_the_effective_batch(batch, accumulate, expected):
     assert shrink(batch, accumulate) == expected
     if expected:
@@ -95,14 +125,31 @@ def test_shrink_keeps_the_effective_batch(batch, accumulate, expected):
 
 
 def test_rescale_checkpoint_converts_batch_counters_not_sample_counters():
-    ckpt = {"loops": {"fit_loop": {
-        "epoch_loop.batch_progress": {"total": {"ready": 45, "completed": 44, "started": 45, "processed": 45},
-                                      "current": {"ready": 5, "completed": 4, "started": 5, "processed": 5},
-                                      "is_last_batch": False},
-        "state_dict": {"combined_loader": [{
-            "_sampler_iter_state": {"samples_yielded": 80, "sampler_iter_state": {"epoch": 1, "yielded": 80}},
-            "_sampler_iter_yielded": 5, "_num_yielded": 5}]},
-    }}, "global_step": 45, "orch": {"batch_size": 16}}
+    ckpt = {
+        "loops": {
+            "fit_loop": {
+                "epoch_loop.batch_progress": {
+                    "total": {"ready": 45, "completed": 44, "started": 45, "processed": 45},
+                    "current": {"ready": 5, "completed": 4, "started": 5, "processed": 5},
+                    "is_last_batch": False,
+                },
+                "state_dict": {
+                    "combined_loader": [
+                        {
+                            "_sampler_iter_state": {
+                                "samples_yielded": 80,
+                                "sampler_iter_state": {"epoch": 1, "yielded": 80},
+                            },
+                            "_sampler_iter_yielded": 5,
+                            "_num_yielded": 5,
+                        }
+                    ]
+                },
+            }
+        },
+        "global_step": 45,
+        "orch": {"batch_size": 16},
+    }
     rescale_checkpoint(ckpt, 16, 8)
     fit = ckpt["loops"]["fit_loop"]
     assert fit["epoch_loop.batch_progress"]["current"] == {"ready": 10, "completed": 9, "started": 10, "processed": 10}

@@ -19,7 +19,7 @@ from conftest import REPO, read_progress, wait_for
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = r'''
+SCRIPT = r"""
 import os, time, torch, pytorch_lightning as pl
 from torch.utils.data import TensorDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -47,17 +47,29 @@ trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False, e
                      enable_checkpointing=False, enable_model_summary=False, callbacks=[OrchCallback()])
 trainer.fit(Model(), loader, ckpt_path=os.environ.get("ORCH_RESUME_FROM") or None)
 torch.save(trainer.lightning_module.state_dict(), os.path.join(os.environ["ORCH_RUN_DIR"], "final.pt"))
-'''
+"""
 
 
 def start(run_dir, **env):
     script = run_dir / "train.py"
     script.write_text(SCRIPT)
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), "ORCH_RUN_DIR": str(run_dir),
-                "ORCH_CKPT_DIR": str(run_dir / "checkpoints"), "ORCH_PROGRESS_EVERY_S": "0.05", **env}
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "ORCH_RUN_DIR": str(run_dir),
+        "ORCH_CKPT_DIR": str(run_dir / "checkpoints"),
+        "ORCH_PROGRESS_EVERY_S": "0.05",
+        **env,
+    }
     log = open(run_dir / "log.txt", "ab")
-    return subprocess.Popen([sys.executable, str(script)], cwd=str(run_dir), env=full_env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=str(run_dir),
+        env=full_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def test_user_script_with_orch_callback_is_preemptible_and_resumes_exactly(tmp_path):

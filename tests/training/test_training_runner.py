@@ -18,12 +18,17 @@ pytestmark = pytest.mark.slow
 
 def test_quickstart_reaches_its_accuracy(tmp_path, run_job, hf_cache):
     example = tmp_path / "quickstart"
-    shutil.copytree(REPO / "examples" / "quickstart", example,
-                    ignore=shutil.ignore_patterns("data", "tiny-bert", "__pycache__"))
+    shutil.copytree(
+        REPO / "examples" / "quickstart", example, ignore=shutil.ignore_patterns("data", "tiny-bert", "__pycache__")
+    )
     import subprocess
 
-    subprocess.run([sys.executable, str(example / "prepare.py")], check=True, capture_output=True,
-                   env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        [sys.executable, str(example / "prepare.py")],
+        check=True,
+        capture_output=True,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     from orchestrator.jobspec import load_jobspec
     import tomli_w
 
@@ -51,9 +56,12 @@ def test_quickstart_reaches_its_accuracy(tmp_path, run_job, hf_cache):
 
 
 def test_exported_model_loads_and_predicts_with_string_labels(make_run_dir, run_job, data_dir):
-    run = make_run_dir("strings", data={"train": str(data_dir / "train_str.jsonl"),
-                                        "validation": str(data_dir / "dev_str.jsonl")},
-                       train={"max_epochs": 3, "learning_rate": 3e-3}, model={"num_labels": 2})
+    run = make_run_dir(
+        "strings",
+        data={"train": str(data_dir / "train_str.jsonl"), "validation": str(data_dir / "dev_str.jsonl")},
+        train={"max_epochs": 3, "learning_rate": 3e-3},
+        model={"num_labels": 2},
+    )
     code, out = run_job(run)
     assert code == 0, out
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -64,8 +72,13 @@ def test_exported_model_loads_and_predicts_with_string_labels(make_run_dir, run_
     assert model.config.label2id == {"negative": 0, "positive": 1}
     model.eval()
     with torch.no_grad():
-        logits = model(**tok(["the movie was wonderful and great", "the plot was awful and boring"],
-                             return_tensors="pt", padding=True)).logits
+        logits = model(
+            **tok(
+                ["the movie was wonderful and great", "the plot was awful and boring"],
+                return_tensors="pt",
+                padding=True,
+            )
+        ).logits
     assert logits.shape == (2, 2)
     labels = [model.config.id2label[int(i)] for i in logits.argmax(-1)]
     assert labels == ["positive", "negative"]
@@ -73,9 +86,12 @@ def test_exported_model_loads_and_predicts_with_string_labels(make_run_dir, run_
 
 def test_early_stopping_stops_before_max_epochs_on_a_plateau(make_run_dir, run_job):
     # A learning rate this small leaves val_acc flat: patience 1 stops after the second epoch.
-    run = make_run_dir("plateau", train={"max_epochs": 6, "learning_rate": 1e-9, "warmup_ratio": 0.0},
-                       early_stopping={"monitor": "val_acc", "mode": "max", "patience": 1},
-                       checkpoint={"every_n_steps": 1000})
+    run = make_run_dir(
+        "plateau",
+        train={"max_epochs": 6, "learning_rate": 1e-9, "warmup_ratio": 0.0},
+        early_stopping={"monitor": "val_acc", "mode": "max", "patience": 1},
+        checkpoint={"every_n_steps": 1000},
+    )
     code, out = run_job(run)
     assert code == 0, out
     result = read_result(run)
@@ -121,8 +137,11 @@ def test_resume_continues_global_step_and_optimizer_state(make_run_dir, run_job)
 
 
 def test_accumulation_divides_the_optimizer_steps(make_run_dir, run_job):
-    run = make_run_dir("accum", train={"max_epochs": 1, "batch_size": 16, "accumulate_grad_batches": 4},
-                       checkpoint={"every_n_steps": 1000})
+    run = make_run_dir(
+        "accum",
+        train={"max_epochs": 1, "batch_size": 16, "accumulate_grad_batches": 4},
+        checkpoint={"every_n_steps": 1000},
+    )
     code, out = run_job(run)
     assert code == 0, out
     result = read_result(run)
@@ -141,8 +160,11 @@ def test_bad_label_column_fails_with_one_clear_line(make_run_dir, run_job):
 def test_val_check_interval_longer_than_an_epoch_counts_batches_across_epochs(make_run_dir, run_job):
     # 640 rows at batch 16 = 40 batches an epoch; validating every 50 batches with max_steps (the
     # sweeps guide's worked example) used to fail at the start: Lightning counted within an epoch.
-    run = make_run_dir("long-interval", train={"max_epochs": None, "max_steps": 100, "val_check_interval": 50},
-                       checkpoint={"every_n_steps": 50})
+    run = make_run_dir(
+        "long-interval",
+        train={"max_epochs": None, "max_steps": 100, "val_check_interval": 50},
+        checkpoint={"every_n_steps": 50},
+    )
     code, out = run_job(run)
     assert code == 0, out
     import csv

@@ -29,8 +29,9 @@ def test_the_median_pruner_finds_the_grids_best_learning_rate_in_at_most_65_perc
     # with until it is nearly done); see benchmarks/sweep.py.
     write_job(tmp_path, steps=120, every=10, slow=0.05)
     full = run_sweep(write_sweep(tmp_path, "full", pruner="none", parallel=2, every=10, seed=3), tmp_path / "h-full")
-    pruned = run_sweep(write_sweep(tmp_path, "pruned", pruner="median", parallel=2, every=10, seed=3),
-                       tmp_path / "h-pruned")
+    pruned = run_sweep(
+        write_sweep(tmp_path, "pruned", pruner="median", parallel=2, every=10, seed=3), tmp_path / "h-pruned"
+    )
     assert full["state"] == pruned["state"] == "succeeded"
     assert len(full["trials"]) == len(pruned["trials"]) == 8
     assert full["pruned"] == 0 and pruned["pruned"] >= 1
@@ -47,11 +48,18 @@ def _one_trial_sweep(tmp_path, name: str):
     path = write_sweep(tmp_path, name, pruner="none", parallel=1, every=10, seed=0, grid=[5e-3])
     section, base = load_sweep(path)
     home = Home(tmp_path / f"home-{name}").ensure()
-    (home.root / "config.toml").write_text('[daemon]\ncpu_slots = 1\ngpus = []\ngrace_seconds = 30\n')
+    (home.root / "config.toml").write_text("[daemon]\ncpu_slots = 1\ngpus = []\ngrace_seconds = 30\n")
     store = Store(home.db)
-    sweep = store.create_sweep(name=name, spec={"sweep": section.model_dump(mode="json", by_alias=True),
-                                                "job": base.to_toml_dict(), "job_path": section.job},
-                               spec_path=str(path), now=time.time())
+    sweep = store.create_sweep(
+        name=name,
+        spec={
+            "sweep": section.model_dump(mode="json", by_alias=True),
+            "job": base.to_toml_dict(),
+            "job_path": section.job,
+        },
+        spec_path=str(path),
+        now=time.time(),
+    )
     assert section.trials == 1 and section.params["train.learning_rate"].values == [5e-3]
     return home, store, sweep
 

@@ -16,8 +16,20 @@ SHAPES = {
     "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
 }
 # Words of the toy tokenizer's vocabulary, used to make every row unique (digits are not in it).
-TAG_WORDS = ["movie", "film", "plot", "acting", "script", "soundtrack", "ending", "cast", "story", "dialogue",
-             "pacing", "visuals"]
+TAG_WORDS = [
+    "movie",
+    "film",
+    "plot",
+    "acting",
+    "script",
+    "soundtrack",
+    "ending",
+    "cast",
+    "story",
+    "dialogue",
+    "pacing",
+    "visuals",
+]
 
 
 def build_model(folder: Path, shape: str, *, max_positions: int = 512, seed: int = 0) -> Path:
@@ -30,12 +42,34 @@ def build_model(folder: Path, shape: str, *, max_positions: int = 512, seed: int
         return folder
     texts = [r["text"] for r in sentiment_rows(2000, seed=1)]
     if shape == "tiny":
-        return build_tiny_bert(folder, texts, hidden=32, layers=2, heads=2, vocab_size=400,
-                               max_positions=max_positions, seed=seed, label_names=LABEL_NAMES)
-    build_tiny_bert(folder, texts, hidden=32, layers=1, heads=1, vocab_size=400, max_positions=max_positions,
-                    label_names=LABEL_NAMES)  # the tokenizer; the model is replaced below
-    config = BertConfig(num_labels=2, max_position_embeddings=max_positions, **SHAPES[shape],
-                        id2label=dict(enumerate(LABEL_NAMES)), label2id={n: i for i, n in enumerate(LABEL_NAMES)})
+        return build_tiny_bert(
+            folder,
+            texts,
+            hidden=32,
+            layers=2,
+            heads=2,
+            vocab_size=400,
+            max_positions=max_positions,
+            seed=seed,
+            label_names=LABEL_NAMES,
+        )
+    build_tiny_bert(
+        folder,
+        texts,
+        hidden=32,
+        layers=1,
+        heads=1,
+        vocab_size=400,
+        max_positions=max_positions,
+        label_names=LABEL_NAMES,
+    )  # the tokenizer; the model is replaced below
+    config = BertConfig(
+        num_labels=2,
+        max_position_embeddings=max_positions,
+        **SHAPES[shape],
+        id2label=dict(enumerate(LABEL_NAMES)),
+        label2id={n: i for i, n in enumerate(LABEL_NAMES)},
+    )
     torch.manual_seed(seed)
     BertForSequenceClassification(config).save_pretrained(str(folder))
     return folder

@@ -51,10 +51,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     started_wall, started = time.time(), time.monotonic()
     ctx = Ctx(sizes, args.out, work, deadline=started + sizes.budget_s)
-    report: dict[str, Any] = {"schema": SCHEMA, "mode": sizes.mode, "ok": False,
-                              "started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started_wall)),
-                              "budget_s": sizes.budget_s, "sizes": asdict(sizes), "environment": environment(sizes),
-                              "sections": []}
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "mode": sizes.mode,
+        "ok": False,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started_wall)),
+        "budget_s": sizes.budget_s,
+        "sizes": asdict(sizes),
+        "environment": environment(sizes),
+        "sections": [],
+    }
     try:
         for key, letter, title, func, min_s in SECTIONS:
             sec = Section(key, letter, title)
@@ -62,8 +68,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             if wanted and key not in wanted and letter not in wanted:
                 sec.status, sec.reason = "skipped", "not selected (--only)"
             elif ctx.left() < min_s:
-                sec.status, sec.reason = "skipped", (f"time budget: {max(0, ctx.left()):.0f} s left of "
-                                                     f"{sizes.budget_s:.0f}, the section needs about {min_s} s")
+                sec.status, sec.reason = (
+                    "skipped",
+                    (
+                        f"time budget: {max(0, ctx.left()):.0f} s left of "
+                        f"{sizes.budget_s:.0f}, the section needs about {min_s} s"
+                    ),
+                )
             else:
                 print(f"[gpu-check] ({letter}) {title} ...", file=sys.stderr, flush=True)
                 try:
@@ -73,14 +84,20 @@ def main(argv: Optional[list[str]] = None) -> int:
                 except StopSection:
                     pass
                 except Exception as exc:
-                    sec.check("ran without an error in the check itself", False,
-                              f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}")
+                    sec.check(
+                        "ran without an error in the check itself",
+                        False,
+                        f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}",
+                    )
                 finally:
                     ctx.cleanup()
             sec.wall_s = time.monotonic() - t0
             sec.settle()
-            print(f"[gpu-check] ({letter}) {sec.status}: {sec.headline or sec.reason} [{sec.wall_s:.0f} s]",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[gpu-check] ({letter}) {sec.status}: {sec.headline or sec.reason} [{sec.wall_s:.0f} s]",
+                file=sys.stderr,
+                flush=True,
+            )
             report["sections"].append(asdict(sec))
             write_report(report, args.out, started)
     finally:

@@ -35,8 +35,9 @@ class Clock(pl.Callback):
         self.samples = 0
         self._seen_step = -1
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         step = int(trainer.global_step)
         if self.first is not None:
             self.samples += _rows(batch)
@@ -54,11 +55,22 @@ class Clock(pl.Callback):
         if self.last is None:
             _sync()
             self.last = (int(trainer.global_step), time.time())
-        out = {"first_step": None, "last_step": None, "seconds": None, "samples": self.samples,
-               "samples_per_s": None, "steps_per_s": None}
+        out = {
+            "first_step": None,
+            "last_step": None,
+            "seconds": None,
+            "samples": self.samples,
+            "samples_per_s": None,
+            "steps_per_s": None,
+        }
         if self.first and self.last and self.last[1] > self.first[1]:
             seconds = self.last[1] - self.first[1]
-            out.update(first_step=self.first[0], last_step=self.last[0], seconds=seconds,
-                       samples_per_s=self.samples / seconds, steps_per_s=(self.last[0] - self.first[0]) / seconds)
+            out.update(
+                first_step=self.first[0],
+                last_step=self.last[0],
+                seconds=seconds,
+                samples_per_s=self.samples / seconds,
+                steps_per_s=(self.last[0] - self.first[0]) / seconds,
+            )
         if trainer.global_rank == 0:
             self.path.write_text(json.dumps(out))

@@ -21,8 +21,11 @@ def lightning_precision(p: str) -> str:
 
 def on_device(ctx: Ctx, sec: Section, label: str, proc: Proc) -> None:
     if ctx.gpu:
-        sec.check(f"{label}: trained on the GPU", "no CUDA GPU visible" not in proc.output(),
-                  "the runner said it ran on the CPU")
+        sec.check(
+            f"{label}: trained on the GPU",
+            "no CUDA GPU visible" not in proc.output(),
+            "the runner said it ran on the CPU",
+        )
 
 
 def weights(run_dir: Path) -> dict:

@@ -48,16 +48,56 @@ class Sizes:
     goal_daemon_gap_s: float = 3.0
 
 
-GPU = Sizes(mode="gpu", model="base", large="large", seq=128, row_words=136, batch=32, steps=300, lr=1e-4, workers=4,
-            precisions=("16-mixed", "bf16-mixed"), throughput_precision="bf16-mixed", plain_runs=2,
-            extra_runner_runs=1, oom_seq=512, oom_cpu_batch=0, resume_steps=60, resume_batch=16,
-            resume_precision="16-mixed", notice_batch=8, notice_seq=128, notice_precision="bf16-mixed",
-            daemon_steps=30, budget_s=450)
-CPU = Sizes(mode="cpu", model="tiny", large="tiny", seq=32, row_words=0, batch=16, steps=40, lr=1e-2, workers=0,
-            precisions=("16-mixed", "bf16-mixed"), throughput_precision="16-mixed", plain_runs=1,
-            extra_runner_runs=0, oom_seq=32, oom_cpu_batch=8, resume_steps=24, resume_batch=8,
-            resume_precision="32", notice_batch=8, notice_seq=32, notice_precision="32", daemon_steps=8,
-            budget_s=600)
+GPU = Sizes(
+    mode="gpu",
+    model="base",
+    large="large",
+    seq=128,
+    row_words=136,
+    batch=32,
+    steps=300,
+    lr=1e-4,
+    workers=4,
+    precisions=("16-mixed", "bf16-mixed"),
+    throughput_precision="bf16-mixed",
+    plain_runs=2,
+    extra_runner_runs=1,
+    oom_seq=512,
+    oom_cpu_batch=0,
+    resume_steps=60,
+    resume_batch=16,
+    resume_precision="16-mixed",
+    notice_batch=8,
+    notice_seq=128,
+    notice_precision="bf16-mixed",
+    daemon_steps=30,
+    budget_s=450,
+)
+CPU = Sizes(
+    mode="cpu",
+    model="tiny",
+    large="tiny",
+    seq=32,
+    row_words=0,
+    batch=16,
+    steps=40,
+    lr=1e-2,
+    workers=0,
+    precisions=("16-mixed", "bf16-mixed"),
+    throughput_precision="16-mixed",
+    plain_runs=1,
+    extra_runner_runs=0,
+    oom_seq=32,
+    oom_cpu_batch=8,
+    resume_steps=24,
+    resume_batch=8,
+    resume_precision="32",
+    notice_batch=8,
+    notice_seq=32,
+    notice_precision="32",
+    daemon_steps=8,
+    budget_s=600,
+)
 
 
 class Skip(Exception):
@@ -113,8 +153,15 @@ class Proc:
         log.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(log, "ab")
         self.launched = time.time()
-        self.proc = subprocess.Popen(argv, cwd=str(cwd), env=env, stdout=self._fh, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=str(cwd),
+            env=env,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -161,12 +208,18 @@ class Ctx:
         self.procs: list[Proc] = []
         self.shared: dict[str, Any] = {}
         self._models: dict[str, Path] = {}
-        base = {k: v for k, v in os.environ.items()
-                if not (k.startswith("ORCH_") or k.startswith("GPUCHECK_NOTICE"))}
-        base.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                     "HF_DATASETS_CACHE": str(work / "hf-datasets-cache"), "TOKENIZERS_PARALLELISM": "false",
-                     "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
-                         p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)})
+        base = {k: v for k, v in os.environ.items() if not (k.startswith("ORCH_") or k.startswith("GPUCHECK_NOTICE"))}
+        base.update(
+            {
+                "HF_HUB_OFFLINE": "1",
+                "HF_DATASETS_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "HF_DATASETS_CACHE": str(work / "hf-datasets-cache"),
+                "TOKENIZERS_PARALLELISM": "false",
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
+            }
+        )
         self.base_env = base
 
     @property
@@ -191,30 +244,67 @@ class Ctx:
     def env(self, run_dir: Optional[Path] = None, attempt: int = 1, **extra: str) -> dict[str, str]:
         env = dict(self.base_env)
         if run_dir is not None:
-            env.update({"ORCH_RUN_DIR": str(run_dir), "ORCH_CKPT_DIR": str(run_dir / "checkpoints"),
-                        "ORCH_JOB_ID": run_dir.name, "ORCH_ATTEMPT": str(attempt)})
+            env.update(
+                {
+                    "ORCH_RUN_DIR": str(run_dir),
+                    "ORCH_CKPT_DIR": str(run_dir / "checkpoints"),
+                    "ORCH_JOB_ID": run_dir.name,
+                    "ORCH_ATTEMPT": str(attempt),
+                }
+            )
         env.update(extra)
         return env
 
-    def write_job(self, run_dir: Path, *, model: Path, train: Path, seq: int, batch: int, precision: str,
-                  lr: float, steps: Optional[int] = None, epochs: int = 1, accumulate: int = 1,
-                  deterministic: bool = False, every_n_steps: Optional[int] = None, keep: int = 2,
-                  shuffle: bool = True, workers: Optional[int] = None, seed: int = 7, name: str = "gpucheck") -> Path:
+    def write_job(
+        self,
+        run_dir: Path,
+        *,
+        model: Path,
+        train: Path,
+        seq: int,
+        batch: int,
+        precision: str,
+        lr: float,
+        steps: Optional[int] = None,
+        epochs: int = 1,
+        accumulate: int = 1,
+        deterministic: bool = False,
+        every_n_steps: Optional[int] = None,
+        keep: int = 2,
+        shuffle: bool = True,
+        workers: Optional[int] = None,
+        seed: int = 7,
+        name: str = "gpucheck",
+    ) -> Path:
         import tomli_w
 
         from orchestrator.jobspec import JobSpec
 
-        train_section: dict[str, Any] = {"max_epochs": epochs, "batch_size": batch, "precision": precision,
-                                         "learning_rate": lr, "seed": seed, "deterministic": deterministic,
-                                         "accumulate_grad_batches": accumulate}
+        train_section: dict[str, Any] = {
+            "max_epochs": epochs,
+            "batch_size": batch,
+            "precision": precision,
+            "learning_rate": lr,
+            "seed": seed,
+            "deterministic": deterministic,
+            "accumulate_grad_batches": accumulate,
+        }
         if steps:
             train_section["max_steps"] = steps
-        raw = {"name": name, "gpus": 1 if self.gpu else 0, "retries": 0,
-               "model": {"name_or_path": str(model), "num_labels": 2},
-               "data": {"train": str(train), "max_length": seq, "shuffle": shuffle,
-                        "num_workers": self.sizes.workers if workers is None else workers},
-               "train": train_section,
-               "checkpoint": {"every_n_steps": every_n_steps, "every_minutes": 100_000.0, "keep": keep}}
+        raw = {
+            "name": name,
+            "gpus": 1 if self.gpu else 0,
+            "retries": 0,
+            "model": {"name_or_path": str(model), "num_labels": 2},
+            "data": {
+                "train": str(train),
+                "max_length": seq,
+                "shuffle": shuffle,
+                "num_workers": self.sizes.workers if workers is None else workers,
+            },
+            "train": train_section,
+            "checkpoint": {"every_n_steps": every_n_steps, "every_minutes": 100_000.0, "keep": keep},
+        }
         if every_n_steps is None:
             del raw["checkpoint"]["every_n_steps"]
         spec = JobSpec.model_validate(raw)
@@ -231,13 +321,18 @@ class Ctx:
     def start_job(self, run_dir: Path, *, attempt: int = 1, wrap: Optional[list[str]] = None, **env: str) -> Proc:
         """`python -m training.run RUN_DIR`, as orch starts it; with `wrap`, the instrumented
         tools.gpucheck.jobwrap with those options."""
-        module = ["-m", "tools.gpucheck.jobwrap", str(run_dir), *wrap] if wrap is not None else \
-            ["-m", "training.run", str(run_dir)]
-        return self.start([sys.executable, *module], self.env(run_dir, attempt, **env),
-                          run_dir / f"attempt-{attempt}.log")
+        module = (
+            ["-m", "tools.gpucheck.jobwrap", str(run_dir), *wrap]
+            if wrap is not None
+            else ["-m", "training.run", str(run_dir)]
+        )
+        return self.start(
+            [sys.executable, *module], self.env(run_dir, attempt, **env), run_dir / f"attempt-{attempt}.log"
+        )
 
-    def run_job(self, run_dir: Path, *, timeout: float, attempt: int = 1, wrap: Optional[list[str]] = None,
-                **env: str) -> tuple[Optional[int], Proc]:
+    def run_job(
+        self, run_dir: Path, *, timeout: float, attempt: int = 1, wrap: Optional[list[str]] = None, **env: str
+    ) -> tuple[Optional[int], Proc]:
         proc = self.start_job(run_dir, attempt=attempt, wrap=wrap, **env)
         return proc.wait(self.timeout(timeout)), proc
 

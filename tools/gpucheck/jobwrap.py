@@ -50,8 +50,10 @@ def bare_save(trainer, folder: Path) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "bare-save.pt"
     start = time.perf_counter()
-    state = {"state_dict": trainer.lightning_module.state_dict(),
-             "optimizer_states": [opt.state_dict() for opt in trainer.optimizers]}
+    state = {
+        "state_dict": trainer.lightning_module.state_dict(),
+        "optimizer_states": [opt.state_dict() for opt in trainer.optimizers],
+    }
     with open(path, "wb") as fh:
         torch.save(state, fh)
         fh.flush()

@@ -21,16 +21,17 @@ def main(args_file: str) -> int:
 
     tok = AutoTokenizer.from_pretrained(a["model"])
     ds = load_dataset("json", data_files=a["train"], split="train")
-    ds = ds.map(lambda b: tok(b["text"], truncation=True, max_length=a["max_length"]), batched=True,
-                remove_columns=["text"])
+    ds = ds.map(
+        lambda b: tok(b["text"], truncation=True, max_length=a["max_length"]), batched=True, remove_columns=["text"]
+    )
 
     def collate(rows):
         width = max(len(r["input_ids"]) for r in rows)
         ids = torch.zeros((len(rows), width), dtype=torch.long)
         mask = torch.zeros_like(ids)
         for i, r in enumerate(rows):
-            ids[i, :len(r["input_ids"])] = torch.tensor(r["input_ids"])
-            mask[i, :len(r["input_ids"])] = 1
+            ids[i, : len(r["input_ids"])] = torch.tensor(r["input_ids"])
+            mask[i, : len(r["input_ids"])] = 1
         return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([r["label"] for r in rows])}
 
     steps = a["steps"]
@@ -53,12 +54,28 @@ def main(args_file: str) -> int:
 
     pl.seed_everything(a["seed"], verbose=False)
     workers = a["num_workers"]
-    loader = DataLoader(ds, batch_size=a["batch_size"], shuffle=True, collate_fn=collate, num_workers=workers,
-                        persistent_workers=workers > 0, pin_memory=torch.cuda.is_available())
-    trainer = pl.Trainer(accelerator=a["accelerator"], devices=1, precision=a["precision"], max_steps=steps,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[Clock(a["clock"])], gradient_clip_val=1.0,
-                         num_sanity_val_steps=0)
+    loader = DataLoader(
+        ds,
+        batch_size=a["batch_size"],
+        shuffle=True,
+        collate_fn=collate,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        pin_memory=torch.cuda.is_available(),
+    )
+    trainer = pl.Trainer(
+        accelerator=a["accelerator"],
+        devices=1,
+        precision=a["precision"],
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Clock(a["clock"])],
+        gradient_clip_val=1.0,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(Plain(), loader)
     return 0
 

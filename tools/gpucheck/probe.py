@@ -38,9 +38,15 @@ def main(model_dir: str, seq: int, out: str) -> int:
     p_big = peak_for(model, opt, big, seq)
     per_sample = (p_big - p_small) / (big - small)
     free, total = torch.cuda.mem_get_info()
-    result = {"per_sample_bytes": per_sample, "base_bytes": p_small - small * per_sample, "total_bytes": total,
-              "free_bytes_with_probe": free, "reserved_by_probe": torch.cuda.memory_reserved(),
-              "device": torch.cuda.get_device_name(0), "seq": seq}
+    result = {
+        "per_sample_bytes": per_sample,
+        "base_bytes": p_small - small * per_sample,
+        "total_bytes": total,
+        "free_bytes_with_probe": free,
+        "reserved_by_probe": torch.cuda.memory_reserved(),
+        "device": torch.cuda.get_device_name(0),
+        "seq": seq,
+    }
     with open(out, "w") as fh:
         json.dump(result, fh)
     return 0

@@ -21,10 +21,25 @@ SCHEMA = 1
 def environment(sizes: Sizes) -> dict[str, Any]:
     import importlib.metadata as md
 
-    env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
-                           "cpus": os.cpu_count(), "mode": sizes.mode}
-    for dist in ("torch", "pytorch-lightning", "transformers", "datasets", "pydantic", "apscheduler", "torchdata",
-                 "typer", "tokenizers", "huggingface-hub", "pyarrow"):
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "mode": sizes.mode,
+    }
+    for dist in (
+        "torch",
+        "pytorch-lightning",
+        "transformers",
+        "datasets",
+        "pydantic",
+        "apscheduler",
+        "torchdata",
+        "typer",
+        "tokenizers",
+        "huggingface-hub",
+        "pyarrow",
+    ):
         try:
             env[dist] = md.version(dist)
         except md.PackageNotFoundError:
@@ -43,8 +58,12 @@ def environment(sizes: Sizes) -> dict[str, Any]:
     if plan and Path(plan).exists():
         env["wheels"] = read_json(Path(plan))
     try:
-        env["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=str(REPO), capture_output=True,
-                                       text=True, timeout=5).stdout.strip() or None
+        env["commit"] = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=str(REPO), capture_output=True, text=True, timeout=5
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         env["commit"] = None
     return env
@@ -66,20 +85,27 @@ def summary_md(report: dict[str, Any]) -> str:
     env = report["environment"]
     mark = {"pass": "PASS", "fail": "**FAIL**", "skipped": "skipped"}
     gpus = ", ".join(f"{g['name']} ({g['memory_mib'] / 1024:.0f} GiB)" for g in env.get("gpus") or []) or "none"
-    lines = [f"# orch GPU check ({report['mode']} mode): {'all passed' if report['ok'] else 'FAILED'}", "",
-             f"- when: {report['started']} UTC, {report['wall_s']:.0f} s of a {report['budget_s']:.0f} s budget",
-             f"- GPU: {gpus}; CPUs: {env.get('cpus')}",
-             f"- Python {env.get('python')}, torch {env.get('torch')} (CUDA {env.get('torch_cuda')}), "
-             f"Lightning {env.get('pytorch-lightning')}, transformers {env.get('transformers')}, "
-             f"datasets {env.get('datasets')}, commit {env.get('commit')}"]
+    lines = [
+        f"# orch GPU check ({report['mode']} mode): {'all passed' if report['ok'] else 'FAILED'}",
+        "",
+        f"- when: {report['started']} UTC, {report['wall_s']:.0f} s of a {report['budget_s']:.0f} s budget",
+        f"- GPU: {gpus}; CPUs: {env.get('cpus')}",
+        f"- Python {env.get('python')}, torch {env.get('torch')} (CUDA {env.get('torch_cuda')}), "
+        f"Lightning {env.get('pytorch-lightning')}, transformers {env.get('transformers')}, "
+        f"datasets {env.get('datasets')}, commit {env.get('commit')}",
+    ]
     wheels = env.get("wheels")
     if wheels:
-        lines.append(f"- wheels installed into the private folder: {len(wheels.get('install') or {})} "
-                     f"of {wheels.get('wheels_available')}; unmet: {'; '.join(wheels.get('unmet') or []) or 'none'}")
+        lines.append(
+            f"- wheels installed into the private folder: {len(wheels.get('install') or {})} "
+            f"of {wheels.get('wheels_available')}; unmet: {'; '.join(wheels.get('unmet') or []) or 'none'}"
+        )
     if report["mode"] == "cpu":
-        lines.append("- CPU rehearsal: tiny models; 16-mixed runs as 32 on the CPU; the out-of-memory is SIMULATED "
-                     "(ORCH_FAULT_OOM_ABOVE_BATCH); the GPU goals (throughput >= 0.98, notice <= 1.5x) are reported, "
-                     "not judged.")
+        lines.append(
+            "- CPU rehearsal: tiny models; 16-mixed runs as 32 on the CPU; the out-of-memory is SIMULATED "
+            "(ORCH_FAULT_OOM_ABOVE_BATCH); the GPU goals (throughput >= 0.98, notice <= 1.5x) are reported, "
+            "not judged."
+        )
     lines += ["", "| | section | status | figures |", "| --- | --- | --- | --- |"]
     for s in report["sections"]:
         figure = s["headline"] or s["reason"]
@@ -106,9 +132,21 @@ def summary_md(report: dict[str, Any]) -> str:
 def pack_logs(work: Path, dest: Path) -> None:
     with tarfile.open(dest, "w:gz") as tar:
         for path in sorted(work.rglob("*")):
-            if path.is_file() and (path.suffix in (".log", ".out", ".exit") or path.name in
-                                   ("job.toml", "batch.json", "result.json", "progress.json", "metrics.csv",
-                                    "clock.json", "notice-times.jsonl", "config.toml", "daemon.log")):
+            if path.is_file() and (
+                path.suffix in (".log", ".out", ".exit")
+                or path.name
+                in (
+                    "job.toml",
+                    "batch.json",
+                    "result.json",
+                    "progress.json",
+                    "metrics.csv",
+                    "clock.json",
+                    "notice-times.jsonl",
+                    "config.toml",
+                    "daemon.log",
+                )
+            ):
                 if path.stat().st_size < 2_000_000:
                     tar.add(str(path), arcname=str(path.relative_to(work)))
 

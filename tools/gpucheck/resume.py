@@ -36,8 +36,18 @@ def resume(ctx: Ctx, sec: Section) -> None:
         tag = "det" if det else "nondet"
         for kind in ("full", "int"):
             run = ctx.work / f"d-{tag}-{kind}"
-            ctx.write_job(run, model=model, train=data, seq=s.seq, batch=s.resume_batch, precision=s.resume_precision,
-                          lr=s.lr, steps=steps, deterministic=det, workers=min(2, s.workers))
+            ctx.write_job(
+                run,
+                model=model,
+                train=data,
+                seq=s.seq,
+                batch=s.resume_batch,
+                precision=s.resume_precision,
+                lr=s.lr,
+                steps=steps,
+                deterministic=det,
+                workers=min(2, s.workers),
+            )
             plans[(tag, kind)] = run
     target = {tag: rng.randint(max(2, steps // 4), steps * 3 // 4) for tag in ("det", "nondet")}
     # the four runs side by side (exactness does not depend on speed); the interrupted ones write
@@ -68,9 +78,11 @@ def resume(ctx: Ctx, sec: Section) -> None:
         notices = sorted((run / "checkpoints").glob("notice-step-*.ckpt"))
         notice = int(notices[-1].stem.rsplit("-", 1)[1]) if notices else None
         notice_steps[tag] = notice
-        sec.check(f"{tag}: SIGTERM at step >= {target[tag]} -> exit 75 with a notice checkpoint",
-                  code == EX_CHECKPOINTED and notice is not None and 0 < notice < steps, f"exit {code}, notice step {notice}: "
-                  + proc.tail(6))
+        sec.check(
+            f"{tag}: SIGTERM at step >= {target[tag]} -> exit 75 with a notice checkpoint",
+            code == EX_CHECKPOINTED and notice is not None and 0 < notice < steps,
+            f"exit {code}, notice step {notice}: " + proc.tail(6),
+        )
     for (tag, kind), proc in procs.items():
         if kind == "full":
             code = proc.wait(ctx.timeout(300))
@@ -83,11 +95,18 @@ def resume(ctx: Ctx, sec: Section) -> None:
         code = proc.wait(ctx.timeout(300))
         ok = sec.check(f"{tag}: the resumed attempt exits 0", code == 0, f"exit {code}: {proc.tail()}")
         if ok:
-            sec.check(f"{tag}: resumed from the notice checkpoint",
-                      f"resuming from {notice_name(notice_steps[tag])}" in proc.output())
+            sec.check(
+                f"{tag}: resumed from the notice checkpoint",
+                f"resuming from {notice_name(notice_steps[tag])}" in proc.output(),
+            )
             on_device(ctx, sec, f"{tag} resumed", proc)
-    figures: dict[str, Any] = {"steps": steps, "batch": s.resume_batch, "precision": s.resume_precision,
-                               "sigterm_after_step": target, "notice_step": notice_steps}
+    figures: dict[str, Any] = {
+        "steps": steps,
+        "batch": s.resume_batch,
+        "precision": s.resume_precision,
+        "sigterm_after_step": target,
+        "notice_step": notice_steps,
+    }
     for tag in ("det", "nondet"):
         full, inter = plans[(tag, "full")], plans[(tag, "int")]
         if not ((full / "model" / "model.safetensors").exists() and (inter / "model" / "model.safetensors").exists()):
@@ -96,23 +115,35 @@ def resume(ctx: Ctx, sec: Section) -> None:
         sec.check(f"{tag}: both runs did {steps} steps", steps_done == [steps, steps], str(steps_done))
         a, b = weights(full), weights(inter)
         sec.require(f"{tag}: same tensors", a.keys() == b.keys())
-        diffs = {k: (a[k].double() - b[k].double()).abs().max().item() if a[k].is_floating_point()
-                 else float(not torch.equal(a[k], b[k])) for k in a}
+        diffs = {
+            k: (a[k].double() - b[k].double()).abs().max().item()
+            if a[k].is_floating_point()
+            else float(not torch.equal(a[k], b[k]))
+            for k in a
+        }
         unequal = [k for k in a if not torch.equal(a[k], b[k])]
         worst = max(diffs, key=diffs.get)
-        figures[tag] = {"tensors": len(a), "unequal_tensors": len(unequal), "max_abs_diff": diffs[worst],
-                        "worst_tensor": worst if diffs[worst] else None}
+        figures[tag] = {
+            "tensors": len(a),
+            "unequal_tensors": len(unequal),
+            "max_abs_diff": diffs[worst],
+            "worst_tensor": worst if diffs[worst] else None,
+        }
         if tag == "det":
-            sec.check("deterministic = true: torch.equal on every weight, interrupted vs uninterrupted", not unequal,
-                      f"{len(unequal)} of {len(a)} differ, largest {diffs[worst]:.3g} in {worst}")
+            sec.check(
+                "deterministic = true: torch.equal on every weight, interrupted vs uninterrupted",
+                not unequal,
+                f"{len(unequal)} of {len(a)} differ, largest {diffs[worst]:.3g} in {worst}",
+            )
         else:
-            sec.check("deterministic = false: the difference is finite", math.isfinite(diffs[worst]),
-                      f"{diffs[worst]}")
+            sec.check("deterministic = false: the difference is finite", math.isfinite(diffs[worst]), f"{diffs[worst]}")
     sec.figures.update(figures)
     det, nondet = figures.get("det") or {}, figures.get("nondet") or {}
     if det:
-        sec.headline = (f"deterministic: {'bit-exact' if not det['unequal_tensors'] else 'DIFFERS'} after SIGTERM at "
-                        f"step {notice_steps.get('det')}; "
-                        f"without: max abs diff {nondet.get('max_abs_diff', math.nan):.3g}")
+        sec.headline = (
+            f"deterministic: {'bit-exact' if not det['unequal_tensors'] else 'DIFFERS'} after SIGTERM at "
+            f"step {notice_steps.get('det')}; "
+            f"without: max abs diff {nondet.get('max_abs_diff', math.nan):.3g}"
+        )
     for run in plans.values():
         free_run(run)

@@ -22,8 +22,9 @@ def precision_runs(ctx: Ctx, sec: Section) -> None:
     head = []
     for precision in s.precisions:
         run = ctx.work / f"a-{precision}"
-        ctx.write_job(run, model=model, train=data, seq=s.seq, batch=s.batch, precision=precision, lr=s.lr,
-                      steps=s.steps)
+        ctx.write_job(
+            run, model=model, train=data, seq=s.seq, batch=s.batch, precision=precision, lr=s.lr, steps=s.steps
+        )
         code, proc = ctx.run_job(run, timeout=240 if ctx.gpu else 150, wrap=["--clock", str(run / "clock.json")])
         log = proc.output()
         if not sec.check(f"{precision}: the runner exits 0", code == 0, f"exit {code}: {proc.tail()}"):
@@ -40,20 +41,39 @@ def precision_runs(ctx: Ctx, sec: Section) -> None:
         sec.check(f"{precision}: no NaN/inf in the trained weights", ok, detail)
         q = max(1, len(losses) // 4)
         first, last = (statistics.fmean(losses[:q]), statistics.fmean(losses[-q:])) if finite else (math.nan, math.nan)
-        sec.check(f"{precision}: the loss falls (last quarter < 0.9 x first quarter)", finite and last < 0.9 * first,
-                  f"{first:.4f} -> {last:.4f}")
+        sec.check(
+            f"{precision}: the loss falls (last quarter < 0.9 x first quarter)",
+            finite and last < 0.9 * first,
+            f"{first:.4f} -> {last:.4f}",
+        )
         ran_as = precision_ran_as(precision, log)
-        amp = next((line.strip() for line in log.splitlines() if "Automatic Mixed Precision" in line
-                    or "bfloat16 Automatic" in line), None)
+        amp = next(
+            (
+                line.strip()
+                for line in log.splitlines()
+                if "Automatic Mixed Precision" in line or "bfloat16 Automatic" in line
+            ),
+            None,
+        )
         runs[precision] = {"run": str(run), "ran_as": ran_as, "samples_per_s": clock.get("samples_per_s")}
         sec.figures[precision] = {
-            "ran_as": ran_as, "lightning_says": amp, "samples_per_s": clock.get("samples_per_s"),
-            "steps_per_s": clock.get("steps_per_s"), "loss_first_quarter": first, "loss_last_quarter": last,
-            "loss_curve": curve, "job_seconds": result.get("seconds"), "batch": s.batch, "seq": s.seq,
-            "steps": s.steps}
+            "ran_as": ran_as,
+            "lightning_says": amp,
+            "samples_per_s": clock.get("samples_per_s"),
+            "steps_per_s": clock.get("steps_per_s"),
+            "loss_first_quarter": first,
+            "loss_last_quarter": last,
+            "loss_curve": curve,
+            "job_seconds": result.get("seconds"),
+            "batch": s.batch,
+            "seq": s.seq,
+            "steps": s.steps,
+        }
         if clock.get("samples_per_s"):
-            head.append(f"{precision}{' (ran as 32)' if ran_as != precision else ''}: "
-                        f"{clock['samples_per_s']:.0f} samples/s, loss {first:.2f} -> {last:.2f}")
+            head.append(
+                f"{precision}{' (ran as 32)' if ran_as != precision else ''}: "
+                f"{clock['samples_per_s']:.0f} samples/s, loss {first:.2f} -> {last:.2f}"
+            )
         if precision != s.throughput_precision:
             free_run(run)
     ctx.shared["a_runs"] = runs
@@ -65,8 +85,11 @@ def throughput(ctx: Ctx, sec: Section) -> None:
     s = ctx.sizes
     model, data = ctx.model(s.model), train_data(ctx)
     prior = (ctx.shared.get("a_runs") or {}).get(s.throughput_precision)
-    ran_as = prior["ran_as"] if prior else ("32" if not ctx.gpu and s.throughput_precision == "16-mixed"
-                                            else s.throughput_precision)
+    ran_as = (
+        prior["ran_as"]
+        if prior
+        else ("32" if not ctx.gpu and s.throughput_precision == "16-mixed" else s.throughput_precision)
+    )
     runner: list[float] = []
     plain: list[float] = []
     order: list[str] = []
@@ -87,17 +110,37 @@ def throughput(ctx: Ctx, sec: Section) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         clock = folder / "clock.json"
         if arm == "plain":
-            args = {"model": str(model), "train": str(data), "steps": s.steps, "batch_size": s.batch,
-                    "max_length": s.seq, "learning_rate": s.lr, "seed": 7, "num_workers": s.workers,
-                    "precision": lightning_precision(ran_as), "accelerator": "gpu" if ctx.gpu else "cpu",
-                    "clock": str(clock)}
+            args = {
+                "model": str(model),
+                "train": str(data),
+                "steps": s.steps,
+                "batch_size": s.batch,
+                "max_length": s.seq,
+                "learning_rate": s.lr,
+                "seed": 7,
+                "num_workers": s.workers,
+                "precision": lightning_precision(ran_as),
+                "accelerator": "gpu" if ctx.gpu else "cpu",
+                "clock": str(clock),
+            }
             (folder / "args.json").write_text(json.dumps(args))
-            proc = ctx.start([sys.executable, "-m", "tools.gpucheck.plain", str(folder / "args.json")],
-                             ctx.env(), folder / "plain.log")
+            proc = ctx.start(
+                [sys.executable, "-m", "tools.gpucheck.plain", str(folder / "args.json")],
+                ctx.env(),
+                folder / "plain.log",
+            )
             code = proc.wait(ctx.timeout(240 if ctx.gpu else 150))
         else:
-            ctx.write_job(folder, model=model, train=data, seq=s.seq, batch=s.batch, precision=s.throughput_precision,
-                          lr=s.lr, steps=s.steps)
+            ctx.write_job(
+                folder,
+                model=model,
+                train=data,
+                seq=s.seq,
+                batch=s.batch,
+                precision=s.throughput_precision,
+                lr=s.lr,
+                steps=s.steps,
+            )
             code, proc = ctx.run_job(folder, timeout=240 if ctx.gpu else 150, wrap=["--clock", str(clock)])
         sec.require(f"{arm} run {n + 1}: exits 0", code == 0, f"exit {code}: {proc.tail()}")
         rate = (read_json(clock) or {}).get("samples_per_s")
@@ -106,11 +149,22 @@ def throughput(ctx: Ctx, sec: Section) -> None:
         order.append(arm)
         free_run(folder)
     ratio = statistics.median(runner) / statistics.median(plain)
-    sec.figures.update({"precision": ran_as, "order": order, "runner_samples_per_s": runner,
-                        "plain_samples_per_s": plain, "ratio_runner_over_plain": ratio, "goal": s.goal_throughput,
-                        "steps": s.steps, "batch": s.batch, "seq": s.seq})
-    sec.headline = (f"runner/plain = {ratio:.3f} (goal >= {s.goal_throughput}; "
-                    f"medians of {len(runner)} and {len(plain)})")
+    sec.figures.update(
+        {
+            "precision": ran_as,
+            "order": order,
+            "runner_samples_per_s": runner,
+            "plain_samples_per_s": plain,
+            "ratio_runner_over_plain": ratio,
+            "goal": s.goal_throughput,
+            "steps": s.steps,
+            "batch": s.batch,
+            "seq": s.seq,
+        }
+    )
+    sec.headline = (
+        f"runner/plain = {ratio:.3f} (goal >= {s.goal_throughput}; medians of {len(runner)} and {len(plain)})"
+    )
     if ctx.gpu:
         sec.check(f"runner/plain samples/s >= {s.goal_throughput}", ratio >= s.goal_throughput, f"{ratio:.3f}")
     else:

@@ -33,20 +33,59 @@ REPO = Path(__file__).resolve().parents[2]
 # The machine's stack: never fetched, never installed into the target (a copy on PYTHONPATH would
 # shadow the one the machine's torch/transformers were built and tested with).
 PROTECTED = {
-    "torch", "torchvision", "torchaudio", "triton", "pytorch-lightning", "lightning", "lightning-utilities",
-    "torchmetrics", "transformers", "tokenizers", "safetensors", "huggingface-hub", "hf-xet", "numpy", "regex",
-    "pip", "setuptools", "wheel", "jax", "jaxlib",
+    "torch",
+    "torchvision",
+    "torchaudio",
+    "triton",
+    "pytorch-lightning",
+    "lightning",
+    "lightning-utilities",
+    "torchmetrics",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "huggingface-hub",
+    "hf-xet",
+    "numpy",
+    "regex",
+    "pip",
+    "setuptools",
+    "wheel",
+    "jax",
+    "jaxlib",
 }
 PROTECTED_PREFIXES = ("nvidia-", "cuda-", "jax-")
 # Big binary wheels GPU images ship with already: left out of the fetch to keep wheels/ small
 # enough to carry to the GPU machine. Fetch one anyway by naming it on the command
 # line of scripts/fetch-wheels.sh (e.g. pyarrow==26.0.1).
-MACHINE_HAS = {"pyarrow", "pandas", "aiohttp", "yarl", "multidict", "frozenlist", "propcache", "aiosignal",
-               "aiohappyeyeballs", "attrs", "pyyaml", "charset-normalizer", "xxhash", "psutil", "pillow"}
+MACHINE_HAS = {
+    "pyarrow",
+    "pandas",
+    "aiohttp",
+    "yarl",
+    "multidict",
+    "frozenlist",
+    "propcache",
+    "aiosignal",
+    "aiohappyeyeballs",
+    "attrs",
+    "pyyaml",
+    "charset-normalizer",
+    "xxhash",
+    "psutil",
+    "pillow",
+}
 
-TARGET_ENV = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
-              "platform_system": "Linux", "os_name": "posix", "platform_machine": "x86_64",
-              "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+TARGET_ENV = {
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "os_name": "posix",
+    "platform_machine": "x86_64",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+}
 
 
 def normalize(name: str) -> str:
@@ -133,8 +172,7 @@ def installed_version(name: str) -> Optional[str]:
         return None
 
 
-def plan(wheels: Path, project: Optional[Iterable[str]] = None,
-         installed=installed_version) -> dict:
+def plan(wheels: Path, project: Optional[Iterable[str]] = None, installed=installed_version) -> dict:
     """Which wheels in `wheels` to install, and why; requirements nobody can fix are listed in
     "unmet" (the machine's copy is used anyway)."""
     from packaging.requirements import Requirement
@@ -193,18 +231,38 @@ def plan(wheels: Path, project: Optional[Iterable[str]] = None,
         if have is None:
             unmet.append(f"{who} wants {req.name}{req.specifier}: not installed and no wheel for it")
         elif not req.specifier.contains(Version(have), prereleases=True):
-            unmet.append(f"{who} wants {req.name}{req.specifier}; this machine has {have}"
-                         + (" (protected: the machine's copy is kept)" if is_protected(name) else ""))
-    return {"install": {by_name[n].name: why for n, why in sorted(chosen.items())},
-            "unmet": sorted(set(unmet)), "wheels_available": len(files), "not_for_this_python": foreign}
+            unmet.append(
+                f"{who} wants {req.name}{req.specifier}; this machine has {have}"
+                + (" (protected: the machine's copy is kept)" if is_protected(name) else "")
+            )
+    return {
+        "install": {by_name[n].name: why for n, why in sorted(chosen.items())},
+        "unmet": sorted(set(unmet)),
+        "wheels_available": len(files),
+        "not_for_this_python": foreign,
+    }
 
 
 def install(wheels: Path, target: Path) -> dict:
     result = plan(wheels)
     files = [str(Path(wheels) / f) for f in result["install"]]
     if files:
-        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-               "--no-cache-dir", "--disable-pip-version-check", "--upgrade", "--target", str(target), *files]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--upgrade",
+            "--target",
+            str(target),
+            *files,
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"pip install --target {target} failed:\n{done.stdout}{done.stderr}")

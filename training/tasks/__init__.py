@@ -9,29 +9,46 @@ from typing import Any
 from orchestrator.jobspec import TASK_CAUSAL_LM, TASK_CLASSIFY, TASK_TOKENS, JobSpec
 
 # best.ckpt's monitor when there is no [early_stopping]: what each task's validation is judged by.
-DEFAULT_MONITOR = {TASK_CLASSIFY: ("val_acc", "max"), TASK_CAUSAL_LM: ("val_loss", "min"),
-                   TASK_TOKENS: ("val_f1", "max")}
+DEFAULT_MONITOR = {
+    TASK_CLASSIFY: ("val_acc", "max"),
+    TASK_CAUSAL_LM: ("val_loss", "min"),
+    TASK_TOKENS: ("val_f1", "max"),
+}
 
 
 def make_data(spec: JobSpec, tokenizer: Any, batch_size: int) -> Any:
     assert spec.model is not None and spec.data is not None and spec.train is not None
     d = spec.data
-    common = dict(tokenizer=tokenizer, train=d.train, validation=d.validation, text_field=d.text_field,
-                  max_length=d.max_length, batch_size=batch_size, num_workers=d.num_workers, shuffle=d.shuffle,
-                  seed=spec.train.seed)
+    common = dict(
+        tokenizer=tokenizer,
+        train=d.train,
+        validation=d.validation,
+        text_field=d.text_field,
+        max_length=d.max_length,
+        batch_size=batch_size,
+        num_workers=d.num_workers,
+        shuffle=d.shuffle,
+        seed=spec.train.seed,
+    )
     if spec.model.task == TASK_CAUSAL_LM:
         from .causal_lm import CausalLMData
 
-        return CausalLMData(prompt_field=d.prompt_field, response_field=d.response_field,
-                            messages_field=d.messages_field, packing=d.packing, **common)
+        return CausalLMData(
+            prompt_field=d.prompt_field,
+            response_field=d.response_field,
+            messages_field=d.messages_field,
+            packing=d.packing,
+            **common,
+        )
     if spec.model.task == TASK_TOKENS:
         from .token_cls import TokenClassificationData
 
         return TokenClassificationData(tokens_field=d.tokens_field, tags_field=d.tags_field, **common)
     from ..data import TextClassificationData
 
-    return TextClassificationData(text_pair_field=d.text_pair_field, label_field=d.label_field,
-                                  num_labels=spec.model.num_labels, **common)
+    return TextClassificationData(
+        text_pair_field=d.text_pair_field, label_field=d.label_field, num_labels=spec.model.num_labels, **common
+    )
 
 
 def make_module(spec: JobSpec, data: Any, num_labels: int, **kwargs: Any) -> Any:
@@ -63,14 +80,20 @@ def make_module(spec: JobSpec, data: Any, num_labels: int, **kwargs: Any) -> Any
         names = data.label_names
         # The head is new (sized to the tag set): a checkpoint with another head size is fine.
         model = AutoModelForTokenClassification.from_pretrained(
-            path, num_labels=len(names), id2label=dict(enumerate(names)),
-            label2id={n: i for i, n in enumerate(names)}, ignore_mismatched_sizes=True)
-        return TokenClassifierModule(path, len(names), model=model, tag_names=names,
-                                     gradient_checkpointing=checkpointing, **kwargs)
+            path,
+            num_labels=len(names),
+            id2label=dict(enumerate(names)),
+            label2id={n: i for i, n in enumerate(names)},
+            ignore_mismatched_sizes=True,
+        )
+        return TokenClassifierModule(
+            path, len(names), model=model, tag_names=names, gradient_checkpointing=checkpointing, **kwargs
+        )
     from ..module import TransformerClassifier
 
-    return TransformerClassifier(path, num_labels, gradient_checkpointing=checkpointing,
-                                 label_names=data.label_names, **kwargs)
+    return TransformerClassifier(
+        path, num_labels, gradient_checkpointing=checkpointing, label_names=data.label_names, **kwargs
+    )
 
 
 def _dtype(value: Any) -> dict[str, Any]:

@@ -34,18 +34,19 @@ def chat_segments(tokenizer, messages: list[dict[str, str]]) -> list[tuple[str, 
         if m["role"] == "assistant":
             prefix = tokenizer.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
             if prefix.startswith(done) and len(prefix) > len(done):
-                segments.append((prefix[len(done):], False))
+                segments.append((prefix[len(done) :], False))
                 done = prefix
         upto = tokenizer.apply_chat_template(messages[: i + 1], tokenize=False)
         if not upto.startswith(done):
             raise DataError("the tokenizer's chat template renders earlier turns differently once later ones are added")
-        segments.append((upto[len(done):], m["role"] == "assistant"))
+        segments.append((upto[len(done) :], m["role"] == "assistant"))
         done = upto
     return segments
 
 
-def sft_tokenize(batch: dict[str, list], tokenizer, mode: str, fields: dict[str, Optional[str]],
-                 max_length: int) -> dict[str, list]:
+def sft_tokenize(
+    batch: dict[str, list], tokenizer, mode: str, fields: dict[str, Optional[str]], max_length: int
+) -> dict[str, list]:
     """The map function (module level: a stable cache fingerprint). Rows whose trained tokens
     are all cut off by max_length are dropped (a row with no loss would make the batch's loss NaN)."""
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
@@ -53,10 +54,15 @@ def sft_tokenize(batch: dict[str, list], tokenizer, mode: str, fields: dict[str,
     out: dict[str, list] = {"input_ids": [], "labels": []}
     for i in range(len(next(iter(batch.values())))):
         if mode == "messages":
-            pieces = [(_ids(tokenizer, text), trained) for text, trained in chat_segments(tokenizer, batch[fields["messages"]][i])]
+            pieces = [
+                (_ids(tokenizer, text), trained)
+                for text, trained in chat_segments(tokenizer, batch[fields["messages"]][i])
+            ]
         elif mode == "prompt":
-            pieces = [(bos + _ids(tokenizer, str(batch[fields["prompt"]][i])), False),
-                      (_ids(tokenizer, str(batch[fields["response"]][i])) + eos, True)]
+            pieces = [
+                (bos + _ids(tokenizer, str(batch[fields["prompt"]][i])), False),
+                (_ids(tokenizer, str(batch[fields["response"]][i])) + eos, True),
+            ]
         else:
             pieces = [(bos + _ids(tokenizer, str(batch[fields["text"]][i])) + eos, True)]
         ids, labels = [], []
@@ -92,12 +98,23 @@ def pack_rows(batch: dict[str, list], max_length: int) -> dict[str, list]:
 
 
 class CausalLMData(TextClassificationData):
-    def __init__(self, *, prompt_field: Optional[str] = None, response_field: Optional[str] = None,
-                 messages_field: Optional[str] = None, packing: bool = False, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        prompt_field: Optional[str] = None,
+        response_field: Optional[str] = None,
+        messages_field: Optional[str] = None,
+        packing: bool = False,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.mode = "messages" if messages_field else "prompt" if prompt_field else "text"
-        self.fields = {"text": self.text_field, "prompt": prompt_field, "response": response_field,
-                       "messages": messages_field}
+        self.fields = {
+            "text": self.text_field,
+            "prompt": prompt_field,
+            "response": response_field,
+            "messages": messages_field,
+        }
         self.packing = packing
         self.dropped: dict[str, int] = {}
 
@@ -108,8 +125,10 @@ class CausalLMData(TextClassificationData):
             try:
                 from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
             except ImportError:
-                raise DataError("data.packing needs transformers >= 4.56 (its packed-sequence attention mask); "
-                                "upgrade transformers or set packing = false") from None
+                raise DataError(
+                    "data.packing needs transformers >= 4.56 (its packed-sequence attention mask); "
+                    "upgrade transformers or set packing = false"
+                ) from None
         raw = {name: load_split(src, name) for name, src in self.sources.items() if src}
         wanted = [self.fields[k] for k in (("prompt", "response") if self.mode == "prompt" else (self.mode,))]
         for name, ds in raw.items():
@@ -119,11 +138,18 @@ class CausalLMData(TextClassificationData):
         start = time.perf_counter()
         for name, ds in raw.items():
             kwargs = dict(tokenizer=self.tokenizer, mode=self.mode, fields=self.fields, max_length=self.max_length)
-            out = self._map(ds, sft_tokenize, kwargs, ["causal-lm", self.mode, self.fields, self.max_length,
-                                                       getattr(self.tokenizer, "chat_template", None)], LM_COLUMNS)
+            out = self._map(
+                ds,
+                sft_tokenize,
+                kwargs,
+                ["causal-lm", self.mode, self.fields, self.max_length, getattr(self.tokenizer, "chat_template", None)],
+                LM_COLUMNS,
+            )
             self.dropped[name] = len(ds) - len(out)
             if len(out) == 0:
-                raise DataError(f"{name} data: no example has a token to train on within max_length = {self.max_length}")
+                raise DataError(
+                    f"{name} data: no example has a token to train on within max_length = {self.max_length}"
+                )
             if self.packing:
                 out = self._pack(out)
             self.splits[name] = out
@@ -135,12 +161,22 @@ class CausalLMData(TextClassificationData):
         import json
 
         fingerprint = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
-        return ds.map(pack_rows, batched=True, batch_size=1000, fn_kwargs={"max_length": self.max_length},
-                      remove_columns=ds.column_names, new_fingerprint=fingerprint, desc="packing")
+        return ds.map(
+            pack_rows,
+            batched=True,
+            batch_size=1000,
+            fn_kwargs={"max_length": self.max_length},
+            remove_columns=ds.column_names,
+            new_fingerprint=fingerprint,
+            desc="packing",
+        )
 
     def collator(self):
-        return LMCollator(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
-                          else (self.tokenizer.eos_token_id or 0))
+        return LMCollator(
+            self.tokenizer.pad_token_id
+            if self.tokenizer.pad_token_id is not None
+            else (self.tokenizer.eos_token_id or 0)
+        )
 
 
 class LMCollator:

@@ -15,13 +15,19 @@ def apply_lora(model: Any, lora: Any, *, gradient_checkpointing: bool) -> Any:
     reaches the adapters through the checkpointed (frozen) blocks."""
     from peft import LoraConfig, TaskType, get_peft_model
 
-    config = LoraConfig(task_type=TaskType.CAUSAL_LM, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                        target_modules=lora.target_modules)
+    config = LoraConfig(
+        task_type=TaskType.CAUSAL_LM,
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+    )
     try:
         wrapped = get_peft_model(model, config)
     except ValueError as exc:
-        raise RunError(f"lora: {str(exc).splitlines()[0]} (set lora.target_modules to module names, "
-                       "or \"all-linear\")") from None
+        raise RunError(
+            f'lora: {str(exc).splitlines()[0]} (set lora.target_modules to module names, or "all-linear")'
+        ) from None
     if gradient_checkpointing:
         wrapped.enable_input_require_grads()
     return wrapped

@@ -82,6 +82,14 @@ class TokenClassifierModule(TransformerClassifier):
         if not self._val_tokens:
             return
         scores = span_scores(self._gold, self._pred)
-        self.log_dict({"val_loss": self._val_loss_sum / self._val_tokens, "val_precision": scores["precision"],
-                       "val_recall": scores["recall"], "val_f1": scores["f1"]}, prog_bar=True, sync_dist=False)
+        self.log_dict(
+            {
+                "val_loss": self._val_loss_sum / self._val_tokens,
+                "val_precision": scores["precision"],
+                "val_recall": scores["recall"],
+                "val_f1": scores["f1"],
+            },
+            prog_bar=True,
+            sync_dist=False,
+        )
         self._gold, self._pred = [], []

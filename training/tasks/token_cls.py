@@ -15,8 +15,14 @@ IGNORE = -100
 TOKEN_COLUMNS = ("input_ids", "labels")
 
 
-def align_tokenize(batch: dict[str, list], tokenizer, tokens_field: str, tags_field: str, max_length: int,
-                   tag2id: Optional[dict[str, int]]) -> dict[str, list]:
+def align_tokenize(
+    batch: dict[str, list],
+    tokenizer,
+    tokens_field: str,
+    tags_field: str,
+    max_length: int,
+    tag2id: Optional[dict[str, int]],
+) -> dict[str, list]:
     """The map function (module level: a stable cache fingerprint). tag2id None: the tags are
     already ids (a ClassLabel sequence)."""
     enc = tokenizer(batch[tokens_field], is_split_into_words=True, truncation=True, max_length=max_length)
@@ -43,8 +49,9 @@ def tag_names(train, tags_field: str) -> list[str]:
         return list(names)
     dtype = getattr(inner, "dtype", None)
     if dtype not in ("string", "large_string"):
-        raise DataError(f"the training data's {tags_field!r} must be lists of tag names such as \"B-PER\" "
-                        f"(found {feature})")
+        raise DataError(
+            f'the training data\'s {tags_field!r} must be lists of tag names such as "B-PER" (found {feature})'
+        )
     return sorted({str(t) for tags in train[tags_field] for t in tags})
 
 
@@ -77,11 +84,20 @@ class TokenClassificationData(TextClassificationData):
                     raise DataError(f"{name} data row {n}: {len(words)} tokens but {len(tags)} tags")
         start = time.perf_counter()
         for name, ds in raw.items():
-            kwargs = dict(tokenizer=self.tokenizer, tokens_field=self.tokens_field, tags_field=self.tags_field,
-                          max_length=self.max_length, tag2id=self.tag2id)
-            self.splits[name] = self._map(ds, align_tokenize, kwargs, ["token-classification", self.tokens_field,
-                                                                        self.tags_field, self.max_length,
-                                                                        self.label_names], TOKEN_COLUMNS)
+            kwargs = dict(
+                tokenizer=self.tokenizer,
+                tokens_field=self.tokens_field,
+                tags_field=self.tags_field,
+                max_length=self.max_length,
+                tag2id=self.tag2id,
+            )
+            self.splits[name] = self._map(
+                ds,
+                align_tokenize,
+                kwargs,
+                ["token-classification", self.tokens_field, self.tags_field, self.max_length, self.label_names],
+                TOKEN_COLUMNS,
+            )
         self.tokenize_seconds = time.perf_counter() - start
 
     def collator(self):
@@ -102,5 +118,8 @@ class TokenCollator:
         for i, row in enumerate(rows):
             k = len(row["input_ids"])
             ids[i, :k], labels[i, :k], mask[i, :k] = row["input_ids"], row["labels"], 1
-        return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
-                "labels": torch.from_numpy(labels)}
+        return {
+            "input_ids": torch.from_numpy(ids),
+            "attention_mask": torch.from_numpy(mask),
+            "labels": torch.from_numpy(labels),
+        }

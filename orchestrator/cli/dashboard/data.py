@@ -38,8 +38,7 @@ def queue(store: Store, home: Home, config: Config, now: float) -> dict[str, Any
     rows = status_rows(store, home, now, include_all=True)
     active = [r for r in rows if r["state"] in ("queued", "running")]
     done = sorted((r for r in rows if r["state"] not in ("queued", "running")), key=lambda r: -r["id"])
-    return {"now": now, "currency": config.pricing.currency, "daemon_pid": daemon_pid(home),
-            "jobs": active + done}
+    return {"now": now, "currency": config.pricing.currency, "daemon_pid": daemon_pid(home), "jobs": active + done}
 
 
 def log_tail(run_dir: Path, attempt: int) -> str:
@@ -64,21 +63,45 @@ def markers(attempts: list[dict[str, Any]], health: dict[str, Any]) -> list[dict
     for a in attempts:
         if a["n"] > 1:
             step = a.get("resumed_from_step")
-            out.append({"kind": "resume" if step is not None else "restart", "step": step or 0, "attempt": a["n"],
-                        "label": f"attempt {a['n']} " + (f"resumed from step {step}" if step is not None
-                                                         else "started from scratch")})
+            out.append(
+                {
+                    "kind": "resume" if step is not None else "restart",
+                    "step": step or 0,
+                    "attempt": a["n"],
+                    "label": f"attempt {a['n']} "
+                    + (f"resumed from step {step}" if step is not None else "started from scratch"),
+                }
+            )
         outcome = str(a.get("outcome") or "")
         if a.get("ended_at") is not None and outcome not in ("", "succeeded") and a.get("step_reached") is not None:
-            out.append({"kind": outcome, "step": a["step_reached"], "attempt": a["n"],
-                        "label": f"attempt {a['n']} {outcome} at step {a['step_reached']}"})
+            out.append(
+                {
+                    "kind": outcome,
+                    "step": a["step_reached"],
+                    "attempt": a["n"],
+                    "label": f"attempt {a['n']} {outcome} at step {a['step_reached']}",
+                }
+            )
     div = health.get("diverged")
     if isinstance(div, dict) and isinstance(div.get("step"), int):
-        out.append({"kind": "diverged", "step": div["step"], "attempt": div.get("attempt"),
-                    "label": f"diverged at step {div['step']}: {div.get('what', '')}"})
+        out.append(
+            {
+                "kind": "diverged",
+                "step": div["step"],
+                "attempt": div.get("attempt"),
+                "label": f"diverged at step {div['step']}: {div.get('what', '')}",
+            }
+        )
     flat = health.get("loss_flat")
     if isinstance(flat, dict) and isinstance(flat.get("step"), int):
-        out.append({"kind": "loss_flat", "step": flat["step"], "attempt": flat.get("attempt"),
-                    "label": f"loss flat at step {flat['step']}"})
+        out.append(
+            {
+                "kind": "loss_flat",
+                "step": flat["step"],
+                "attempt": flat.get("attempt"),
+                "label": f"loss flat at step {flat['step']}",
+            }
+        )
     return out
 
 
@@ -102,8 +125,9 @@ def _redact(text: str) -> str:
     return redact(text or "")
 
 
-def timeline(store: Store, jobs: list[dict[str, Any]], idle_cost: float, now: float, *,
-             daemon_up: bool = False) -> dict[str, Any]:
+def timeline(
+    store: Store, jobs: list[dict[str, Any]], idle_cost: float, now: float, *, daemon_up: bool = False
+) -> dict[str, Any]:
     """Cumulative cost over time: each job's cost spread evenly over its attempts' running time;
     the idle cost (a ledger total with no timestamps) spread over the time between the first
     attempt and now (or the last attempt's end when no daemon runs) that no attempt covered. The
@@ -133,8 +157,11 @@ def timeline(store: Store, jobs: list[dict[str, Any]], idle_cost: float, now: fl
             out.append([t, round(total * done / length, 6) if length > 0 else (total if t >= end else 0.0)])
         return out
 
-    series = [{"name": f"{j['id']} {j['name']}", "job_id": j["id"], "points": cumulative(spans[j["id"]], j["cost"])}
-              for j in jobs if j["id"] in spans]
+    series = [
+        {"name": f"{j['id']} {j['name']}", "job_id": j["id"], "points": cumulative(spans[j["id"]], j["cost"])}
+        for j in jobs
+        if j["id"] in spans
+    ]
     series.append({"name": "idle", "job_id": None, "points": cumulative(gaps, idle_cost)})
     return {"series": series, "start": start, "end": end}
 

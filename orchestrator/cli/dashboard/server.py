@@ -25,11 +25,17 @@ from ...store import Store
 from ...store.sweeps import SweepNotFound
 from . import data, sweep_data
 
-STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
-          "chart.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+STATIC = {
+    "index.html": "text/html; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "chart.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+}
 COOKIE = "orch_dashboard"
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 
@@ -64,7 +70,9 @@ class Dashboard:
         self.home, self.config, self.token = home, config, token
         self.store = Store(home.db, read_only=True)
         self.snapshot = data.Snapshot(ttl)
-        self.assets = {name: resources.files(__package__).joinpath("static").joinpath(name).read_bytes() for name in STATIC}
+        self.assets = {
+            name: resources.files(__package__).joinpath("static").joinpath(name).read_bytes() for name in STATIC
+        }
 
     def api(self, path: str) -> tuple[int, Any]:
         now = time.time()
@@ -78,13 +86,16 @@ class Dashboard:
             m = re.fullmatch(r"/api/sweep/([0-9]{1,18})", path)  # a longer id names no sweep: 404
             if m:
                 sweep_id = int(m.group(1))
-                return 200, self.snapshot.get(("sweep", sweep_id), lambda: sweep_data.sweep(
-                    self.store, self.home, sweep_id, self.config.pricing.currency))
+                return 200, self.snapshot.get(
+                    ("sweep", sweep_id),
+                    lambda: sweep_data.sweep(self.store, self.home, sweep_id, self.config.pricing.currency),
+                )
             m = re.fullmatch(r"/api/job/([0-9]{1,18})", path)  # a longer id names no job: 404
             if m:
                 job_id = int(m.group(1))
-                return 200, self.snapshot.get(("job", job_id),
-                                              lambda: data.job(self.store, self.home, self.config, job_id, now))
+                return 200, self.snapshot.get(
+                    ("job", job_id), lambda: data.job(self.store, self.home, self.config, job_id, now)
+                )
         except (JobNotFound, SweepNotFound) as exc:
             return 404, {"error": str(exc)}
         except OrchError as exc:
@@ -154,9 +165,13 @@ def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
                 return self._send(403, b"orch dashboard: unexpected Host header\n", "text/plain; charset=utf-8")
             ok, from_query = self._token_ok(query)
             if not ok:
-                return self._send(401, b"orch dashboard: this address needs the token `orch dashboard` printed when "
-                                       b"it started: open /?token=TOKEN once\n", "text/plain; charset=utf-8",
-                                  {"WWW-Authenticate": "Bearer"})
+                return self._send(
+                    401,
+                    b"orch dashboard: this address needs the token `orch dashboard` printed when "
+                    b"it started: open /?token=TOKEN once\n",
+                    "text/plain; charset=utf-8",
+                    {"WWW-Authenticate": "Bearer"},
+                )
             extra = {}
             if from_query:  # the first visit: remember it for the page's own requests
                 extra["Set-Cookie"] = f"{COOKIE}={dash.token}; Path=/; HttpOnly; SameSite=Strict"
@@ -198,8 +213,9 @@ def build(home: Home, config: Config, host: str, port: int) -> tuple[Server, Opt
     return Server((host, port), make_handler(dash)), token
 
 
-def serve(home: Home, config: Config, host: str = "127.0.0.1", port: int = 8787,
-          out: Callable[[str], None] = print) -> None:
+def serve(
+    home: Home, config: Config, host: str = "127.0.0.1", port: int = 8787, out: Callable[[str], None] = print
+) -> None:
     try:
         server, token = build(home, config, host, port)
     except OSError as exc:
@@ -211,8 +227,10 @@ def serve(home: Home, config: Config, host: str = "127.0.0.1", port: int = 8787,
         out(f"orch dashboard: {url} (read-only; Ctrl-C stops it)")
     else:
         out(f"orch dashboard: {url}?token={token}")
-        out(f"  {host} is not loopback: every request needs this token (printed only now); "
-            "anyone who has it sees your jobs")
+        out(
+            f"  {host} is not loopback: every request needs this token (printed only now); "
+            "anyone who has it sees your jobs"
+        )
     sys.stdout.flush()
     try:
         server.serve_forever(poll_interval=0.5)

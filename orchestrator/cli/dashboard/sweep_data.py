@@ -15,8 +15,16 @@ def sweeps(store: Store) -> list[dict[str, Any]]:
     out = []
     for sweep in store.sweeps():
         trials = store.trials(sweep.id)
-        out.append({"id": sweep.id, "name": sweep.name, "state": sweep.state.value, "trials": len(trials),
-                    "planned": sweep.spec["sweep"]["trials"], "objective": sweep.spec["sweep"]["objective"]})
+        out.append(
+            {
+                "id": sweep.id,
+                "name": sweep.name,
+                "state": sweep.state.value,
+                "trials": len(trials),
+                "planned": sweep.spec["sweep"]["trials"],
+                "objective": sweep.spec["sweep"]["objective"],
+            }
+        )
     return out
 
 
@@ -27,9 +35,17 @@ def sweep(store: Store, home: Home, sweep_id: int, currency: str) -> dict[str, A
     for trial in sorted(summary["trials"], key=lambda t: t["number"]):
         points = [[step, value] for step, value in objective.series(home.run_dir(trial["id"]), name)]
         label = f"job {trial['id']} ({describe_params(trial['params'])})"
-        curves.append({"name": label + (" · pruned" if trial["state"] == "pruned" else ""), "job": trial["id"],
-                       "state": trial["state"], "points": points})
+        curves.append(
+            {
+                "name": label + (" · pruned" if trial["state"] == "pruned" else ""),
+                "job": trial["id"],
+                "state": trial["state"],
+                "points": points,
+            }
+        )
         if trial["state"] == "pruned" and points:
-            markers.append({"step": points[-1][0], "kind": "pruned", "label": f"{label} pruned at step {points[-1][0]}"})
+            markers.append(
+                {"step": points[-1][0], "kind": "pruned", "label": f"{label} pruned at step {points[-1][0]}"}
+            )
         trial["params_text"] = describe_params(trial["params"])
     return {**summary, "curves": curves, "markers": markers, "currency": currency}

@@ -51,8 +51,13 @@ def build_mirror(rt: Any) -> Optional[Mirror]:
             stop_requests.stop_for_lost_lease(d, job.id, reason, now)
 
     def event(kind: EventKind, detail: str) -> None:
-        payload = {"event": kind.value, "reason": detail, "host": socket.gethostname(), "state": "",
-                   "currency": rt.config.pricing.currency}
+        payload = {
+            "event": kind.value,
+            "reason": detail,
+            "host": socket.gethostname(),
+            "state": "",
+            "currency": rt.config.pricing.currency,
+        }
         rt.store.record_event(None, kind, time.time(), detail=detail, outgoing=outgoing_for(rt.config, kind, payload))
         rt.hooks.submit_event(kind.value, None)
 

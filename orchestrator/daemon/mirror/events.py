@@ -35,15 +35,19 @@ class Outage:
                 self.store.mirror_set(job.id, job.uid, error=str(exc), error_since=now)
         if not self.warned:
             self.warned = True
-            detail = (f"the mirror cannot reach {self.remote.url.raw}: {exc}; training goes on, uploads wait and "
-                      "retry (`orch status` shows the lag)")
+            detail = (
+                f"the mirror cannot reach {self.remote.url.raw}: {exc}; training goes on, uploads wait and "
+                "retry (`orch status` shows the lag)"
+            )
             log.warning("mirror: %s", detail)
             self.on_event(EventKind.MIRROR_FAILED, detail)
 
     def up(self, now: float) -> None:
         if self.down_since is None:
             return
-        detail = f"the mirror reaches {self.remote.url.raw} again after {now - self.down_since:.0f} s; uploads catching up"
+        detail = (
+            f"the mirror reaches {self.remote.url.raw} again after {now - self.down_since:.0f} s; uploads catching up"
+        )
         log.info("mirror: %s", detail)
         self.down_since, self.down_error = None, ""
         if self.warned:

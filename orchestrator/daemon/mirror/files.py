@@ -30,8 +30,12 @@ class FileSync:
     def sync_files(self, job: Job, now: float, row: Optional[dict[str, Any]]) -> None:
         """progress.json, metrics.csv, batch.json and the current attempt's log, throttled and only
         when changed."""
-        if row is not None and row.get("files_at") and now - row["files_at"] < self.s.throttle_seconds \
-                and job.state in ACTIVE:
+        if (
+            row is not None
+            and row.get("files_at")
+            and now - row["files_at"] < self.s.throttle_seconds
+            and job.state in ACTIVE
+        ):
             return
         run_dir = self.home.run_dir(job.id)
         names = [PROGRESS, METRICS_CSV, BATCH] + ([attempt_log(job.attempt)] if job.attempt else [])
@@ -65,7 +69,9 @@ class FileSync:
         if entries:
             total = sum(e["bytes"] for e in entries) / 1e6
             travels = "uploaded" if entries[0].get("key") else "fingerprinted only (above data_max_mb)"
-            log.info("mirror: job %s: %d input file(s), %.1f MB, %s (%d new)", job.id, len(entries), total, travels, sent)
+            log.info(
+                "mirror: job %s: %d input file(s), %.1f MB, %s (%d new)", job.id, len(entries), total, travels, sent
+            )
         return entries
 
     def upload_outputs(self, job: Job) -> None:
@@ -77,4 +83,3 @@ class FileSync:
             for rel in files_under(folder):
                 self.remote.put_file(mf.model_key(job.uid, rel), folder / rel, concurrency=self.s.concurrency)
             log.info("mirror: job %s: result and model uploaded", job.id)
-

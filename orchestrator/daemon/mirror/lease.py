@@ -24,8 +24,9 @@ ACTIVE = (JobState.QUEUED, JobState.RUNNING)  # the jobs whose lease this machin
 
 
 class ManifestWriter:
-    def __init__(self, home: Home, store: Store, remote: Remote, home_id: str,
-                 on_lease_lost: Callable[[Job, str], None]):
+    def __init__(
+        self, home: Home, store: Store, remote: Remote, home_id: str, on_lease_lost: Callable[[Job, str], None]
+    ):
         self.home, self.store, self.remote, self.home_id = home, store, remote, home_id
         self.on_lease_lost = on_lease_lost
         self._written: dict[int, tuple[Any, ...]] = {}  # job id -> what its last manifest said
@@ -38,8 +39,15 @@ class ManifestWriter:
         """The job changed since this process last wrote its manifest (or never wrote it)."""
         return self._written.get(job.id) != self.fingerprint(job)
 
-    def write(self, job: Job, row: Optional[dict[str, Any]], now: float, *, released: bool = False,
-              data_files: Optional[list[dict[str, Any]]] = None) -> None:
+    def write(
+        self,
+        job: Job,
+        row: Optional[dict[str, Any]],
+        now: float,
+        *,
+        released: bool = False,
+        data_files: Optional[list[dict[str, Any]]] = None,
+    ) -> None:
         job = self.store.get(job.id)  # the freshest state, cost and attempts
         row = row or {"checkpoints": [], "doomed": [], "etag": None, "final": 0}
         run_dir = self.home.run_dir(job.id)
@@ -48,9 +56,18 @@ class ManifestWriter:
         if job.state is JobState.SUCCEEDED and (run_dir / MODEL).is_dir():
             model = [mf.model_key(job.uid, rel) for rel in files_under(run_dir / MODEL)]
         manifest = mf.build_manifest(
-            job, self.store.attempts(job.id), home_id=self.home_id, checkpoints=row["checkpoints"],
-            batch=read_json(run_dir / BATCH), progress=read_json(run_dir / PROGRESS), result=result, model=model,
-            data_files=data_files, released=released, now=now)
+            job,
+            self.store.attempts(job.id),
+            home_id=self.home_id,
+            checkpoints=row["checkpoints"],
+            batch=read_json(run_dir / BATCH),
+            progress=read_json(run_dir / PROGRESS),
+            result=result,
+            model=model,
+            data_files=data_files,
+            released=released,
+            now=now,
+        )
         key = mf.manifest_key(job.uid)
         try:
             etag = self.remote.cas_put(key, mf.dump(manifest), row.get("etag"))
@@ -63,8 +80,17 @@ class ManifestWriter:
             self._lost(job, holder, now)
             return
         final = int(job.state in TERMINAL)
-        self.store.mirror_set(job.id, job.uid, etag=etag, manifest_at=now, dirty=0, final=final, released=int(released),
-                              error="", error_since=None)
+        self.store.mirror_set(
+            job.id,
+            job.uid,
+            etag=etag,
+            manifest_at=now,
+            dirty=0,
+            final=final,
+            released=int(released),
+            error="",
+            error_since=None,
+        )
         self._written[job.id] = self.fingerprint(job)
         for doomed in list(row.get("doomed") or []):
             self.remote.delete(doomed)  # the manifest that no longer names it is written
@@ -85,7 +111,9 @@ class ManifestWriter:
         return f"{own.get('host') or '?'} ({own.get('by') or 'orch'} {own.get('pid') or ''})".strip()
 
     def _lost(self, job: Job, holder: str, now: float) -> None:
-        reason = f"adopted by {holder} through {self.remote.url.raw}: stopped here; this machine no longer writes its mirror"
+        reason = (
+            f"adopted by {holder} through {self.remote.url.raw}: stopped here; this machine no longer writes its mirror"
+        )
         log.warning("mirror: job %s: %s", job.id, reason)
         self.store.mirror_set(job.id, job.uid, lost=holder, dirty=0)
         self.store.record_event(job.id, EventKind.LEASE_LOST, now, detail=reason)

@@ -30,10 +30,16 @@ _WATCH_S = 0.1  # how often the checkpoint folders are looked at between passes
 
 
 class Mirror:
-    def __init__(self, home: Home, config: Config, store: Store, *,
-                 on_lease_lost: Optional[Callable[[Job, str], None]] = None,
-                 on_event: Optional[Callable[[EventKind, str], None]] = None,
-                 remote: Optional[Remote] = None):
+    def __init__(
+        self,
+        home: Home,
+        config: Config,
+        store: Store,
+        *,
+        on_lease_lost: Optional[Callable[[Job, str], None]] = None,
+        on_event: Optional[Callable[[EventKind, str], None]] = None,
+        remote: Optional[Remote] = None,
+    ):
         self.home, self.config, self.store = home, config, store
         self.s = config.storage
         self.remote = remote or Remote(self.s)
@@ -122,15 +128,18 @@ class Mirror:
                     return True
             time.sleep(0.1)
         for job in self.store.jobs(ACTIVE):  # a notice checkpoint written too late to be queued: queue it now
-            try:                              # (it goes out with this machine's next daemon, if there is one)
+            try:  # (it goes out with this machine's next daemon, if there is one)
                 self.scan(job, time.time())
             except Exception:
                 log.exception("mirror: scan at shutdown failed")
         left = self.store.uploads_pending()
         if left:
-            log.warning("mirror: stopping with %d upload(s) unfinished after notice_deadline_seconds = %g; the mirror "
-                        "stays at the previous checkpoint (the steps since count as lost on adoption)",
-                        len(left), self.s.notice_deadline_seconds)
+            log.warning(
+                "mirror: stopping with %d upload(s) unfinished after notice_deadline_seconds = %g; the mirror "
+                "stays at the previous checkpoint (the steps since count as lost on adoption)",
+                len(left),
+                self.s.notice_deadline_seconds,
+            )
         return False
 
     def release_all(self) -> None:
@@ -209,9 +218,13 @@ class Mirror:
             return  # the last manifest names the last checkpoint: written once that is uploaded
         if job.state is JobState.SUCCEEDED and (row is None or not row["final"]):
             self.files.upload_outputs(job)
-        due = (row is None or row["dirty"] or self.manifests.changed(job)
-               or (job.state in ACTIVE and now - (row["manifest_at"] or 0) >= self.s.heartbeat_seconds)
-               or (job.state in TERMINAL and not row["final"]))
+        due = (
+            row is None
+            or row["dirty"]
+            or self.manifests.changed(job)
+            or (job.state in ACTIVE and now - (row["manifest_at"] or 0) >= self.s.heartbeat_seconds)
+            or (job.state in TERMINAL and not row["final"])
+        )
         if due:
             self.write_manifest(job, row, now, released=job.state in TERMINAL)
 

@@ -28,8 +28,16 @@ _BACKOFF_BASE_S, _BACKOFF_MAX_S = 1.0, 30.0
 
 
 class UploadQueue:
-    def __init__(self, home: Home, store: Store, storage: Any, remote: Remote, home_id: str,
-                 stopping: threading.Event, on_uploaded: Callable[[int], None]):
+    def __init__(
+        self,
+        home: Home,
+        store: Store,
+        storage: Any,
+        remote: Remote,
+        home_id: str,
+        stopping: threading.Event,
+        on_uploaded: Callable[[int], None],
+    ):
         self.home, self.store, self.s, self.remote, self.home_id = home, store, storage, remote, home_id
         self.stopping = stopping
         self.on_uploaded = on_uploaded
@@ -63,7 +71,9 @@ class UploadQueue:
 
     def should_yield(self, row: dict[str, Any]) -> bool:
         """A periodic upload gives way while a notice stands and jobs are still writing notice checkpoints."""
-        return self.stopping.is_set() or (self.urgent and not row["notice"] and bool(self.store.jobs([JobState.RUNNING])))
+        return self.stopping.is_set() or (
+            self.urgent and not row["notice"] and bool(self.store.jobs([JobState.RUNNING]))
+        )
 
     def cancel_current(self, which: Callable[[dict[str, Any]], bool]) -> None:
         with self._current_lock:
@@ -91,7 +101,9 @@ class UploadQueue:
                 packed = PACKED_TAR
                 path = pack_folder(path, path.parent.parent / ".mirror" / f"{row['name']}.tar")
             # the sha256 is taken from the bytes as they go out (one read of the file, no pass before the put)
-            sha, size = self._run_cancellable(row, self.remote.put_file_hashed_async(key, path, concurrency=concurrency))
+            sha, size = self._run_cancellable(
+                row, self.remote.put_file_hashed_async(key, path, concurrency=concurrency)
+            )
         except FileNotFoundError:
             self.store.upload_finish(row["id"], now, dropped="deleted locally before it was uploaded")
             return False
@@ -104,14 +116,28 @@ class UploadQueue:
             self.store.upload_retry(row["id"], time.time() + delay, str(exc))
             raise
         took = time.monotonic() - started
-        record = {"name": row["name"], "step": row["step"], "notice": notice, "key": key, "sha256": sha, "bytes": size,
-                  "uploaded_at": time.time(), "upload_s": round(took, 3)}
+        record = {
+            "name": row["name"],
+            "step": row["step"],
+            "notice": notice,
+            "key": key,
+            "sha256": sha,
+            "bytes": size,
+            "uploaded_at": time.time(),
+            "upload_s": round(took, 3),
+        }
         if packed:
             record["packed"] = packed
             path.unlink(missing_ok=True)
         self._add_checkpoint(row, record)
-        log.info("mirror: job %s: uploaded %s (%.1f MB in %.2f s, %.0f MB/s)", row["job_id"], row["name"], size / 1e6,
-                 took, size / 1e6 / took if took > 0 else 0)
+        log.info(
+            "mirror: job %s: uploaded %s (%.1f MB in %.2f s, %.0f MB/s)",
+            row["job_id"],
+            row["name"],
+            size / 1e6,
+            took,
+            size / 1e6 / took if took > 0 else 0,
+        )
         return True
 
     def _run_cancellable(self, row: dict[str, Any], coro: Any) -> Any:
@@ -133,12 +159,20 @@ class UploadQueue:
         row = self.store.mirror_state(job_id) or {"checkpoints": [], "doomed": []}
         history = [c for c in row["checkpoints"] if c["name"] != record["name"]] + [record]
         history.sort(key=lambda c: (c["step"], int(c["notice"])), reverse=True)
-        keep, doomed = history[: self.s.keep], [c["key"] for c in history[self.s.keep:]]
+        keep, doomed = history[: self.s.keep], [c["key"] for c in history[self.s.keep :]]
         # the same name uploaded again (a resumed attempt rewrote it): the old object goes with retention
         doomed += [c["key"] for c in row["checkpoints"] if c["name"] == record["name"] and c["key"] != record["key"]]
-        self.store.upload_done(upload["id"], job_id, uid, time.time(), checkpoints=keep,
-                               doomed=list(row["doomed"]) + doomed, dirty=1, step=keep[0]["step"],
-                               uploaded_at=record["uploaded_at"])
+        self.store.upload_done(
+            upload["id"],
+            job_id,
+            uid,
+            time.time(),
+            checkpoints=keep,
+            doomed=list(row["doomed"]) + doomed,
+            dirty=1,
+            step=keep[0]["step"],
+            uploaded_at=record["uploaded_at"],
+        )
 
 
 def upload_tag(home_id: str, upload: dict[str, Any]) -> str:
