@@ -26,8 +26,20 @@ class Home:
     def ensure(self) -> "Home":
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._check_private(self.root)
-        self.runs.mkdir(exist_ok=True, mode=0o700)
-        self._check_private(self.runs)
+        runs = self.runs
+        if runs.is_symlink():
+            # runs/ may be a link to a bigger disk (AutoDL's data disk): only the owner of this
+            # private home could have made it, and the folder it names must pass the same checks.
+            if not runs.is_dir():
+                from .errors import HomeError
+
+                raise HomeError(
+                    f"{runs} is a link to {os.readlink(runs)}, which is not a folder: fix or remove the link"
+                )
+            self._check_private(runs.resolve())
+            return self
+        runs.mkdir(exist_ok=True, mode=0o700)
+        self._check_private(runs)
         return self
 
     @staticmethod

@@ -47,6 +47,20 @@ def test_an_existing_0755_home_is_tightened_to_0700(sandbox):
     assert stat.S_IMODE(os.stat(sandbox.home / "runs").st_mode) == 0o700
 
 
+def test_runs_may_link_to_a_private_folder_on_another_disk_but_not_to_one_others_may_write(sandbox):
+    sandbox.home.mkdir(mode=0o700)
+    disk = sandbox.root / "data-disk"
+    disk.mkdir(mode=0o700)
+    os.symlink(disk, sandbox.home / "runs")
+    job = sandbox.root / "job.toml"
+    job.write_text(JOB)
+    sandbox.orch("submit", job).clean(0)
+    assert (disk / "1" / "job.toml").is_file()  # the run folder lives on the linked disk
+    os.chmod(disk, 0o777)
+    ran = sandbox.orch("status").clean(2)
+    assert str(disk) in ran.err and "chmod 700" in ran.err, ran.err
+
+
 def test_submit_never_writes_through_a_link_planted_at_the_run_folder(sandbox):
     sandbox.orch("status").clean(0)
     target = sandbox.root / "attacker"

@@ -237,9 +237,10 @@ def test_sigkill_in_the_middle_of_an_upload_leaves_the_manifest_on_complete_chec
     )
     assert "resuming from step 2" in ran.stdout, ran
     job_b = b.store.by_uid(uid)
-    # The lost steps: beyond the 2 mirrored, up to the step the mirror last heard of (progress is
-    # throttled and waits behind the big upload, so 3 or 4).
-    assert 2 < b.store.attempts(job_b.id)[-1].step_reached <= 4
+    # The step the lost attempt reached is the newest the mirror heard of: at least the 2 mirrored, at
+    # most the 4 it trained. Progress is synced after the checkpoint's upload has started (the put
+    # goes first, within 0.1 s of the file appearing), so it may still say 2 when the kill comes.
+    assert 2 <= b.store.attempts(job_b.id)[-1].step_reached <= 4
 
 
 def test_daemon_stop_drops_the_periodic_upload_in_flight_mirrors_the_notice_checkpoint_and_releases(
