@@ -300,7 +300,12 @@ def render(rep: dict) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="pairs per model size (at least 5)")
-    parser.add_argument("--steps", type=int, default=600, help="steps of the tiny model (the small one runs 40%%); 150 steps (2 s) are too short to resolve 2 %% on a 2-core VM")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=600,
+        help="steps of the tiny model (the small one runs 40%%); 150 steps (2 s) are too short to resolve 2 %% on a 2-core VM",
+    )
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--sizes", default="tiny,small", help=f"comma-separated, of {', '.join(SIZES)}")
     parser.add_argument("--tokenize-rows", type=int, default=100_000, help="0 skips the tokenization figure")
