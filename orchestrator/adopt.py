@@ -208,7 +208,8 @@ def what_it_runs(m: dict[str, Any]) -> str:
     """One line: the command and its folder, or the built-in job's model and data."""
     spec = m["spec"]
     if spec.get("command"):
-        return f"command {shlex.join(spec['command'])}  (in {spec.get('workdir') or '?'})"
+        where = spec.get("workdir") or "its run folder: the manifest names no workdir"
+        return f"command {shlex.join(spec['command'])}  (in {where})"
     model, data = spec.get("model") or {}, spec.get("data") or {}
     return f"built-in fine-tune of {model.get('name_or_path')!s} on {data.get('train')!s}" + (
         f" (validation {data['validation']})" if data.get("validation") else ""

@@ -47,7 +47,9 @@ from .store import Store
 def job_argv(spec: Mapping, run_dir: Path) -> tuple[list[str], Optional[str]]:
     """(argv, cwd) for a job: its own command, or the built-in runner on the run folder."""
     if spec.get("command"):
-        return list(spec["command"]), spec.get("workdir")
+        # `orch submit` always records a workdir; a hand-written manifest may not: its run folder,
+        # never wherever the daemon happened to be started
+        return list(spec["command"]), spec.get("workdir") or str(run_dir)
     return [sys.executable, "-m", "training.run", str(run_dir)], str(run_dir)
 
 

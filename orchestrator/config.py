@@ -12,14 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .bounds import control_problem
 from .errors import ConfigError
 from .states import DEFAULT_NOTIFY_EVENTS, EventKind
-from .problems import problems_from
+from .problems import TomlTable, problems_from
 from .tomlfile import read_toml
 
 EVENT_NAMES = frozenset(k.value for k in EventKind)
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Section(TomlTable):
+    pass
 
 
 class DaemonSection(_Section):

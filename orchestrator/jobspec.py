@@ -10,29 +10,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .bounds import INT64_MAX, INT64_MIN, control_problem, name_problem
 from .datafile_keys import first_keys
 from .errors import SpecError  # raised by every loader here; training catches it from here
-from .problems import problems_from
+from .problems import TomlTable, problems_from
 from .tomlfile import read_toml
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        # pydantic would read TOML `true` as 1 (num_labels = true became a one-label regression head)
-        if isinstance(value, bool) and info.field_name in cls.model_fields:
-            annotation = cls.model_fields[info.field_name].annotation
-            args = getattr(annotation, "__args__", None) or (annotation,)
-            if bool not in args and (int in args or float in args):
-                raise PydanticCustomError("int_type" if int in args and float not in args else "float_type", "a number")
-        return value
+class _Section(TomlTable):
+    pass
 
 
 TaskName = Literal["sequence-classification", "causal-lm", "token-classification"]

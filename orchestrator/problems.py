@@ -5,9 +5,11 @@ sweep file, the mirror's manifest and the notifier tables (pydantic only)."""
 from __future__ import annotations
 
 import difflib
+import typing
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 
 def _show(value: Any) -> str:
@@ -65,6 +67,7 @@ _WORDS = {
     **dict.fromkeys(("int_type", "int_parsing", "int_from_float"), ("must be a whole number", None)),
     **dict.fromkeys(("float_type", "float_parsing"), ("must be a number", None)),
     **dict.fromkeys(("bool_type", "bool_parsing"), ("must be true or false", None)),
+    "number_in_quotes": ("must be a number, written without quotes", None),
     "string_type": ("must be a string", None),
     "list_type": ("must be a list", None),
     **dict.fromkeys(("dict_type", "model_type", "model_attributes_type"), ("must be a table", None)),
@@ -110,3 +113,42 @@ def problems_from(exc: ValidationError, model: type[BaseModel], label: str) -> l
             lines.append(f"{label}: {_message(err)}")
     # Keep order, drop repeats (unions can report one problem twice).
     return list(dict.fromkeys(lines))
+
+
+def _number_only(annotation: Any) -> tuple[bool, bool]:
+    """(takes a number, takes nothing else a TOML scalar could mean: no bool, str or Literal)."""
+    args = getattr(annotation, "__args__", None) or (annotation,)
+    numeric = int in args or float in args
+    other = bool in args or str in args or any(typing.get_origin(a) is typing.Literal for a in args)
+    return numeric, numeric and not other
+
+
+class TomlTable(BaseModel):
+    """A table of a file people write (job.toml, config.toml, a sweep file): unknown keys are
+    errors, and a number field takes only a TOML number. pydantic would read `true` as 1
+    (num_labels = true became a one-label regression head) and "32" as 32 (a quoted number
+    usually means a template or a copy-paste went wrong, and "inf" passed every bound)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, (bool, str)) or info.field_name not in cls.model_fields:
+            return value
+        annotation = cls.model_fields[info.field_name].annotation
+        numeric, only = _number_only(annotation)
+        if isinstance(value, bool) and numeric and bool not in (getattr(annotation, "__args__", None) or ()):
+            args = getattr(annotation, "__args__", None) or (annotation,)
+            raise PydanticCustomError("int_type" if int in args and float not in args else "float_type", "a number")
+        if isinstance(value, str) and only and _reads_as_number(value):
+            raise PydanticCustomError("number_in_quotes", "a number, written without quotes")
+        return value  # any other text: pydantic's own "must be a whole number (got 'two')"
+
+
+def _reads_as_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -90,11 +90,18 @@ sys.exit(b.get("exit", 0))
 """
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "", interval: float = 0.05) -> Any:
-    """Poll until `predicate()` is truthy and return its value; fail the test after `timeout`."""
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 15.0,
+    what: "str | Callable[[], str]" = "",
+    interval: float = 0.05,
+) -> Any:
+    """Poll until `predicate()` is truthy and return its value; fail the test after `timeout`.
+    `what` may be a callable: it is called at the timeout, so the message tells the state then."""
     value = poll(predicate, timeout, interval)
     if not value:
-        raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
+        text = what() if callable(what) else what
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {text or predicate}")
     return value
 
 
@@ -205,10 +212,21 @@ class OrchHome:
         wait_for(
             lambda: self.state(job_id) in states,
             timeout,
-            what=f"job {job_id} to become {'/'.join(s.value for s in states)} (it is {self.state(job_id).value}; "
-            f"daemon log tail: {self.log_tail()})",
+            what=lambda: (
+                f"job {job_id} to become {'/'.join(s.value for s in states)} (at the timeout it is "
+                f"{self.state(job_id).value}; daemon log tail:\n{self.log_tail(40)}{self.diagnostics(job_id)})"
+            ),
         )
         return self.job(job_id)
+
+    def diagnostics(self, job_id: int) -> str:
+        """More to print when a wait times out: the tails of the job's attempt logs (a Slurm
+        home adds what Slurm says)."""
+        out = []
+        for log in sorted(self.run_dir(job_id).glob("attempt-*.log")):
+            lines = log.read_text(errors="replace").splitlines()[-15:]
+            out.append(f"\n--- {log.name} (tail) ---\n" + "\n".join(lines))
+        return "".join(out)
 
     def records(self, name: Optional[str] = None, event: Optional[str] = None) -> list[dict[str, Any]]:
         path = self.tmp / "record.jsonl"

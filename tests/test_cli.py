@@ -220,6 +220,9 @@ def test_status_table_for_people(orch, six_jobs):
     assert {"PROGRESS", "ETA", "RUNTIME", "COST"} <= set(header)
     states = {int(line.split()[0]): line.split()[2] for line in lines[1:]}
     assert states == {six_jobs[JobState.QUEUED]: "queued", six_jobs[JobState.RUNNING]: "running"}
+    attempts = {int(line.split()[0]): line.split()[3] for line in lines[1:]}
+    # a job never started has no attempt yet (it used to read 1, as if it had run once)
+    assert attempts == {six_jobs[JobState.QUEUED]: "-", six_jobs[JobState.RUNNING]: "1"}, ran.out
     assert "\x1b[" not in ran.out  # no color codes when piped
     assert NO_DAEMON in ran.err
 

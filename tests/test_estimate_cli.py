@@ -156,3 +156,28 @@ def test_estimate_of_a_job_asking_for_more_gpus_than_here_is_refused_before_any_
     assert ran.rc == 2, ran.out + ran.err
     assert f"{job}: gpus: asks for 64 GPUs" in ran.err and "Traceback" not in ran.err, ran.err
     assert ran.out == ""
+
+
+def test_a_sweep_file_gets_its_base_jobs_estimate_and_the_bound_of_every_trial_run_out(orch, home, write_file, store):
+    # It used to say "unknown key 'sweep'": the sweep file is what the user has in hand.
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text('[pricing]\ncurrency = "CNY"\ninstance_hour = 3.6\n')
+    write_file("base.toml", 'name = "nightly"\ngpus = 0\ncommand = ["train", "--lr", "{lr}"]\n')
+    sweep = write_file(
+        "sweep.toml",
+        '[sweep]\njob = "base.toml"\ntrials = 5\nparallel = 2\nobjective = "loss"\ndirection = "minimize"\n'
+        "max_cost = 9.0\n\n[sweep.params]\nlr = { values = [0.1, 0.01, 0.001, 0.0001, 0.00001] }\n",
+    )
+    orch("submit", write_file("one.toml", 'name = "nightly"\ngpus = 0\ncommand = ["true"]\n')).assert_ok()
+    (row,) = store.jobs()
+    store.db.execute("UPDATE jobs SET state='succeeded', run_seconds=120, cost=0.5 WHERE id=?", (row.id,))
+    store.db.commit()
+    d = json.loads(orch("estimate", sweep, "--json").out)
+    assert d["job"] == "nightly" and d["wall_s"] == 120 and d["cost"] == pytest.approx(0.12), d  # 120 s at 3.6/h
+    assert d["sweep"] == {"trials": 5, "parallel": 2, "cost_at_most": 0.6, "wall_s_at_most": 360.0, "max_cost": 9.0}
+    text = orch("estimate", sweep).out
+    assert "sweep of 5 trials, 2 at a time" in text and "6m" in text and "max_cost" in text, text
+    # a bad sweep file is refused before anything is probed, naming the file and field
+    bad = write_file("bad.toml", sweep.read_text().replace("trials = 5", "trials = 0"))
+    ran = orch("estimate", bad)
+    assert ran.rc == 2 and f"{bad}: sweep.trials" in ran.err and "Traceback" not in ran.err, ran.err

@@ -79,6 +79,12 @@ def cli(argv: Optional[list[str]] = None) -> int:
 
 if __name__ == "__main__":
     code = cli()
+    # The exit code is decided. A SIGTERM from here on (srun stopping the other ranks once rank 0
+    # exits 75, a second preemption signal) must not turn it into a death by signal: the
+    # interpreter resets Python handlers to the default while it shuts down, but keeps SIG_IGN.
+    import signal as _signal
+
+    _signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(code)

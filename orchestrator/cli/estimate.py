@@ -237,6 +237,36 @@ def estimate_data(
     return data
 
 
+def sweep_bound(data: dict[str, Any], trials: int, parallel: int, max_cost: Optional[float]) -> dict[str, Any]:
+    """A sweep's bound from its base job's estimate: every trial run to its end, `parallel` at a
+    time. Pruning can only make it cheaper; the trials' parameters (a batch size, a step count)
+    can make each trial slower or faster than the base job measured here."""
+    cost, wall = data.get("cost"), data.get("wall_s")
+    waves = math.ceil(trials / parallel)
+    return {
+        "trials": trials,
+        "parallel": parallel,
+        "cost_at_most": None if cost is None else round(cost * trials, 6),
+        "wall_s_at_most": None if wall is None else round(wall * waves, 1),
+        "max_cost": max_cost,
+    }
+
+
+def sweep_text(d: dict[str, Any]) -> str:
+    s, cur = d["sweep"], d["currency"]
+    if s["cost_at_most"] is None:
+        return f"sweep of {s['trials']} trials: no bound without an estimate of its base job"
+    lines = [
+        f"sweep of {s['trials']} trials, {s['parallel']} at a time, each like the base job above "
+        "(its parameters may make a trial slower or faster):",
+        f"  at most:     {format_money(s['cost_at_most'], cur)} and {format_duration(s['wall_s_at_most'])} "
+        "if no trial is pruned",
+    ]
+    if s["max_cost"] is not None:
+        lines.append(f"  budget:      max_cost = {format_money(s['max_cost'], cur)} stops the sweep there")
+    return "\n".join(lines)
+
+
 def estimate_text(d: dict[str, Any]) -> str:
     cur = d["currency"]
     lines = [
@@ -281,4 +311,6 @@ def estimate_text(d: dict[str, Any]) -> str:
     )
     if d.get("projected_finish"):
         lines.append(f"  finishes:    {time.strftime('%Y-%m-%d %H:%M', time.localtime(d['projected_finish']))}")
+    if d.get("sweep"):
+        lines.append(sweep_text(d))
     return "\n".join(lines)

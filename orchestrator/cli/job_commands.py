@@ -94,19 +94,26 @@ def estimate(
 ) -> None:
     """What a job will take and cost here, before it is queued: a short probe of a built-in job
     (steps/s, wall time, GPU-hours, cost, checkpoints, preemption waste, the wait), or a command
-    job's history."""
-    from .estimate import estimate_data, estimate_text
+    job's history. A sweep file gets its base job's estimate and the sweep's bound (every trial
+    run to its end)."""
+    from ..sweeps.spec import is_sweep_file, load_sweep
+    from .estimate import estimate_data, estimate_text, sweep_bound
 
+    section = None
+    if is_sweep_file(job_toml):
+        section, _ = load_sweep(job_toml)  # bad input before a probe is paid for
     data = estimate_data(
         ctx.store(),
         ctx.home,
         ctx.config(),
-        job_toml,
+        Path(section.job) if section else job_toml,
         time.time(),
         warmup=warmup,
         steps=steps,
         daemon_running=daemon_pid(ctx.home) is not None,
     )
+    if section:
+        data["sweep"] = sweep_bound(data, section.trials, section.parallel, section.max_cost)
     if as_json:
         emit_json(data)
     else:

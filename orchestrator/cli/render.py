@@ -67,7 +67,7 @@ def status_table(
             str(r["id"]),
             str(r["name"]),
             r["state"],
-            str(r["attempt"]),
+            str(r["attempt"]) if r.get("started", True) else "-",
             str(r["gpus"]),
             progress(r),
             duration(r.get("eta_s")),

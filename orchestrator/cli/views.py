@@ -65,6 +65,7 @@ def status_row(
         "name": job.name,
         "state": job.state.value,
         "attempt": job.shown_attempt,
+        "started": job.attempt > 0,  # the table shows "-" for the attempt of a job never started
         "gpus": job.gpus,
         "step": step,
         "total_steps": total,

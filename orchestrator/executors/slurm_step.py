@@ -26,7 +26,17 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from ..contract import ENV_SRUN, RESULT, attempt_log, attempt_slurm_info, write_exit_record, write_json_atomic
+from ..contract import (
+    ENV_SRUN,
+    EX_CHECKPOINTED,
+    RESULT,
+    attempt_log,
+    attempt_slurm_info,
+    checkpoint_dir,
+    parse_checkpoint_name,
+    write_exit_record,
+    write_json_atomic,
+)
 
 
 def rank_log(n: int, rank: int) -> str:
@@ -112,6 +122,15 @@ def batch(args: argparse.Namespace, command: list[str]) -> int:
         # act) can only hit the interpreter's shutdown: the work is complete and durable.
         print("[orch] SIGTERM came after the job wrote result.json: it had finished", flush=True)
         code, sig = 0, None
+    elif sig in (signal.SIGTERM, signal.SIGKILL) and (notice := notice_saved_since(run_dir, started_at)):
+        # Every rank passed the save's barrier before rank 0 exits 75; srun (--kill-on-bad-exit)
+        # then stops the ranks still shutting down, and a rank killed there loses nothing. srun
+        # reports that kill (128+sig outranks 75), but the attempt ended checkpointed.
+        print(
+            f"[orch] a rank was stopped by signal {sig} after {notice} was saved: the attempt checkpointed",
+            flush=True,
+        )
+        code, sig = EX_CHECKPOINTED, None
     how = f"exit code {code}" if sig is None else f"signal {sig}"
     print(f"[orch] attempt {n} ended after {ended_at - started_at:.1f}s: {how}", flush=True)
     write_exit_record(run_dir, n, code, sig, started_at, ended_at, slurm_job_id=job_id)
@@ -123,6 +142,23 @@ def finished_before(run_dir: Path, started_at: float) -> bool:
         return (run_dir / RESULT).stat().st_mtime >= started_at
     except OSError:
         return False
+
+
+def notice_saved_since(run_dir: Path, started_at: float) -> Optional[str]:
+    """The name of a notice checkpoint this attempt wrote (a complete file: it is renamed into
+    place), or None."""
+    try:
+        entries = list(os.scandir(checkpoint_dir(run_dir)))
+    except OSError:
+        return None
+    for entry in entries:
+        name = parse_checkpoint_name(entry.name)
+        try:
+            if name is not None and name.notice and entry.stat().st_mtime >= started_at:
+                return entry.name
+        except OSError:
+            continue
+    return None
 
 
 def split_returncode(rc: int) -> tuple:

@@ -11,12 +11,12 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from ..contract import ENV_PARAM_PREFIX
 from ..errors import SpecError
 from ..jobspec import TASK_METRICS, JobSpec, load_jobspec, spec_from_dict
-from ..problems import _model_at, _unwrap, problems_from
+from ..problems import TomlTable, _model_at, _unwrap, problems_from
 from ..tomlfile import read_toml
 
 Number = Union[int, float]
@@ -25,8 +25,8 @@ PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 ENV_PREFIX = ENV_PARAM_PREFIX  # a command job's parameters, as environment variables
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Strict(TomlTable):
+    pass
 
 
 class ParamSpec(_Strict):

@@ -209,3 +209,21 @@ def test_job_reads_only_the_manifests_asked_for(sandbox, origin):
     assert "adopted" in ran.out
     everything = sandbox.orch("adopt", f"file://{store_dir}", "--all", "--yes").clean(1)  # already here + broken
     assert "job 0123456789ab" in everything.err and "not a JSON manifest" in everything.err, everything.err
+
+
+def test_a_command_manifest_without_a_workdir_runs_in_its_run_folder_and_says_so(sandbox, origin):
+    # It printed "(in ?)", and the job then ran wherever the daemon had been started.
+    from orchestrator.attempts import job_argv
+    from orchestrator.store import Store
+
+    pristine, uid = origin
+
+    def drop_workdir(m, remote):
+        m["spec"].pop("workdir", None)
+
+    store_dir = tampered(pristine, sandbox.root / "store", uid, drop_workdir)
+    ran = sandbox.orch("adopt", f"file://{store_dir}", "--job", uid, "--yes").clean(0)
+    assert "(in its run folder: the manifest names no workdir)" in ran.out, ran.out
+    job = Store(sandbox.home / "orch.db").get(1)
+    run_dir = sandbox.home / "runs" / "1"
+    assert job_argv(job.spec, run_dir)[1] == str(run_dir), job.spec.get("workdir")

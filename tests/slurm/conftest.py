@@ -60,9 +60,21 @@ def slurm_home(orch_home, slurm) -> Callable[..., OrchHome]:  # noqa: F811
         (h.root / "config.toml").write_text(text)
         h.config = load_config(h.root / "config.toml", required=True)
         h.slurm = cluster
+        local = h.diagnostics
+        h.diagnostics = lambda job_id: local(job_id) + slurm_diagnostics(cluster)  # type: ignore[method-assign]
         return h
 
     return make
+
+
+def slurm_diagnostics(cluster: SlurmCluster) -> str:
+    """Slurm's view when a wait times out: every job it knows, and the controller's log tail."""
+    queue = cluster.run("squeue", "-t", "all", "-o", "%i %j %T %r %N %M", check=False).stdout
+    try:
+        ctld = (cluster.base / "log" / "slurmctld.log").read_text(errors="replace").splitlines()[-25:]
+    except OSError:
+        ctld = []
+    return f"\n--- squeue -t all ---\n{queue}--- slurmctld.log (tail) ---\n" + "\n".join(ctld)
 
 
 def slurm_id(h: OrchHome, job_id: int) -> str:

@@ -3,6 +3,14 @@ cluster in the other tests here)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
 from orchestrator.executors.slurm_query import (
     SlurmJob,
     accounting_disabled,
@@ -116,3 +124,44 @@ def test_sbatch_geometry_overrides_and_shared_folder_check(tmp_path):
     with pytest.raises(SlurmError, match=r"shared_dirs"):
         check_shared(SlurmSection(), tmp_path)  # a local filesystem, not listed
     check_shared(SlurmSection(shared_dirs=[str(tmp_path.parent)]), tmp_path)
+
+
+FAKE_SRUN = """#!/bin/sh
+# srun stand-in: ranks that saved (or not) a notice checkpoint, then srun reports a rank killed
+# by SIGTERM the way srun does (128 + 15) after --kill-on-bad-exit stopped it
+[ -n "$SAVE_NOTICE" ] && mkdir -p "$RUN_DIR/checkpoints" && : > "$RUN_DIR/checkpoints/notice-step-00000017.ckpt"
+exit 143
+"""
+
+
+@pytest.mark.parametrize("saved", [True, False], ids=["notice-saved", "no-notice"])
+def test_a_rank_killed_after_the_notice_checkpoint_is_a_checkpointed_attempt(tmp_path, saved):
+    """Seen on a loaded machine: rank 0 saved the notice and exited 75, srun's --kill-on-bad-exit
+    SIGTERMed rank 1 while it shut down, srun said 143, and the job was failed instead of
+    resumed. A kill after a notice of this attempt is exit 75; without one it stays a signal."""
+    srun = tmp_path / "srun"
+    srun.write_text(FAKE_SRUN)
+    srun.chmod(0o755)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    old = run_dir / "checkpoints"
+    old.mkdir()
+    (old / "notice-step-00000005.ckpt").touch()
+    os.utime(old / "notice-step-00000005.ckpt", (1, 1))  # an earlier attempt's notice does not count
+    env = {**os.environ, "ORCH_SRUN": str(srun), "RUN_DIR": str(run_dir), "SAVE_NOTICE": "1" if saved else ""}
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.executors.slurm_step", "batch", "--run-dir", str(run_dir)]
+        + ["--attempt", "1", "--nodes", "2", "--", "true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((run_dir / "attempt-1.exit").read_text())
+    if saved:
+        assert (record["code"], record["signal"]) == (75, None), record
+        assert "after notice-step-00000017.ckpt was saved: the attempt checkpointed" in proc.stdout, proc.stdout
+    else:
+        assert (record["code"], record["signal"]) == (None, 15), record
