@@ -80,6 +80,17 @@ def test_a_bad_sweep_file_exits_2_naming_file_and_field_and_stores_nothing(tmp_p
     assert Store(home / "orch.db").sweeps() == []
 
 
+def test_the_sweep_files_problems_and_its_base_jobs_come_in_one_report(tmp_path, home, cli):
+    # They came in stages: fix the sweep table, submit again, only then hear about the job file.
+    (tmp_path / "job.toml").write_text(tomli_w.dumps({**BUILTIN_JOB, "train": {"max_steps": 0}}))
+    path = write_sweep(tmp_path, params={"train.learning_rate": {"values": [1e-3]}}, trials=0)
+    out = cli("submit", path)
+    assert out.rc == 2 and "Traceback" not in out.err, out.err
+    assert f"{path}: sweep.trials: must be greater than 0" in out.err, out.err
+    assert "job.toml: train.max_steps: must be greater than 0" in out.err, out.err
+    assert Store(home / "orch.db").sweeps() == []
+
+
 def test_a_command_sweep_placeholder_without_a_parameter_is_refused(tmp_path, home, cli):
     write_score_job(tmp_path)
     path = write_sweep(tmp_path, params={"y": {"uniform": [0.0, 1.0]}})

@@ -116,19 +116,32 @@ def load_sweep(path: str | Path) -> tuple[SweepSection, JobSpec]:
     path = Path(path)
     label = str(path)
     raw = read_toml(path, label, SpecError)
+    problems: list[str] = []  # every problem of the sweep file and its base job, in one report
+    section: Optional[SweepSection] = None
     try:
         section = SweepFile.model_validate(raw).sweep
     except ValidationError as exc:
-        raise SpecError(problems_from(exc, SweepFile, label)) from None
-    job_path = (path.resolve().parent / section.job).resolve()
-    if not job_path.is_file():
-        raise SpecError(
-            [f"{label}: sweep.job: no such job file {str(job_path)!r} (relative paths start at this file's folder)"]
-        )
-    base = load_jobspec(job_path)
-    problems = check_params(section, base, label)
+        problems += problems_from(exc, SweepFile, label)
+    table = raw.get("sweep")
+    job = section.job if section else table.get("job") if isinstance(table, dict) else None
+    base: Optional[JobSpec] = None
+    job_path = None
+    if isinstance(job, str) and job:
+        job_path = (path.resolve().parent / job).resolve()
+        if not job_path.is_file():
+            problems.append(
+                f"{label}: sweep.job: no such job file {str(job_path)!r} (relative paths start at this file's folder)"
+            )
+        else:
+            try:
+                base = load_jobspec(job_path)
+            except SpecError as exc:
+                problems += exc.problems
+    if section is not None and base is not None:
+        problems += check_params(section, base, label)
     if problems:
         raise SpecError(problems)
+    assert section is not None and base is not None
     section = section.model_copy(update={"job": str(job_path), "name": section.name or path.stem})
     return section, base
 
