@@ -71,7 +71,8 @@ def daemon_drain(
 @app.command()
 def doctor(as_json: bool = typer.Option(False, "--json", help="A JSON list of findings.")) -> None:
     """Check the daemon, store, running jobs, processes, disk, config, notifiers and clock; say how to fix."""
-    from .doctor import BAD, render, run_checks
+    from .doctor import run_checks
+    from .doctor_findings import BAD, render
 
     findings = run_checks(ctx.home, ctx.config_path, ctx.config_arg is not None)
     if as_json:
