@@ -1,6 +1,7 @@
 """job.toml -> JobSpec. The model mirrors docs/job-toml.md's names exactly (extra keys are errors), paths
-are resolved against the file's folder, and every problem in a file is reported at once.
-Pure pydantic plus a few filesystem checks: `training/` imports this module too."""
+are resolved against the file's folder, and every problem in a file is reported at once. Its tables are
+job_sections.py's, its checks across them job_checks.py's. Pure pydantic plus a few filesystem checks:
+`training/` imports this module too (and reaches those two only through it)."""
 
 from __future__ import annotations
 
@@ -8,201 +9,59 @@ import os
 import re
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional, Union
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .bounds import INT64_MAX, INT64_MIN, control_problem, name_problem
-from .datafile_keys import first_keys
 from .errors import SpecError  # raised by every loader here; training catches it from here
-from .problems import TomlTable, problems_from
+from .job_checks import data_field_problems, kind_problem, task_problems
+from .job_sections import (  # the tables and task names, importable from here as before
+    TASK_CAUSAL_LM,
+    TASK_CLASSIFY,
+    TASK_METRICS,
+    TASK_TOKENS,
+    BudgetSection,
+    CheckpointSection,
+    DataSection,
+    EarlyStoppingSection,
+    JobTable,
+    LoraSection,
+    ModelSection,
+    SlurmJobSection,
+    TaskName,
+    TrainSection,
+)
+from .problems import problems_from
 from .tomlfile import read_toml
 
-
-class _Section(TomlTable):
-    pass
-
-
-TaskName = Literal["sequence-classification", "causal-lm", "token-classification"]
-TASK_CLASSIFY: TaskName = "sequence-classification"
-TASK_CAUSAL_LM: TaskName = "causal-lm"
-TASK_TOKENS: TaskName = "token-classification"
-# What each task's validation reports: the metrics early_stopping.monitor may name.
-TASK_METRICS = {
-    TASK_CLASSIFY: ("val_loss", "val_acc", "val_f1", "train_loss"),
-    TASK_CAUSAL_LM: ("val_loss", "val_perplexity", "train_loss"),
-    TASK_TOKENS: ("val_loss", "val_f1", "val_precision", "val_recall", "train_loss"),
-}
-
-
-class ModelSection(_Section):
-    name_or_path: str = Field(min_length=1)
-    task: TaskName = TASK_CLASSIFY
-    num_labels: int = Field(default=2, ge=1)
-    gradient_checkpointing: bool = False
-
-
-class DataSection(_Section):
-    train: str = Field(min_length=1)
-    validation: Optional[str] = None
-    text_field: str = "text"
-    text_pair_field: Optional[str] = None
-    label_field: str = "label"
-    max_length: int = Field(default=128, gt=0, le=100_000)
-    num_workers: Optional[int] = Field(default=None, ge=0)  # None: min(4, cpu count)
-    shuffle: bool = True
-    # causal-lm: text_field (plain language modelling), or prompt_field + response_field (loss on
-    # the response only), or messages_field (chat turns, loss on the assistant's turns).
-    prompt_field: Optional[str] = Field(default=None, min_length=1)
-    response_field: Optional[str] = Field(default=None, min_length=1)
-    messages_field: Optional[str] = Field(default=None, min_length=1)
-    packing: bool = False  # causal-lm: several short examples per row, attention within each
-    # token-classification: a list of words and a list of tags (one per word) per row
-    tokens_field: str = "tokens"
-    tags_field: str = "tags"
-
-    def task_fields(self, task: str) -> list[str]:
-        """The data fields `task` reads (the ones orch submit looks for in the data file)."""
-        if task == TASK_CAUSAL_LM:
-            if self.messages_field:
-                return ["messages_field"]
-            return ["prompt_field", "response_field"] if self.prompt_field else ["text_field"]
-        if task == TASK_TOKENS:
-            return ["tokens_field", "tags_field"]
-        return ["text_field", "text_pair_field", "label_field"]
+__all__ = [
+    "TASK_CAUSAL_LM",
+    "TASK_CLASSIFY",
+    "TASK_METRICS",
+    "TASK_TOKENS",
+    "BudgetSection",
+    "CheckpointSection",
+    "DataSection",
+    "EarlyStoppingSection",
+    "JobSpec",
+    "LoraSection",
+    "ModelSection",
+    "SlurmJobSection",
+    "SpecError",
+    "TaskName",
+    "TrainSection",
+    "check_deadline",
+    "deadline_ts",
+    "load_jobspec",
+    "load_resolved",
+    "looks_local",
+    "resolve",
+    "spec_from_dict",
+]
 
 
-class LoraSection(_Section):
-    """[lora] (causal-lm): train low-rank adapters through peft instead of every weight."""
-
-    r: int = Field(default=8, gt=0, le=4096)
-    alpha: float = Field(default=16.0, gt=0)
-    dropout: float = Field(default=0.05, ge=0, lt=1)
-    # None: peft's default for the architecture (e.g. q_proj, v_proj for Llama); "all-linear": every
-    # linear layer but the output head; or the module names.
-    target_modules: Union[Literal["all-linear"], list[str], None] = None
-    merge: bool = False  # also export the base model with the adapter merged in (model/merged/)
-
-
-class TrainSection(_Section):
-    max_epochs: Optional[int] = Field(default=3, gt=0)
-    max_steps: Optional[int] = Field(default=None, gt=0)
-    batch_size: int = Field(default=32, gt=0)
-    accumulate_grad_batches: int = Field(default=1, gt=0)
-    precision: Literal["32", "16-mixed", "bf16-mixed"] = "16-mixed"
-    learning_rate: float = Field(default=2e-5, gt=0)
-    weight_decay: float = Field(default=0.01, ge=0)
-    warmup_ratio: float = Field(default=0.1, ge=0, le=1)
-    seed: int = Field(default=42, ge=INT64_MIN, le=INT64_MAX)
-    val_check_interval: Union[int, float] = 1.0
-    gradient_clip_val: Optional[float] = Field(default=1.0, ge=0)
-    deterministic: bool = False
-    # Training health: a `loss_flat` event when the loss fell by less than this fraction of its
-    # first steps' mean after that many steps (None: not watched). The job goes on.
-    flat_after_steps: Optional[int] = Field(default=None, gt=0)
-    flat_min_improvement: float = Field(default=0.02, ge=0, lt=1)
-    # Hang watchdog: no new step for this long -> stacks dumped, SIGTERM, grace, SIGKILL, retry (None: off).
-    hang_minutes: Optional[float] = Field(default=None, gt=0, le=10080)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _max_steps_alone(cls, data: Any) -> Any:
-        # max_steps given without max_epochs: the steps end training, not the default 3 epochs
-        if isinstance(data, dict) and data.get("max_steps") is not None and "max_epochs" not in data:
-            return {**data, "max_epochs": None}
-        return data
-
-    @model_validator(mode="after")
-    def _check_interval(self) -> "TrainSection":
-        v = self.val_check_interval
-        if isinstance(v, float) and not (0 < v <= 1):
-            raise ValueError(
-                f"val_check_interval: a fraction of an epoch must be in (0, 1], or give a whole number of batches (got {v})"
-            )
-        if isinstance(v, int) and v < 1:
-            raise ValueError(f"val_check_interval: must be at least 1 batch (got {v})")
-        return self
-
-
-class EarlyStoppingSection(_Section):
-    monitor: Literal["val_loss", "val_acc", "val_f1", "val_precision", "val_recall", "val_perplexity", "train_loss"] = (
-        "val_loss"
-    )
-    mode: Optional[Literal["min", "max"]] = None  # None: min for a loss, max otherwise
-    patience: int = Field(default=3, ge=0)
-    min_delta: float = Field(default=0.0, ge=0)
-
-    @property
-    def resolved_mode(self) -> str:
-        return self.mode or ("min" if self.monitor.endswith("loss") else "max")
-
-
-class CheckpointSection(_Section):
-    every_n_steps: Optional[int] = Field(default=None, gt=0)
-    every_minutes: Optional[float] = Field(default=10.0, gt=0)
-    keep: int = Field(default=3, ge=1)
-    # Periodic checkpoints: the step blocks only for a snapshot of the state; a background thread
-    # writes it (training/snapshot.py). false: written inside the step, as notice checkpoints are.
-    background: bool = True
-    # "auto": the interval is sqrt(2 x the measured save blocking time x the MTBF) (Young/Daly),
-    # re-chosen after every save; every_minutes is then only the first interval.
-    every: Optional[Literal["auto"]] = None
-    mtbf_hours: Optional[float] = Field(default=None, gt=0)  # for "auto": else the machine's, else 6 h
-
-
-class BudgetSection(_Section):
-    max_cost: Optional[float] = Field(default=None, gt=0)
-    max_hours: Optional[float] = Field(default=None, gt=0)
-
-
-class SlurmJobSection(_Section):
-    """[slurm] in job.toml: this job's own partition, walltime and extra sbatch flags (Slurm executor)."""
-
-    partition: Optional[str] = Field(default=None, min_length=1)
-    time: Optional[str] = Field(default=None, min_length=1)
-    extra_args: list[str] = []
-
-    @model_validator(mode="after")
-    def _one_line_each(self) -> "SlurmJobSection":
-        # Each value becomes an `#SBATCH` line: a newline would end it and start a shell line.
-        for field, value in (
-            ("partition", self.partition),
-            ("time", self.time),
-            *((f"extra_args[{i}]", a) for i, a in enumerate(self.extra_args)),
-        ):
-            problem = control_problem(value, allow_tab=False) if value is not None else None
-            if problem:
-                raise ValueError(f"{field}: {problem} (got {value!r})")
-        return self
-
-
-_BUILTIN_SECTIONS = ("model", "data", "train", "early_stopping", "lora")
-
-
-def kind_problem(keys: set[str]) -> Optional[str]:
-    """A job is either a command job or the built-in fine-tune. Checked on the raw keys too, so
-    this problem is reported together with field errors, not only after they are fixed."""
-    builtin = [s for s in _BUILTIN_SECTIONS if s in keys]
-    if "command" in keys:
-        if builtin:
-            return (
-                "'command' cannot be combined with "
-                + ", ".join(f"[{s}]" for s in builtin)
-                + ": a command job runs your own script; the built-in fine-tune takes [model] and [data] and no command"
-            )
-        return None
-    if "workdir" in keys:
-        return "'workdir' is only for command jobs (it is where `command` runs)"
-    missing = [s for s in ("model", "data") if s not in keys]
-    if missing:
-        return (
-            "a job needs either `command = [...]` (your own script) or the built-in fine-tune's [model] and [data]"
-            " sections; missing " + ", ".join(f"[{s}]" for s in missing)
-        )
-    return None
-
-
-class JobSpec(_Section):
+class JobSpec(JobTable):
     name: Optional[str] = Field(default=None, min_length=1, max_length=100)
     gpus: int = Field(default=1, ge=0, le=64)
     nodes: int = Field(default=1, ge=1, le=1024)  # Slurm executor: `gpus` is then per node
@@ -255,7 +114,7 @@ class JobSpec(_Section):
                 self.train = TrainSection()
             if self.train.max_epochs is None and self.train.max_steps is None:
                 raise ValueError("train: set max_epochs or max_steps (or both), or training never ends")
-            problems = task_problems(self)
+            problems = task_problems(self.model, self.data, self.lora, self.early_stopping)
             if problems:
                 raise ValueError("; ".join(problems))
         bad_env = [k for k in self.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
@@ -283,60 +142,6 @@ def _texts(spec: "JobSpec") -> list[tuple[str, str]]:
     if spec.workdir is not None:
         out.append(("workdir", spec.workdir))
     return out
-
-
-def task_problems(spec: JobSpec) -> list[str]:
-    """Fields that the chosen [model] task does not use, or that only make sense together."""
-    assert spec.model is not None and spec.data is not None
-    task, data, problems = spec.model.task, spec.data, []
-    causal_only = [f"data.{f}" for f in ("prompt_field", "response_field", "messages_field") if getattr(data, f)] + (
-        ["data.packing"] if data.packing else []
-    )
-    if task != TASK_CAUSAL_LM:
-        causal_only += ["[lora]"] if spec.lora is not None else []
-        if causal_only:
-            problems.append(
-                f'{", ".join(causal_only)}: only for model.task = "causal-lm" (this job\'s task is {task!r})'
-            )
-    else:
-        if bool(data.prompt_field) != bool(data.response_field):
-            problems.append("data.prompt_field and data.response_field go together (the loss is on the response)")
-        if data.messages_field and data.prompt_field:
-            problems.append("data.messages_field or data.prompt_field + data.response_field, not both")
-    if task != TASK_CLASSIFY and data.text_pair_field:
-        problems.append(
-            f'data.text_pair_field: only for model.task = "sequence-classification" (this job\'s task is {task!r})'
-        )
-    es = spec.early_stopping
-    if es is not None and es.monitor not in TASK_METRICS[task]:
-        problems.append(
-            f"early_stopping.monitor: {es.monitor!r} is not a metric of model.task = {task!r} "
-            f"(use one of {', '.join(TASK_METRICS[task])})"
-        )
-    return problems
-
-
-def data_field_problems(spec: JobSpec, label: str) -> list[str]:
-    """Each data field the task reads must be a key of the data files' first row (jsonl, json,
-    csv; other sources are checked when the job loads them). New tasks only: the classifier's
-    fields are checked when the job runs, as before."""
-    assert spec.model is not None and spec.data is not None
-    if spec.model.task == TASK_CLASSIFY:
-        return []
-    problems = []
-    for split in ("train", "validation"):
-        source = getattr(spec.data, split)
-        keys = first_keys(Path(source)) if source else None
-        if keys is None:
-            continue
-        for field in spec.data.task_fields(spec.model.task):
-            value = getattr(spec.data, field)
-            if value and value not in keys:
-                seen = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "") if keys else "no keys"
-                problems.append(
-                    f"{label}: data.{field}: {value!r} is not a field of {source} (its first row has: {seen})"
-                )
-    return problems
 
 
 def _parse_time(text: str) -> datetime:
@@ -431,7 +236,7 @@ def resolve(spec: JobSpec, base: Path, label: str, *, check_paths: bool = True, 
                 problems.append(f"{label}: data.{field}: no such file or folder {str(local)!r}")
             setattr(spec.data, field, str(local))
         if check_paths and not problems:
-            problems += data_field_problems(spec, label)
+            problems += data_field_problems(spec.model, spec.data, label)
     if problems:
         raise SpecError(problems)
     return spec
