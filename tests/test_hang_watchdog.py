@@ -132,7 +132,9 @@ def test_a_builtin_job_whose_step_blocks_gets_its_stacks_dumped_and_resumes(orch
         "grace_seconds": 3,
         "model": {"name_or_path": str(model)},
         "data": {"train": str(train), "max_length": 32, "num_workers": 0},
-        "train": {"max_steps": 8, "batch_size": 8, "precision": "32", "hang_minutes": 0.4},
+        # 45 s: a start-up slower than that on a loaded machine would itself read as a hang before
+        # the first step (which counts, by design)
+        "train": {"max_steps": 8, "batch_size": 8, "precision": "32", "hang_minutes": 0.75},
         "checkpoint": {"every_n_steps": 2, "keep": 2},
         "env": {
             "HF_HUB_OFFLINE": "1",
@@ -148,7 +150,7 @@ def test_a_builtin_job_whose_step_blocks_gets_its_stacks_dumped_and_resumes(orch
     path.write_bytes(tomli_w.dumps(spec).encode())
     job_id = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0).id
     poke(h.home.wake_socket)
-    h.wait_state(job_id, JobState.SUCCEEDED, JobState.FAILED, timeout=150)
+    h.wait_state(job_id, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
     job = h.job(job_id)
     log1 = (h.run_dir(job_id) / "attempt-1.log").read_text(errors="replace")
     assert job.state is JobState.SUCCEEDED, (job.reason, log1[-3000:])
