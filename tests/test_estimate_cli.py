@@ -177,6 +177,13 @@ def test_a_sweep_file_gets_its_base_jobs_estimate_and_the_bound_of_every_trial_r
     assert d["sweep"] == {"trials": 5, "parallel": 2, "cost_at_most": 0.6, "wall_s_at_most": 360.0, "max_cost": 9.0}
     text = orch("estimate", sweep).out
     assert "sweep of 5 trials, 2 at a time" in text and "6m" in text and "max_cost" in text, text
+    # submit --estimate: the same bound, then a question; no terminal means no sweep
+    ran = orch("submit", sweep, "--estimate")
+    assert ran.rc == 1 and "sweep of 5 trials" in ran.err and "not queued" in ran.err, ran.err
+    assert store.sweeps() == []
+    ran = orch("submit", sweep, "--estimate", "--yes", "--json")
+    assert ran.rc == 0 and json.loads(ran.out)["kind"] == "sweep", ran.err
+    assert len(store.sweeps()) == 1
     # a bad sweep file is refused before anything is probed, naming the file and field
     bad = write_file("bad.toml", sweep.read_text().replace("trials = 5", "trials = 0"))
     ran = orch("estimate", bad)

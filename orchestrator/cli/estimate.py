@@ -267,6 +267,22 @@ def sweep_text(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def ask_after(data: dict[str, Any], yes: bool) -> None:
+    """`orch submit --estimate`: print the estimate, then queue only on a yes (or --yes); with no
+    terminal to ask on, nothing is queued (exit 1)."""
+    import typer
+
+    print(estimate_text(data), file=sys.stderr)
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        print("not queued: no terminal to ask on (--yes queues it after the estimate)", file=sys.stderr)
+        raise typer.Exit(1)
+    if not typer.confirm("queue it?", default=False, err=True):
+        print("not queued", file=sys.stderr)
+        raise typer.Exit(1)
+
+
 def estimate_text(d: dict[str, Any]) -> str:
     cur = d["currency"]
     lines = [

@@ -40,28 +40,19 @@ def submit(
     if is_sweep_file(job_toml):  # a [sweep] table: the daemon makes its trials (cli/sweep_commands.py)
         from .sweep_commands import submit_sweep
 
-        return submit_sweep(job_toml, as_json, priority=priority, after=after, at=at, estimate=estimate_first)
+        return submit_sweep(job_toml, as_json, priority=priority, after=after, at=at, estimate=estimate_first, yes=yes)
     now = time.time()
     not_before = parse_at(at, now) if at else None
     config = ctx.config()
     store = ctx.store()
     if estimate_first:
         from ..jobspec import check_deadline, load_jobspec
-        from .estimate import estimate_data, estimate_text
+        from .estimate import ask_after, estimate_data
 
         check_deadline(load_jobspec(job_toml), str(job_toml), now)  # bad input before a probe is paid for
-        print(
-            estimate_text(
-                estimate_data(store, ctx.home, config, job_toml, now, daemon_running=daemon_pid(ctx.home) is not None)
-            ),
-            file=sys.stderr,
+        ask_after(
+            estimate_data(store, ctx.home, config, job_toml, now, daemon_running=daemon_pid(ctx.home) is not None), yes
         )
-        if not yes and not sys.stdin.isatty():
-            err("not queued: no terminal to ask on (--yes queues it after the estimate)")
-            raise typer.Exit(1)
-        if not yes and not typer.confirm("queue it?", default=False, err=True):
-            err("not queued")
-            raise typer.Exit(1)
         now = time.time()
     job = submit_job(
         store,

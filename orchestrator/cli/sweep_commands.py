@@ -26,15 +26,14 @@ def submit_sweep(
     after: Sequence[int] = (),
     at: Optional[str] = None,
     estimate: bool = False,
+    yes: bool = False,
 ) -> None:
     from ..errors import UsageError
     from ..gpus import managed_gpus
     from ..lifecycle import check_gpus, check_nodes
     from ..sweeps.spec import load_sweep
 
-    unused = [
-        flag for flag, given in (("--after", bool(after)), ("--at", at is not None), ("--estimate", estimate)) if given
-    ]
+    unused = [flag for flag, given in (("--after", bool(after)), ("--at", at is not None)) if given]
     if unused:
         raise UsageError(
             f"{path}: {', '.join(unused)} {'is' if len(unused) == 1 else 'are'} for a single job; a sweep "
@@ -47,6 +46,20 @@ def submit_sweep(
     machine_gpus = config.slurm.max_gpus if config.executor.kind == "slurm" else len(managed_gpus(config.daemon.gpus))
     check_gpus(base, section.job, machine_gpus)
     check_nodes(base, section.job, config.executor.kind)
+    if estimate:
+        from .context import daemon_pid
+        from .estimate import ask_after, estimate_data, sweep_bound
+
+        data = estimate_data(
+            ctx.store(),
+            ctx.home,
+            config,
+            Path(section.job),
+            time.time(),
+            daemon_running=daemon_pid(ctx.home) is not None,
+        )
+        data["sweep"] = sweep_bound(data, section.trials, section.parallel, section.max_cost)
+        ask_after(data, yes)
     spec = {
         "sweep": section.model_dump(mode="json", by_alias=True),
         "job": base.to_toml_dict(),
