@@ -80,7 +80,7 @@ def probe(job_toml: Path, warmup: int, steps: int) -> dict[str, Any]:
     from orchestrator.jobspec import load_jobspec
 
     from .data import load_split
-    from .job import plan_devices, total_steps
+    from .job_plan import plan_devices, total_steps
     from .run import main as run_main
 
     spec = load_jobspec(job_toml)
