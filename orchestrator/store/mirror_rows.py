@@ -1,5 +1,5 @@
 """The mirror's rows: each job's mirror state, the persistent upload queue, and importing an
-adopted job (orchestrator/adopt.py)."""
+adopted job (orchestrator/adopt/)."""
 
 from __future__ import annotations
 
