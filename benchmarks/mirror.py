@@ -33,14 +33,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -202,16 +200,11 @@ def main() -> None:
     if args.throughput:
         throughput(args.reps, args.steps)
         return
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1")
-
     import obstore
-    from moto.server import ThreadedMotoServer
 
     from orchestrator.config import Config, StorageSection
     from orchestrator.daemon.mirror import Mirror
-    from orchestrator.paths import Home
-    from orchestrator.store import Store
+    from s3_bench import BUCKET_URL, home_with_a_job, start_s3
 
     tmp = Path(tempfile.mkdtemp(prefix="orch-bench-mirror-"))
     ckpt = args.ckpt or tmp / "step-00000001.ckpt"
@@ -228,37 +221,16 @@ def main() -> None:
         blocking(ckpt, args.reps)
         return
 
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/orch-bench", method="PUT")).read()
+    server, endpoint = start_s3()
     storage = StorageSection(
-        url="s3://orch-bench/m",
+        url=BUCKET_URL,
         endpoint=endpoint,
         part_size_mb=args.part_mb,
         concurrency=args.concurrency,
         notice_concurrency=args.concurrency,
     )
     config = Config(storage=storage)
-    home = Home(tmp / "home").ensure()
-    store = Store(home.db)
-    job = store.submit(
-        name="bench",
-        kind="command",
-        gpus=0,
-        priority=0,
-        retries=0,
-        spec={"command": ["true"]},
-        spec_path="",
-        now=time.time(),
-    )
-    run_ckpts = home.run_dir(job.id) / "checkpoints"
-    run_ckpts.mkdir(parents=True, exist_ok=True)
+    home, store, job, run_ckpts = home_with_a_job(tmp / "home", "bench")
     mirror = Mirror(home, config, store)
     bare = mirror.remote.store
     split = _instrument(mirror)

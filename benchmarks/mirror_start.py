@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
-import socket
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -30,43 +27,19 @@ def main() -> None:
     ap.add_argument("--size-mb", type=int, default=100)
     ap.add_argument("--reps", type=int, default=8)
     args = ap.parse_args()
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1")
-    from moto.server import ThreadedMotoServer
-
     from orchestrator.config import Config, StorageSection
     from orchestrator.contract import periodic_name
     from orchestrator.daemon.mirror import Mirror
-    from orchestrator.paths import Home
-    from orchestrator.store import Store
+    from s3_bench import BUCKET_URL, home_with_a_job, start_s3
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/orch-bench", method="PUT")).read()
+    server, endpoint = start_s3()
     tmp = Path(tempfile.mkdtemp(prefix="orch-bench-mirror-start-"))
     src = tmp / "ckpt.bin"
     with open(src, "wb") as f:
         for _ in range(args.size_mb):
             f.write(os.urandom(1_000_000))
-    home = Home(tmp / "home").ensure()
-    store = Store(home.db)
-    job = store.submit(
-        name="start",
-        kind="command",
-        gpus=0,
-        priority=0,
-        retries=0,
-        spec={"command": ["true"]},
-        spec_path="",
-        now=time.time(),
-    )
-    folder = home.run_dir(job.id) / "checkpoints"
-    folder.mkdir(parents=True)
-    mirror = Mirror(home, Config(storage=StorageSection(url="s3://orch-bench/m", endpoint=endpoint)), store)
+    home, store, job, folder = home_with_a_job(tmp / "home", "start")
+    mirror = Mirror(home, Config(storage=StorageSection(url=BUCKET_URL, endpoint=endpoint)), store)
     put_called: list[float] = []
     for name in ("put_file_async", "put_file_hashed_async"):  # whichever the uploader uses
         real = getattr(mirror.remote, name, None)

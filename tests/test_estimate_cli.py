@@ -174,9 +174,22 @@ def test_a_sweep_file_gets_its_base_jobs_estimate_and_the_bound_of_every_trial_r
     store.db.commit()
     d = json.loads(orch("estimate", sweep, "--json").out)
     assert d["job"] == "nightly" and d["wall_s"] == 120 and d["cost"] == pytest.approx(0.12), d  # 120 s at 3.6/h
-    assert d["sweep"] == {"trials": 5, "parallel": 2, "cost_at_most": 0.6, "wall_s_at_most": 360.0, "max_cost": 9.0}
+    # one CPU slot (the default): the trials run one at a time here, whatever `parallel` says
+    assert d["sweep"] == {
+        "trials": 5,
+        "parallel": 2,
+        "at_once_here": 1,
+        "cost_at_most": 0.6,
+        "wall_s_at_most": 600.0,
+        "max_cost": 9.0,
+    }
     text = orch("estimate", sweep).out
-    assert "sweep of 5 trials, 2 at a time" in text and "6m" in text and "max_cost" in text, text
+    assert "sweep of 5 trials, 1 at a time (parallel = 2, but this machine's slots run 1)" in text, text
+    (home / "config.toml").write_text('[daemon]\ncpu_slots = 4\n[pricing]\ncurrency = "CNY"\ninstance_hour = 3.6\n')
+    d = json.loads(orch("estimate", sweep, "--json").out)
+    assert (d["sweep"]["at_once_here"], d["sweep"]["wall_s_at_most"]) == (2, 360.0), d["sweep"]
+    text = orch("estimate", sweep).out
+    assert "sweep of 5 trials, 2 at a time, each like" in text and "6m" in text and "max_cost" in text, text
     # submit --estimate: the same bound, then a question; no terminal means no sweep
     ran = orch("submit", sweep, "--estimate")
     assert ran.rc == 1 and "sweep of 5 trials" in ran.err and "not queued" in ran.err, ran.err

@@ -1,5 +1,5 @@
 """`orch adopt URL [--job ID]... [--all] [--force] [--yes]`: the command's side. The work is in
-orchestrator/adopt.py; here: show what each job will run and ask (a terminal), or take --yes."""
+orchestrator/adopt/; here: show what each job will run and ask (a terminal), or take --yes."""
 
 from __future__ import annotations
 

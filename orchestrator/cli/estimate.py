@@ -237,18 +237,27 @@ def estimate_data(
     return data
 
 
-def sweep_bound(data: dict[str, Any], trials: int, parallel: int, max_cost: Optional[float]) -> dict[str, Any]:
-    """A sweep's bound from its base job's estimate: every trial run to its end, `parallel` at a
-    time. Pruning can only make it cheaper; the trials' parameters (a batch size, a step count)
-    can make each trial slower or faster than the base job measured here."""
+def sweep_bound(data: dict[str, Any], section: Any, config: Any) -> dict[str, Any]:
+    """A sweep's bound from its base job's estimate: every trial run to its end, as many at a time
+    as both `parallel` and this machine's slots allow. Pruning can only make it cheaper; the
+    trials' parameters (a batch size, a step count) can make each trial slower or faster than the
+    base job measured here."""
+    from ..gpus import managed_gpus
+
     cost, wall = data.get("cost"), data.get("wall_s")
-    waves = math.ceil(trials / parallel)
+    at_once = section.parallel
+    if config.executor.kind == "local":  # a cluster's capacity is the cluster's business
+        gpus = data.get("gpus") or 0
+        slots = config.daemon.cpu_slots if gpus == 0 else len(managed_gpus(config.daemon.gpus)) // gpus
+        at_once = max(1, min(at_once, slots))
+    waves = math.ceil(section.trials / at_once)
     return {
-        "trials": trials,
-        "parallel": parallel,
-        "cost_at_most": None if cost is None else round(cost * trials, 6),
+        "trials": section.trials,
+        "parallel": section.parallel,
+        "at_once_here": at_once,
+        "cost_at_most": None if cost is None else round(cost * section.trials, 6),
         "wall_s_at_most": None if wall is None else round(wall * waves, 1),
-        "max_cost": max_cost,
+        "max_cost": section.max_cost,
     }
 
 
@@ -256,8 +265,13 @@ def sweep_text(d: dict[str, Any]) -> str:
     s, cur = d["sweep"], d["currency"]
     if s["cost_at_most"] is None:
         return f"sweep of {s['trials']} trials: no bound without an estimate of its base job"
+    here = (
+        ""
+        if s["at_once_here"] == s["parallel"]
+        else f" (parallel = {s['parallel']}, but this machine's slots run {s['at_once_here']})"
+    )
     lines = [
-        f"sweep of {s['trials']} trials, {s['parallel']} at a time, each like the base job above "
+        f"sweep of {s['trials']} trials, {s['at_once_here']} at a time{here}, each like the base job above "
         "(its parameters may make a trial slower or faster):",
         f"  at most:     {format_money(s['cost_at_most'], cur)} and {format_duration(s['wall_s_at_most'])} "
         "if no trial is pruned",

@@ -104,7 +104,7 @@ def estimate(
         daemon_running=daemon_pid(ctx.home) is not None,
     )
     if section:
-        data["sweep"] = sweep_bound(data, section.trials, section.parallel, section.max_cost)
+        data["sweep"] = sweep_bound(data, section, ctx.config())
     if as_json:
         emit_json(data)
     else:

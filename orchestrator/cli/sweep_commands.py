@@ -58,7 +58,7 @@ def submit_sweep(
             time.time(),
             daemon_running=daemon_pid(ctx.home) is not None,
         )
-        data["sweep"] = sweep_bound(data, section.trials, section.parallel, section.max_cost)
+        data["sweep"] = sweep_bound(data, section, config)
         ask_after(data, yes)
     spec = {
         "sweep": section.model_dump(mode="json", by_alias=True),

@@ -3,13 +3,14 @@ notification outbox and the cost ledger. The ONLY package with SQL. Every state 
 compare-and-set inside BEGIN IMMEDIATE, checked against states.TRANSITIONS, and writes the job
 row, its event and its outbox rows together, so CLI and daemon can never race a job.
 
-The store is one class put together from its parts: jobs.py (connection, migrations, jobs,
-transitions, attempts, events), outbox.py (notification outbox, cost ledger), mirror.py (the
+The store is one class put together from its parts: connection.py (connection, transactions,
+migrations), jobs.py (jobs and transitions; job_columns.py the columns they write, events.py the
+attempt and event rows), outbox.py (notification outbox, cost ledger), mirror_rows.py (the
 mirror's state and upload queue), sweeps.py (sweeps and their trials); schema.py holds the migrations."""
 
 from __future__ import annotations
 
-from .jobs import implied_columns
+from .job_columns import implied_columns
 from .mirror_rows import MirrorRows
 from .schema import MIGRATIONS, SCHEMA_VERSION
 from .sweeps import SweepRows

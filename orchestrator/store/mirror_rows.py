@@ -1,5 +1,5 @@
 """The mirror's rows: each job's mirror state, the persistent upload queue, and importing an
-adopted job (orchestrator/adopt.py)."""
+adopted job (orchestrator/adopt/)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from typing import Any, Optional
 from ..errors import OrchError
 from ..records import Job
 from ..states import JobState
-from .jobs import inserted_id
+from .connection import inserted_id
+from .events import write_event
 from .outbox import OutboxRows
 
 
 class MirrorRows(OutboxRows):
-    """Mixed into Store: uses its `db`, `_tx`, `_get` and `_event`."""
+    """Mixed into Store: uses its `db`, `_tx` and `_get`."""
 
     # -- the mirror ([storage]) --------------------------------------------------------------
 
@@ -160,7 +161,7 @@ class MirrorRows(OutboxRows):
                         a.get("step_reached"),
                     ),
                 )
-            self._event(db, job_id, "adopted", detail, now, ())
+            write_event(db, job_id, "adopted", detail, now, ())
             return self._get(db, job_id)
 
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-
 from ..records import OutboxRow
-from .jobs import JobRows
 from ..states import EventKind
+from .events import write_event
+from .jobs import JobRows
 
 
 class OutboxRows(JobRows):
-    """Mixed into Store: uses its `db`, `_tx` and `_event`."""
+    """Mixed into Store: uses its `db` and `_tx`."""
 
     # -- outbox --------------------------------------------------------------------------
 
@@ -53,7 +53,7 @@ class OutboxRows(JobRows):
             row = db.execute("SELECT job_id, channel FROM outbox WHERE id=?", (row_id,)).fetchone()
             db.execute("UPDATE outbox SET tries=tries+1, gave_up_at=?, last_error=? WHERE id=?", (now, error, row_id))
             if row is not None:
-                self._event(db, row["job_id"], EventKind.NOTIFY_FAILED, f"{row['channel']}: {error}", now, ())
+                write_event(db, row["job_id"], EventKind.NOTIFY_FAILED, f"{row['channel']}: {error}", now, ())
 
     # -- cost ledger ---------------------------------------------------------------------
 

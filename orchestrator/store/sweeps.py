@@ -9,7 +9,8 @@ from typing import Any, Iterable, Optional
 
 from ..errors import OrchError
 from ..sweep_records import Sweep, SweepState, Trial
-from .jobs import JobRows, inserted_id
+from .connection import inserted_id
+from .jobs import JobRows
 
 
 class SweepNotFound(OrchError):

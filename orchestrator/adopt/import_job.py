@@ -1,0 +1,136 @@
+"""Adopting one planned job: take its lease, fetch the inputs that travelled, import the job
+(attempts included, the one running when its machine died recorded as lost), fetch its checkpoint."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from ..contract import BATCH, CHECKPOINTS, write_json_atomic
+from ..lifecycle import write_run_spec
+from ..objectstore import datafiles
+from ..objectstore import manifest as mf
+from ..objectstore.fetch import fetch_checkpoint
+from ..objectstore.remote import Conflict, Remote, StorageError
+from ..paths import Home
+from ..states import JobState
+from ..store import Store
+from .candidates import Refused
+from .plan import Plan
+
+
+@dataclass
+class Adopted:
+    job_id: int
+    uid: str
+    name: str
+    step: Optional[int]
+    checkpoint: Optional[str]
+    rejected: list[str]
+
+
+def adopt_one(
+    home: Home, store: Store, remote: Remote, plan: Plan, home_id: str, *, now: float, warn: Callable[[str], None]
+) -> Adopted:
+    cand, label = plan.cand, plan.cand.label
+    m = dict(cand.manifest or {})
+    own = m.get("owner") or {}
+    # Take the lease before downloading anything: of two machines adopting at once, one write wins.
+    taken = dict(m, owner=mf.owner(home_id, now=now, by="adopt"), written_at=now)
+    key = mf.manifest_key(cand.uid)
+    try:
+        etag = remote.cas_put(key, mf.dump(taken), cand.etag)
+    except Conflict:
+        raise Refused(
+            f"{label}: its manifest changed while adopting (another machine adopted it or its owner wrote "
+            "it); run `orch adopt` again to see who owns it"
+        ) from None
+    found, fetched = dict(plan.found), []
+    try:
+        for role in plan.to_fetch:  # inputs that travelled: into $ORCH_HOME/data/, verified
+            found[role] = datafiles.fetch(remote, m["data_files"], role, home.root / "data", warn)
+            fetched.append(found[role])
+            warn(f"{label}: {role} downloaded to {found[role]}")
+    except (ValueError, FileNotFoundError, StorageError) as exc:
+        for path in fetched:  # nothing of a refused adoption stays behind
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        _give_back(remote, key, m, etag)
+        raise Refused(f"{label}: {exc}") from None
+    m["spec"] = datafiles.rewrite(m["spec"], found)
+    # Import first (a new local id), then fetch the checkpoint into its run folder.
+    job = store.import_job(
+        m,
+        state=JobState.QUEUED,
+        reason="adopted from another machine; queued to resume",
+        spec_path=str(m.get("spec_path") or ""),
+        now=now,
+        attempts=_attempts(m, now),
+        detail=f"from host {own.get('host') or '?'} (its job {m.get('local_id')}) via {remote.url.raw}",
+    )
+    run_dir = home.run_dir(job.id)
+    write_run_spec(home, job.id, m["spec"])
+    if m.get("batch"):
+        write_json_atomic(run_dir / BATCH, m["batch"])
+    history = list(m["checkpoints"])
+    good, rejected = fetch_checkpoint(remote, history, run_dir / CHECKPOINTS, warn)
+    kept = [c for c in history if c["key"] not in rejected]
+    store.mirror_set(
+        job.id,
+        cand.uid,
+        etag=etag,
+        manifest_at=now,
+        checkpoints=kept,
+        dirty=1,
+        step=kept[0]["step"] if kept else None,
+        uploaded_at=kept[0].get("uploaded_at") if kept else None,
+    )
+    for k in rejected:
+        store.record_event(
+            job.id,
+            "adopted",
+            now,
+            detail=f"rejected {remote.where(k)}: missing, its sha256 or size "
+            "does not match the manifest, or it does not unpack; fell "
+            "back to an older checkpoint",
+        )
+    return Adopted(
+        job.id,
+        cand.uid,
+        str(m["name"]),
+        good["step"] if good else None,
+        good["name"] if good else None,
+        [remote.where(k) for k in rejected],
+    )
+
+
+def _give_back(remote: Remote, key: str, original: dict[str, Any], etag: Optional[str]) -> None:
+    """Put the manifest back as it was (lease included) after a failed adoption, if no one wrote it since."""
+    try:
+        remote.cas_put(key, mf.dump(original), etag)
+    except (Conflict, StorageError):
+        pass
+
+
+def _attempts(m: dict[str, Any], now: float) -> list[dict[str, Any]]:
+    """The manifest's attempts; one still running when the machine died is lost at the furthest
+    step known: its mirrored progress, or the newest checkpoint it had mirrored."""
+    out = [dict(a) for a in m.get("attempts") or []]
+    if out and out[-1].get("ended_at") is None:
+        last = out[-1]
+        progress = m.get("progress") or {}
+        steps = [
+            s
+            for s in (progress.get("step"), last.get("step_reached"), mf.newest_step(m))
+            if isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63
+        ]
+        last["step_reached"] = max(steps) if steps else None
+        ended = progress.get("updated_at")
+        ok = isinstance(ended, (int, float)) and not isinstance(ended, bool) and 0 <= ended < 1e11
+        last["ended_at"] = float(ended if ok and ended is not None else m.get("written_at") or now)
+        last["outcome"] = "lost"
+    return out

@@ -1,0 +1,119 @@
+"""Planning an adoption before anything is written: the mirror's [storage] section, the --map
+folders, the checks that refuse a job, and the preview of what each job will run."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..config import Config
+from ..errors import ConfigError, UsageError
+from ..objectstore import datafiles
+from ..objectstore import manifest as mf
+from ..store import Store
+from .candidates import ADOPTABLE, Candidate, Refused, Rejected
+
+
+@dataclass
+class Plan:
+    """One job that passed every check, and where its inputs are."""
+
+    cand: Candidate
+    found: dict[str, str]
+    to_fetch: list[str]
+
+
+def storage_for(config: Config, url: Optional[str], env: Optional[dict[str, str]] = None) -> Any:
+    """[storage] with the URL given on the command line (the other keys from config.toml)."""
+    from pydantic import ValidationError
+
+    from ..config import StorageSection
+    from ..objectstore.url import credential_problems
+
+    data = config.storage.model_dump()
+    if url:
+        data["url"] = url
+    if not data.get("url"):
+        raise UsageError("give the mirror's URL (orch adopt s3://bucket/prefix) or set [storage] url in config.toml")
+    try:
+        section = StorageSection.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(
+            [f"storage.{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
+        ) from None
+    problems = credential_problems(section, os.environ if env is None else env)
+    if problems:
+        raise ConfigError(problems)
+    return section
+
+
+def parse_maps(values: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for v in values:
+        old, sep, new = v.partition("=")
+        if not sep or not old.startswith("/") or not new.startswith("/"):
+            raise UsageError(
+                f"--map {v}: give OLD=NEW, two absolute folders (an input under OLD is looked for under NEW)"
+            )
+        out.append((old, new))
+    return out
+
+
+# -- checks, before anything is written ----------------------------------------------------------
+
+
+def check(
+    store: Store,
+    section: Any,
+    cand: Candidate,
+    home_id: str,
+    *,
+    force: bool,
+    now: float,
+    mapping: list[tuple[str, str]],
+) -> Plan:
+    """Everything that can refuse a job without touching the mirror, the store or the disk."""
+    if cand.manifest is None:
+        raise Rejected(cand.problem)
+    m, label = cand.manifest, cand.label
+    local = store.by_uid(cand.uid)
+    if local is not None:
+        raise Refused(f"{label} is already in this store as job {local.id}")
+    if m["state"] not in ADOPTABLE:
+        raise Refused(f"{label} is {m['state']}: only queued, running or stopped jobs are adopted")
+    own = m.get("owner") or {}
+    holder = None if own.get("home_id") == home_id else mf.lease_holder(m, now, section.stale_after_minutes * 60)
+    if holder and not force:
+        raise Refused(
+            f"{label} is still owned by {holder}; stop its daemon there (`orch daemon stop` releases it), "
+            "wait until the heartbeat is stale, or adopt with --force if that machine is gone"
+        )
+    found, to_fetch, problems = datafiles.plan(list(m["data_files"]), mapping)
+    if problems:
+        raise Refused(f"{label}: its input files are not on this machine:\n  " + "\n  ".join(problems))
+    return Plan(cand, found, to_fetch)
+
+
+def what_it_runs(m: dict[str, Any]) -> str:
+    """One line: the command and its folder, or the built-in job's model and data."""
+    spec = m["spec"]
+    if spec.get("command"):
+        where = spec.get("workdir") or "its run folder: the manifest names no workdir"
+        return f"command {shlex.join(spec['command'])}  (in {where})"
+    model, data = spec.get("model") or {}, spec.get("data") or {}
+    return f"built-in fine-tune of {model.get('name_or_path')!s} on {data.get('train')!s}" + (
+        f" (validation {data['validation']})" if data.get("validation") else ""
+    )
+
+
+def preview(plans: list[Plan]) -> list[str]:
+    lines = []
+    for p in plans:
+        m = p.cand.manifest or {}
+        lines.append(f"  {p.cand.uid[:12]}  {m['name']}  [{m['kind']}, {m['state']}, {m['gpus']} GPU]")
+        lines.append(f"      {what_it_runs(m)}")
+        if m["spec"].get("env"):
+            lines.append(f"      env: {', '.join(sorted(m['spec']['env']))}")
+    return lines

@@ -1,0 +1,90 @@
+"""`orch adopt URL`'s use case: choose the jobs, check and preview them, ask once, then adopt each
+in turn, and the command's exit code."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from ..config import Config
+from ..errors import OrchError, UsageError
+from ..objectstore import manifest as mf
+from ..objectstore.remote import Remote, StorageError
+from ..paths import Home
+from ..store import Store
+from .candidates import Refused, choose
+from .import_job import Adopted, adopt_one
+from .plan import check, parse_maps, preview, storage_for
+
+
+def adopt_jobs(
+    home: Home,
+    config: Config,
+    store: Store,
+    url: Optional[str],
+    *,
+    wanted: list[str],
+    take_all: bool,
+    force: bool,
+    say: Callable[[str], None],
+    warn: Callable[[str], None],
+    confirm: Callable[[list[str]], bool],
+    now: Optional[float] = None,
+    maps: Optional[list[str]] = None,
+) -> tuple[list[Adopted], list[Refused]]:
+    """Returns (adopted jobs, refusals). `confirm` is shown what each job runs and says whether
+    to go on. Raises OrchError for a store that cannot be read."""
+    if not wanted and not take_all:
+        raise UsageError("say which jobs: --job ID (repeatable) or --all")
+    mapping = parse_maps(maps or [])
+    section = storage_for(config, url)
+    remote = Remote(section)
+    home_id = mf.home_identity(home)
+    try:
+        chosen = choose(remote, wanted, take_all)
+    except StorageError as exc:
+        raise OrchError(f"cannot read the mirror: {exc}") from None
+    if not chosen:
+        say(f"no unfinished jobs in {section.url}")
+        return [], []
+    plans, refused = [], []
+    for cand in chosen:
+        try:
+            plans.append(
+                check(
+                    store, section, cand, home_id, force=force, mapping=mapping, now=time.time() if now is None else now
+                )
+            )
+        except Refused as exc:
+            refused.append(exc)
+            warn(f"refused: {exc}")
+    if not plans:
+        return [], refused
+    if not confirm(preview(plans)):
+        return [], refused
+    adopted = []
+    for plan in plans:
+        t = time.time() if now is None else now
+        try:
+            result = adopt_one(home, store, remote, plan, home_id, now=t, warn=warn)
+        except (Refused, StorageError) as exc:
+            why = exc if isinstance(exc, Refused) else Refused(f"{plan.cand.label}: {exc}")
+            refused.append(why)
+            warn(f"refused: {why}")
+            continue
+        adopted.append(result)
+        where = (
+            f"resuming from step {result.step} ({result.checkpoint}, sha256 verified)"
+            if result.checkpoint
+            else "starting from scratch (no checkpoint mirrored)"
+        )
+        say(f"adopted {result.uid[:12]} ({result.name}) as job {result.job_id}: {where}")
+    return adopted, refused
+
+
+def exit_code(adopted: list[Adopted], refused: list[Refused]) -> int:
+    if not refused:
+        return 0
+    if not adopted and all(r.exit_code == 2 for r in refused):
+        return 2
+    return 1
