@@ -115,9 +115,8 @@ def problems_from(exc: ValidationError, model: type[BaseModel], label: str) -> l
     return list(dict.fromkeys(lines))
 
 
-def _number_only(annotation: Any) -> tuple[bool, bool]:
+def _number_only(args: tuple[Any, ...]) -> tuple[bool, bool]:
     """(takes a number, takes nothing else a TOML scalar could mean: no bool, str or Literal)."""
-    args = getattr(annotation, "__args__", None) or (annotation,)
     numeric = int in args or float in args
     other = bool in args or str in args or any(typing.get_origin(a) is typing.Literal for a in args)
     return numeric, numeric and not other
@@ -137,9 +136,9 @@ class TomlTable(BaseModel):
         if not isinstance(value, (bool, str)) or info.field_name not in cls.model_fields:
             return value
         annotation = cls.model_fields[info.field_name].annotation
-        numeric, only = _number_only(annotation)
-        if isinstance(value, bool) and numeric and bool not in (getattr(annotation, "__args__", None) or ()):
-            args = getattr(annotation, "__args__", None) or (annotation,)
+        args = getattr(annotation, "__args__", None) or (annotation,)
+        numeric, only = _number_only(args)
+        if isinstance(value, bool) and numeric and bool not in args:
             raise PydanticCustomError("int_type" if int in args and float not in args else "float_type", "a number")
         if isinstance(value, str) and only and _reads_as_number(value):
             raise PydanticCustomError("number_in_quotes", "a number, written without quotes")
