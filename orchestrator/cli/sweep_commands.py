@@ -10,7 +10,7 @@ from typing import Any, Optional, Sequence
 import typer
 
 from ..cost import format_duration, format_money
-from .context import app, ctx, currency, emit_json, err, poke
+from .context import app, ctx, currency, daemon_pid, emit_json, err, poke
 
 sweep_app = typer.Typer(
     no_args_is_help=True, help="Look at or cancel a sweep (submit one with `orch submit sweep.toml`)."
@@ -47,7 +47,6 @@ def submit_sweep(
     check_gpus(base, section.job, machine_gpus)
     check_nodes(base, section.job, config.executor.kind)
     if estimate:
-        from .context import daemon_pid
         from .estimate import ask_after, estimate_data, sweep_bound
 
         data = estimate_data(
