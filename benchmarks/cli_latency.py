@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.paths import Home
-from orchestrator.records import AttemptEnd, AttemptStart
-from orchestrator.states import AttemptOutcome, EventKind, JobState
+from orchestrator.home.paths import Home
+from orchestrator.model.records import AttemptEnd, AttemptStart
+from orchestrator.model.states import AttemptOutcome, EventKind, JobState
 from orchestrator.store import Store
 
 HEAVY = ("torch", "lightning", "pytorch_lightning", "transformers", "datasets")

@@ -25,14 +25,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.config import load_config
-from orchestrator.lifecycle import submit_job
-from orchestrator.paths import Home
-from orchestrator.polling import poll
+from orchestrator.spec.config import load_config
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.home.paths import Home
+from orchestrator.host.polling import poll
 from orchestrator.contract import read_json
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 from orchestrator.store import Store
-from orchestrator.wake import poke
+from orchestrator.home.wake import poke
 
 GOALS = {"gap_median_s": 0.5, "idle_rss_mb": 80.0, "idle_cpu_pct": 1.0}
 

@@ -202,7 +202,7 @@ def main() -> None:
         return
     import obstore
 
-    from orchestrator.config import Config, StorageSection
+    from orchestrator.spec.config import Config, StorageSection
     from orchestrator.daemon.mirror import Mirror
     from s3_bench import BUCKET_URL, home_with_a_job, start_s3
 

@@ -27,7 +27,7 @@ def main() -> None:
     ap.add_argument("--size-mb", type=int, default=100)
     ap.add_argument("--reps", type=int, default=8)
     args = ap.parse_args()
-    from orchestrator.config import Config, StorageSection
+    from orchestrator.spec.config import Config, StorageSection
     from orchestrator.contract import periodic_name
     from orchestrator.daemon.mirror import Mirror
     from s3_bench import BUCKET_URL, home_with_a_job, start_s3

@@ -33,7 +33,7 @@ def start_s3() -> tuple[Any, str]:
 
 def home_with_a_job(root: Path, name: str) -> tuple[Any, Any, Any, Path]:
     """(home, store, job, the job's checkpoint folder, created) under `root`."""
-    from orchestrator.paths import Home
+    from orchestrator.home.paths import Home
     from orchestrator.store import Store
 
     home = Home(root).ensure()

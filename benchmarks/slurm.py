@@ -32,7 +32,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "slurm")]
 
 from slurm_cluster import SlurmCluster, why_unusable  # noqa: E402
 
-from orchestrator.polling import poll  # noqa: E402
+from orchestrator.host.polling import poll  # noqa: E402
 
 
 def wait(pred, timeout=120.0, interval=0.02, what=""):
@@ -48,7 +48,7 @@ def squeue_state(c: SlurmCluster, sid: str) -> str:
 
 def make_home(tmp: Path, c: SlurmCluster, poll: float):
     from daemon_harness import OrchHome
-    from orchestrator.config import load_config
+    from orchestrator.spec.config import load_config
 
     h = OrchHome(tmp, cpu_slots=4, grace_seconds=20, tick_seconds=0.2)
     text = (h.root / "config.toml").read_text()
@@ -65,9 +65,9 @@ def make_home(tmp: Path, c: SlurmCluster, poll: float):
 
 
 def bench_submit(c: SlurmCluster, tmp: Path, trials: int) -> dict:
-    from orchestrator.lifecycle import cancel_job
-    from orchestrator.states import JobState
-    from orchestrator.wake import poke
+    from orchestrator.jobs.lifecycle import cancel_job
+    from orchestrator.model.states import JobState
+    from orchestrator.home.wake import poke
 
     h = make_home(tmp / "submit", c, poll=1.0)
     h.start_daemon()
@@ -126,9 +126,9 @@ def bench_requeue(c: SlurmCluster, tmp: Path, trials: int) -> dict:
     import tomli_w
 
     from orchestrator.contract import read_json
-    from orchestrator.lifecycle import submit_job
-    from orchestrator.states import JobState
-    from orchestrator.wake import poke
+    from orchestrator.jobs.lifecycle import submit_job
+    from orchestrator.model.states import JobState
+    from orchestrator.home.wake import poke
     from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 
     data = tmp / "bert"
@@ -206,11 +206,11 @@ def bench_requeue(c: SlurmCluster, tmp: Path, trials: int) -> dict:
 
 
 def bench_poll_cpu(c: SlurmCluster, tmp: Path, n: int, polls: int) -> dict:
-    from orchestrator.attempts import begin_attempt
-    from orchestrator.config import load_config
+    from orchestrator.jobs.attempts import begin_attempt
+    from orchestrator.spec.config import load_config
     from orchestrator.daemon.tick import Daemon
-    from orchestrator.lifecycle import submit_job
-    from orchestrator.paths import Home
+    from orchestrator.jobs.lifecycle import submit_job
+    from orchestrator.home.paths import Home
     from orchestrator.store import Store
 
     root = tmp / "poll"
@@ -254,7 +254,7 @@ def bench_poll_cpu(c: SlurmCluster, tmp: Path, n: int, polls: int) -> dict:
         )
         wall.append(w1 - w0)
     # the executor's share: refresh with a squeue, and refresh between polls (exit records only)
-    from orchestrator.states import JobState
+    from orchestrator.model.states import JobState
 
     running = store.jobs([JobState.RUNNING])
     ex = d.executor

@@ -27,10 +27,10 @@ from typing import Any
 
 import tomli_w
 
-from orchestrator.config import load_config
-from orchestrator.paths import Home
+from orchestrator.spec.config import load_config
+from orchestrator.home.paths import Home
 from orchestrator.store import Store
-from orchestrator.sweep_records import SweepState
+from orchestrator.model.sweep_records import SweepState
 from orchestrator.sweeps.spec import load_sweep
 from orchestrator.sweeps.summary import summarize
 

@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
 from typing import Any, Protocol, runtime_checkable
 
-from orchestrator.cost import format_duration
-from orchestrator.errors import ConfigError
-from orchestrator.states import DEFAULT_NOTIFY_EVENTS, SUBSCRIBABLE
+from orchestrator.cost.money import format_duration
+from orchestrator.model.errors import ConfigError
+from orchestrator.model.states import DEFAULT_NOTIFY_EVENTS, SUBSCRIBABLE
 
 from .redaction import redact
 

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from orchestrator.problems import problems_from
+from orchestrator.spec.problems import problems_from
 
 from .base import DEFAULT_EVENTS, EVENT_KINDS
 from .redaction import redact

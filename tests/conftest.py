@@ -142,7 +142,7 @@ def job_count(home: Path) -> Callable[[], int]:
 @pytest.fixture
 def store(home: Path):
     """The real Store of this test's ORCH_HOME (what `orch` itself opens)."""
-    from orchestrator.paths import Home
+    from orchestrator.home.paths import Home
     from orchestrator.store import Store
 
     s = Store(Home(home).ensure().db)

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 import pytest
 import tomli_w
 
-from orchestrator.config import load_config
-from orchestrator.gpus import managed_gpus
-from orchestrator.lifecycle import submit_job
-from orchestrator.paths import Home
-from orchestrator.polling import poll
+from orchestrator.spec.config import load_config
+from orchestrator.host.gpus import managed_gpus
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.home.paths import Home
+from orchestrator.host.polling import poll
 from orchestrator.contract import read_json
-from orchestrator.procs import is_alive, session_members, start_time  # noqa: F401  (session_members: re-exported)
-from orchestrator.records import Job
-from orchestrator.states import JobState
+from orchestrator.host.procs import is_alive, session_members, start_time  # noqa: F401  (session_members: re-exported)
+from orchestrator.model.records import Job
+from orchestrator.model.states import JobState
 from orchestrator.store import Store
-from orchestrator.wake import poke
+from orchestrator.home.wake import poke
 
 if TYPE_CHECKING:
     from orchestrator.daemon.tick import Daemon
@@ -361,7 +361,7 @@ class OrchHome:
     def cleanup(self) -> None:
         """Stop every daemon (ours and any `daemon start` left), then kill whatever job or
         supervisor still lives, identified by pid and start time from attempt-<n>.pid."""
-        from orchestrator.daemon_control import running_pid
+        from orchestrator.home.daemon_lock import running_pid
 
         for proc in self.daemons:
             if proc.poll() is None:

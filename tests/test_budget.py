@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cost_helpers import WebhookReceiver, orch_factory, wait_for
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -139,7 +139,7 @@ def test_max_cost_stops_a_builtin_job_and_retry_with_a_bigger_budget_finishes_it
     job_id = o.submit(_builtin_job(tmp_path, tiny_assets, max_cost=1000.0))
 
     # While it runs: ETA and projected cost from its progress.json, in status and show.
-    from orchestrator.cli.views import status_rows
+    from orchestrator.views.jobs import status_rows
 
     def projected_row():
         rows = [r for r in status_rows(o.store, o.home, 0.0) if r["id"] == job_id and r["state"] == "running"]

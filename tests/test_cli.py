@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from orchestrator.records import AttemptEnd, AttemptStart
-from orchestrator.states import AttemptOutcome, EventKind, JobState
+from orchestrator.model.records import AttemptEnd, AttemptStart
+from orchestrator.model.states import AttemptOutcome, EventKind, JobState
 
 STATUS_KEYS = {"id", "name", "state", "attempt", "gpus", "step", "total_steps", "eta_s", "runtime_s", "cost"}
 NO_DAEMON = "no daemon is running"

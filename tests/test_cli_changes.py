@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 from test_cli import NO_DAEMON, status_json, submitted_id, walk
 
 

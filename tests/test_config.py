@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import load_config
-from orchestrator.errors import ConfigError
+from orchestrator.spec.config import load_config
+from orchestrator.model.errors import ConfigError
 
 # (case id, config.toml text, the problem line after "<file>: ")
 CASES = [

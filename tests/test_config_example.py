@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from orchestrator.config import Config, load_config
+from orchestrator.spec.config import Config, load_config
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config.example.toml"
 _SECTION = re.compile(r"^\s*#?\s*\[(\w+)\]\s*(#.*)?$")

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from orchestrator.attempts import lost_steps_updates
-from orchestrator.cli.render import projected
-from orchestrator.cost import (
+from orchestrator.jobs.attempts import lost_steps_updates
+from orchestrator.views.render import projected
+from orchestrator.cost.money import (
     Pricing,
     Projection,
     average_hourly_rate,
@@ -24,8 +24,8 @@ from orchestrator.cost import (
     spot_savings,
     total_budget_exceeded,
 )
-from orchestrator.records import Attempt
-from orchestrator.states import AttemptOutcome
+from orchestrator.model.records import Attempt
+from orchestrator.model.states import AttemptOutcome
 from orchestrator.store import Store
 
 EXAMPLE = Pricing(currency="CNY", gpu_hour=2.0, instance_hour=0.5)

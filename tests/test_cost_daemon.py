@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from cost_helpers import PY, orch_factory, wait_for
-from orchestrator.config import Config
-from orchestrator.cli.cost_report import cost_data, cost_table
+from orchestrator.spec.config import Config
+from orchestrator.views.cost_report import cost_data, cost_table
 from orchestrator.daemon.tick import Daemon
-from orchestrator.paths import Home
-from orchestrator.states import EventKind, JobState
+from orchestrator.home.paths import Home
+from orchestrator.model.states import EventKind, JobState
 from orchestrator.store import Store
-from orchestrator.cli.views import show_data, status_rows
-from orchestrator.records import AttemptEnd, AttemptStart
-from orchestrator.states import AttemptOutcome
+from orchestrator.views.jobs import show_data, status_rows
+from orchestrator.model.records import AttemptEnd, AttemptStart
+from orchestrator.model.states import AttemptOutcome
 
 HOUR = 3600.0
 
@@ -187,7 +187,7 @@ def test_eta_and_projection_from_progress_of_a_running_builtin_job(tmp_path):
     assert row["projection_is_upper_bound"] is False
     shown = show_data(store, home, job, now=1100.0)
     assert shown["projected_cost"] == pytest.approx(1.35) and shown["eta_s"] == pytest.approx(350.0)
-    from orchestrator.cli.render import projected, show_text
+    from orchestrator.views.render import projected, show_text
 
     assert projected(row) == "≈ 1.35"  # the PROJECTED column
     assert "≈ 1.35" in show_text(shown)
@@ -208,7 +208,7 @@ def test_with_early_stopping_the_projection_is_an_upper_bound(tmp_path):
     assert row["eta_s"] == pytest.approx(50.0)
     assert row["projected_cost"] == pytest.approx(1.0)
     assert row["projection_is_upper_bound"] is True
-    from orchestrator.cli.render import projected, show_text
+    from orchestrator.views.render import projected, show_text
 
     assert projected(row, "CNY") == "≤ 1.00 CNY"
     assert "upper bound" in show_text(show_data(store, home, job, now=50.0))

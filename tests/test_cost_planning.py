@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.advice import (
+from orchestrator.cost.advice import (
     LARGE_SHARE,
     checkpoint_advice,
     data_wait_advice,
@@ -22,12 +22,12 @@ from orchestrator.advice import (
 )
 from orchestrator.cli.estimate import builtin_projection, checkpoint_plan, command_projection, hourly_rate
 from orchestrator.contract import young_daly
-from orchestrator.cost import Pricing
-from orchestrator.forecast import History, history_of, simulate
-from orchestrator.jobspec import JobSpec
-from orchestrator.ledger import PARTS, Ledger, job_ledger, sum_ledgers
-from orchestrator.records import Attempt, Job
-from orchestrator.states import AttemptOutcome, Intent, JobState
+from orchestrator.cost.money import Pricing
+from orchestrator.planning.forecast import History, history_of, simulate
+from orchestrator.spec.jobspec import JobSpec
+from orchestrator.cost.ledger import PARTS, Ledger, job_ledger, sum_ledgers
+from orchestrator.model.records import Attempt, Job
+from orchestrator.model.states import AttemptOutcome, Intent, JobState
 from training.probe import evals_per_epoch, probe_spec
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.gpus import managed_gpus
-from orchestrator.lifecycle import submit_job
-from orchestrator.states import JobState
-from orchestrator.wake import poke
+from orchestrator.host.gpus import managed_gpus
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.model.states import JobState
+from orchestrator.home.wake import poke
 from daemon_harness import orch_home  # noqa: F401  (fixture)
 from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 

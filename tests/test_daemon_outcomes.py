@@ -11,7 +11,7 @@ import time
 import pytest
 from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
 
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 
 pytestmark = pytest.mark.slow
 
@@ -197,7 +197,7 @@ def test_a_lost_mirror_lease_stops_the_job_with_its_own_intent_not_the_budgets(o
     intent recorded is `lease_lost` (a budget stop is a different fact), and the job ends stopped
     with the lease's reason — also when a preemption notice was already stopping it."""
     from orchestrator.daemon.stop_requests import signal_job, stop_for_lost_lease
-    from orchestrator.states import Intent
+    from orchestrator.model.states import Intent
 
     h = orch_home(cpu_slots=2)
     d = h.local_daemon()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from daemon_harness import orch_home, session_members, wait_for  # noqa: F401  (fixture)
 
-from orchestrator.procs import is_alive
-from orchestrator.states import JobState
+from orchestrator.host.procs import is_alive
+from orchestrator.model.states import JobState
 
 pytestmark = pytest.mark.slow
 
@@ -172,7 +172,7 @@ def test_a_cancel_requested_while_no_daemon_runs_is_applied_by_the_next_one(orch
 
 
 def test_daemon_start_returns_once_the_daemon_listens_for_submits(orch_home):
-    from orchestrator.wake import poke
+    from orchestrator.home.wake import poke
 
     h = orch_home()
     started = h.cli("daemon", "start")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from daemon_harness import OrchHome, orch_home, wait_for  # noqa: F401  (orch_home: the fixture)
 
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 
 # A command job that plays a long job: it copies control.json to progress.json (the contract's
 # heartbeat) whenever that changes, until a release file appears.

@@ -18,8 +18,8 @@ import pytest
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from orchestrator.config import Config
-from orchestrator.jobspec import JobSpec
+from orchestrator.spec.config import Config
+from orchestrator.spec.jobspec import JobSpec
 
 try:
     import tomllib

@@ -11,7 +11,7 @@ import sys
 import pytest
 from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
 
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 
 pytestmark = pytest.mark.slow
 

@@ -19,9 +19,9 @@ import tomli_w
 from daemon_harness import OrchHome, wait_for
 
 from orchestrator.contract import read_json
-from orchestrator.lifecycle import submit_job
-from orchestrator.states import JobState
-from orchestrator.wake import poke
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.model.states import JobState
+from orchestrator.home.wake import poke
 
 pytestmark = pytest.mark.slow
 

@@ -15,12 +15,12 @@ import pytest
 import tomli_w
 from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
 
-from orchestrator.states import Intent
+from orchestrator.model.states import Intent
 
-from orchestrator.config import load_config
-from orchestrator.lifecycle import submit_job
-from orchestrator.states import JobState
-from orchestrator.wake import poke
+from orchestrator.spec.config import load_config
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.model.states import JobState
+from orchestrator.home.wake import poke
 
 pytestmark = pytest.mark.slow
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from cost_helpers import PY, WebhookReceiver, orch_factory, wait_for
-from orchestrator.config import Config
+from orchestrator.spec.config import Config
 from orchestrator.daemon.runtime import DaemonRuntime
-from orchestrator.lifecycle import cancel_job
-from orchestrator.paths import Home
-from orchestrator.states import EventKind, JobState
+from orchestrator.jobs.lifecycle import cancel_job
+from orchestrator.home.paths import Home
+from orchestrator.model.states import EventKind, JobState
 from orchestrator.store import Store
-from orchestrator.records import AttemptStart
+from orchestrator.model.records import AttemptStart
 
 APPEND = "import sys, time; open(sys.argv[1], 'a').write('%f\\n' % time.time())"
 

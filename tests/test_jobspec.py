@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.errors import SpecError
-from orchestrator.jobspec import load_jobspec
+from orchestrator.model.errors import SpecError
+from orchestrator.spec.jobspec import load_jobspec
 
 # A built-in job whose model and data are hub ids (nothing local to check) and a command job.
 BUILTIN = """\
@@ -236,9 +236,9 @@ def test_spec_error_keeps_one_problem_per_line(write_file):
 
 
 def test_resolved_spec_round_trips_through_the_run_folder(write_file, tmp_path):
-    from orchestrator.jobspec import load_resolved
-    from orchestrator.lifecycle import write_run_spec
-    from orchestrator.paths import Home
+    from orchestrator.spec.jobspec import load_resolved
+    from orchestrator.jobs.lifecycle import write_run_spec
+    from orchestrator.home.paths import Home
 
     spec = load_jobspec(write_file("job.toml", COMMAND + '[env]\nHF_ENDPOINT = "https://hf-mirror.com"\n'))
     written = write_run_spec(Home(tmp_path / "h").ensure(), 1, spec.to_toml_dict())

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from orchestrator.contract import attempt_log, parse_attempt_log
-from orchestrator.paths import Home
+from orchestrator.home.paths import Home
 from orchestrator.store import Store
 
 

@@ -22,8 +22,8 @@ from daemon_harness import OrchHome, orch_home, wait_for  # noqa: F401  (fixture
 sys.path.insert(0, str(Path(__file__).resolve().parent / "notifiers"))
 from notify_servers import PASSWORD, USER, Inbox, ProviderServer, authenticator, free_port  # noqa: E402
 
-from orchestrator.config import load_config  # noqa: E402
-from orchestrator.states import JobState  # noqa: E402
+from orchestrator.spec.config import load_config  # noqa: E402
+from orchestrator.model.states import JobState  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO / "examples" / "quickstart"
@@ -271,9 +271,9 @@ TRANSFORMERS_OFFLINE = "1"
 def test_a_builtin_success_and_a_command_failure_reach_email_and_wecom_with_what_a_user_needs(
     orch_home, servers, smtp, monkeypatch, tmp_path
 ):
-    from orchestrator.gpus import managed_gpus
-    from orchestrator.lifecycle import submit_job
-    from orchestrator.wake import poke
+    from orchestrator.host.gpus import managed_gpus
+    from orchestrator.jobs.lifecycle import submit_job
+    from orchestrator.home.wake import poke
 
     smtp_port, inbox = smtp
     robot = servers()
@@ -372,7 +372,7 @@ url_env = "ORCH_TEST_WECOM_URL"
 def test_a_row_still_backing_off_holds_back_the_later_rows_of_its_channel(tmp_path, servers):
     from notifiers import Message, build_notifiers
     from orchestrator.daemon.outbox import OutboxSender
-    from orchestrator.records import Outgoing
+    from orchestrator.model.records import Outgoing
     from orchestrator.store import Store
 
     provider = servers()

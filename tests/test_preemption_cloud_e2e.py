@@ -16,8 +16,8 @@ import pytest
 from daemon_harness import OrchHome, orch_home, wait_for  # noqa: F401  (fixture)
 from metadata_fakes import Fake, FakeAws, FakeAzure, FakeGcp, closed_port_url, serve  # noqa: F401
 
-from orchestrator.config import load_config
-from orchestrator.states import JobState
+from orchestrator.spec.config import load_config
+from orchestrator.model.states import JobState
 
 pytestmark = pytest.mark.slow
 

@@ -17,11 +17,11 @@ import pytest
 import tomli_w
 from daemon_harness import OrchHome, wait_for
 
-from orchestrator.config import load_config
-from orchestrator.lifecycle import submit_job
+from orchestrator.spec.config import load_config
+from orchestrator.jobs.lifecycle import submit_job
 from orchestrator.contract import read_json
-from orchestrator.states import JobState
-from orchestrator.wake import poke
+from orchestrator.model.states import JobState
+from orchestrator.home.wake import poke
 
 pytestmark = pytest.mark.slow
 

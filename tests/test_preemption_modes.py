@@ -11,7 +11,7 @@ from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
 from test_preemption_cloud_e2e import configure_preemption, wait_polls
 from metadata_fakes import FakeAws, serve  # noqa: F401  (fixture)
 
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 
 pytestmark = pytest.mark.slow
 

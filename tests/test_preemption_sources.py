@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ConfigError
+from orchestrator.model.errors import ConfigError
 from orchestrator.daemon.notice_watch import NoticeWatcher
 from orchestrator.daemon.preemption import (
     MAINTENANCE,
@@ -395,7 +395,7 @@ def test_daemon_side_modules_stay_light():
 
     heavy = ("torch", "lightning", "pytorch_lightning", "transformers", "datasets")
     code = (
-        "import sys, orchestrator.daemon.preemption, orchestrator.cost, orchestrator.daemon.hooks; "
+        "import sys, orchestrator.daemon.preemption, orchestrator.cost.money, orchestrator.daemon.hooks; "
         f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

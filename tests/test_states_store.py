@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import Config
-from orchestrator.errors import InvalidTransition, JobNotFound, OrchError
-from orchestrator.lifecycle import submit_job
-from orchestrator.paths import Home
-from orchestrator.records import Outgoing
-from orchestrator.states import TERMINAL, TRANSITIONS, EventKind, JobState, allowed
+from orchestrator.spec.config import Config
+from orchestrator.model.errors import InvalidTransition, JobNotFound, OrchError
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.home.paths import Home
+from orchestrator.model.records import Outgoing
+from orchestrator.model.states import TERMINAL, TRANSITIONS, EventKind, JobState, allowed
 from orchestrator.store import SCHEMA_VERSION, Store
-from orchestrator.records import AttemptEnd, AttemptStart
-from orchestrator.states import AttemptOutcome
+from orchestrator.model.records import AttemptEnd, AttemptStart
+from orchestrator.model.states import AttemptOutcome
 
 SPEC = {"name": "t", "gpus": 0, "command": ["python", "train.py"]}
 LEGAL = [(src, dst) for src, dsts in TRANSITIONS.items() for dst in sorted(dsts, key=lambda s: s.value)]

@@ -14,9 +14,9 @@ import tomli_w
 from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
 from sweep_harness import starts, write_score_job, write_sweep
 
-from orchestrator.states import EventKind, JobState
+from orchestrator.model.states import EventKind, JobState
 from orchestrator.store import Store
-from orchestrator.sweep_records import SweepState
+from orchestrator.model.sweep_records import SweepState
 
 SHOW_KEYS = {"id", "state", "objective", "direction", "best", "trials", "steps_total", "cost_total", "pruned", "saved"}
 TRIAL_KEYS = {"id", "params", "state", "value", "steps", "cost"}
@@ -125,8 +125,8 @@ def test_submit_flags_for_a_single_job_are_refused_for_a_sweep_and_priority_reac
     ],
 )
 def test_a_prune_intent_decides_pruned_whatever_the_exit_unless_the_job_finished(code, sig, has_result, state):
-    from orchestrator.outcome import decide
-    from orchestrator.states import Intent
+    from orchestrator.jobs.outcome import decide
+    from orchestrator.model.states import Intent
 
     d = decide(Intent.PRUNE, code, sig, has_result=has_result, is_command=False, failures=0, retries=2)
     assert d.state is state and not d.charged
@@ -330,10 +330,10 @@ def test_tpe_with_a_fixed_seed_proposes_the_same_parameters_on_a_rerun(tmp_path,
 
 DAEMON_PROBE = r"""
 import sys
-from orchestrator.config import load_config
+from orchestrator.spec.config import load_config
 from orchestrator.daemon.tick import Daemon
-from orchestrator.paths import Home
-from orchestrator.polling import poll
+from orchestrator.home.paths import Home
+from orchestrator.host.polling import poll
 from orchestrator.store import Store
 
 from pathlib import Path

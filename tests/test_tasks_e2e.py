@@ -19,8 +19,8 @@ import tomli_w
 from daemon_harness import wait_for
 
 import test_preemption_e2e as e2e
-from orchestrator.lifecycle import submit_job
-from orchestrator.wake import poke
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.home.wake import poke
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from orchestrator.contract import (
     checkpoint_dir,
     model_dir,
 )
-from orchestrator.jobspec import TASK_CLASSIFY, JobSpec, load_resolved
+from orchestrator.spec.jobspec import TASK_CLASSIFY, JobSpec, load_resolved
 
 from .exits import EX_CHECKPOINTED, EX_OK, RunError, install_early_sigterm
 from .job_end import out_of_memory, result_figures, wait_for_other_ranks

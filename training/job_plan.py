@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrator.contract import ENV_RESUME_CHECKED, ENV_RESUME_FROM
-from orchestrator.jobspec import JobSpec
+from orchestrator.spec.jobspec import JobSpec
 
 RESUME_CHECKED_ENV = ENV_RESUME_CHECKED
 

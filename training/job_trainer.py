@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.contract import PERIODIC_FILENAME_TEMPLATE
-from orchestrator.jobspec import JobSpec
+from orchestrator.spec.jobspec import JobSpec
 
 from .exits import RunError
 from .job_plan import under_srun

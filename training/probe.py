@@ -77,7 +77,7 @@ def probe_spec(
 def probe(job_toml: Path, warmup: int, steps: int) -> dict[str, Any]:
     import tomli_w
 
-    from orchestrator.jobspec import load_jobspec
+    from orchestrator.spec.jobspec import load_jobspec
 
     from .data import load_split
     from .job_plan import plan_devices, total_steps

@@ -54,7 +54,7 @@ def main(run_dir: str | Path, *, progress: bool = False) -> int:
         print(f"orch: job failed: {exc}", file=sys.stderr, flush=True)
         return EX_FAIL
     except Exception as exc:
-        from orchestrator.jobspec import SpecError  # what load_resolved raises (part of its interface)
+        from orchestrator.spec.jobspec import SpecError  # what load_resolved raises (part of its interface)
 
         if isinstance(exc, SpecError):
             print(f"orch: job failed: bad job.toml: {exc}", file=sys.stderr, flush=True)

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..errors import OrchError, UsageError
+from ..model.errors import OrchError, UsageError
 from ..objectstore import manifest as mf
 from ..objectstore.manifest_model import MAX_MANIFEST_BYTES, UID_PATTERN, ManifestError
 from ..objectstore.manifest_model import parse as parse_manifest

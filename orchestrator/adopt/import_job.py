@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..contract import BATCH, CHECKPOINTS, write_json_atomic
-from ..lifecycle import write_run_spec
+from ..jobs.lifecycle import write_run_spec
 from ..objectstore import datafiles
 from ..objectstore import manifest as mf
 from ..objectstore.fetch import fetch_checkpoint
 from ..objectstore.remote import Conflict, Remote, StorageError
-from ..paths import Home
-from ..states import JobState
+from ..home.paths import Home
+from ..model.states import JobState
 from ..store import Store
 from .candidates import Refused
 from .plan import Plan

@@ -8,8 +8,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..config import Config
-from ..errors import ConfigError, UsageError
+from ..spec.config import Config
+from ..model.errors import ConfigError, UsageError
 from ..objectstore import datafiles
 from ..objectstore import manifest as mf
 from ..store import Store
@@ -29,8 +29,8 @@ def storage_for(config: Config, url: Optional[str], env: Optional[dict[str, str]
     """[storage] with the URL given on the command line (the other keys from config.toml)."""
     from pydantic import ValidationError
 
-    from ..config import StorageSection
-    from ..objectstore.url import credential_problems
+    from ..spec.config import StorageSection
+    from ..spec.storage_url import credential_problems
 
     data = config.storage.model_dump()
     if url:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
-from ..config import Config
-from ..errors import OrchError, UsageError
+from ..spec.config import Config
+from ..model.errors import OrchError, UsageError
 from ..objectstore import manifest as mf
 from ..objectstore.remote import Remote, StorageError
-from ..paths import Home
+from ..home.paths import Home
 from ..store import Store
 from .candidates import Refused, choose
 from .import_job import Adopted, adopt_one

@@ -47,7 +47,7 @@ def run_adopt(
     yes: bool = False,
 ) -> int:
     from ..adopt import adopt_jobs, exit_code
-    from ..wake import poke
+    from ..home.wake import poke
 
     answered: list[bool] = []
     ask = confirmer(yes, sys.stdin.isatty())

@@ -11,8 +11,8 @@ from typing import Any, Optional
 import typer
 from typer.core import TyperGroup
 
-from ..errors import OrchError
-from ..paths import Home
+from ..model.errors import OrchError
+from ..home.paths import Home
 
 
 class OrchGroup(TyperGroup):
@@ -103,7 +103,7 @@ class Ctx:
         return self.home.config_path(self.config_arg)
 
     def config(self, *, build_notifiers: bool = False):
-        from ..config import load_config
+        from ..spec.config import load_config
 
         return load_config(self.config_path, required=self.config_arg is not None, build_notifiers=build_notifiers)
 
@@ -131,13 +131,13 @@ def main_options(
 
 
 def daemon_pid(home: Home) -> Optional[int]:
-    from ..daemon_control import running_pid
+    from ..home.daemon_lock import running_pid
 
     return running_pid(home)
 
 
 def poke(home: Home) -> bool:
-    from ..wake import poke
+    from ..home.wake import poke
 
     return poke(home.wake_socket)
 

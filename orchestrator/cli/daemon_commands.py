@@ -23,7 +23,7 @@ def daemon_run(detached: bool = typer.Option(False, "--detached", hidden=True)) 
 @daemon_app.command("start")
 def daemon_start() -> None:
     """Start the daemon in the background; it survives the terminal closing."""
-    from ..daemon_control import start_detached
+    from ..home.daemon_lock import start_detached
 
     ctx.config(build_notifiers=True)  # refuse a bad config here, not silently in the log
     pid = start_detached(ctx.home.ensure(), ctx.config_arg)
@@ -33,7 +33,7 @@ def daemon_start() -> None:
 @daemon_app.command("stop")
 def daemon_stop(timeout: float = typer.Option(120.0, help="Seconds to wait for running jobs to checkpoint.")) -> None:
     """Stop the daemon: running jobs checkpoint and are queued again for later."""
-    from ..daemon_control import stop
+    from ..home.daemon_lock import stop
 
     pid = stop(ctx.home, timeout=timeout)
     print(f"daemon (pid {pid}) stopped")
@@ -45,9 +45,9 @@ def daemon_drain(
     timeout: float = typer.Option(0.0, help="With --wait: give up after this many seconds (0: never)."),
 ) -> None:
     """Finish the running jobs, start nothing new, then exit (maintenance, moving to another machine)."""
-    from ..daemon_control import running_pid
-    from ..drain import request
-    from ..errors import DaemonError
+    from ..home.daemon_lock import running_pid
+    from ..home.drain import request
+    from ..model.errors import DaemonError
 
     home = ctx.home
     pid = running_pid(home)
@@ -85,15 +85,15 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="A JSON list of fi
 @daemon_app.command("status")
 def daemon_status(as_json: bool = typer.Option(False, "--json")) -> None:
     """Whether the daemon runs: pid and uptime."""
-    from ..daemon_control import describe
+    from ..home.daemon_lock import describe
 
     info = describe(ctx.home)
     if as_json:
         emit_json(info)
     elif info["running"]:
-        from .render import duration
+        from ..views.render import duration
 
-        from ..drain import requested
+        from ..home.drain import requested
 
         draining = " (draining: running jobs finish, nothing new starts)" if requested(ctx.home) is not None else ""
         print(f"daemon running: pid {info['pid']}, up {duration(info['uptime_s'])}, home {info['home']}{draining}")

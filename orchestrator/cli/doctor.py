@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..paths import Home
+from ..home.paths import Home
 from .doctor_config import check_config, check_notifiers
 from .doctor_findings import BAD, Finding
 from .doctor_home import check_clock, check_daemon, check_disk, check_store

@@ -14,8 +14,8 @@ from .doctor_findings import BAD, OK, Finding
 
 
 def check_config(path: Path, required: bool, out: list[Finding]) -> Any:
-    from ..config import load_config
-    from ..errors import ConfigError
+    from ..spec.config import load_config
+    from ..model.errors import ConfigError
 
     if not path.exists() and not required:
         out.append(Finding("config", OK, f"no {path}: the defaults apply"))

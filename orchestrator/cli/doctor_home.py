@@ -10,17 +10,17 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..paths import Home
-from ..records import Job
-from ..states import JobState
+from ..home.paths import Home
+from ..model.records import Job
+from ..model.states import JobState
 from .doctor_findings import BAD, OK, WARN, Finding
 
 # -- the daemon ---------------------------------------------------------------------------------------
 
 
 def check_daemon(home: Home, out: list[Finding]) -> Optional[int]:
-    from ..daemon_control import running_pid
-    from ..drain import requested
+    from ..home.daemon_lock import running_pid
+    from ..home.drain import requested
 
     pid = running_pid(home) if home.root.exists() else None
     pid_text = None

@@ -7,12 +7,12 @@ import os
 from dataclasses import replace
 from typing import Any, Optional
 
-from .. import procs
+from ..host import procs
 from ..contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_RUN_DIR
 from ..executors.local import SUPERVISOR_MODULE
-from ..paths import Home
-from ..records import Job
-from ..states import JobState
+from ..home.paths import Home
+from ..model.records import Job
+from ..model.states import JobState
 from .doctor_findings import BAD, OK, WARN, Finding
 
 PROGRESS_STALE_S = 15 * 60  # a running job's progress.json older than this (or its watchdog) is stale
@@ -27,10 +27,10 @@ def check_jobs(
     """Each running job's attempt, as the executor that runs it sees it (the daemon's, from
     config.toml: a local supervisor, a Slurm job): ended but not settled, gone, or alive with its
     progress fresh or stale."""
-    from ..config import load_config
+    from ..spec.config import load_config
     from ..contract import PROGRESS, attempt_pid, read_json
     from ..executors import build_executor
-    from ..procs import is_alive
+    from ..host.procs import is_alive
 
     running = [j for j in jobs if j.state is JobState.RUNNING]
     if not running:

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..contract import DEFAULT_MTBF_S, young_daly
-from ..cost import Pricing, format_duration, format_money, job_hourly_rates
-from ..errors import OrchError
-from ..forecast import History, history_of, queue_forecast
-from ..jobspec import JobSpec, load_jobspec
-from ..lifecycle import check_gpus
-from ..paths import Home
-from ..states import JobState
+from ..cost.money import Pricing, format_duration, format_money, job_hourly_rates
+from ..model.errors import OrchError
+from ..planning.forecast import History, history_of, queue_forecast
+from ..spec.jobspec import JobSpec, load_jobspec
+from ..jobs.lifecycle import check_gpus
+from ..home.paths import Home
+from ..model.states import JobState
 from ..store import Store
 
 PROBE_TIMEOUT_S = 1800.0
@@ -194,7 +194,7 @@ def estimate_data(
     steps: int = 30,
     daemon_running: bool = True,
 ) -> dict[str, Any]:
-    from ..gpus import managed_gpus
+    from ..host.gpus import managed_gpus
 
     spec = load_jobspec(job_toml)
     managed = len(managed_gpus(config.daemon.gpus))
@@ -242,7 +242,7 @@ def sweep_bound(data: dict[str, Any], section: Any, config: Any) -> dict[str, An
     as both `parallel` and this machine's slots allow. Pruning can only make it cheaper; the
     trials' parameters (a batch size, a step count) can make each trial slower or faster than the
     base job measured here."""
-    from ..gpus import managed_gpus
+    from ..host.gpus import managed_gpus
 
     cost, wall = data.get("cost"), data.get("wall_s")
     at_once = section.parallel

@@ -14,16 +14,16 @@ import time
 from typing import Any, Optional
 from pathlib import Path
 
-from ..attempts import Settled, begin_attempt, settle_attempt
-from ..config import Config
+from ..jobs.attempts import Settled, begin_attempt, settle_attempt
+from ..spec.config import Config
 from ..contract import attempt_exit, attempt_log, exit_record, write_json_atomic
-from ..errors import InvalidTransition
-from ..gpus import managed_gpus
-from ..lifecycle import retry_job, submit_job
-from ..paths import Home
-from ..procs import start_time
-from ..records import Job
-from ..states import RETRYABLE, Intent, JobState
+from ..model.errors import InvalidTransition
+from ..host.gpus import managed_gpus
+from ..jobs.lifecycle import retry_job, submit_job
+from ..home.paths import Home
+from ..host.procs import start_time
+from ..model.records import Job
+from ..model.states import RETRYABLE, Intent, JobState
 from ..store import Store
 
 

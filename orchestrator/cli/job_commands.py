@@ -9,8 +9,8 @@ from typing import Any, List, Optional
 
 import typer
 
-from ..errors import OrchError
-from ..paths import Home
+from ..model.errors import OrchError
+from ..home.paths import Home
 from .context import app, ctx, currency, daemon_pid, emit_json, err, poke
 
 
@@ -32,8 +32,8 @@ def submit(
     yes: bool = typer.Option(False, "--yes", "-y", help="With --estimate: queue without asking."),
 ) -> None:
     """Validate a job file and queue it (a file with a [sweep] table queues a sweep)."""
-    from ..gpus import managed_gpus
-    from ..lifecycle import submit_job
+    from ..host.gpus import managed_gpus
+    from ..jobs.lifecycle import submit_job
     from ..sweeps.spec import is_sweep_file
     from .when import parse_at
 
@@ -46,7 +46,7 @@ def submit(
     config = ctx.config()
     store = ctx.store()
     if estimate_first:
-        from ..jobspec import check_deadline, load_jobspec
+        from ..spec.jobspec import check_deadline, load_jobspec
         from .estimate import ask_after, estimate_data
 
         check_deadline(load_jobspec(job_toml), str(job_toml), now)  # bad input before a probe is paid for
@@ -134,16 +134,16 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="A JSON list, one object per job."),
 ) -> None:
     """The queue: id, name, state, attempt, progress, ETA, runtime, cost."""
-    from .views import status_rows
+    from ..views.jobs import status_rows
 
-    from .mirror_status import add_lag_notes
+    from ..views.mirror import add_lag_notes
 
     home = ctx.home
     store = ctx.store()
     rows = status_rows(store, home, time.time(), include_all=show_all)
     add_lag_notes(store, rows)  # [storage]: a note when the mirror lags
-    from .deadline_view import add_deadline_notes
-    from .sweep_status import grouped_table, mark_trials
+    from ..views.deadlines import add_deadline_notes
+    from ..views.sweeps import grouped_table, mark_trials
 
     add_deadline_notes(store, home, _config_or_none, rows, time.time())  # deadline jobs only
     mark_trials(store, rows)  # "sweep": the sweep a trial belongs to
@@ -157,7 +157,7 @@ def status(
     import os
     import shutil
 
-    from .render import status_table
+    from ..views.render import status_table
 
     tty = sys.stdout.isatty()
     cur, color = currency(), tty and not os.environ.get("NO_COLOR")
@@ -169,7 +169,7 @@ def status(
 
 
 def _say_draining(home: Home) -> None:
-    from ..drain import requested
+    from ..home.drain import requested
 
     if requested(home) is not None and daemon_pid(home) is not None:
         err("note: the daemon is draining: running jobs finish, nothing new starts, then it exits")
@@ -182,19 +182,19 @@ def show(
     reveal: bool = typer.Option(False, "--reveal", help="Show [env] values (masked as *** otherwise)."),
 ) -> None:
     """A job's spec, state, provenance, attempts, checkpoints, cost and event history."""
-    from .render import show_text
-    from .views import show_data
+    from ..views.render import show_text
+    from ..views.jobs import show_data
 
     store = ctx.store()
     data = show_data(store, ctx.home, job_id, reveal=reveal)
-    from .deadline_view import add_deadline_notes
+    from ..views.deadlines import add_deadline_notes
 
     add_deadline_notes(store, ctx.home, _config_or_none, [data], time.time())
     data["mirror"] = _mirror_view(store, job_id)
     from ..contract import CHECKPOINT_INTERVAL, read_json
 
     data["checkpoint_interval"] = read_json(ctx.home.run_dir(job_id) / CHECKPOINT_INTERVAL)  # every = "auto"
-    from .bill import job_bill
+    from ..views.bill import job_bill
 
     data["bill"] = job_bill(store, ctx.home, store.get(job_id), time.time(), currency())
     if as_json:
@@ -221,7 +221,7 @@ def logs(
 @app.command()
 def cancel(job_id: int = typer.Argument(...)) -> None:
     """Cancel a job: a queued one at once; a running one gets SIGTERM, a grace period, then SIGKILL."""
-    from ..lifecycle import cancel_job
+    from ..jobs.lifecycle import cancel_job
 
     config = ctx.config()
     job, done = cancel_job(ctx.store(), config, ctx.home, job_id, time.time())
@@ -241,7 +241,7 @@ def retry(
     hours: Optional[float] = typer.Option(None, "--hours", help="A new max_hours for the job.", min=0.0),
 ) -> None:
     """Put a failed, cancelled or stopped job back in the queue; it resumes from its latest checkpoint."""
-    from ..lifecycle import retry_job
+    from ..jobs.lifecycle import retry_job
 
     job = retry_job(ctx.store(), ctx.config(), ctx.home, job_id, time.time(), budget=budget, hours=hours)
     print(f"job {job.id} ({job.name}) queued again; it resumes from its latest checkpoint")
@@ -260,10 +260,10 @@ def cost(
     ),
 ) -> None:
     """Per-job and total cost, GPU-hours, idle cost and preemption waste."""
-    from .cost_report import cost_data, cost_table
+    from ..views.cost_report import cost_data, cost_table
 
     if breakdown:
-        from .bill import breakdown_data, breakdown_table
+        from ..views.bill import breakdown_data, breakdown_table
 
         data = breakdown_data(ctx.store(), ctx.home, ctx.config(), time.time())
         if as_json:
@@ -294,6 +294,6 @@ def _mirror_view(store: Any, job_id: int) -> Optional[dict]:
         config = ctx.config()
     except OrchError:
         return None
-    from .mirror_status import mirror_view
+    from ..views.mirror import mirror_view
 
     return mirror_view(store, config, store.get(job_id))

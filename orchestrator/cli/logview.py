@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..contract import parse_attempt_log
-from ..paths import Home
+from ..home.paths import Home
 from ..store import Store
 
 

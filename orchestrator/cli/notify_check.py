@@ -7,8 +7,8 @@ import socket
 import sys
 from typing import Optional
 
-from ..config import Config, build_channels
-from ..errors import UsageError
+from ..spec.config import Config, build_channels
+from ..model.errors import UsageError
 
 
 def send_test(config: Config, channel: Optional[str] = None) -> int:

@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 
 import typer
 
-from ..cost import format_duration, format_money
+from ..cost.money import format_duration, format_money
 from .context import app, ctx, currency, daemon_pid, emit_json, err, poke
 
 sweep_app = typer.Typer(
@@ -28,9 +28,9 @@ def submit_sweep(
     estimate: bool = False,
     yes: bool = False,
 ) -> None:
-    from ..errors import UsageError
-    from ..gpus import managed_gpus
-    from ..lifecycle import check_gpus, check_nodes
+    from ..model.errors import UsageError
+    from ..host.gpus import managed_gpus
+    from ..jobs.lifecycle import check_gpus, check_nodes
     from ..sweeps.spec import load_sweep
 
     unused = [flag for flag, given in (("--after", bool(after)), ("--at", at is not None)) if given]
@@ -129,8 +129,8 @@ def render(s: dict[str, Any], currency: str) -> str:
 @sweep_app.command("cancel")
 def cancel(sweep_id: int = typer.Argument(...)) -> None:
     """Cancel a sweep: no new trials; queued trials cancelled at once, running ones checkpoint and stop."""
-    from ..errors import OrchError
-    from ..lifecycle import cancel_job
+    from ..model.errors import OrchError
+    from ..jobs.lifecycle import cancel_job
 
     store, config, now = ctx.store(), ctx.config(), time.time()
     sweep = store.sweep(sweep_id)

@@ -24,12 +24,12 @@ def notify_test(channel: Optional[str] = typer.Option(None, "--channel", help="O
 @config_app.command("check")
 def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (default: the one orch uses).")) -> None:
     """Validate config.toml, including every notifier's keys and secrets."""
-    from ..config import load_config
+    from ..spec.config import load_config
 
     target = path or ctx.config_path
     if not target.exists():
         if path is not None or ctx.config_arg is not None:
-            from ..errors import ConfigError
+            from ..model.errors import ConfigError
 
             raise ConfigError([f"{target}: no such file"])
         print(f"no config at {target}; the defaults apply (CPU slots 1, GPUs discovered, no pricing, no notifiers)")
@@ -47,7 +47,7 @@ def dashboard(
     port: int = typer.Option(8787, "--port", min=0, max=65535, help="Port (0: any free one)."),
 ) -> None:
     """A read-only local web page: the queue, each job's curves and events, the bill."""
-    from .dashboard.server import serve
+    from ..dashboard.server import serve
 
     serve(ctx.home, ctx.config(), host=host, port=port)
 

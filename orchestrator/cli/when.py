@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from ..errors import UsageError
+from ..model.errors import UsageError
 
 _DELAY = re.compile(r"^\+(\d+(?:\.\d+)?)\s*([smhd])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional
 
-from ..config import Config
-from ..records import Job
-from ..cost import Pricing, split_interval
-from ..states import JobState
+from ..spec.config import Config
+from ..model.records import Job
+from ..cost.money import Pricing, split_interval
+from ..model.states import JobState
 from ..store import Store
 
 log = logging.getLogger("orch.daemon")

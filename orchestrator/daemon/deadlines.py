@@ -1,5 +1,5 @@
 """The tick's deadline watch: for each active job with a `deadline`, the projected finish (the queue
-ahead of it + its own ETA, orchestrator/forecast.py); one `deadline_at_risk` event and notification
+ahead of it + its own ETA, orchestrator/planning/forecast.py); one `deadline_at_risk` event and notification
 when the projection crosses the deadline, and a `deadline_recovered` event when it comes back, so a
 second crossing is told again."""
 
@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from ..cost import format_duration
-from ..forecast import Forecast, queue_forecast
-from ..jobspec import deadline_ts
-from ..lifecycle import outgoing_for, payload_for
-from ..records import Job
-from ..states import EventKind, JobState
+from ..cost.money import format_duration
+from ..planning.forecast import Forecast, queue_forecast
+from ..spec.jobspec import deadline_ts
+from ..jobs.lifecycle import outgoing_for, payload_for
+from ..model.records import Job
+from ..model.states import EventKind, JobState
 from .step_context import StepContext
 
 # A projection must come back this far inside the deadline to count as recovered: an ETA that

@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from ..records import AttemptEnd, Job
-from ..states import AttemptOutcome, EventKind, JobState
+from ..model.records import AttemptEnd, Job
+from ..model.states import AttemptOutcome, EventKind, JobState
 from .step_context import StepContext
 
 log = logging.getLogger("orch.daemon")

@@ -13,11 +13,11 @@ from typing import Any, Optional
 
 from notifiers import Message, Notifier, NotifyError, redact
 
-from ..backoff import backoff_s
+from ..jobs.backoff import backoff_s
 from ..contract import METRICS_CSV
-from ..cost import format_duration
-from ..metrics import read_metrics
-from ..paths import Home
+from ..cost.money import format_duration
+from ..reports.metrics import read_metrics
+from ..home.paths import Home
 
 log = logging.getLogger("orch.outbox")
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import httpx
 
-from ..errors import ConfigError, OrchError
+from ..model.errors import ConfigError, OrchError
 
 PREEMPT = "preempt"  # the machine is going away: checkpoint and requeue every running job
 REBALANCE = "rebalance"  # an early warning (AWS): record a `notice` event, stop nothing

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 import sqlite3
 
-from ..attempts import lose_attempt, settle_attempt
-from ..records import Job
-from ..states import JobState
+from ..jobs.attempts import lose_attempt, settle_attempt
+from ..model.records import Job
+from ..model.states import JobState
 from .guard import fail_job
 from .step_context import StepContext
 

@@ -13,11 +13,11 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from ..attempts import grace_for
-from ..config import Config, build_channels, preemption_file
-from ..daemon_control import DaemonLock
-from ..paths import Home
-from ..states import EventKind, JobState
+from ..jobs.attempts import grace_for
+from ..spec.config import Config, build_channels, preemption_file
+from ..home.daemon_lock import DaemonLock
+from ..home.paths import Home
+from ..model.states import EventKind, JobState
 from ..store import Store
 from .tick import Daemon
 
@@ -102,7 +102,7 @@ class DaemonRuntime:
     # -- scheduled work ------------------------------------------------------------------------
 
     def tick(self) -> None:
-        from ..drain import requested
+        from ..home.drain import requested
 
         draining = requested(self.home) is not None
         if draining and not self.daemon.stopping:
@@ -119,7 +119,7 @@ class DaemonRuntime:
             if not self.wake_pending.is_set():
                 break
         if draining and self.daemon.running_count() == 0 and not self.stop_event.is_set():
-            from ..drain import clear
+            from ..home.drain import clear
 
             log.info("drained: no job is running; exiting")
             clear(self.home)
@@ -184,8 +184,8 @@ class DaemonRuntime:
     def run(self) -> int:
         from apscheduler.schedulers.background import BackgroundScheduler
 
-        from ..drain import clear, requested
-        from ..wake import listen
+        from ..home.drain import clear, requested
+        from ..home.wake import listen
 
         if requested(self.home) is not None:
             log.info("a drain request left by an earlier daemon is dropped: this one runs the queue")
@@ -298,7 +298,7 @@ class IdleShutdown:
             self.idle_since = now
             return
         if self.event_at is None and now - self.idle_since >= cfg.shutdown_after_minutes * 60:
-            from ..lifecycle import outgoing_for
+            from ..jobs.lifecycle import outgoing_for
 
             payload = {
                 "event": "idle_shutdown",

@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 import sqlite3
 
-from ..attempts import begin_attempt
+from ..jobs.attempts import begin_attempt
 from ..contract import attempt_log, write_exit_record
-from ..dispatch import edf_order, fits, hold_reason
-from ..records import AttemptLaunch
-from ..records import Job
-from ..states import EventKind, JobState
+from ..planning.dispatch import edf_order, fits, hold_reason
+from ..model.records import AttemptLaunch
+from ..model.records import Job
+from ..model.states import EventKind, JobState
 from .guard import fail_job, reason_for
 from .step_context import StepContext
 from .stop_requests import total_budget_hold

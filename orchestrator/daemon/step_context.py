@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Protocol
 
-from ..config import Config
+from ..spec.config import Config
 from ..executors.base import Executor
-from ..paths import Home
-from ..records import Job
-from ..states import EventKind, JobState
+from ..home.paths import Home
+from ..model.records import Job
+from ..model.states import EventKind, JobState
 from ..store import Store
 
 

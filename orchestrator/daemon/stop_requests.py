@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from ..attempts import grace_for
-from ..cost import budget_exceeded, format_money, total_budget_exceeded
-from ..records import Job
-from ..states import EventKind, Intent, JobState
+from ..jobs.attempts import grace_for
+from ..cost.money import budget_exceeded, format_money, total_budget_exceeded
+from ..model.records import Job
+from ..model.states import EventKind, Intent, JobState
 from .step_context import StepContext
 
 log = logging.getLogger("orch.daemon")

@@ -13,15 +13,15 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Optional
 
-from ..config import Config
-from ..errors import InvalidTransition
+from ..spec.config import Config
+from ..model.errors import InvalidTransition
 from ..executors import build_executor
 from ..executors.base import Executor
-from ..gpus import managed_gpus
-from ..lifecycle import change_state, outgoing_for
-from ..paths import Home
-from ..records import Job
-from ..states import EventKind, Intent, JobState
+from ..host.gpus import managed_gpus
+from ..jobs.lifecycle import change_state, outgoing_for
+from ..home.paths import Home
+from ..model.records import Job
+from ..model.states import EventKind, Intent, JobState
 from ..store import Store
 from . import guard, reap, spawn, stop_requests, watchdog
 from .accounting import accrue_interval
@@ -102,7 +102,7 @@ class Daemon:
 
     def watch_health(self, now: float) -> None:
         """A running job's runner reported a flat loss (health.json): one `loss_flat` event."""
-        from ..health import record_loss_flat
+        from ..reports.health import record_loss_flat
 
         for job in record_loss_flat(self.store, self.config, self.home, now):
             self.on_event(EventKind.LOSS_FLAT.value, job)

@@ -17,11 +17,11 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from ..attempts import attempt_started_at
+from ..jobs.attempts import attempt_started_at
 from ..contract import PROGRESS, read_json
-from ..lifecycle import outgoing_for, payload_for
-from ..records import Job
-from ..states import EventKind, Intent, JobState
+from ..jobs.lifecycle import outgoing_for, payload_for
+from ..model.records import Job
+from ..model.states import EventKind, Intent, JobState
 from .step_context import StepContext
 from .stop_requests import signal_job
 

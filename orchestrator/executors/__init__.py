@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..paths import Home
+    from ..spec.config import Config
+    from ..home.paths import Home
     from .base import Executor
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence
 
-from ..records import AttemptLaunch, Job
+from ..model.records import AttemptLaunch, Job
 
 __all__ = ["AttemptLaunch", "Executor"]
 

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ..paths import Home
+from ..home.paths import Home
 from ..contract import attempt_exit, attempt_log, attempt_pid, checkpoint_dir, read_json
-from ..procs import group_members, is_alive, signal_group, signal_process, start_time, with_environment
-from ..records import AttemptLaunch, Job
+from ..host.procs import group_members, is_alive, signal_group, signal_process, start_time, with_environment
+from ..model.records import AttemptLaunch, Job
 
 log = logging.getLogger("orch.executor.local")
 

@@ -37,8 +37,8 @@ from ..contract import (
     write_exit_record,
     write_json_atomic,
 )
-from ..paths import Home
-from ..records import AttemptLaunch, Job
+from ..home.paths import Home
+from ..model.records import AttemptLaunch, Job
 from .slurm_commands import log
 from .slurm_query import BILLABLE, parse_sbatch
 from .slurm_script import SlurmError, check_shared, write_script
@@ -46,7 +46,7 @@ from .slurm_step import rank_log
 from .slurm_watch import SlurmWatch, Tracked
 
 if TYPE_CHECKING:
-    from ..config import SlurmSection
+    from ..spec.config import SlurmSection
 
 
 SUBMITTED = "SUBMITTED"  # our own word for "sbatch accepted it, squeue has not shown it yet"

@@ -8,12 +8,12 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from ..bounds import control_problem
+from ..spec.bounds import control_problem
 from ..contract import attempt_log, attempt_sbatch
-from ..records import AttemptLaunch
+from ..model.records import AttemptLaunch
 
 if TYPE_CHECKING:
-    from ..config import SlurmSection
+    from ..spec.config import SlurmSection
 
 # Network filesystems a run folder may be on for the nodes to see it (statfs f_type, from magic.h)
 SHARED_FS_TYPES = {

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from ..contract import attempt_exit, attempt_log, exit_record, read_json
-from ..paths import Home
-from ..records import Job
-from ..states import JobState
+from ..home.paths import Home
+from ..model.records import Job
+from ..model.states import JobState
 from .slurm_commands import SlurmCommands, log
 from .slurm_query import INFRA_ENDS, SlurmJob, expand_nodelist
 
 if TYPE_CHECKING:
-    from ..config import SlurmSection
+    from ..spec.config import SlurmSection
 
 
 # An ended job whose exit record is not visible yet (NFS attribute caching) is given this long.

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..contract import attempt_pid, write_exit_record, write_json_atomic
-from ..procs import group_members, signal_group, start_time
-from ..wake import poke
+from ..host.procs import group_members, signal_group, start_time
+from ..home.wake import poke
 
 # How long the job's leftover processes may take to die after the SIGKILL (as local.py).
 GROUP_EXIT_WAIT_S = 30.0

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..contract import checkpoint_dir
-from ..paths import Home
+from ..home.paths import Home
 
 VERSION = 1
 IDENTITY_FILE = "mirror-id"  # in ORCH_HOME: which machine (home) owns a job's lease

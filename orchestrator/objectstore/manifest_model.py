@@ -12,12 +12,12 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..bounds import INT64_MAX, control_problem, name_problem, value_problems
+from ..spec.bounds import INT64_MAX, control_problem, name_problem, value_problems
 from ..contract import parse_checkpoint_name
-from ..errors import SpecError
-from ..jobspec import spec_from_dict
-from ..states import AttemptOutcome, JobState
-from ..problems import problems_from
+from ..model.errors import SpecError
+from ..spec.jobspec import spec_from_dict
+from ..model.states import AttemptOutcome, JobState
+from ..spec.problems import problems_from
 from .datafiles import ROLES
 
 VERSION = 1

@@ -22,8 +22,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
-from ..errors import OrchError
-from .url import StorageURL, parse_storage_url
+from ..model.errors import OrchError
+from ..spec.storage_url import StorageURL, parse_storage_url
 from ..contract import atomic_file
 
 LOCKS = ".orch-locks"  # file:// only: lock files for conditional writes (never listed as objects)

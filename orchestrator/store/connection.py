@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import OrchError
+from ..model.errors import OrchError
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
 

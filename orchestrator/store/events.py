@@ -7,8 +7,8 @@ import json
 import sqlite3
 from typing import Any, Iterable, Optional
 
-from ..records import Attempt, AttemptEnd, AttemptStart, Event, Outgoing
-from ..states import AttemptOutcome, EventKind
+from ..model.records import Attempt, AttemptEnd, AttemptStart, Event, Outgoing
+from ..model.states import AttemptOutcome, EventKind
 from .connection import inserted_id
 
 

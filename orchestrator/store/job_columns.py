@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from ..records import AttemptStart
-from ..states import JobState
+from ..model.records import AttemptStart
+from ..model.states import JobState
 
 # Columns callers may set besides the state; anything else is a programming error.
 _UPDATABLE = frozenset(

@@ -8,10 +8,10 @@ import sqlite3
 import uuid
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from ..bounds import INT64_MAX, INT64_MIN
-from ..errors import InvalidTransition, JobNotFound
-from ..records import JOB_COLUMNS, Attempt, AttemptEnd, AttemptStart, Event, Job, Outgoing
-from ..states import EventKind, JobState, ensure_allowed
+from ..spec.bounds import INT64_MAX, INT64_MIN
+from ..model.errors import InvalidTransition, JobNotFound
+from ..model.records import JOB_COLUMNS, Attempt, AttemptEnd, AttemptStart, Event, Job, Outgoing
+from ..model.states import EventKind, JobState, ensure_allowed
 from .connection import StoreConnection, inserted_id
 from .events import attempts_of, events_of, finish_attempt, start_attempt, write_event
 from .job_columns import column_values, implied_columns

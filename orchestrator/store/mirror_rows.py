@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from ..errors import OrchError
-from ..records import Job
-from ..states import JobState
+from ..model.errors import OrchError
+from ..model.records import Job
+from ..model.states import JobState
 from .connection import inserted_id
 from .events import write_event
 from .outbox import OutboxRows

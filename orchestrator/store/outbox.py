@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..records import OutboxRow
-from ..states import EventKind
+from ..model.records import OutboxRow
+from ..model.states import EventKind
 from .events import write_event
 from .jobs import JobRows
 

@@ -7,8 +7,8 @@ import json
 import sqlite3
 from typing import Any, Iterable, Optional
 
-from ..errors import OrchError
-from ..sweep_records import Sweep, SweepState, Trial
+from ..model.errors import OrchError
+from ..model.sweep_records import Sweep, SweepState, Trial
 from .connection import inserted_id
 from .jobs import JobRows
 

@@ -11,17 +11,17 @@ import socket
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..config import Config
+from ..spec.config import Config
 from ..contract import JOB_TOML
-from ..cost import format_money
-from ..errors import InvalidTransition
-from ..lifecycle import cancel_job, outgoing_for, write_run_spec
-from ..paths import Home
-from ..records import Job
-from ..states import EventKind, Intent, JobState
+from ..cost.money import format_money
+from ..model.errors import InvalidTransition
+from ..jobs.lifecycle import cancel_job, outgoing_for, write_run_spec
+from ..home.paths import Home
+from ..model.records import Job
+from ..model.states import EventKind, Intent, JobState
 from ..store import Store
 from . import objective
-from ..sweep_records import Sweep, SweepState
+from ..model.sweep_records import Sweep, SweepState
 from .spec import SweepSection, apply_params
 from .study import SweepStudy
 from .summary import describe_params, summarize

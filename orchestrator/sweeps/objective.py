@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..contract import METRICS_CSV, PROGRESS, RESULT, read_json
-from ..metrics import read_metrics
+from ..reports.metrics import read_metrics
 
 
 def _finite(value: object) -> Optional[float]:

@@ -14,10 +14,10 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Field, ValidationError, model_validator
 
 from ..contract import ENV_PARAM_PREFIX
-from ..errors import SpecError
-from ..jobspec import TASK_METRICS, JobSpec, load_jobspec, spec_from_dict
-from ..problems import TomlTable, _model_at, _unwrap, problems_from
-from ..tomlfile import read_toml
+from ..model.errors import SpecError
+from ..spec.jobspec import TASK_METRICS, JobSpec, load_jobspec, spec_from_dict
+from ..spec.problems import TomlTable, _model_at, _unwrap, problems_from
+from ..spec.tomlfile import read_toml
 
 Number = Union[int, float]
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..contract import PROGRESS, read_json
-from ..paths import Home
-from ..records import Job
-from ..states import JobState
+from ..home.paths import Home
+from ..model.records import Job
+from ..model.states import JobState
 from ..store import Store
 from . import objective
-from ..sweep_records import Sweep
+from ..model.sweep_records import Sweep
 
 
 def describe_params(params: dict[str, Any]) -> str:

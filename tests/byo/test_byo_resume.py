@@ -21,7 +21,7 @@ import tomli_w
 from daemon_harness import OrchHome, wait_for
 
 from orchestrator.contract import newest_checkpoint, read_json
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 
 pytestmark = pytest.mark.slow
 

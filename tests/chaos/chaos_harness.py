@@ -23,10 +23,10 @@ from typing import Any, Optional
 import tomli_w
 from daemon_harness import OrchHome, wait_for
 
-from orchestrator.config import load_config
+from orchestrator.spec.config import load_config
 from orchestrator.contract import TEMP_MARK, read_json
-from orchestrator.procs import is_alive
-from orchestrator.states import TRANSITIONS, JobState
+from orchestrator.host.procs import is_alive
+from orchestrator.model.states import TRANSITIONS, JobState
 
 ROWS, BATCH, EPOCHS = 256, 16, 3
 STEPS_PER_EPOCH = ROWS // BATCH  # 16
@@ -92,8 +92,8 @@ def make_home(folder: Path, *, chaos: bool) -> OrchHome:
 
 
 def submit_all(h: OrchHome, workload: dict[str, Path]) -> dict[str, int]:
-    from orchestrator.lifecycle import submit_job
-    from orchestrator.wake import poke
+    from orchestrator.jobs.lifecycle import submit_job
+    from orchestrator.home.wake import poke
 
     ids = {}
     for name, seed, workers in JOBS:

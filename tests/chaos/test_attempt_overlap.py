@@ -15,8 +15,8 @@ import pytest
 from chaos_harness import AttemptWatcher
 from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
 
-from orchestrator.procs import is_alive, start_time
-from orchestrator.states import JobState
+from orchestrator.host.procs import is_alive, start_time
+from orchestrator.model.states import JobState
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,7 @@ from chaos_harness import (
 )
 from daemon_harness import wait_for
 
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 
 pytestmark = pytest.mark.slow
 

@@ -18,11 +18,11 @@ import tomli_w
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.config import Config, load_config
-from orchestrator.errors import ConfigError, OrchError, SpecError
-from orchestrator.jobspec import JobSpec, load_jobspec
-from orchestrator.lifecycle import submit_job
-from orchestrator.paths import Home
+from orchestrator.spec.config import Config, load_config
+from orchestrator.model.errors import ConfigError, OrchError, SpecError
+from orchestrator.spec.jobspec import JobSpec, load_jobspec
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.home.paths import Home
 from orchestrator.store import Store
 
 EXAMPLES = 300

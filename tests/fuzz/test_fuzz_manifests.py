@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.adopt import adopt_jobs
-from orchestrator.config import StorageSection, load_config
-from orchestrator.errors import OrchError
-from orchestrator.lifecycle import submit_job
-from orchestrator.paths import Home
+from orchestrator.spec.config import StorageSection, load_config
+from orchestrator.model.errors import OrchError
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.home.paths import Home
 from orchestrator.objectstore import manifest as mf
 from orchestrator.objectstore.remote import Remote
 from orchestrator.store import Store

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.config import StorageSection, load_config
-from orchestrator.lifecycle import submit_job
-from orchestrator.paths import Home
+from orchestrator.spec.config import StorageSection, load_config
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.home.paths import Home
 from orchestrator.objectstore import manifest as mf
 from orchestrator.objectstore.remote import Remote
 from orchestrator.store import Store

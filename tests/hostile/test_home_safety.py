@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from daemon_harness import orch_home  # noqa: F401  (fixture)
-from orchestrator.config import StorageSection
-from orchestrator.states import JobState
+from orchestrator.spec.config import StorageSection
+from orchestrator.model.states import JobState
 from orchestrator.objectstore.remote import LOCKS, Remote, StorageError
 
 JOB = f'gpus = 0\ncommand = {json.dumps([sys.executable, "-c", "pass"])}\n[env]\nHF_TOKEN = "hf_secret"\n'

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from daemon_harness import orch_home  # noqa: F401  (fixture)
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from daemon_harness import orch_home  # noqa: F401  (fixture)
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 
 # A command job: a state of STATE_MB of tensors, an address-space limit of LIMIT_MB above what the
 # process has mapped now (0: no limit), three periodic saves through the runner's own CheckpointIO.

@@ -213,7 +213,7 @@ def test_job_reads_only_the_manifests_asked_for(sandbox, origin):
 
 def test_a_command_manifest_without_a_workdir_runs_in_its_run_folder_and_says_so(sandbox, origin):
     # It printed "(in ?)", and the job then ran wherever the daemon had been started.
-    from orchestrator.attempts import job_argv
+    from orchestrator.jobs.attempts import job_argv
     from orchestrator.store import Store
 
     pristine, uid = origin

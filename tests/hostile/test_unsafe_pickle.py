@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 
 
 class RunsCode:

@@ -16,11 +16,11 @@ import pytest
 import tomli_w
 from daemon_harness import OrchHome, wait_for
 
-from orchestrator.config import load_config
+from orchestrator.spec.config import load_config
 from orchestrator.contract import read_json
-from orchestrator.lifecycle import submit_job
-from orchestrator.states import JobState
-from orchestrator.wake import poke
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.model.states import JobState
+from orchestrator.home.wake import poke
 
 ROWS, BATCH, EPOCHS = 320, 16, 2
 TOTAL_STEPS = ROWS // BATCH * EPOCHS  # 40

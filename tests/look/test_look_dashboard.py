@@ -106,7 +106,7 @@ def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str
 
 
 def test_a_non_loopback_bind_refuses_every_request_without_the_token(tmp_path):
-    from orchestrator.paths import Home
+    from orchestrator.home.paths import Home
     from orchestrator.store import Store
 
     home = Home(tmp_path / "home").ensure()
@@ -135,7 +135,7 @@ def test_a_non_loopback_bind_refuses_every_request_without_the_token(tmp_path):
 
 
 def test_loopback_needs_no_token_but_a_local_host_header(tmp_path):
-    from orchestrator.paths import Home
+    from orchestrator.home.paths import Home
     from orchestrator.store import Store
 
     home = Home(tmp_path / "home").ensure()

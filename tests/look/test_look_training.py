@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.contract import HEALTH, parse_checkpoint_name, read_json
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 import tb_reader as tb
 
 pytestmark = pytest.mark.slow

@@ -50,7 +50,7 @@ def test_the_loss_curve_png_decodes_and_is_none_without_a_loss(tmp_path):
     import zlib
 
     from notifiers.curve import draw_curves
-    from orchestrator.metrics import read_metrics
+    from orchestrator.reports.metrics import read_metrics
 
     csv = tmp_path / "metrics.csv"
     csv.write_text("epoch,step,train_loss,val_loss\n0,9,0.9,\n0,9,,0.8\n0,19,0.5,\n0,19,,nan\n")
@@ -64,13 +64,13 @@ def test_the_loss_curve_png_decodes_and_is_none_without_a_loss(tmp_path):
 
 
 def test_the_daemon_records_a_flat_loss_once_and_a_divergence_fails_without_retry(tmp_path):
-    from orchestrator.config import Config
+    from orchestrator.spec.config import Config
     from orchestrator.contract import HEALTH, write_json_atomic
-    from orchestrator.health import divergence, diverged_decision, record_loss_flat
-    from orchestrator.lifecycle import change_state
-    from orchestrator.paths import Home
-    from orchestrator.records import AttemptStart
-    from orchestrator.states import EventKind, JobState
+    from orchestrator.reports.health import divergence, diverged_decision, record_loss_flat
+    from orchestrator.jobs.lifecycle import change_state
+    from orchestrator.home.paths import Home
+    from orchestrator.model.records import AttemptStart
+    from orchestrator.model.states import EventKind, JobState
     from orchestrator.store import Store
 
     home = Home(tmp_path / "home").ensure()
@@ -118,8 +118,8 @@ def test_the_daemon_records_a_flat_loss_once_and_a_divergence_fails_without_retr
 
 
 def test_the_dashboard_store_is_read_only(tmp_path):
-    from orchestrator.errors import OrchError
-    from orchestrator.paths import Home
+    from orchestrator.model.errors import OrchError
+    from orchestrator.home.paths import Home
     from orchestrator.store import Store
 
     home = Home(tmp_path / "home").ensure()
@@ -139,7 +139,7 @@ def test_the_dashboard_store_is_read_only(tmp_path):
 
 def test_the_daemon_and_the_dashboard_never_import_the_event_writer_or_torch():
     code = (
-        "import sys; import orchestrator.daemon.tick, orchestrator.daemon.outbox, orchestrator.cli.dashboard.server;"
+        "import sys; import orchestrator.daemon.tick, orchestrator.daemon.outbox, orchestrator.dashboard.server;"
         "import notifiers.email, notifiers.wechat, notifiers.curve;"
         "bad = [m for m in ('tensorboardX', 'training.run_logs', 'torch', 'pytorch_lightning') if m in sys.modules];"
         "print(bad)"

@@ -34,7 +34,7 @@ def s3_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 @pytest.fixture
 def storage_section() -> Callable[..., Any]:
-    from orchestrator.config import StorageSection
+    from orchestrator.spec.config import StorageSection
 
     def make(url: str, **kw: Any) -> Any:
         return StorageSection(url=url, **kw)

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from daemon_harness import OrchHome, wait_for
 
-from orchestrator.config import load_config
+from orchestrator.spec.config import load_config
 from orchestrator.objectstore import manifest as mf
 from orchestrator.objectstore.remote import Remote
 

@@ -13,9 +13,9 @@ import tomli_w
 from daemon_harness import OrchHome
 
 from orchestrator.contract import CHECKPOINT_INTERVAL, ENV_MTBF_S, read_json
-from orchestrator.lifecycle import submit_job
-from orchestrator.states import EventKind, JobState
-from orchestrator.wake import poke
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.model.states import EventKind, JobState
+from orchestrator.home.wake import poke
 from training.autointerval import DEFAULT_MTBF_S, mtbf_for, young_daly
 
 

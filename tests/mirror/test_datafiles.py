@@ -12,7 +12,7 @@ import pytest
 from mirror_harness import manifest, remote_for, storage_home
 
 from orchestrator.daemon.mirror import Mirror
-from orchestrator.lifecycle import submit_job
+from orchestrator.jobs.lifecycle import submit_job
 
 
 def _job(h, folder: Path, name: str) -> int:

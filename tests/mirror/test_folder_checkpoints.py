@@ -11,7 +11,7 @@ import pytest
 from mirror_harness import manifest, remote_for, storage_home, wait_manifest
 
 from orchestrator.contract import newest_checkpoint
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 from orchestrator.objectstore.packing import pack_folder
 
 pytestmark = pytest.mark.slow

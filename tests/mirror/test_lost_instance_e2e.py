@@ -18,9 +18,9 @@ from daemon_harness import OrchHome, kill_leftover_attempts, wait_for
 from mirror_harness import manifest, remote_for, storage_home, wait_manifest
 
 from orchestrator.contract import read_json
-from orchestrator.lifecycle import submit_job
-from orchestrator.states import JobState
-from orchestrator.wake import poke
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.model.states import JobState
+from orchestrator.home.wake import poke
 
 pytestmark = pytest.mark.slow
 
@@ -150,7 +150,7 @@ def test_lost_instance_after_a_notice_resumes_elsewhere_with_identical_weights_a
     a = storage_home(tmp_path / "a", url, endpoint, keep=2)
     cfg = a.root / "config.toml"
     cfg.write_text(cfg.read_text() + '\n[preemption]\nsources = ["file"]\npoll_seconds = 0.2\n')
-    from orchestrator.config import load_config
+    from orchestrator.spec.config import load_config
 
     a.config = load_config(cfg, required=True)
     homes.append(a)

@@ -11,7 +11,7 @@ import pytest
 from daemon_harness import kill_leftover_attempts, wait_for
 from mirror_harness import ckpt_job, manifest, named_keys, remote_for, storage_home, wait_manifest
 
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.objectstore.remote import Conflict, StorageError, sha256_file
-from orchestrator.objectstore.url import credential_problems, parse_storage_url
+from orchestrator.spec.storage_url import credential_problems, parse_storage_url
 
 
 def test_put_get_list_delete(remote, tmp_path: Path):

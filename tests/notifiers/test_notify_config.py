@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from notifiers import CHANNELS, DEFAULT_EVENTS, Notifier, NotifierConfigError, build_notifiers
-from orchestrator.errors import ConfigError
+from orchestrator.model.errors import ConfigError
 
 WECOM_URL = "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=693a91f6-7xxx-4bc4-97a0-0ec2sifa5aaa"
 EMAIL = {

@@ -10,7 +10,7 @@ import pytest
 
 from notifiers import EVENT_KINDS, Message, NotifyError, redact
 from notifiers.base import truncate_utf8
-from orchestrator.states import EventKind
+from orchestrator.model.states import EventKind
 
 FULL = Message(
     event="failed",

@@ -12,7 +12,7 @@ import pytest
 
 from notifiers import Message, NotifyError, build_notifiers
 from orchestrator.daemon.outbox import OutboxSender
-from orchestrator.records import Outgoing
+from orchestrator.model.records import Outgoing
 from orchestrator.store import Store
 
 KEY = "693a91f6-7xxx-4bc4-97a0-0ec2sifa5aaa"

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from daemon_harness import OrchHome, orch_home, wait_for  # noqa: F401,F811  (fixture)
-from orchestrator.config import load_config
+from orchestrator.spec.config import load_config
 from slurm_cluster import SlurmCluster, why_unusable
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import slurm_id
 from daemon_harness import wait_for
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 from slurm_cluster import SlurmCluster, why_no_accounting
 
 pytestmark = pytest.mark.slow

@@ -21,10 +21,10 @@ import tomli_w
 from conftest import orch_cli, slurm_id
 from daemon_harness import OrchHome, wait_for
 from orchestrator.contract import read_json
-from orchestrator.jobspec import JobSpec
-from orchestrator.lifecycle import submit_job
-from orchestrator.states import JobState
-from orchestrator.wake import poke
+from orchestrator.spec.jobspec import JobSpec
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.model.states import JobState
+from orchestrator.home.wake import poke
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import orch_cli, slurm_id, squeue_state
 from daemon_harness import wait_for
-from orchestrator.states import JobState
+from orchestrator.model.states import JobState
 
 pytestmark = pytest.mark.slow
 
@@ -106,8 +106,8 @@ def test_budget_counts_only_slurm_running_time_and_stops_the_job(slurm_home):
     ).stdout.strip()
     path = h.job_file("capped", hold="never", on_term=75, notice_ckpt=2)
     path.write_text(path.read_text() + "\n[budget]\nmax_hours = 0.001\n")
-    from orchestrator.lifecycle import submit_job
-    from orchestrator.wake import poke
+    from orchestrator.jobs.lifecycle import submit_job
+    from orchestrator.home.wake import poke
 
     job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0).id
     poke(h.home.wake_socket)
@@ -160,8 +160,8 @@ def test_sbatch_refusal_fails_the_job_with_slurms_reason(slurm_home):
     h.start_daemon()
     path = h.job_file("nowhere", retries=0)
     path.write_text(path.read_text() + '\n[slurm]\npartition = "nope"\n')
-    from orchestrator.lifecycle import submit_job
-    from orchestrator.wake import poke
+    from orchestrator.jobs.lifecycle import submit_job
+    from orchestrator.home.wake import poke
 
     job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0).id
     poke(h.home.wake_socket)

@@ -10,11 +10,11 @@ import pytest
 
 from conftest import slurm_id
 from daemon_harness import wait_for
-from orchestrator.config import load_config
+from orchestrator.spec.config import load_config
 from orchestrator.executors.slurm_query import parse_duration
-from orchestrator.lifecycle import submit_job
-from orchestrator.states import JobState
-from orchestrator.wake import poke
+from orchestrator.jobs.lifecycle import submit_job
+from orchestrator.model.states import JobState
+from orchestrator.home.wake import poke
 
 pytestmark = pytest.mark.slow
 

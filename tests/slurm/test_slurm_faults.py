@@ -13,8 +13,8 @@ import pytest
 
 from conftest import slurm_id, squeue_state
 from daemon_harness import wait_for
-from orchestrator import procs
-from orchestrator.states import JobState
+from orchestrator.host import procs
+from orchestrator.model.states import JobState
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def test_node_failure_requeues_and_the_job_finishes_on_the_other_node(slurm_home
 def test_attempt_submitted_but_never_recorded_is_adopted_not_submitted_twice(slurm_home):
     """The daemon died between sbatch and recording the Slurm id: the next daemon finds the
     attempt (the file start() wrote beside the script) and follows it instead of running it again."""
-    from orchestrator.attempts import begin_attempt
+    from orchestrator.jobs.attempts import begin_attempt
     from orchestrator.executors import build_executor
 
     h = slurm_home()

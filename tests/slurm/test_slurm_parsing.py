@@ -72,8 +72,8 @@ def test_small_formats():
 def test_sbatch_geometry_overrides_and_shared_folder_check(tmp_path):
     import pytest
 
-    from orchestrator.config import SlurmSection
-    from orchestrator.records import AttemptLaunch
+    from orchestrator.spec.config import SlurmSection
+    from orchestrator.model.records import AttemptLaunch
     from orchestrator.executors.slurm_script import SlurmError, check_shared, sbatch_args
 
     cfg = SlurmSection(

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 import pytest
 import tomli_w
 
-from orchestrator.jobspec import JobSpec
+from orchestrator.spec.jobspec import JobSpec
 from daemon_harness import wait_for  # noqa: F401  (the one wait_for; tests here import it from conftest)
 from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 

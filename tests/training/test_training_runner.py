@@ -28,7 +28,7 @@ def test_quickstart_reaches_its_accuracy(tmp_path, run_job, hf_cache):
         capture_output=True,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
     )
-    from orchestrator.jobspec import load_jobspec
+    from orchestrator.spec.jobspec import load_jobspec
     import tomli_w
 
     spec = load_jobspec(example / "job.toml")

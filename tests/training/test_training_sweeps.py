@@ -9,11 +9,11 @@ import time
 import pytest
 
 from benchmarks.sweep import GOAL_STEPS_RATIO, run_sweep, write_job, write_sweep
-from orchestrator.config import load_config
-from orchestrator.paths import Home
-from orchestrator.states import JobState
+from orchestrator.spec.config import load_config
+from orchestrator.home.paths import Home
+from orchestrator.model.states import JobState
 from orchestrator.store import Store
-from orchestrator.sweep_records import SweepState
+from orchestrator.model.sweep_records import SweepState
 from orchestrator.sweeps.spec import SweepSection, load_sweep
 from orchestrator.sweeps.study import SweepStudy
 

@@ -14,7 +14,7 @@ from .frame import Ctx, Section, read_json, wait_for
 
 
 def daemon_idle(ctx: Ctx, sec: Section) -> None:
-    from orchestrator.paths import Home
+    from orchestrator.home.paths import Home
     from orchestrator.store import Store
 
     s = ctx.sizes

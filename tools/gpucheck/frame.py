@@ -278,7 +278,7 @@ class Ctx:
     ) -> Path:
         import tomli_w
 
-        from orchestrator.jobspec import JobSpec
+        from orchestrator.spec.jobspec import JobSpec
 
         train_section: dict[str, Any] = {
             "max_epochs": epochs,

@@ -51,7 +51,7 @@ def environment(sizes: Sizes) -> dict[str, Any]:
         env["cuda_available"] = torch.cuda.is_available()
     except Exception as exc:  # pragma: no cover - torch is required
         env["torch_error"] = str(exc)
-    from orchestrator.gpus import discover
+    from orchestrator.host.gpus import discover
 
     env["gpus"] = [asdict(g) for g in discover()]
     plan = os.environ.get("GPUCHECK_WHEELS_PLAN")

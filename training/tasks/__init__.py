@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.jobspec import TASK_CAUSAL_LM, TASK_CLASSIFY, TASK_TOKENS, JobSpec
+from orchestrator.spec.jobspec import TASK_CAUSAL_LM, TASK_CLASSIFY, TASK_TOKENS, JobSpec
 
 # best.ckpt's monitor when there is no [early_stopping]: what each task's validation is judged by.
 DEFAULT_MONITOR = {

@@ -25,8 +25,8 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from ...records import Job
-from ...states import EventKind
+from ...model.records import Job
+from ...model.states import EventKind
 from .uploader import Mirror
 
 __all__ = ["Mirror", "build_mirror"]
@@ -40,7 +40,7 @@ def build_mirror(rt: Any) -> Optional[Mirror]:
         return None
     import socket
 
-    from ...lifecycle import outgoing_for
+    from ...jobs.lifecycle import outgoing_for
     from .. import stop_requests
 
     d = rt.daemon

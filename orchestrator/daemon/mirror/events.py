@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional
 
-from ...states import EventKind
+from ...model.states import EventKind
 from ...objectstore.remote import Remote, StorageError
 from ...store import Store
 from .lease import ACTIVE

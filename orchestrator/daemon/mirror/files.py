@@ -8,8 +8,8 @@ import logging
 from typing import Any, Optional
 
 from ...contract import BATCH, METRICS_CSV, MODEL, PROGRESS, RESULT, attempt_log
-from ...paths import Home
-from ...records import Job
+from ...home.paths import Home
+from ...model.records import Job
 from ...objectstore import manifest as mf
 from ...objectstore.remote import Remote
 from ...store import Store

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ...contract import BATCH, MODEL, PROGRESS, RESULT, read_json
-from ...paths import Home
-from ...records import Job
-from ...states import TERMINAL, EventKind, JobState
+from ...home.paths import Home
+from ...model.records import Job
+from ...model.states import TERMINAL, EventKind, JobState
 from ...objectstore import manifest as mf
 from ...objectstore.remote import Conflict, Remote
 from ...store import Store

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ...config import Config
+from ...spec.config import Config
 from ...contract import CHECKPOINTS
-from ...paths import Home
-from ...records import Job
-from ...states import TERMINAL, EventKind, JobState
+from ...home.paths import Home
+from ...model.records import Job
+from ...model.states import TERMINAL, EventKind, JobState
 from ...objectstore import manifest as mf
 from ...objectstore.remote import Remote, StorageError
 from ...store import Store

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ...backoff import backoff_s
+from ...jobs.backoff import backoff_s
 from ...contract import CHECKPOINTS, step_checkpoints
-from ...paths import Home
-from ...records import Job
-from ...states import JobState
+from ...home.paths import Home
+from ...model.records import Job
+from ...model.states import JobState
 from ...objectstore import manifest as mf
 from ...objectstore.packing import PACKED_TAR, pack_folder
 from ...objectstore.remote import Remote, StorageError

@@ -1,0 +1,121 @@
+"""Where orch keeps its state: $ORCH_HOME (default ~/.orch) and the files in it. The folder is
+0700 and the database 0600: job specs carry [env] values that may be secrets. A home that someone
+else owns or may write is refused (they could plant a link or a job there), and a link planted
+where a run folder belongs is never followed."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional
+
+from ..contract import ENV_CONFIG, ENV_HOME
+
+
+@dataclass(frozen=True)
+class Home:
+    root: Path
+
+    @classmethod
+    def locate(cls, home: Optional[str | Path] = None, env: Mapping[str, str] = os.environ) -> "Home":
+        value = home or env.get(ENV_HOME) or "~/.orch"
+        return cls(Path(os.path.expanduser(str(value))).resolve())
+
+    def ensure(self) -> "Home":
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._check_private(self.root)
+        runs = self.runs
+        if runs.is_symlink():
+            # runs/ may be a link to a bigger disk (AutoDL's data disk): only the owner of this
+            # private home could have made it, and the folder it names must pass the same checks.
+            if not runs.is_dir():
+                from ..model.errors import HomeError
+
+                raise HomeError(
+                    f"{runs} is a link to {os.readlink(runs)}, which is not a folder: fix or remove the link"
+                )
+            self._check_private(runs.resolve())
+            return self
+        runs.mkdir(exist_ok=True, mode=0o700)
+        self._check_private(runs)
+        return self
+
+    @staticmethod
+    def _check_private(folder: Path) -> None:
+        """Ours and closed to others: refused when owned by someone else or writable by group or
+        others; a folder of ours that others may only read (an old 0755 home) is tightened to 0700."""
+        from ..model.errors import HomeError
+
+        st = os.lstat(folder)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise HomeError(
+                f"{folder} is not a folder (a link or a file); orch keeps its state only in a real folder: "
+                "remove it, or set ORCH_HOME to another path"
+            )
+        if st.st_uid != os.geteuid():
+            raise HomeError(
+                f"{folder} belongs to user id {st.st_uid}, not to you ({os.geteuid()}); whoever owns it can "
+                "change what orch runs: use a home of your own (ORCH_HOME=~/.orch), or `chown -R "
+                f"$(id -u) {folder}` if it is yours"
+            )
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise HomeError(
+                f"{folder} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}): they could "
+                f"change what orch runs; check nothing was planted in it, then `chmod 700 {folder}`"
+            )
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.chmod(folder, 0o700)
+
+    @property
+    def db(self) -> Path:
+        return self.root / "orch.db"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    def run_dir(self, job_id: int) -> Path:
+        return self.runs / str(job_id)
+
+    def make_run_dir(self, job_id: int) -> Path:
+        """runs/<id>, created 0700 if missing; a link or a file planted there is refused, never
+        followed (the job's spec, [env] secrets included, is written into it)."""
+        from ..model.errors import HomeError
+
+        path = self.run_dir(job_id)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            self.ensure()
+            os.mkdir(path, 0o700)
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise HomeError(
+                f"{path} is a link or a file, not a run folder; orch never writes through one: "
+                "check who made it, remove it, and run again"
+            )
+        return path
+
+    @property
+    def pid_file(self) -> Path:
+        return self.root / "daemon.pid"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / "daemon.lock"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "daemon.log"
+
+    @property
+    def wake_socket(self) -> Path:
+        return self.root / "wake.sock"
+
+    def config_path(self, explicit: Optional[str | Path] = None, env: Mapping[str, str] = os.environ) -> Path:
+        value = explicit or env.get(ENV_CONFIG)
+        return Path(os.path.expanduser(str(value))).resolve() if value else self.root / "config.toml"

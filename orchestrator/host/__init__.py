@@ -1,0 +1,1 @@
+"""This machine: process identity, GPUs, where a job's code came from, polling helpers."""

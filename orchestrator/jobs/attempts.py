@@ -1,0 +1,389 @@
+"""An attempt's life in the store, shared by the daemon and `orch run`: begin one (choose the
+checkpoint to resume from, count the steps lost, build the contract's command and environment,
+record the start) and settle one (read its exit with the daemon's intent through outcome.decide,
+record the outcome). Both entry points call these, so they cannot drift apart."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from .backoff import backoff_s
+from ..spec.config import Config
+from ..contract import (
+    BATCH,
+    CHECKPOINTS,
+    ENV_ATTEMPT,
+    ENV_CKPT_DIR,
+    ENV_JOB_ID,
+    ENV_RESUME_FROM,
+    ENV_RUN_DIR,
+    EX_OOM,
+    JOB_TOML,
+    ENV_SNAPSHOTS_HELD,
+    ENV_TENSORBOARD_DIR,
+    PROGRESS,
+    RESULT,
+    SNAPSHOT_MEMORY,
+    newest_checkpoint,
+    read_json,
+)
+from ..model.errors import InvalidTransition
+from ..host.gpus import visible_devices
+from ..reports.disk_full import disk_full, disk_full_decision, disk_full_text
+from ..reports.health import diverged_decision, diverged_text, divergence
+from .lifecycle import change_state, log_tail, write_run_spec
+from .outcome import Decision, charged_failure, decide, describe_exit
+from ..home.paths import Home
+from ..model.records import Attempt, AttemptEnd, AttemptLaunch, AttemptStart, Job
+from ..model.states import AttemptOutcome, EventKind, Intent, JobState
+from ..store import Store
+
+# -- the contract's command and environment ---------------------------------------------------
+
+
+def job_argv(spec: Mapping, run_dir: Path) -> tuple[list[str], Optional[str]]:
+    """(argv, cwd) for a job: its own command, or the built-in runner on the run folder."""
+    if spec.get("command"):
+        # `orch submit` always records a workdir; a hand-written manifest may not: its run folder,
+        # never wherever the daemon happened to be started
+        return list(spec["command"]), spec.get("workdir") or str(run_dir)
+    return [sys.executable, "-m", "training.run", str(run_dir)], str(run_dir)
+
+
+def job_env(
+    base: Mapping[str, str],
+    *,
+    job_id: int,
+    attempt: int,
+    run_dir: Path,
+    gpu_ids: Sequence[int],
+    resume_from: Optional[Path],
+    extra: Mapping[str, str],
+) -> dict[str, str]:
+    env = dict(base)
+    env.update(extra)
+    env.update(
+        {
+            ENV_JOB_ID: str(job_id),
+            ENV_ATTEMPT: str(attempt),
+            ENV_RUN_DIR: str(run_dir),
+            ENV_CKPT_DIR: str(run_dir / CHECKPOINTS),
+            ENV_RESUME_FROM: str(resume_from) if resume_from else "",
+            "CUDA_VISIBLE_DEVICES": visible_devices(gpu_ids),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def grace_for(job: Job, config: Config) -> float:
+    """SIGTERM -> SIGKILL for this job: its own `grace_seconds`, else the config's."""
+    return float(job.spec.get("grace_seconds") or config.daemon.grace_seconds)
+
+
+# -- begin ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Begun:
+    job: Job  # the job as recorded running
+    launch: AttemptLaunch
+    resume_step: Optional[int]
+
+
+def begin_attempt(
+    store: Store,
+    config: Config,
+    home: Home,
+    job: Job,
+    gpu_ids: list[int],
+    now: float,
+    *,
+    environ: Mapping[str, str],
+    where: str = "",
+) -> Optional[Begun]:
+    """Record the next attempt of a queued job as running and build its launch. None when the job
+    is no longer where the caller read it (another process moved it first)."""
+    run_dir = home.make_run_dir(job.id)  # a link planted at runs/<id> is refused, never followed
+    if not (run_dir / JOB_TOML).exists():
+        write_run_spec(home, job.id, job.spec)
+    (run_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
+    n = job.attempt + 1
+    resume_path, resume_step = newest_checkpoint(run_dir / CHECKPOINTS)
+    kind = EventKind.RESUMED if resume_path else EventKind.STARTED
+    detail = f"attempt {n}" + (f" on GPU {','.join(map(str, gpu_ids))}" if gpu_ids else " on the CPU") + where
+    if resume_path:
+        detail += f", resuming from step {resume_step} ({resume_path.name})"
+    try:
+        started = change_state(
+            store,
+            config,
+            home,
+            job,
+            JobState.RUNNING,
+            kind,
+            now,
+            detail=detail,
+            expect=[job.state],
+            updates=lost_steps_updates(job, store.attempts(job.id), resume_step),
+            begin_attempt=AttemptStart(n, list(gpu_ids), resume_step),
+        )
+    except InvalidTransition:
+        return None
+    argv, cwd = job_argv(started.spec, run_dir)
+    env = job_env(
+        environ,
+        job_id=job.id,
+        attempt=n,
+        run_dir=run_dir,
+        gpu_ids=gpu_ids,
+        resume_from=resume_path,
+        extra=started.spec.get("env") or {},
+    )
+    env[ENV_SNAPSHOTS_HELD] = str(snapshots_held(store, home, job.id))
+    if config.logging.tensorboard_dir:  # the runner links its TensorBoard folder there
+        env[ENV_TENSORBOARD_DIR] = str(Path(config.logging.tensorboard_dir).expanduser())
+    launch = AttemptLaunch(
+        job_id=job.id,
+        attempt=n,
+        run_dir=run_dir,
+        argv=argv,
+        cwd=cwd,
+        env=env,
+        grace_s=grace_for(started, config),
+        gpu_ids=list(gpu_ids),
+        spec=started.spec,
+    )
+    return Begun(started, launch, resume_step)
+
+
+def snapshots_held(store: Store, home: Home, job_id: int) -> int:
+    """Host memory the other running jobs' background snapshots hold (their SNAPSHOT_MEMORY)."""
+    held = 0
+    for other in store.jobs([JobState.RUNNING]):
+        info = read_json(home.run_dir(other.id) / SNAPSHOT_MEMORY) if other.id != job_id else None
+        if info and info.get("background") and isinstance(info.get("state_bytes"), int):
+            held += max(0, info["state_bytes"])
+    return held
+
+
+def lost_steps_updates(job: Job, attempts: Sequence[Attempt], resume_step: Optional[int]) -> dict[str, Any]:
+    """Steps the previous attempt reached beyond the checkpoint the next one resumes from had to
+    be recomputed: that is the preemption waste, in steps, seconds (at the previous attempt's mean
+    step time) and money (at the job's own mean rate)."""
+    if not attempts:
+        return {}
+    prev = attempts[-1]
+    if prev.step_reached is None or prev.ended_at is None:
+        return {}
+    lost = max(0, prev.step_reached - (resume_step or 0))
+    if not lost:
+        return {}
+    done = prev.step_reached - (prev.resumed_from_step or 0)
+    step_s = (prev.ended_at - prev.started_at) / done if done > 0 else 0.0
+    rate = job.cost / job.run_seconds if job.run_seconds > 0 else 0.0
+    return {
+        "steps_lost": job.steps_lost + lost,
+        "waste_seconds": job.waste_seconds + lost * step_s,
+        "waste_cost": job.waste_cost + lost * step_s * rate,
+    }
+
+
+# -- settle ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settled:
+    job: Job  # the job after the transition
+    decision: Decision
+    also: tuple[EventKind, ...] = ()  # events recorded beside the decision's (their hooks run too)
+
+
+def attempt_started_at(store: Store, job: Job) -> float:
+    attempts = store.attempts(job.id)
+    return attempts[-1].started_at if attempts else (job.started_at or 0.0)
+
+
+def step_reached(home: Home, job: Job, since: float) -> Optional[int]:
+    """The attempt's last step: progress.json, or a checkpoint this attempt wrote at a later step
+    (progress is written every few seconds; the notice checkpoint is the step it really ended at)."""
+    run_dir = home.run_dir(job.id)
+    progress = read_json(run_dir / PROGRESS)
+    step = None
+    if progress and isinstance(progress.get("step"), int) and (progress.get("updated_at") or 0) >= since - 1:
+        step = progress["step"]
+    path, ckpt_step = newest_checkpoint(run_dir / CHECKPOINTS)
+    try:
+        if path is not None and ckpt_step is not None and path.stat().st_mtime >= since - 1:
+            step = max(step or 0, ckpt_step)
+    except OSError:  # pruned meanwhile
+        pass
+    return step
+
+
+def oom_shrink(home: Home, job: Job) -> Optional[dict]:
+    """The runner's batch.json entry for this attempt, if it ran out of memory."""
+    sizes = read_json(home.run_dir(job.id) / BATCH) or {}
+    history = sizes.get("history") or []
+    last = history[-1] if history and isinstance(history[-1], dict) else None
+    if last and str(last.get("attempt")) == str(job.attempt) and "from" in last and "to" in last:
+        return last
+    return None
+
+
+def stalled_resumes(home: Home, store: Store, job: Job) -> int:
+    """How many attempts in a row (this one included) exited 75 with no checkpoint newer than
+    the one they resumed from."""
+    _, newest = newest_checkpoint(home.run_dir(job.id) / CHECKPOINTS)
+    attempts = store.attempts(job.id)
+    if not attempts or (newest or -1) > (attempts[-1].resumed_from_step or -1):
+        return 0
+    stalls = 1
+    for prev in reversed(attempts[:-1]):
+        if prev.outcome != AttemptOutcome.CHECKPOINTED or prev.resumed_from_step != attempts[-1].resumed_from_step:
+            break
+        stalls += 1
+    return stalls
+
+
+def settle_attempt(
+    store: Store, config: Config, home: Home, job: Job, exit_info: Mapping[str, Any], now: float
+) -> Optional[Settled]:
+    """Decide what an ended attempt makes of its job (the intent x exit table in outcome.py) and record it.
+    None when the job was no longer running (someone else settled it)."""
+    run_dir = home.run_dir(job.id)
+    started = attempt_started_at(store, job)
+    result = run_dir / RESULT
+    has_result = result.exists() and result.stat().st_mtime >= started - 1
+    code, sig = exit_info.get("code"), exit_info.get("signal")
+    shrink = oom_shrink(home, job)
+    if shrink is not None and code != EX_OOM and job.intent is Intent.NONE:
+        # Under DDP an OOM on another rank makes Lightning kill rank 0 (signal 9): the runner's
+        # batch.json entry for this attempt is the truth, not the exit code.
+        code = EX_OOM
+    d = decide(
+        job.intent,
+        code,
+        sig if code != EX_OOM else None,
+        has_result=has_result,
+        is_command=job.kind == "command",
+        failures=job.failures,
+        retries=job.retries,
+    )
+    if d.outcome is AttemptOutcome.OOM and shrink is not None:
+        d = replace(
+            d,
+            reason=f"out of GPU memory at step {shrink.get('step')}: running again in a fresh process with "
+            f"batch {shrink['from']['batch_size']} -> {shrink['to']['batch_size']}, accumulation "
+            f"{shrink['from']['accumulate_grad_batches']} -> {shrink['to']['accumulate_grad_batches']}",
+        )
+    diverged = divergence(home, job) if job.intent is Intent.NONE and d.state is not JobState.SUCCEEDED else None
+    if diverged is not None:  # the runner's health.json: failed at once, never retried into the same NaN
+        d = diverged_decision(diverged)
+    full = disk_full(home, job) if job.intent is Intent.NONE and d.state is not JobState.SUCCEEDED else None
+    if full is not None and diverged is None:  # the runner's disk_full.json: failed until space is freed
+        d = disk_full_decision(full, job.id)
+    updates: dict[str, Any] = {"failures": job.failures + int(d.charged)}
+    if d.state is JobState.QUEUED:
+        stalls = stalled_resumes(home, store, job) if d.outcome is AttemptOutcome.CHECKPOINTED else 0
+        if d.backoff or stalls:
+            # A job that keeps exiting 75 without a newer checkpoint would otherwise restart
+            # several times a second, uncharged: back off as if it were failing.
+            tries = job.failures + stalls - 1 if stalls else job.failures
+            updates["retry_after"] = now + retry_backoff_s(config, tries)
+    end = AttemptEnd(
+        ended_at=exit_info.get("ended_at") or now,
+        outcome=d.outcome,
+        exit_code=code,
+        exit_signal=sig,
+        step_reached=step_reached(home, job, started),
+    )
+    reason = d.reason or job.reason
+    if job.intent is Intent.PREEMPT and job.reason and d.state is JobState.QUEUED:
+        reason = f"{job.reason}; {d.reason}"  # which notice (AWS, GCP, daemon stop...) and how it ended
+    detail = reason if d.state is not JobState.SUCCEEDED else f"attempt {job.attempt}: {describe_exit(code, sig)}"
+    if d.state is JobState.FAILED or d.charged:
+        tail = log_tail(run_dir, job.attempt, 10)
+        if tail:
+            detail += "\nlast log lines:\n" + tail
+    also: list[tuple[EventKind, str]] = []
+    if diverged is not None:
+        also.append((EventKind.DIVERGED, diverged_text(diverged)))
+    elif full is not None:
+        also.append((EventKind.DISK_FULL, disk_full_text(full)))
+    try:
+        new = change_state(
+            store,
+            config,
+            home,
+            job,
+            d.state,
+            d.event,
+            now,
+            detail=detail,
+            reason=reason,
+            expect=[JobState.RUNNING],
+            updates=updates,
+            end_attempt=end,
+            with_log=d.state is JobState.FAILED,
+            also=also,
+        )
+    except InvalidTransition:
+        return None
+    return Settled(new, d, tuple(kind for kind, _ in also))
+
+
+def retry_backoff_s(config: Config, tries: int) -> float:
+    """How long a failing job waits before its next attempt, after `tries` charged ones."""
+    return backoff_s(tries, config.daemon.retry_backoff_seconds, config.daemon.max_retry_backoff_seconds)
+
+
+def lose_attempt(store: Store, config: Config, home: Home, job: Job, now: float) -> Optional[Settled]:
+    """No exit record and nothing left running: the machine restarted or someone killed the
+    attempt's whole session. A cancel or budget stop still ends the job; otherwise it resumes."""
+    started = attempt_started_at(store, job)
+    if job.intent is Intent.CANCEL:
+        d = Decision(JobState.CANCELLED, EventKind.CANCELLED, AttemptOutcome.LOST, "cancelled by the user")
+    elif job.intent in (Intent.BUDGET, Intent.LEASE_LOST):
+        d = Decision(JobState.STOPPED, EventKind.STOPPED, AttemptOutcome.LOST, job.reason)
+    elif job.intent is Intent.HANG:  # hung, then vanished: the retry is charged all the same
+        charged = charged_failure(
+            "hung and stopped by the watchdog; its processes then vanished", job.failures, job.retries
+        )
+        d = replace(charged, outcome=AttemptOutcome.LOST)
+    elif job.intent is Intent.PRUNE:
+        d = Decision(JobState.PRUNED, EventKind.PRUNED, AttemptOutcome.LOST, job.reason)
+    else:
+        d = Decision(
+            JobState.QUEUED,
+            EventKind.PREEMPTED,
+            AttemptOutcome.LOST,
+            "its processes vanished (killed, or the machine restarted); queued to resume from its latest checkpoint",
+        )
+    updates: dict[str, Any] = {}
+    if d.charged:
+        updates["failures"] = job.failures + 1
+        if d.state is JobState.QUEUED:
+            updates["retry_after"] = now + retry_backoff_s(config, job.failures)
+    end = AttemptEnd(ended_at=now, outcome=d.outcome, step_reached=step_reached(home, job, started))
+    try:
+        new = change_state(
+            store,
+            config,
+            home,
+            job,
+            d.state,
+            d.event,
+            now,
+            detail=d.reason,
+            reason=d.reason,
+            expect=[JobState.RUNNING],
+            end_attempt=end,
+            updates=updates,
+        )
+    except InvalidTransition:
+        return None
+    return Settled(new, d)

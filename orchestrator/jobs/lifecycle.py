@@ -1,0 +1,274 @@
+"""What users and the daemon do to jobs, in named steps: submit, cancel, retry, and the
+notification payload that goes into the outbox with each event. Each step is one store
+transaction, so the event and its outbox rows commit with the state change or not at all."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+import tomli_w
+
+from ..spec.config import Config
+from ..model.errors import HomeError, InvalidTransition, SpecError
+from ..spec.jobspec import JobSpec, check_deadline, load_jobspec
+from ..home.paths import Home
+from ..contract import JOB_TOML, RESULT, atomic_file, attempt_log, read_json
+from ..host.provenance import git_state
+from ..model.records import AttemptEnd, AttemptStart, Job, Outgoing
+from ..model.states import RETRYABLE, EventKind, JobState
+from ..store import Store
+
+
+def outgoing_for(config: Config, kind: EventKind | str, payload: dict[str, Any]) -> list[Outgoing]:
+    """One outbox row per channel that wants this event kind."""
+    return [Outgoing(name, payload) for name, events in config.routes() if str(kind) in events]
+
+
+def log_tail(run_dir: Path, attempt: int, lines: int = 20) -> str:
+    path = run_dir / attempt_log(attempt)
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 16384))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def payload_for(
+    job: Job,
+    kind: EventKind | str,
+    config: Config,
+    home: Home,
+    *,
+    reason: str = "",
+    state: Optional[JobState] = None,
+    with_log: bool = False,
+) -> dict[str, Any]:
+    """The notification for an event, as notifiers.Message fields (plain JSON for the outbox)."""
+    run_dir = home.run_dir(job.id)
+    result = read_json(run_dir / RESULT) or {}
+    best = result.get("best_metric")
+    if isinstance(best, dict):
+        best = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best.items())
+    elif isinstance(best, (int, float)) and not isinstance(best, bool):
+        # The runner writes the score and, separately, what it scores: say both ("val_acc=0.931").
+        monitor = result.get("best_monitor")
+        best = f"{monitor}={best:.4g}" if monitor else f"{best:.4g}"
+    return {
+        "event": str(kind),
+        "job_id": job.id,
+        "job_name": job.name,
+        "state": str(state or job.state),
+        "reason": reason or job.reason,
+        "attempt": job.shown_attempt,
+        "duration_s": round(job.run_seconds, 1),
+        "cost": round(job.cost, 4),
+        "currency": config.pricing.currency,
+        "best_metric": "" if best is None else str(best),  # a best of 0.0 is still a result
+        "checkpoint": str(result.get("best_checkpoint") or ""),
+        "host": socket.gethostname(),
+        "log_tail": log_tail(run_dir, job.shown_attempt) if with_log else "",
+        "steps_lost": job.steps_lost,
+        # `orch cost`'s figures (notifiers.Message has no fields for these yet; hooks and the
+        # outbox row keep them).
+        "gpu_hours": round(job.gpu_seconds / 3600, 4),
+        "waste_s": round(job.waste_seconds, 1),
+        "waste_cost": round(job.waste_cost, 4),
+    }
+
+
+def write_run_spec(home: Home, job_id: int, spec: dict[str, Any]) -> Path:
+    """runs/<id>/job.toml: the resolved spec, so the job runs the same from anywhere."""
+    run_dir = home.make_run_dir(job_id)
+    target = run_dir / JOB_TOML
+    with atomic_file(target, "w") as fh:
+        fh.write(tomli_w.dumps(spec))
+    return target
+
+
+def check_gpus(spec: JobSpec, label: str, machine_gpus: int) -> None:
+    if spec.gpus > machine_gpus:
+        raise SpecError(
+            [
+                f"{label}: gpus: asks for {spec.gpus} GPU{'s' if spec.gpus != 1 else ''} but this machine has "
+                f"{machine_gpus} (config [daemon] gpus, else nvidia-smi); use gpus = 0 to run on the CPU"
+            ]
+        )
+
+
+def check_nodes(spec: JobSpec, label: str, executor: str) -> None:
+    """Several nodes need a cluster executor: on one machine the job would silently run on one."""
+    if spec.nodes > 1 and executor == "local":
+        raise SpecError(
+            [
+                f"{label}: nodes: asks for {spec.nodes} nodes but this orch runs jobs on this one machine; set "
+                f'[executor] kind = "slurm" in config.toml to run it on a cluster, or remove `nodes`'
+            ]
+        )
+
+
+def submit_job(
+    store: Store,
+    config: Config,
+    home: Home,
+    toml_path: Path,
+    *,
+    now: float,
+    machine_gpus: int,
+    priority: Optional[int] = None,
+    after: Sequence[int] = (),
+    not_before: Optional[float] = None,
+) -> Job:
+    spec = load_jobspec(toml_path)
+    check_gpus(spec, str(toml_path), machine_gpus)
+    check_deadline(spec, str(toml_path), now)
+    check_nodes(spec, str(toml_path), config.executor.kind)
+    folder = Path(spec.workdir) if spec.is_command and spec.workdir else toml_path.resolve().parent
+    commit, dirty = git_state(folder)
+    data = spec.to_toml_dict()
+    job = store.submit(
+        name=spec.name or toml_path.stem,
+        kind="command" if spec.is_command else "builtin",
+        gpus=spec.gpus,
+        priority=spec.priority if priority is None else priority,
+        retries=spec.retries,
+        spec=data,
+        spec_path=str(toml_path.resolve()),
+        now=now,
+        after_ids=list(after),
+        not_before=not_before,
+        git_commit=commit,
+        git_dirty=dirty,
+        max_cost=spec.budget.max_cost,
+        max_hours=spec.budget.max_hours,
+        detail=f"from {toml_path.resolve()}",
+        outgoing=_submitted_outgoing(config, home, spec, now),
+    )
+    try:
+        write_run_spec(home, job.id, data)
+    except HomeError as exc:  # a link planted at runs/<id>: the job never runs, and says why
+        change_state(
+            store, config, home, job, JobState.FAILED, EventKind.FAILED, now, reason=str(exc), expect=[JobState.QUEUED]
+        )
+        raise
+    return job
+
+
+def _submitted_outgoing(config: Config, home: Home, spec: JobSpec, now: float) -> list[Outgoing]:
+    # The job id is not known before the insert; "submitted" messages carry the name only.
+    routes = [name for name, events in config.routes() if "submitted" in events]
+    payload = {"event": "submitted", "job_name": spec.name or "", "state": "queued", "host": socket.gethostname()}
+    return [Outgoing(name, payload) for name in routes]
+
+
+def change_state(
+    store: Store,
+    config: Config,
+    home: Home,
+    job: Job,
+    dst: JobState,
+    kind: EventKind,
+    now: float,
+    *,
+    detail: str = "",
+    reason: Optional[str] = None,
+    expect: Optional[Iterable[JobState]] = None,
+    updates: Optional[dict[str, Any]] = None,
+    begin_attempt: Optional[AttemptStart] = None,
+    end_attempt: Optional[AttemptEnd] = None,
+    with_log: bool = False,
+    also: Sequence[tuple[EventKind, str]] = (),
+) -> Job:
+    """store.transition plus the outbox rows the event's subscribers want; `also` names further
+    events (kind, detail) recorded with it in the same transaction, each with its own messages."""
+    updates = dict(updates or {})
+    if reason is not None:
+        updates["reason"] = reason
+    payload = payload_for(job, kind, config, home, reason=reason or "", state=dst, with_log=with_log)
+    if "attempt" in updates:  # a start: the message is about the attempt beginning now
+        payload["attempt"] = updates["attempt"]
+    extra = [(k, d, outgoing_for(config, k, payload_for(job, k, config, home, reason=d, state=dst))) for k, d in also]
+    return store.transition(
+        job.id,
+        dst,
+        kind,
+        now,
+        detail=detail or (reason or ""),
+        expect=expect,
+        updates=updates,
+        begin_attempt=begin_attempt,
+        end_attempt=end_attempt,
+        outgoing=outgoing_for(config, kind, payload),
+        also=extra,
+    )
+
+
+def cancel_job(store: Store, config: Config, home: Home, job_id: int, now: float) -> tuple[Job, bool]:
+    """Cancel a queued job at once; for a running one record the request (only the daemon
+    signals processes). Returns (job, done_now)."""
+    job = store.get(job_id)
+    if job.state is JobState.QUEUED:
+        try:
+            job = change_state(
+                store,
+                config,
+                home,
+                job,
+                JobState.CANCELLED,
+                EventKind.CANCELLED,
+                now,
+                reason="cancelled by the user while queued",
+                expect=[JobState.QUEUED],
+            )
+            return job, True
+        except InvalidTransition:
+            job = store.get(job_id)  # the daemon started it meanwhile: fall through to a request
+    if job.state is JobState.RUNNING:
+        if store.update(job_id, now, only_if_state=[JobState.RUNNING], cancel_requested_at=now):
+            store.record_event(job_id, EventKind.CANCEL_REQUESTED, now, detail="orch cancel")
+            return store.get(job_id), False
+        job = store.get(job_id)
+    raise InvalidTransition(job_id, job.state.value, "cancelled", "it has already finished")
+
+
+def retry_job(
+    store: Store,
+    config: Config,
+    home: Home,
+    job_id: int,
+    now: float,
+    *,
+    budget: Optional[float] = None,
+    hours: Optional[float] = None,
+) -> Job:
+    """A failed, cancelled or stopped job back to the queue; it resumes from its latest
+    checkpoint. Its attempt count goes on; its charged retries start over."""
+    job = store.get(job_id)
+    if job.state not in RETRYABLE:
+        why = "it is still active" if job.state.is_active else "it already succeeded"
+        raise InvalidTransition(job_id, job.state.value, "queued", why)
+    updates: dict[str, Any] = {"failures": 0}
+    detail = "orch retry"
+    if budget is not None:
+        updates["max_cost"] = budget
+        detail += f" with max_cost {budget:g}"
+    if hours is not None:
+        updates["max_hours"] = hours
+        detail += f" with max_hours {hours:g}"
+    return change_state(
+        store,
+        config,
+        home,
+        job,
+        JobState.QUEUED,
+        EventKind.RETRYING,
+        now,
+        detail=detail,
+        reason="",
+        expect=RETRYABLE,
+        updates=updates,
+    )

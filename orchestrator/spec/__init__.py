@@ -1,0 +1,1 @@
+"""The files people write, read into checked models: job.toml, config.toml, their tables, checks and limits."""

@@ -1,0 +1,277 @@
+"""config.toml -> Config: typed sections with their defaults in one place, validated on load,
+every problem reported at once. Every command works with no config file at all."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, Mapping, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .bounds import control_problem
+from ..model.errors import ConfigError
+from ..model.states import DEFAULT_NOTIFY_EVENTS, EventKind
+from .problems import TomlTable, problems_from
+from .storage_url import credential_problems, parse_storage_url
+from .tomlfile import read_toml
+
+EVENT_NAMES = frozenset(k.value for k in EventKind)
+
+
+class _Section(TomlTable):
+    pass
+
+
+class DaemonSection(_Section):
+    cpu_slots: int = Field(default=1, ge=1, le=1024)
+    gpus: Union[Literal["auto"], list[int]] = "auto"
+    grace_seconds: float = Field(default=25.0, gt=0)
+    tick_seconds: float = Field(default=1.0, gt=0, le=60)
+    retry_backoff_seconds: float = Field(default=10.0, ge=0)  # doubles per charged retry
+    max_retry_backoff_seconds: float = Field(default=300.0, ge=0)
+    log_max_mb: float = Field(default=10.0, gt=0)
+    log_backups: int = Field(default=3, ge=0)
+
+    @field_validator("gpus")
+    @classmethod
+    def _indices(cls, v: Any) -> Any:
+        if isinstance(v, list) and any(i < 0 for i in v):
+            raise ValueError("GPU indices must be 0 or more")
+        return v
+
+
+class PricingSection(_Section):
+    currency: str = ""
+    gpu_hour: float = Field(default=0.0, ge=0)
+    instance_hour: float = Field(default=0.0, ge=0)
+    spot: bool = False
+    on_demand_gpu_hour: Optional[float] = Field(default=None, ge=0)
+
+
+class BudgetSection(_Section):
+    total: Optional[float] = Field(default=None, gt=0)
+
+
+class PreemptionSection(_Section):
+    sources: list[Literal["aws", "gcp", "azure", "file"]] = []
+    poll_seconds: float = Field(default=5.0, gt=0)
+    on_notice: Literal["wait", "exit"] = "wait"
+    timeout_seconds: float = Field(default=1.0, gt=0)
+    aws_endpoint: str = "http://169.254.169.254"
+    gcp_endpoint: str = "http://metadata.google.internal"
+    azure_endpoint: str = "http://169.254.169.254"
+    file: str = "preempt-notice"
+
+
+class IdleSection(_Section):
+    shutdown_after_minutes: Optional[float] = Field(default=None, gt=0)
+    shutdown_command: list[str] = Field(default=["shutdown", "-h", "now"], min_length=1)
+    notify_wait_seconds: float = Field(default=60.0, ge=0)  # how long the last message may take
+
+
+class HooksSection(BaseModel):
+    """`on_<event> = [argv...]` for any event kind; unknown event names are errors."""
+
+    model_config = ConfigDict(extra="allow")
+    timeout_seconds: float = Field(default=60.0, gt=0)
+
+
+class NotifySection(_Section):
+    give_up_after_hours: float = Field(default=24.0, gt=0)
+    retry_base_seconds: float = Field(default=5.0, ge=0)
+    retry_max_seconds: float = Field(default=600.0, gt=0)
+
+
+class StorageSection(_Section):
+    """[storage]: mirror every job to object storage or a network disk so `orch adopt` can resume it
+    on another machine (docs/mirror.md). Credentials come only from
+    the environment or the instance role, never from this file."""
+
+    url: Optional[str] = None  # s3://bucket/prefix, gs://bucket/prefix, az://account/container/prefix, file:///path
+    endpoint: Optional[str] = None  # S3-compatible services (Aliyun OSS, Tencent COS, MinIO): https://host[:port]
+    region: Optional[str] = None  # S3 region (else AWS_REGION / AWS_DEFAULT_REGION, else us-east-1)
+    virtual_hosted_style: bool = False  # bucket.endpoint/key requests (Aliyun OSS requires them)
+    credentials: Literal["env", "instance"] = "env"  # "instance": the machine's role (EC2, GCE), no variables
+    keep: int = Field(default=3, ge=1)  # remote checkpoints kept per job (the newest; notice ones count)
+    part_size_mb: int = Field(default=16, ge=5, le=5120)  # multipart upload part size
+    concurrency: int = Field(default=4, ge=1, le=64)  # parts in flight for a background upload
+    notice_concurrency: int = Field(default=16, ge=1, le=128)  # parts in flight for the notice checkpoint
+    notice_deadline_seconds: float = Field(default=105.0, gt=0)  # a stopping daemon waits this long for uploads
+    stale_after_minutes: float = Field(default=10.0, gt=0)  # `orch adopt` refuses a job whose owner is fresher
+    heartbeat_seconds: float = Field(default=60.0, gt=0)  # how often the owner renews its lease
+    throttle_seconds: float = Field(default=30.0, ge=0)  # progress, metrics and logs at most this often
+    data_max_mb: float = Field(default=2048.0, ge=0)  # local data files up to this size travel with the job
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        parse_storage_url(v)  # raises ValueError naming the problem
+        return v
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not (v.startswith("http://") or v.startswith("https://")):
+            raise ValueError(f"must start with http:// or https:// (got {v!r})")
+        return v
+
+
+class LoggingSection(_Section):
+    # Also show each built-in job's TensorBoard files under <dir>/<job name>-<id> (a symlink to the
+    # run folder's tensorboard/), e.g. "/root/tf-logs" for AutoDL's panel. None: the run folder only.
+    tensorboard_dir: Optional[str] = None
+
+
+class ExecutorSection(_Section):
+    kind: Literal["local", "slurm"] = "local"  # where attempts run: this machine, or a Slurm cluster ([slurm])
+
+
+class SlurmSection(_Section):
+    """[slurm]: how orch submits attempts when [executor] kind = "slurm" (see docs/slurm.md)."""
+
+    partition: Optional[str] = None  # sbatch --partition (a job.toml [slurm] partition overrides it)
+    account: Optional[str] = None  # sbatch --account
+    qos: Optional[str] = None  # sbatch --qos
+    time: Optional[str] = None  # walltime per attempt, Slurm's format ("4:00:00", "1-00:00:00", minutes)
+    warn_before: int = Field(default=120, ge=0)  # seconds before the walltime the tasks get SIGTERM (0: no warning)
+    gres: str = "gpu"  # GPUs are asked as --gres=<gres>:<gpus per node> (e.g. "gpu:a100")
+    cpus_per_gpu: Optional[int] = Field(default=None, ge=1)  # CPUs per GPU (per rank of the built-in runner)
+    cpus_per_task: Optional[int] = Field(default=None, ge=1)  # CPUs of a job with gpus = 0
+    mem_per_gpu: Optional[str] = None  # sbatch --mem-per-gpu ("32G")
+    extra_args: list[str] = []  # more sbatch flags, verbatim
+    poll_seconds: float = Field(default=10.0, gt=0)  # one batched squeue per this many seconds
+    slurm_conf: Optional[str] = None  # SLURM_CONF for every Slurm command (None: Slurm's default)
+    accounting: Literal["auto", "on", "off"] = "auto"  # sacct for jobs squeue forgot (auto: if the cluster has it)
+    shared_dirs: list[str] = []  # folders the nodes see although not on NFS/Lustre/GPFS/BeeGFS/CephFS
+    max_gpus: int = Field(default=64, ge=0)  # GPUs orch keeps submitted at once; CPU jobs: [daemon] cpu_slots
+
+    @model_validator(mode="after")
+    def _one_line_each(self) -> "SlurmSection":
+        # Each value becomes an `#SBATCH` line or a Slurm argument: a newline would start a shell line.
+        for field in ("partition", "account", "qos", "time", "gres", "mem_per_gpu", "slurm_conf"):
+            value = getattr(self, field)
+            problem = control_problem(value, allow_tab=False) if value is not None else None
+            if problem:
+                raise ValueError(f"{field}: {problem} (got {value!r})")
+        for field in ("extra_args", "shared_dirs"):
+            for i, value in enumerate(getattr(self, field)):
+                problem = control_problem(value, allow_tab=False)
+                if problem:
+                    raise ValueError(f"{field}[{i}]: {problem} (got {value!r})")
+        return self
+
+
+class Config(_Section):
+    daemon: DaemonSection = DaemonSection()
+    pricing: PricingSection = PricingSection()
+    budget: BudgetSection = BudgetSection()
+    preemption: PreemptionSection = PreemptionSection()
+    idle: IdleSection = IdleSection()
+    hooks: HooksSection = HooksSection()
+    notify: NotifySection = NotifySection()
+    notifiers: list[dict[str, Any]] = []
+    storage: StorageSection = StorageSection()
+    logging: LoggingSection = LoggingSection()
+    executor: ExecutorSection = ExecutorSection()
+    slurm: SlurmSection = SlurmSection()
+
+    # Set by load_config, not read from the file.
+    path: Optional[Path] = Field(default=None, exclude=True)
+
+    def routes(self) -> list[tuple[str, frozenset[str]]]:
+        """(channel name, events it wants) for every notifier — enough to queue outbox rows
+        without building the notifiers (which needs their secrets)."""
+        out = []
+        for raw in self.notifiers:
+            name = str(raw.get("name") or raw.get("type") or "")
+            events = raw.get("events") or DEFAULT_NOTIFY_EVENTS
+            out.append((name, frozenset(str(e) for e in events)))
+        return out
+
+
+def _hook_problems(raw: dict[str, Any], label: str) -> list[str]:
+    problems: list[str] = []
+    hooks = raw.get("hooks")
+    if not isinstance(hooks, dict):  # pydantic says "hooks: must be a table"
+        return problems
+    for key, value in hooks.items():
+        if key == "timeout_seconds":
+            continue
+        if not key.startswith("on_") or key[3:] not in EVENT_NAMES:
+            problems.append(
+                f"{label}: unknown key 'hooks.{key}' (hooks are on_<event>, events: {', '.join(sorted(EVENT_NAMES))})"
+            )
+        elif not (isinstance(value, list) and all(isinstance(x, str) and x for x in value)):
+            problems.append(
+                f"{label}: hooks.{key}: must be a list of strings, the program and its arguments (got {value!r})"
+            )
+    return problems
+
+
+def _notifier_shape_problems(raw: dict[str, Any], label: str) -> list[str]:
+    # Keys and events of each channel are checked by notifiers.build_notifiers; here only the shape.
+    problems: list[str] = []
+    items = raw.get("notifiers", [])
+    if not isinstance(items, list):
+        return [f"{label}: notifiers: must be an array of tables ([[notifiers]])"]
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            problems.append(f"{label}: notifiers[{i}]: must be a table")
+    return problems
+
+
+def load_config(
+    path: Optional[Path] = None,
+    *,
+    required: bool = False,
+    build_notifiers: bool = False,
+    env: Optional[Mapping[str, str]] = None,
+) -> Config:
+    """Read config.toml; a missing file gives the defaults unless `required`. With
+    `build_notifiers` every channel is constructed too (secrets resolved, URLs checked)."""
+    if path is None or (not path.exists() and not required):
+        return Config(path=path)
+    label = str(path)
+    raw = read_toml(path, label, ConfigError)
+    problems = _hook_problems(raw, label) + _notifier_shape_problems(raw, label)
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        problems += problems_from(exc, Config, label)
+        config = None
+    if config is not None:
+        config.path = path
+        if build_notifiers:
+            try:
+                build_channels(config, env=env)
+            except ConfigError as exc:
+                problems += exc.problems
+            if config.storage.url:  # [storage] credentials are checked where secrets are
+                problems += [
+                    f"{label}: {p}" for p in credential_problems(config.storage, os.environ if env is None else env)
+                ]
+    if problems:
+        raise ConfigError(list(dict.fromkeys(problems)))
+    assert config is not None
+    return config
+
+
+def build_channels(config: Config, env: Optional[Mapping[str, str]] = None) -> list[Any]:
+    """Construct the configured notifiers (raises ConfigError naming the notifier)."""
+    if not config.notifiers:
+        return []
+    from notifiers import NotifierConfigError, build_notifiers
+
+    try:
+        return build_notifiers(
+            config.notifiers, label=str(config.path or "config.toml"), env=os.environ if env is None else env
+        )
+    except NotifierConfigError as exc:
+        raise ConfigError(list(exc.problems)) from None
+
+
+def preemption_file(config: Config, home_root: Path) -> Path:
+    return (home_root / os.path.expanduser(config.preemption.file)).resolve()
