@@ -21,6 +21,7 @@ EX_OK = 0
 EX_FAIL = 1
 EX_CHECKPOINTED = 75  # EX_TEMPFAIL: interrupted after a durable checkpoint; requeue and resume
 EX_OOM = 76  # out of GPU memory: run again at once with half the micro-batch, twice the accumulation
+EX_CONFIG = 78  # EX_CONFIG: a data or configuration error the runner found; the job fails at once, never retried
 
 # -- the environment a job is given ------------------------------------------------------------
 
@@ -84,6 +85,7 @@ def young_daly(cost_s: float, mtbf_s: float) -> float:
     return math.sqrt(2.0 * max(cost_s, 1e-6) * mtbf_s)
 
 
+JOB_ERROR = "job_error.json"  # with exit 78: {"attempt", "message"}, the deterministic error in the user's words
 DISK_FULL = "disk_full.json"  # a checkpoint write found the disk full: needed vs free bytes (runner -> daemon)
 # Background periodic checkpoints keep a host copy of the state: its size, the memory it was
 # weighed against, and whether it was too big (then saves are synchronous) (runner -> daemon, show).
