@@ -29,6 +29,9 @@ _HEADLINE = {
     "resumed": "resumed from a checkpoint",
     "oom": "ran out of GPU memory",
     "stopped": "was stopped by its budget",
+    "lease_lost": "was taken over by another machine (its mirror lease): it runs there now",
+    "adopted": "was adopted from another machine's mirror",
+    "pruned": "was pruned by its sweep",
     "cancelled": "was cancelled",
     "notice": "got a preemption notice",
     "queue_drained": "has nothing left to run",
@@ -44,6 +47,9 @@ _HEADLINE = {
 _NEXT_STEP = {
     "failed": "See `orch logs {id}`; `orch retry {id}` resumes from the latest checkpoint.",
     "stopped": "`orch retry {id} --budget AMOUNT` continues it from its latest checkpoint.",
+    "lease_lost": "Nothing to do here: it goes on where it was adopted (the reason names the machine). "
+    "Do not retry it here: that would train it twice.",
+    "adopted": "Nothing to do: it resumes here from its mirrored checkpoint.",
     "retrying": "Nothing to do yet: it resumes from its latest checkpoint. `orch logs {id}` shows why.",
     "preempted": "Nothing to do: it resumes from its latest checkpoint when the daemon runs again.",
     "oom": "Nothing to do: it runs again with half the micro-batch and twice the accumulation.",

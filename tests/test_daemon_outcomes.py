@@ -192,10 +192,11 @@ def test_a_job_with_its_own_longer_grace_gets_all_of_it_when_the_daemon_stops(or
     assert h.store.attempts(job_id)[0].outcome == "preempted"
 
 
-def test_a_lost_mirror_lease_stops_the_job_with_its_own_intent_not_the_budgets(orch_home):
+def test_a_lost_mirror_lease_moves_the_job_with_its_own_intent_not_the_budgets(orch_home):
     """Another machine adopted the job: the running attempt is told to checkpoint and stop, the
-    intent recorded is `lease_lost` (a budget stop is a different fact), and the job ends stopped
-    with the lease's reason — also when a preemption notice was already stopping it."""
+    intent recorded is `lease_lost` (a budget stop is a different fact), and the job ends `moved`
+    with the lease's reason — also when a preemption notice was already stopping it. `orch retry`
+    refuses it (it would run on two machines), and its notification says what happened."""
     from orchestrator.daemon.stop_requests import signal_job, stop_for_lost_lease
     from orchestrator.model.states import Intent
 
@@ -214,10 +215,16 @@ def test_a_lost_mirror_lease_stops_the_job_with_its_own_intent_not_the_budgets(o
     for job_id in (plain, noticed):
         job = h.tick_until(
             d,
-            lambda: (lambda j: j if j.state is JobState.STOPPED else None)(h.job(job_id)),
+            lambda: (lambda j: j if j.state is JobState.MOVED else None)(h.job(job_id)),
             what=f"job {job_id} to stop",
         )
-        assert job.reason == reason and h.store.attempts(job_id)[-1].outcome == "stopped"
+        assert job.reason == reason and h.store.attempts(job_id)[-1].outcome == "moved"
+        assert [e.kind for e in h.store.events(job_id, kinds=["lease_lost", "stopped"])] == ["lease_lost"]
     queued = h.submit("queued-elsewhere", hold="never")  # never dispatched: no tick before the lease is lost
     stop_for_lost_lease(d, queued, reason, time.time())
-    assert h.job(queued).state is JobState.CANCELLED and h.job(queued).reason == reason
+    assert h.job(queued).state is JobState.MOVED and h.job(queued).reason == reason
+    for job_id in (plain, queued):
+        retried = h.cli("retry", str(job_id))
+        assert retried.returncode == 1 and "other-machine adopted this job" in retried.stderr, retried
+        assert "train it twice" in retried.stderr and "Traceback" not in retried.stderr
+        assert h.job(job_id).state is JobState.MOVED

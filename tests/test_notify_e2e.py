@@ -22,7 +22,7 @@ from daemon_harness import OrchHome, orch_home, wait_for  # noqa: F401  (fixture
 sys.path.insert(0, str(Path(__file__).resolve().parent / "notifiers"))
 from notify_servers import PASSWORD, USER, Inbox, ProviderServer, authenticator, free_port  # noqa: E402
 
-from orchestrator.spec.config import load_config  # noqa: E402
+from orchestrator.jobs.notify import load_config_checked  # noqa: E402
 from orchestrator.model.states import JobState  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,7 +106,7 @@ def configure(h: OrchHome, notify: str, **daemon: Any) -> None:
     path = h.root / "config.toml"
     fast = "[notify]\nretry_base_seconds = 0.5\nretry_max_seconds = 2.0\n"
     path.write_text(path.read_text() + fast + notify)
-    h.config = load_config(path, required=True, build_notifiers=True)
+    h.config = load_config_checked(path, required=True)
 
 
 def sent(provider: ProviderServer) -> list[tuple[int, str]]:

@@ -125,10 +125,11 @@ def test_submit_flags_for_a_single_job_are_refused_for_a_sweep_and_priority_reac
     ],
 )
 def test_a_prune_intent_decides_pruned_whatever_the_exit_unless_the_job_finished(code, sig, has_result, state):
-    from orchestrator.jobs.outcome import decide
+    from orchestrator.jobs.outcome import Exit, Retries, decide
     from orchestrator.model.states import Intent
+    from orchestrator.reports.run_report import RunReport
 
-    d = decide(Intent.PRUNE, code, sig, has_result=has_result, is_command=False, failures=0, retries=2)
+    d = decide(Intent.PRUNE, Exit(code, sig), RunReport(has_result=has_result), is_command=False, retries=Retries(0, 2))
     assert d.state is state and not d.charged
     assert d.event is (EventKind.SUCCEEDED if state is JobState.SUCCEEDED else EventKind.PRUNED)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from ..contract import BATCH, CHECKPOINTS, write_json_atomic
 from ..jobs.lifecycle import write_run_spec
@@ -15,6 +15,7 @@ from ..objectstore import manifest as mf
 from ..objectstore.fetch import fetch_checkpoint
 from ..objectstore.remote import Conflict, Remote, StorageError
 from ..home.paths import Home
+from ..model.records import Outgoing
 from ..model.states import JobState
 from ..store import Store
 from .candidates import Refused
@@ -32,8 +33,18 @@ class Adopted:
 
 
 def adopt_one(
-    home: Home, store: Store, remote: Remote, plan: Plan, home_id: str, *, now: float, warn: Callable[[str], None]
+    home: Home,
+    store: Store,
+    remote: Remote,
+    plan: Plan,
+    home_id: str,
+    *,
+    now: float,
+    warn: Callable[[str], None],
+    outgoing: Callable[[str], Sequence[Outgoing]] = lambda detail: (),
 ) -> Adopted:
+    """Take one job over: the lease first, then its inputs, the import (one `adopted` event with its
+    notifications, `outgoing(detail)`), then its newest checkpoint that verifies."""
     cand, label = plan.cand, plan.cand.label
     m = dict(cand.manifest or {})
     own = m.get("owner") or {}
@@ -63,6 +74,7 @@ def adopt_one(
         raise Refused(f"{label}: {exc}") from None
     m["spec"] = datafiles.rewrite(m["spec"], found)
     # Import first (a new local id), then fetch the checkpoint into its run folder.
+    detail = f"from host {own.get('host') or '?'} (its job {m.get('local_id')}) via {remote.url.raw}"
     job = store.import_job(
         m,
         state=JobState.QUEUED,
@@ -70,7 +82,8 @@ def adopt_one(
         spec_path=str(m.get("spec_path") or ""),
         now=now,
         attempts=_attempts(m, now),
-        detail=f"from host {own.get('host') or '?'} (its job {m.get('local_id')}) via {remote.url.raw}",
+        detail=detail,
+        outgoing=outgoing(detail),
     )
     run_dir = home.run_dir(job.id)
     write_run_spec(home, job.id, m["spec"])

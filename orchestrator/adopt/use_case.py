@@ -11,10 +11,13 @@ from ..model.errors import OrchError, UsageError
 from ..objectstore import manifest as mf
 from ..objectstore.remote import Remote, StorageError
 from ..home.paths import Home
+from ..jobs.lifecycle import machine_outgoing
+from ..model.records import Outgoing
+from ..model.states import EventKind
 from ..store import Store
 from .candidates import Refused, choose
 from .import_job import Adopted, adopt_one
-from .plan import check, parse_maps, preview, storage_for
+from .plan import Plan, check, parse_maps, preview, storage_for
 
 
 def adopt_jobs(
@@ -66,7 +69,9 @@ def adopt_jobs(
     for plan in plans:
         t = time.time() if now is None else now
         try:
-            result = adopt_one(home, store, remote, plan, home_id, now=t, warn=warn)
+            result = adopt_one(
+                home, store, remote, plan, home_id, now=t, warn=warn, outgoing=_adopted_outgoing(config, plan)
+            )
         except (Refused, StorageError) as exc:
             why = exc if isinstance(exc, Refused) else Refused(f"{plan.cand.label}: {exc}")
             refused.append(why)
@@ -88,3 +93,15 @@ def exit_code(adopted: list[Adopted], refused: list[Refused]) -> int:
     if not adopted and all(r.exit_code == 2 for r in refused):
         return 2
     return 1
+
+
+def _adopted_outgoing(config: Config, plan: Plan) -> Callable[[str], list[Outgoing]]:
+    """The `adopted` event's notifications (the daemon here delivers them)."""
+
+    def build(detail: str) -> list[Outgoing]:
+        rows = machine_outgoing(config, EventKind.ADOPTED, detail)
+        for row in rows:
+            row.payload.update(job_name=str((plan.cand.manifest or {}).get("name") or ""), state="queued")
+        return rows
+
+    return build

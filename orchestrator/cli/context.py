@@ -103,9 +103,14 @@ class Ctx:
         return self.home.config_path(self.config_arg)
 
     def config(self, *, build_notifiers: bool = False):
+        required = self.config_arg is not None
+        if build_notifiers:  # every channel built and every secret resolved: the daemon's and the checks' view
+            from ..jobs.notify import load_config_checked
+
+            return load_config_checked(self.config_path, required=required)
         from ..spec.config import load_config
 
-        return load_config(self.config_path, required=self.config_arg is not None, build_notifiers=build_notifiers)
+        return load_config(self.config_path, required=required)
 
 
 ctx = Ctx()

@@ -14,6 +14,7 @@ from .doctor_findings import BAD, OK, Finding
 
 
 def check_config(path: Path, required: bool, out: list[Finding]) -> Any:
+    from ..jobs.notify import load_config_checked
     from ..spec.config import load_config
     from ..model.errors import ConfigError
 
@@ -21,7 +22,7 @@ def check_config(path: Path, required: bool, out: list[Finding]) -> Any:
         out.append(Finding("config", OK, f"no {path}: the defaults apply"))
         return load_config(None)
     try:
-        config = load_config(path, required=True, build_notifiers=True)
+        config = load_config_checked(path, required=True)
     except ConfigError as exc:
         first = exc.problems[0] if exc.problems else str(exc)
         more = f" (+{len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""

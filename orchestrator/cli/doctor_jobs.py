@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from ..host import procs
 from ..contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_RUN_DIR
-from ..executors.local import SUPERVISOR_MODULE
+from ..executors.base import SUPERVISOR_MODULE
 from ..home.paths import Home
 from ..model.records import Job
 from ..model.states import JobState

@@ -7,7 +7,8 @@ import socket
 import sys
 from typing import Optional
 
-from ..spec.config import Config, build_channels
+from ..jobs.notify import build_channels
+from ..spec.config import Config
 from ..model.errors import UsageError
 
 

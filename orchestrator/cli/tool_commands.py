@@ -24,7 +24,7 @@ def notify_test(channel: Optional[str] = typer.Option(None, "--channel", help="O
 @config_app.command("check")
 def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (default: the one orch uses).")) -> None:
     """Validate config.toml, including every notifier's keys and secrets."""
-    from ..spec.config import load_config
+    from ..jobs.notify import load_config_checked
 
     target = path or ctx.config_path
     if not target.exists():
@@ -34,7 +34,7 @@ def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (
             raise ConfigError([f"{target}: no such file"])
         print(f"no config at {target}; the defaults apply (CPU slots 1, GPUs discovered, no pricing, no notifiers)")
         return
-    config = load_config(target, required=True, build_notifiers=True)
+    config = load_config_checked(target, required=True)
     names = [n for n, _ in config.routes()]
     print(f"{target}: ok" + (f" (notifiers: {', '.join(names)})" if names else ""))
 

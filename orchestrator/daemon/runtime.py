@@ -14,7 +14,9 @@ from datetime import datetime, timezone
 from typing import Any, Optional
 
 from ..jobs.attempts import grace_for
-from ..spec.config import Config, build_channels, preemption_file
+from ..jobs.lifecycle import machine_outgoing
+from ..jobs.notify import build_channels
+from ..spec.config import Config, preemption_file
 from ..home.daemon_lock import DaemonLock
 from ..home.paths import Home
 from ..model.states import EventKind, JobState
@@ -138,9 +140,11 @@ class DaemonRuntime:
             return
         now = time.time()
         for notice in notices:
+            said = f"{notice.source}: {notice.kind}: {notice.detail}"
             self.store.record_event(
-                None, EventKind.NOTICE, now, detail=f"{notice.source}: {notice.kind}: {notice.detail}"
+                None, EventKind.NOTICE, now, detail=said, outgoing=machine_outgoing(self.config, EventKind.NOTICE, said)
             )
+            self.hooks.submit_event(EventKind.NOTICE.value, None)
             if notice.stops_jobs:
                 log.warning(
                     "preemption notice from %s: %s; checkpointing every running job", notice.source, notice.detail
@@ -298,20 +302,13 @@ class IdleShutdown:
             self.idle_since = now
             return
         if self.event_at is None and now - self.idle_since >= cfg.shutdown_after_minutes * 60:
-            from ..jobs.lifecycle import outgoing_for
-
-            payload = {
-                "event": "idle_shutdown",
-                "host": __import__("socket").gethostname(),
-                "reason": f"idle for {cfg.shutdown_after_minutes:g} min; running {cfg.shutdown_command}",
-                "currency": self.rt.config.pricing.currency,
-            }
+            said = f"idle for {cfg.shutdown_after_minutes:g} min; running {cfg.shutdown_command}"
             self.event_id = self.rt.store.record_event(
                 None,
                 EventKind.IDLE_SHUTDOWN,
                 now,
-                detail=payload["reason"],
-                outgoing=outgoing_for(self.rt.config, EventKind.IDLE_SHUTDOWN, payload),
+                detail=said,
+                outgoing=machine_outgoing(self.rt.config, EventKind.IDLE_SHUTDOWN, said),
             )
             self.event_at = now
             self.rt.deliver()

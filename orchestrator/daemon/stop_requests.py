@@ -8,6 +8,7 @@ import logging
 from typing import Optional
 
 from ..jobs.attempts import grace_for
+from ..jobs.lifecycle import outgoing_for, payload_for
 from ..cost.money import budget_exceeded, format_money, total_budget_exceeded
 from ..model.records import Job
 from ..model.states import EventKind, Intent, JobState
@@ -25,7 +26,8 @@ def signal_job(d: StepContext, job: Job, intent: Intent, now: float, reason: str
 
 def stop_for_lost_lease(d: StepContext, job_id: int, reason: str, now: float) -> None:
     """Another machine adopted the job (the mirror's owner lease is gone): a running attempt stops
-    here with a checkpoint and the job ends `stopped`; a queued one is cancelled."""
+    here with a checkpoint and the job ends `moved` (the outcome table's lease_lost row); a queued
+    one becomes `moved` at once. Either way one `lease_lost` event, delivered like any other."""
     job = d.store.get(job_id)
     if job.state is JobState.RUNNING:
         if job.intent is Intent.NONE:
@@ -33,7 +35,11 @@ def stop_for_lost_lease(d: StepContext, job_id: int, reason: str, now: float) ->
         else:  # already stopping (a notice): it must not be queued again here
             d.store.update(job.id, now, only_if_state=[JobState.RUNNING], intent=Intent.LEASE_LOST.value, reason=reason)
     elif job.state is JobState.QUEUED:
-        d.change(job, JobState.CANCELLED, EventKind.CANCELLED, now, reason=reason)
+        d.change(job, JobState.MOVED, EventKind.LEASE_LOST, now, reason=reason)
+    elif not d.store.events(job.id, kinds=[EventKind.LEASE_LOST.value]):  # finished here already: told once
+        payload = payload_for(job, EventKind.LEASE_LOST, d.config, d.home, reason=reason)
+        outgoing = outgoing_for(d.config, EventKind.LEASE_LOST, payload)
+        d.store.record_event(job.id, EventKind.LEASE_LOST, now, detail=reason, outgoing=outgoing)
 
 
 def apply_cancels(d: StepContext, now: float) -> None:

@@ -18,13 +18,14 @@ from ..model.errors import InvalidTransition
 from ..executors import build_executor
 from ..executors.base import Executor
 from ..host.gpus import managed_gpus
-from ..jobs.lifecycle import change_state, outgoing_for
+from ..jobs.lifecycle import change_state, machine_outgoing
 from ..home.paths import Home
 from ..model.records import Job
 from ..model.states import EventKind, Intent, JobState
 from ..store import Store
 from . import guard, reap, spawn, stop_requests, watchdog
 from .accounting import accrue_interval
+from .health_watch import LossFlatWatch
 from .sweep_step import advance_sweeps
 
 log = logging.getLogger("orch.daemon")
@@ -56,6 +57,7 @@ class Daemon:
         self.last_accrual: Optional[float] = None
         self.had_work = False
         self.watchdog = watchdog.Watchdog()
+        self.loss_flat = LossFlatWatch()
 
     # -- start-up --------------------------------------------------------------------------
 
@@ -102,9 +104,7 @@ class Daemon:
 
     def watch_health(self, now: float) -> None:
         """A running job's runner reported a flat loss (health.json): one `loss_flat` event."""
-        from ..reports.health import record_loss_flat
-
-        for job in record_loss_flat(self.store, self.config, self.home, now):
+        for job in self.loss_flat.check(self, now):
             self.on_event(EventKind.LOSS_FLAT.value, job)
 
     def watch_deadlines(self, now: float) -> None:
@@ -168,18 +168,13 @@ class Daemon:
             self.had_work = True
         elif self.had_work:
             self.had_work = False
-            payload = {
-                "event": "queue_drained",
-                "reason": "no job is queued or running",
-                "host": os.uname().nodename,
-                "currency": self.config.pricing.currency,
-            }
+            said = "no job is queued or running"
             self.store.record_event(
                 None,
                 EventKind.QUEUE_DRAINED,
                 now,
-                detail="no job is queued or running",
-                outgoing=outgoing_for(self.config, EventKind.QUEUE_DRAINED, payload),
+                detail=said,
+                outgoing=machine_outgoing(self.config, EventKind.QUEUE_DRAINED, said),
             )
             log.info("queue drained")
             self.on_event(EventKind.QUEUE_DRAINED.value, None)

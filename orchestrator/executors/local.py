@@ -18,11 +18,11 @@ from ..home.paths import Home
 from ..contract import attempt_exit, attempt_log, attempt_pid, checkpoint_dir, read_json
 from ..host.procs import group_members, is_alive, signal_group, signal_process, start_time, with_environment
 from ..model.records import AttemptLaunch, Job
+from .base import SUPERVISOR_MODULE
 
 log = logging.getLogger("orch.executor.local")
 
 # What the local executor runs as each attempt's parent (`python -m ...`); doctor finds it by name.
-SUPERVISOR_MODULE = "orchestrator.executors.supervisor"
 
 # How long a lost attempt's process group may take to die before the next attempt starts anyway
 # (with a line in the daemon log): a dying process on a GPU still holds its memory.

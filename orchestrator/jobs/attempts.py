@@ -1,19 +1,18 @@
 """An attempt's life in the store, shared by the daemon and `orch run`: begin one (choose the
 checkpoint to resume from, count the steps lost, build the contract's command and environment,
-record the start) and settle one (read its exit with the daemon's intent through outcome.decide,
-record the outcome). Both entry points call these, so they cannot drift apart."""
+record the start) and settle one (read its run folder once into a RunReport, decide with the
+intent and the exit through outcome.decide, record the outcome). Both entry points call these, so they cannot drift apart."""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .backoff import backoff_s
 from ..spec.config import Config
 from ..contract import (
-    BATCH,
     CHECKPOINTS,
     ENV_ATTEMPT,
     ENV_CKPT_DIR,
@@ -24,18 +23,17 @@ from ..contract import (
     JOB_TOML,
     ENV_SNAPSHOTS_HELD,
     ENV_TENSORBOARD_DIR,
-    PROGRESS,
-    RESULT,
     SNAPSHOT_MEMORY,
     newest_checkpoint,
     read_json,
 )
 from ..model.errors import InvalidTransition
 from ..host.gpus import visible_devices
-from ..reports.disk_full import disk_full, disk_full_decision, disk_full_text
-from ..reports.health import diverged_decision, diverged_text, divergence
+from ..reports.disk_full import disk_full_text
+from ..reports.health import diverged_text
+from ..reports.run_report import RunReport, read_run_report
 from .lifecycle import change_state, log_tail, write_run_spec
-from .outcome import Decision, charged_failure, decide, describe_exit
+from .outcome import Decision, Exit, Retries, decide, describe_exit
 from ..home.paths import Home
 from ..model.records import Attempt, AttemptEnd, AttemptLaunch, AttemptStart, Job
 from ..model.states import AttemptOutcome, EventKind, Intent, JobState
@@ -207,33 +205,6 @@ def attempt_started_at(store: Store, job: Job) -> float:
     return attempts[-1].started_at if attempts else (job.started_at or 0.0)
 
 
-def step_reached(home: Home, job: Job, since: float) -> Optional[int]:
-    """The attempt's last step: progress.json, or a checkpoint this attempt wrote at a later step
-    (progress is written every few seconds; the notice checkpoint is the step it really ended at)."""
-    run_dir = home.run_dir(job.id)
-    progress = read_json(run_dir / PROGRESS)
-    step = None
-    if progress and isinstance(progress.get("step"), int) and (progress.get("updated_at") or 0) >= since - 1:
-        step = progress["step"]
-    path, ckpt_step = newest_checkpoint(run_dir / CHECKPOINTS)
-    try:
-        if path is not None and ckpt_step is not None and path.stat().st_mtime >= since - 1:
-            step = max(step or 0, ckpt_step)
-    except OSError:  # pruned meanwhile
-        pass
-    return step
-
-
-def oom_shrink(home: Home, job: Job) -> Optional[dict]:
-    """The runner's batch.json entry for this attempt, if it ran out of memory."""
-    sizes = read_json(home.run_dir(job.id) / BATCH) or {}
-    history = sizes.get("history") or []
-    last = history[-1] if history and isinstance(history[-1], dict) else None
-    if last and str(last.get("attempt")) == str(job.attempt) and "from" in last and "to" in last:
-        return last
-    return None
-
-
 def stalled_resumes(home: Home, store: Store, job: Job) -> int:
     """How many attempts in a row (this one included) exited 75 with no checkpoint newer than
     the one they resumed from."""
@@ -249,43 +220,30 @@ def stalled_resumes(home: Home, store: Store, job: Job) -> int:
     return stalls
 
 
+def decide_for(job: Job, ended: Optional[Exit], report: RunReport) -> Decision:
+    """The outcome table for this job's ended attempt."""
+    return decide(
+        job.intent,
+        ended,
+        report,
+        is_command=job.kind == "command",
+        retries=Retries(job.failures, job.retries),
+        job_id=job.id,
+    )
+
+
 def settle_attempt(
     store: Store, config: Config, home: Home, job: Job, exit_info: Mapping[str, Any], now: float
 ) -> Optional[Settled]:
-    """Decide what an ended attempt makes of its job (the intent x exit table in outcome.py) and record it.
+    """Decide what an ended attempt makes of its job (the table in outcome.py) and record it.
     None when the job was no longer running (someone else settled it)."""
     run_dir = home.run_dir(job.id)
     started = attempt_started_at(store, job)
-    result = run_dir / RESULT
-    has_result = result.exists() and result.stat().st_mtime >= started - 1
+    report = read_run_report(run_dir, job.attempt, started)
     code, sig = exit_info.get("code"), exit_info.get("signal")
-    shrink = oom_shrink(home, job)
-    if shrink is not None and code != EX_OOM and job.intent is Intent.NONE:
-        # Under DDP an OOM on another rank makes Lightning kill rank 0 (signal 9): the runner's
-        # batch.json entry for this attempt is the truth, not the exit code.
-        code = EX_OOM
-    d = decide(
-        job.intent,
-        code,
-        sig if code != EX_OOM else None,
-        has_result=has_result,
-        is_command=job.kind == "command",
-        failures=job.failures,
-        retries=job.retries,
-    )
-    if d.outcome is AttemptOutcome.OOM and shrink is not None:
-        d = replace(
-            d,
-            reason=f"out of GPU memory at step {shrink.get('step')}: running again in a fresh process with "
-            f"batch {shrink['from']['batch_size']} -> {shrink['to']['batch_size']}, accumulation "
-            f"{shrink['from']['accumulate_grad_batches']} -> {shrink['to']['accumulate_grad_batches']}",
-        )
-    diverged = divergence(home, job) if job.intent is Intent.NONE and d.state is not JobState.SUCCEEDED else None
-    if diverged is not None:  # the runner's health.json: failed at once, never retried into the same NaN
-        d = diverged_decision(diverged)
-    full = disk_full(home, job) if job.intent is Intent.NONE and d.state is not JobState.SUCCEEDED else None
-    if full is not None and diverged is None:  # the runner's disk_full.json: failed until space is freed
-        d = disk_full_decision(full, job.id)
+    d = decide_for(job, Exit(code, sig), report)
+    if d.outcome is AttemptOutcome.OOM:
+        code = EX_OOM  # the runner's batch.json is the truth under DDP (see outcome.py)
     updates: dict[str, Any] = {"failures": job.failures + int(d.charged)}
     if d.state is JobState.QUEUED:
         stalls = stalled_resumes(home, store, job) if d.outcome is AttemptOutcome.CHECKPOINTED else 0
@@ -299,7 +257,7 @@ def settle_attempt(
         outcome=d.outcome,
         exit_code=code,
         exit_signal=sig,
-        step_reached=step_reached(home, job, started),
+        step_reached=report.step_reached,
     )
     reason = d.reason or job.reason
     if job.intent is Intent.PREEMPT and job.reason and d.state is JobState.QUEUED:
@@ -309,11 +267,7 @@ def settle_attempt(
         tail = log_tail(run_dir, job.attempt, 10)
         if tail:
             detail += "\nlast log lines:\n" + tail
-    also: list[tuple[EventKind, str]] = []
-    if diverged is not None:
-        also.append((EventKind.DIVERGED, diverged_text(diverged)))
-    elif full is not None:
-        also.append((EventKind.DISK_FULL, disk_full_text(full)))
+    also = _also(job, d, report)
     try:
         new = change_state(
             store,
@@ -336,6 +290,17 @@ def settle_attempt(
     return Settled(new, d, tuple(kind for kind, _ in also))
 
 
+def _also(job: Job, d: Decision, report: RunReport) -> list[tuple[EventKind, str]]:
+    """Events recorded beside the transition's: what the runner reported that decided it."""
+    if job.intent is not Intent.NONE or d.state is not JobState.FAILED:
+        return []
+    if report.diverged is not None:
+        return [(EventKind.DIVERGED, diverged_text(report.diverged))]
+    if report.disk_full is not None:
+        return [(EventKind.DISK_FULL, disk_full_text(report.disk_full))]
+    return []
+
+
 def retry_backoff_s(config: Config, tries: int) -> float:
     """How long a failing job waits before its next attempt, after `tries` charged ones."""
     return backoff_s(tries, config.daemon.retry_backoff_seconds, config.daemon.max_retry_backoff_seconds)
@@ -343,32 +308,18 @@ def retry_backoff_s(config: Config, tries: int) -> float:
 
 def lose_attempt(store: Store, config: Config, home: Home, job: Job, now: float) -> Optional[Settled]:
     """No exit record and nothing left running: the machine restarted or someone killed the
-    attempt's whole session. A cancel or budget stop still ends the job; otherwise it resumes."""
+    attempt's whole session. The same table decides (a cancel or budget stop still ends the job;
+    otherwise it resumes)."""
     started = attempt_started_at(store, job)
-    if job.intent is Intent.CANCEL:
-        d = Decision(JobState.CANCELLED, EventKind.CANCELLED, AttemptOutcome.LOST, "cancelled by the user")
-    elif job.intent in (Intent.BUDGET, Intent.LEASE_LOST):
-        d = Decision(JobState.STOPPED, EventKind.STOPPED, AttemptOutcome.LOST, job.reason)
-    elif job.intent is Intent.HANG:  # hung, then vanished: the retry is charged all the same
-        charged = charged_failure(
-            "hung and stopped by the watchdog; its processes then vanished", job.failures, job.retries
-        )
-        d = replace(charged, outcome=AttemptOutcome.LOST)
-    elif job.intent is Intent.PRUNE:
-        d = Decision(JobState.PRUNED, EventKind.PRUNED, AttemptOutcome.LOST, job.reason)
-    else:
-        d = Decision(
-            JobState.QUEUED,
-            EventKind.PREEMPTED,
-            AttemptOutcome.LOST,
-            "its processes vanished (killed, or the machine restarted); queued to resume from its latest checkpoint",
-        )
+    report = read_run_report(home.run_dir(job.id), job.attempt, started)
+    d = decide_for(job, None, report)
     updates: dict[str, Any] = {}
     if d.charged:
         updates["failures"] = job.failures + 1
         if d.state is JobState.QUEUED:
             updates["retry_after"] = now + retry_backoff_s(config, job.failures)
-    end = AttemptEnd(ended_at=now, outcome=d.outcome, step_reached=step_reached(home, job, started))
+    reason = d.reason or job.reason
+    end = AttemptEnd(ended_at=now, outcome=d.outcome, step_reached=report.step_reached)
     try:
         new = change_state(
             store,
@@ -378,8 +329,8 @@ def lose_attempt(store: Store, config: Config, home: Home, job: Job, now: float)
             d.state,
             d.event,
             now,
-            detail=d.reason,
-            reason=d.reason,
+            detail=reason,
+            reason=reason,
             expect=[JobState.RUNNING],
             end_attempt=end,
             updates=updates,

@@ -26,6 +26,19 @@ def outgoing_for(config: Config, kind: EventKind | str, payload: dict[str, Any])
     return [Outgoing(name, payload) for name, events in config.routes() if str(kind) in events]
 
 
+def machine_outgoing(config: Config, kind: EventKind | str, reason: str) -> list[Outgoing]:
+    """The outbox rows of an event of the machine rather than of one job (a notice, the mirror down
+    or back, the queue drained, an idle shutdown): one payload shape, one host-name lookup."""
+    payload = {
+        "event": str(kind),
+        "reason": reason,
+        "host": socket.gethostname(),
+        "state": "",
+        "currency": config.pricing.currency,
+    }
+    return outgoing_for(config, kind, payload)
+
+
 def log_tail(run_dir: Path, attempt: int, lines: int = 20) -> str:
     path = run_dir / attempt_log(attempt)
     try:
@@ -248,6 +261,15 @@ def retry_job(
     """A failed, cancelled or stopped job back to the queue; it resumes from its latest
     checkpoint. Its attempt count goes on; its charged retries start over."""
     job = store.get(job_id)
+    if job.state is JobState.MOVED:
+        raise InvalidTransition(
+            job_id,
+            job.state.value,
+            "queued",
+            f"{job.reason or 'another machine adopted it'}. It runs there now; retrying it here would train it "
+            f"twice. Follow it on that machine (`orch status` there), or take it back with "
+            f"`orch adopt URL --job {job.uid} --force`",
+        )
     if job.state not in RETRYABLE:
         why = "it is still active" if job.state.is_active else "it already succeeded"
         raise InvalidTransition(job_id, job.state.value, "queued", why)

@@ -23,6 +23,7 @@ class JobState(Word):
     CANCELLED = "cancelled"
     STOPPED = "stopped"  # by a budget; resumable with `orch retry`
     PRUNED = "pruned"  # a sweep's pruner stopped it (with a checkpoint); resumable with `orch retry`
+    MOVED = "moved"  # another machine adopted it (the mirror's lease): it runs there now; never again here
 
     @property
     def is_terminal(self) -> bool:
@@ -33,7 +34,11 @@ class JobState(Word):
         return self in (JobState.QUEUED, JobState.RUNNING)
 
 
-TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED, JobState.PRUNED})
+TERMINAL = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED, JobState.PRUNED, JobState.MOVED}
+)
+# What `orch retry` may put back in the queue here. Not MOVED: the job runs on another machine, and
+# running it here too would train it twice.
 RETRYABLE = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.STOPPED, JobState.PRUNED})
 
 
@@ -61,6 +66,7 @@ class AttemptOutcome(Word):
     CANCELLED = "cancelled"
     STOPPED = "stopped"
     PRUNED = "pruned"
+    MOVED = "moved"  # stopped here because another machine adopted the job
     LOST = "lost"  # no exit record and nothing left running
 
 
@@ -86,7 +92,7 @@ class EventKind(Word):
     ADOPTED = "adopted"  # `orch adopt` took the job over from another machine's mirror
     MIRROR_FAILED = "mirror_failed"  # [storage] unreachable: uploads wait and retry; training goes on
     MIRROR_RECOVERED = "mirror_recovered"
-    LEASE_LOST = "lease_lost"  # another machine adopted the job: stopped here, its manifest left alone
+    LEASE_LOST = "lease_lost"  # another machine adopted the job: `moved` here, its manifest left alone
     DIVERGED = "diverged"  # the loss became NaN/inf: beside the `failed` transition, naming the step
     LOSS_FLAT = "loss_flat"  # [train] flat_after_steps: the loss has not improved; the job goes on
     DEADLINE_AT_RISK = "deadline_at_risk"  # the projected finish crossed the job's deadline
@@ -120,18 +126,19 @@ DEFAULT_NOTIFY_EVENTS = frozenset(
 
 Q, R = JobState.QUEUED, JobState.RUNNING
 S, F, C, T = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED
-P = JobState.PRUNED
+P, M = JobState.PRUNED, JobState.MOVED
 
 # src -> the states it may become. A running job going back to queued is a resume
 # (preemption, checkpointed exit, OOM, charged retry); a terminal one going back is `orch retry`.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    Q: frozenset({R, C, F}),  # F: a dependency failed
-    R: frozenset({S, F, C, T, P, Q}),
+    Q: frozenset({R, C, F, M}),  # F: a dependency failed; M: adopted elsewhere while queued here
+    R: frozenset({S, F, C, T, P, Q, M}),
     S: frozenset(),
     F: frozenset({Q}),
     C: frozenset({Q}),
     T: frozenset({Q}),
     P: frozenset({Q}),
+    M: frozenset(),  # adopted back with `orch adopt --force`, as a new job
 }
 
 
@@ -143,4 +150,6 @@ def ensure_allowed(job_id: int, src: JobState | str, dst: JobState | str) -> Non
     src, dst = JobState(src), JobState(dst)
     if not allowed(src, dst):
         why = "it already finished successfully" if src is S else ""
+        if src is M:
+            why = "another machine adopted it and runs it now"
         raise InvalidTransition(job_id, src.value, dst.value, why)

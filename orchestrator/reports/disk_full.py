@@ -1,24 +1,21 @@
 """A full disk as the daemon sees it: RUN_DIR/disk_full.json, written by the runner when a
 checkpoint write failed with ENOSPC (training/checkpoints.py). The write failed cleanly: its temp
-file is gone and the previous checkpoint is intact. The job fails at once, not retried (a retry
+file is gone and the previous checkpoint is intact. The job fails at once (the outcome table's row), not retried (a retry
 would meet the same full disk), with a reason naming the folder, the bytes free and the bytes the
 checkpoint needed, and a `disk_full` event beside the `failed` one. Never imports the training side."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 from ..contract import DISK_FULL, read_json
-from ..jobs.outcome import Decision
-from ..home.paths import Home
-from ..model.records import Job
-from ..model.states import AttemptOutcome, EventKind, JobState
 
 
-def disk_full(home: Home, job: Job) -> Optional[dict[str, Any]]:
-    """The runner's disk-full record for the job's current attempt, if its disk filled up."""
-    info = read_json(home.run_dir(job.id) / DISK_FULL)
-    if isinstance(info, dict) and str(info.get("attempt")) == str(job.attempt):
+def disk_full(run_dir: Path, attempt: int) -> Optional[dict[str, Any]]:
+    """The runner's disk-full record for this attempt, if its disk filled up."""
+    info = read_json(run_dir / DISK_FULL)
+    if isinstance(info, dict) and str(info.get("attempt")) == str(attempt):
         return info
     return None
 
@@ -34,14 +31,4 @@ def disk_full_text(info: dict[str, Any]) -> str:
         f"disk full: saving {info.get('name') or 'a checkpoint'} needed {_mb(info.get('needed_bytes'))} but "
         f"{info.get('folder') or 'the checkpoint folder'} had {_mb(info.get('free_bytes'))} free; "
         f"the write was abandoned cleanly and {keep}"
-    )
-
-
-def disk_full_decision(info: dict[str, Any], job_id: int) -> Decision:
-    return Decision(
-        JobState.FAILED,
-        EventKind.FAILED,
-        AttemptOutcome.FAILED,
-        disk_full_text(info) + f". Free space there (or lower [checkpoint] keep), then `orch retry {job_id}`",
-        charged=True,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -13,7 +13,7 @@ from .bounds import control_problem
 from ..model.errors import ConfigError
 from ..model.states import DEFAULT_NOTIFY_EVENTS, EventKind
 from .problems import TomlTable, problems_from
-from .storage_url import credential_problems, parse_storage_url
+from .storage_url import parse_storage_url
 from .tomlfile import read_toml
 
 EVENT_NAMES = frozenset(k.value for k in EventKind)
@@ -223,15 +223,10 @@ def _notifier_shape_problems(raw: dict[str, Any], label: str) -> list[str]:
     return problems
 
 
-def load_config(
-    path: Optional[Path] = None,
-    *,
-    required: bool = False,
-    build_notifiers: bool = False,
-    env: Optional[Mapping[str, str]] = None,
-) -> Config:
-    """Read config.toml; a missing file gives the defaults unless `required`. With
-    `build_notifiers` every channel is constructed too (secrets resolved, URLs checked)."""
+def load_config(path: Optional[Path] = None, *, required: bool = False) -> Config:
+    """Read config.toml; a missing file gives the defaults unless `required`. Only the shape is
+    checked here: the secrets it names (notifier keys, storage credentials) are resolved where they
+    are used (jobs/notify.py's load_config_checked)."""
     if path is None or (not path.exists() and not required):
         return Config(path=path)
     label = str(path)
@@ -242,35 +237,11 @@ def load_config(
     except ValidationError as exc:
         problems += problems_from(exc, Config, label)
         config = None
-    if config is not None:
-        config.path = path
-        if build_notifiers:
-            try:
-                build_channels(config, env=env)
-            except ConfigError as exc:
-                problems += exc.problems
-            if config.storage.url:  # [storage] credentials are checked where secrets are
-                problems += [
-                    f"{label}: {p}" for p in credential_problems(config.storage, os.environ if env is None else env)
-                ]
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
     assert config is not None
+    config.path = path
     return config
-
-
-def build_channels(config: Config, env: Optional[Mapping[str, str]] = None) -> list[Any]:
-    """Construct the configured notifiers (raises ConfigError naming the notifier)."""
-    if not config.notifiers:
-        return []
-    from notifiers import NotifierConfigError, build_notifiers
-
-    try:
-        return build_notifiers(
-            config.notifiers, label=str(config.path or "config.toml"), env=os.environ if env is None else env
-        )
-    except NotifierConfigError as exc:
-        raise ConfigError(list(exc.problems)) from None
 
 
 def preemption_file(config: Config, home_root: Path) -> Path:

@@ -4,10 +4,10 @@ adopted job (orchestrator/adopt/)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from ..model.errors import OrchError
-from ..model.records import Job
+from ..model.records import Job, Outgoing
 from ..model.states import JobState
 from .connection import inserted_id
 from .events import write_event
@@ -102,6 +102,7 @@ class MirrorRows(OutboxRows):
         now: float,
         attempts: list[dict[str, Any]],
         detail: str,
+        outgoing: Sequence[Outgoing] = (),
     ) -> Job:
         """A job adopted from another machine's manifest (`orch adopt`): same uid, its history and
         money, a new local id, queued (or stopped) here."""
@@ -161,7 +162,7 @@ class MirrorRows(OutboxRows):
                         a.get("step_reached"),
                     ),
                 )
-            write_event(db, job_id, "adopted", detail, now, ())
+            write_event(db, job_id, "adopted", detail, now, outgoing)
             return self._get(db, job_id)
 
 

@@ -16,6 +16,7 @@ STATE_STYLE = {
     "cancelled": "magenta",
     "stopped": "magenta",
     "pruned": "magenta",
+    "moved": "blue",
 }
 
 

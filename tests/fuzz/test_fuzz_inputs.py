@@ -18,7 +18,8 @@ import tomli_w
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.spec.config import Config, load_config
+from orchestrator.jobs.notify import load_config_checked
+from orchestrator.spec.config import Config
 from orchestrator.model.errors import ConfigError, OrchError, SpecError
 from orchestrator.spec.jobspec import JobSpec, load_jobspec
 from orchestrator.jobs.lifecycle import submit_job
@@ -220,7 +221,7 @@ def test_config_toml_is_valid_or_a_clear_error(fuzz_home, doc):
     assume(data is not None)  # not expressible in TOML: not an example
     path = _write(fuzz_home, "config", data.encode())
     try:
-        config = load_config(path, required=True, build_notifiers=True, env={})
+        config = load_config_checked(path, required=True, env={})
     except ConfigError as exc:
         assert_clear(exc, str(path))
     else:
@@ -232,7 +233,7 @@ def test_config_toml_is_valid_or_a_clear_error(fuzz_home, doc):
 def test_config_toml_random_bytes_never_traceback(fuzz_home, data):
     path = _write(fuzz_home, "rawconfig", data)
     try:
-        load_config(path, required=True, build_notifiers=True, env={})
+        load_config_checked(path, required=True, env={})
     except ConfigError as exc:
         assert_clear(exc, str(path))
 

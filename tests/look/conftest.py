@@ -16,7 +16,7 @@ import pytest
 import tomli_w
 from daemon_harness import OrchHome, wait_for
 
-from orchestrator.spec.config import load_config
+from orchestrator.jobs.notify import load_config_checked
 from orchestrator.contract import read_json
 from orchestrator.jobs.lifecycle import submit_job
 from orchestrator.model.states import JobState
@@ -160,7 +160,7 @@ def scenario(tmp_path_factory) -> Iterator[dict[str, Any]]:
             ]
         )
     )
-    h.config = load_config(config, required=True, build_notifiers=True)
+    h.config = load_config_checked(config, required=True)
     try:
         h.start_daemon()
 

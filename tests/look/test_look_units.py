@@ -66,7 +66,11 @@ def test_the_loss_curve_png_decodes_and_is_none_without_a_loss(tmp_path):
 def test_the_daemon_records_a_flat_loss_once_and_a_divergence_fails_without_retry(tmp_path):
     from orchestrator.spec.config import Config
     from orchestrator.contract import HEALTH, write_json_atomic
-    from orchestrator.reports.health import divergence, diverged_decision, record_loss_flat
+    from orchestrator.daemon.health_watch import LossFlatWatch
+    from orchestrator.jobs.outcome import Exit, Retries, decide
+    from orchestrator.model.states import Intent
+    from orchestrator.reports.health import divergence
+    from orchestrator.reports.run_report import RunReport
     from orchestrator.jobs.lifecycle import change_state
     from orchestrator.home.paths import Home
     from orchestrator.model.records import AttemptStart
@@ -90,14 +94,21 @@ def test_the_daemon_records_a_flat_loss_once_and_a_divergence_fails_without_retr
     )
     run_dir = home.run_dir(job.id)
     run_dir.mkdir(parents=True, exist_ok=True)
-    assert record_loss_flat(store, Config(), home, 3.0) == []
+
+    class Daemon:  # what the watch needs of the daemon: its store, config and home
+        pass
+
+    d = Daemon()
+    d.store, d.config, d.home = store, Config(), home
+    watch = LossFlatWatch()
+    assert watch.check(d, 3.0) == []
     flat = {"step": 100, "baseline": 0.7, "recent": 0.69, "improvement": 0.014, "min_improvement": 0.02, "window": 10}
     write_json_atomic(run_dir / HEALTH, {"loss_flat": flat})
-    assert [j.id for j in record_loss_flat(store, Config(), home, 4.0)] == [job.id]
+    assert [j.id for j in watch.check(d, 4.0)] == [job.id]
     write_json_atomic(run_dir / HEALTH, {"loss_flat": flat, "flat_checked_at": 100})  # rewritten: still once
-    assert record_loss_flat(store, Config(), home, 5.0) == []
+    assert watch.check(d, 5.0) == []
     assert len(store.events(job.id, kinds=["loss_flat"])) == 1
-    assert divergence(home, job) is None
+    assert divergence(run_dir, job.attempt) is None
     write_json_atomic(
         run_dir / HEALTH,
         {
@@ -109,11 +120,18 @@ def test_the_daemon_records_a_flat_loss_once_and_a_divergence_fails_without_retr
             }
         },
     )
-    info = divergence(home, store.get(job.id))
-    d = diverged_decision(info)
-    assert d.state is JobState.FAILED and "at step 37" in d.reason and "step-00000030.ckpt" in d.reason
+    info = divergence(run_dir, store.get(job.id).attempt)
+    decided = decide(Intent.NONE, Exit(1), RunReport(diverged=info), is_command=False, retries=Retries(0, 3))
+    assert decided.state is JobState.FAILED and decided.charged
+    assert "at step 37" in decided.reason and "step-00000030.ckpt" in decided.reason
     write_json_atomic(run_dir / HEALTH, {"diverged": {"step": 37, "what": "nan", "attempt": "0"}})
-    assert divergence(home, store.get(job.id)) is None  # an older attempt's record
+    assert divergence(run_dir, store.get(job.id).attempt) is None  # an older attempt's record
+    # Each daemon has its own watch, and a job that stops running is forgotten (no global, no growth).
+    assert job.id in watch.seen and LossFlatWatch().seen == {}
+    change_state(
+        store, Config(), home, store.get(job.id), JobState.FAILED, EventKind.FAILED, 6.0, expect=[JobState.RUNNING]
+    )
+    assert watch.check(d, 7.0) == [] and watch.seen == {}
     store.close()
 
 

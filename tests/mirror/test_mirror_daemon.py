@@ -112,7 +112,11 @@ def test_adopt_refuses_a_live_owner_two_machines_cannot_both_adopt_and_the_old_o
     before = manifest(remote, uid)
     a.start_daemon()
     wait_for(lambda: "lease_lost" in a.event_kinds(job_id), 20, what=f"A to see it lost the lease: {a.log_tail()}")
-    a.wait_state(job_id, JobState.STOPPED, JobState.CANCELLED, timeout=30)
+    a.wait_state(job_id, JobState.MOVED, timeout=30)
+    shown = json.loads(a.cli("show", str(job_id), "--json").stdout)
+    assert shown["state"] == "moved" and "adopted by" in shown["reason"], shown
+    retried = a.cli("retry", str(job_id))  # it runs on B now: running it here too would train it twice
+    assert retried.returncode == 1 and "runs there now" in retried.stderr, retried
     time.sleep(1.5)  # a heartbeat interval: A must stay silent
     after = manifest(remote, uid)
     assert after["owner"] == before["owner"], "the old owner overwrote the manifest"

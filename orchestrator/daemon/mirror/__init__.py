@@ -34,13 +34,11 @@ __all__ = ["Mirror", "build_mirror"]
 
 def build_mirror(rt: Any) -> Optional[Mirror]:
     """The runtime's uploader, wired to its daemon: a lost lease stops the job here with a
-    checkpoint (its own intent: SIGTERM, exit 75, `stopped`), or cancels it if it is queued; the
+    checkpoint (its own intent: SIGTERM, exit 75, `moved`), or cancels it if it is queued; the
     store going down and coming back are recorded events with notifications."""
     if not rt.config.storage.url:
         return None
-    import socket
-
-    from ...jobs.lifecycle import outgoing_for
+    from ...jobs.lifecycle import machine_outgoing
     from .. import stop_requests
 
     d = rt.daemon
@@ -51,14 +49,9 @@ def build_mirror(rt: Any) -> Optional[Mirror]:
             stop_requests.stop_for_lost_lease(d, job.id, reason, now)
 
     def event(kind: EventKind, detail: str) -> None:
-        payload = {
-            "event": kind.value,
-            "reason": detail,
-            "host": socket.gethostname(),
-            "state": "",
-            "currency": rt.config.pricing.currency,
-        }
-        rt.store.record_event(None, kind, time.time(), detail=detail, outgoing=outgoing_for(rt.config, kind, payload))
+        rt.store.record_event(
+            None, kind, time.time(), detail=detail, outgoing=machine_outgoing(rt.config, kind, detail)
+        )
         rt.hooks.submit_event(kind.value, None)
 
     return Mirror(rt.home, rt.config, rt.store, on_lease_lost=lease_lost, on_event=event)

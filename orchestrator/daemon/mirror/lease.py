@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 from ...contract import BATCH, MODEL, PROGRESS, RESULT, read_json
 from ...home.paths import Home
 from ...model.records import Job
-from ...model.states import TERMINAL, EventKind, JobState
+from ...model.states import TERMINAL, JobState
 from ...objectstore import manifest as mf
 from ...objectstore.remote import Conflict, Remote
 from ...store import Store
@@ -116,7 +116,6 @@ class ManifestWriter:
         )
         log.warning("mirror: job %s: %s", job.id, reason)
         self.store.mirror_set(job.id, job.uid, lost=holder, dirty=0)
-        self.store.record_event(job.id, EventKind.LEASE_LOST, now, detail=reason)
         for pending in self.store.uploads_pending(job.id):
             self.store.upload_finish(pending["id"], now, dropped="the job was adopted by another machine")
         self.on_lease_lost(job, reason)
