@@ -30,7 +30,7 @@ def hold_reason(
         state = dep_states.get(dep)
         if state is None:
             return Hold(f"dependency {dep} no longer exists", fail=True)
-        if state in (JobState.FAILED, JobState.CANCELLED, JobState.STOPPED, JobState.PRUNED):
+        if state in (JobState.FAILED, JobState.CANCELLED, JobState.STOPPED, JobState.PRUNED, JobState.MOVED):
             return Hold(
                 f"dependency {dep} {state.value}" if state is not JobState.FAILED else f"dependency {dep} failed",
                 fail=True,

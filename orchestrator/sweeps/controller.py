@@ -35,6 +35,7 @@ _TOLD = {
     JobState.FAILED: "fail",
     JobState.CANCELLED: "fail",
     JobState.STOPPED: "fail",
+    JobState.MOVED: "fail",  # adopted by another machine: this sweep never hears how it ends
 }
 
 Stop = Callable[[Job, Intent, str], None]  # record the intent, then SIGTERM (the daemon's signal_job)
