@@ -37,6 +37,7 @@ KIND_FOR = {
     JobState.CANCELLED: EventKind.CANCELLED,
     JobState.STOPPED: EventKind.STOPPED,
     JobState.PRUNED: EventKind.PRUNED,
+    JobState.MOVED: EventKind.LEASE_LOST,
 }
 
 
@@ -86,7 +87,7 @@ def test_every_state_is_reachable_from_queued():
 
 
 def test_the_table_is_the_designed_lifecycle():
-    Q, R, S, F, C, T, P = (
+    Q, R, S, F, C, T, P, M = (
         JobState.QUEUED,
         JobState.RUNNING,
         JobState.SUCCEEDED,
@@ -94,21 +95,24 @@ def test_the_table_is_the_designed_lifecycle():
         JobState.CANCELLED,
         JobState.STOPPED,
         JobState.PRUNED,
+        JobState.MOVED,
     )
     assert TRANSITIONS == {
-        Q: {R, C, F},  # start; cancel while queued; a dependency failed
-        R: {S, F, C, T, P, Q},  # Q: preempted / checkpointed / OOM / charged retry, resumes; P: a sweep's pruner
+        Q: {R, C, F, M},  # start; cancel while queued; a dependency failed; adopted elsewhere while queued
+        R: {S, F, C, T, P, Q, M},  # Q: preempted / checkpointed / OOM / charged retry, resumes; P: a sweep's pruner
         S: set(),
         F: {Q},
         C: {Q},
         T: {Q},
         P: {Q},  # orch retry
+        M: set(),  # another machine runs it: never again here
     }
 
 
 def test_terminal_states_and_the_table_agree():
     assert JobState.SUCCEEDED in TERMINAL and not TRANSITIONS[JobState.SUCCEEDED]
-    for state in TERMINAL - {JobState.SUCCEEDED}:
+    assert JobState.MOVED in TERMINAL and not TRANSITIONS[JobState.MOVED]
+    for state in TERMINAL - {JobState.SUCCEEDED, JobState.MOVED}:
         assert TRANSITIONS[state] == {JobState.QUEUED}, "failed/cancelled/stopped/pruned come back only through retry"
     assert not JobState.QUEUED.is_terminal and JobState.QUEUED.is_active and JobState.RUNNING.is_active
 
