@@ -93,6 +93,7 @@ class EventKind(Word):
     DEADLINE_RECOVERED = "deadline_recovered"  # ... and came back before it
     PRUNED = "pruned"  # a sweep trial stopped by the pruner
     SWEEP_FINISHED = "sweep_finished"  # a sweep's last trial ended: the best trial, its cost, what pruning saved
+    ENV_CHANGED = "env_changed"  # an attempt's installed distributions differ from the first attempt's
 
 
 # History-only kinds: part of `orch show`, never a notification or hook.
@@ -114,6 +115,7 @@ DEFAULT_NOTIFY_EVENTS = frozenset(
         "lease_lost",
         "deadline_at_risk",
         "sweep_finished",
+        "env_changed",
     }
 )
 
@@ -125,7 +127,7 @@ P = JobState.PRUNED
 # src -> the states it may become. A running job going back to queued is a resume
 # (preemption, checkpointed exit, OOM, charged retry); a terminal one going back is `orch retry`.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    Q: frozenset({R, C, F}),  # F: a dependency failed
+    Q: frozenset({R, C, F, T}),  # F: a dependency failed; T: its environment changed (on_env_change = "stop")
     R: frozenset({S, F, C, T, P, Q}),
     S: frozenset(),
     F: frozenset({Q}),
