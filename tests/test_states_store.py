@@ -96,7 +96,12 @@ def test_the_table_is_the_designed_lifecycle():
         JobState.PRUNED,
     )
     assert TRANSITIONS == {
-        Q: {R, C, F, T},  # start; cancel while queued; a dependency failed; T: environment changed, on_env_change = "stop"
+        Q: {
+            R,
+            C,
+            F,
+            T,
+        },  # start; cancel while queued; a dependency failed; T: environment changed, on_env_change = "stop"
         R: {S, F, C, T, P, Q},  # Q: preempted / checkpointed / OOM / charged retry, resumes; P: a sweep's pruner
         S: set(),
         F: {Q},

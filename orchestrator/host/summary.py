@@ -66,7 +66,9 @@ def _diff_notes(path: Path) -> tuple[int, bool]:
 def provenance_lines(p: dict[str, Any], env_changes: list[str], *, width: Optional[int] = None) -> list[str]:
     """`orch show`'s two lines: what was recorded, then whether later attempts ran in the same environment."""
     if not p.get("files"):
-        return ["  provenance: none yet (not a git checkout; the environment is recorded when its first attempt starts)"]
+        return [
+            "  provenance: none yet (not a git checkout; the environment is recorded when its first attempt starts)"
+        ]
     what = []
     if p.get("packages"):
         what.append(f"{p['packages']} packages")
