@@ -25,7 +25,7 @@ for d in m.distributions():
     if name and name not in seen:  # the first on sys.path wins, as for an import
         seen[name] = d.version
 print(json.dumps({"python": platform.python_version(), "implementation": platform.python_implementation(),
-                  "executable": sys.executable, "prefix": sys.prefix, "packages": seen}))
+                  "executable": sys.executable, "prefix": sys.prefix, "packages": seen, "path": sys.path}))
 """
 
 
@@ -44,6 +44,24 @@ class Probe:
     prefix: str = ""
     packages: dict[str, str] = field(default_factory=dict)
     error: str = ""  # why no packages could be listed
+    path: tuple[str, ...] = ()  # the interpreter's sys.path: the folders whose change invalidates the listing
+
+
+# The last listing per interpreter and environment, with the modification times of its sys.path
+# folders: installing or removing a distribution changes its folder's, so an unchanged stamp means
+# an unchanged list, and the next attempt (or the next job) costs a few stat() calls, not a Python.
+_CACHE: dict[tuple[Optional[str], ...], tuple[tuple[Optional[int], ...], Probe]] = {}
+_ENV_KEYS = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "HOME", "VIRTUAL_ENV")
+
+
+def _stamp(interp: str, paths: Sequence[str], cwd: Optional[str]) -> tuple[Optional[int], ...]:
+    out: list[Optional[int]] = []
+    for p in (interp, *[p or (cwd or ".") for p in paths]):
+        try:
+            out.append(os.stat(p).st_mtime_ns)
+        except OSError:
+            out.append(None)
+    return tuple(out)
 
 
 def _which(name: str, env: Mapping[str, str], cwd: Optional[str]) -> Optional[str]:
@@ -98,6 +116,18 @@ def probe(interp: Interpreter, env: Mapping[str, str], cwd: Optional[str], timeo
     environment (PYTHONPATH included). Never raises: a failure is in `error`."""
     if interp.path is None:
         return Probe(interp, error=interp.how)
+    key = (interp.path, cwd, *(env.get(k) for k in _ENV_KEYS))
+    cached = _CACHE.get(key)
+    if cached is not None and _stamp(interp.path, cached[1].path, cwd) == cached[0]:
+        return cached[1]
+    found = _run_probe(interp, env, cwd, timeout_s)
+    if not found.error:
+        _CACHE[key] = (_stamp(interp.path, found.path, cwd), found)
+    return found
+
+
+def _run_probe(interp: Interpreter, env: Mapping[str, str], cwd: Optional[str], timeout_s: float) -> Probe:
+    assert interp.path is not None
     try:
         out = subprocess.run(
             [interp.path, "-c", _PROBE],
@@ -127,4 +157,5 @@ def probe(interp: Interpreter, env: Mapping[str, str], cwd: Optional[str], timeo
         executable=str(data.get("executable") or ""),
         prefix=str(data.get("prefix") or ""),
         packages={str(k): str(v) for k, v in data["packages"].items()},
+        path=tuple(str(p) for p in data.get("path") or [] if isinstance(p, str)),
     )
