@@ -45,7 +45,7 @@ def git_snapshot(folder: Path, timeout_s: float = 5.0) -> GitSnapshot:
     if not head:
         return GitSnapshot()
     commit, _, root = head.strip().partition("\n")
-    status = git("status", "--porcelain", "--untracked-files=all")
+    status = git("status", "--porcelain", "--untracked-files=normal")  # an untracked folder is one line
     if status is None:
         return GitSnapshot(commit.strip(), None, root.strip())
     lines = [line for line in status.splitlines() if line.strip()]
