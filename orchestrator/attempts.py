@@ -24,10 +24,12 @@ from .contract import (
     JOB_TOML,
     ENV_SNAPSHOTS_HELD,
     ENV_TENSORBOARD_DIR,
+    PACKAGES_TXT,
     PROGRESS,
     RESULT,
     SNAPSHOT_MEMORY,
     newest_checkpoint,
+    provenance_dir,
     read_json,
 )
 from .errors import InvalidTransition
@@ -178,7 +180,7 @@ def _stop_for_environment(
     )
     reason = (
         f'its environment changed since its first attempt ({names}) and on_env_change = "stop": '
-        f"reinstall what runs/{job.id}/provenance/packages.txt lists and `orch retry {job.id}`, "
+        f"reinstall what {provenance_dir(home.run_dir(job.id)) / PACKAGES_TXT} lists and `orch retry {job.id}`, "
         f"or go on in this one with `orch retry {job.id} --accept-env`"
     )
     try:
