@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
-PROBE_TIMEOUT_S = 30.0
+PROBE_TIMEOUT_S = 15.0  # it runs in the daemon's tick, before the attempt starts
 
 # Run with the job's interpreter: stdlib only, so it works in any environment that has Python.
 _PROBE = r"""
