@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 
+from ..contract import JOB_TOML
 from ..errors import BadInput, OrchError
 from .context import app
 
@@ -60,7 +61,7 @@ EXAMPLES: dict[str, tuple[str, tuple[str, ...], str]] = {
 def examples_root() -> Optional[Path]:
     """The checkout's examples/ (when this code runs from one), else the installed wheel's copy."""
     checkout = Path(__file__).resolve().parents[2] / "examples"
-    if (checkout / "quickstart" / "job.toml").is_file():
+    if (checkout / "quickstart" / JOB_TOML).is_file():
         return checkout
     from importlib import metadata
 
@@ -70,7 +71,7 @@ def examples_root() -> Optional[Path]:
         return None
     for f in files:
         text = str(f).replace("\\", "/")
-        if text.endswith(f"{SHARE}/quickstart/job.toml"):
+        if text.endswith(f"{SHARE}/quickstart/{JOB_TOML}"):
             return Path(str(f.locate())).resolve().parents[1]
     return None
 
