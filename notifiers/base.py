@@ -28,7 +28,7 @@ _HEADLINE = {
     "preempted": "was preempted",
     "resumed": "resumed from a checkpoint",
     "oom": "ran out of GPU memory",
-    "stopped": "was stopped by its budget",
+    "stopped": "was stopped",
     "lease_lost": "was taken over by another machine (its mirror lease): it runs there now",
     "adopted": "was adopted from another machine's mirror",
     "pruned": "was pruned by its sweep",
@@ -40,16 +40,20 @@ _HEADLINE = {
     "loss_flat": "has a flat training loss",
     "deadline_at_risk": "will miss its deadline",
     "deadline_recovered": "is on time for its deadline again",
+    "env_changed": "runs in a changed environment",
     "test": "says hello: notifications work",  # `orch notify test`; not a subscribable event
 }
 
 # What a tired researcher should do next, per event ({id} is the job id).
 _NEXT_STEP = {
     "failed": "See `orch logs {id}`; `orch retry {id}` resumes from the latest checkpoint.",
-    "stopped": "`orch retry {id} --budget AMOUNT` continues it from its latest checkpoint.",
+    "stopped": "The reason says why; `orch retry {id}` (with `--budget AMOUNT` after a budget stop) continues it "
+    "from its latest checkpoint.",
     "lease_lost": "Nothing to do here: it goes on where it was adopted (the reason names the machine). "
     "Do not retry it here: that would train it twice.",
     "adopted": "Nothing to do: it resumes here from its mirrored checkpoint.",
+    "env_changed": "The message lists what changed since its first attempt; `orch show {id}` shows its "
+    "provenance. A change of torch, CUDA or the training libraries breaks bit-exact resume.",
     "retrying": "Nothing to do yet: it resumes from its latest checkpoint. `orch logs {id}` shows why.",
     "preempted": "Nothing to do: it resumes from its latest checkpoint when the daemon runs again.",
     "oom": "Nothing to do: it runs again with half the micro-batch and twice the accumulation.",

@@ -92,6 +92,15 @@ DISK_FULL = "disk_full.json"  # a checkpoint write found the disk full: needed v
 SNAPSHOT_MEMORY = "snapshot-memory.json"
 ENV_SNAPSHOTS_HELD = "ORCH_SNAPSHOTS_HELD_BYTES"  # host memory other running jobs' snapshots hold
 
+# What a job ran with (docs/provenance.md): the first attempt's environment, kept as the baseline
+# every later attempt, on any machine, is compared with; the code's uncommitted change at submit.
+PROVENANCE = "provenance"
+PACKAGES_TXT = "packages.txt"  # "name==version" per installed distribution, sorted; "# python X.Y.Z" first
+DIFF_PATCH = "diff.patch"  # `git diff HEAD` at submit, untracked files listed in its header, capped
+SYSTEM_JSON = "system.json"  # Python, torch, CUDA, cuDNN, NCCL, driver, GPUs, OS (orch's probe + the runner)
+PACKAGES_ACCEPTED = "packages-accepted.txt"  # `orch retry --accept-env`: compared with instead of packages.txt
+PROVENANCE_FILES = (PACKAGES_TXT, SYSTEM_JSON, DIFF_PATCH, PACKAGES_ACCEPTED)  # what the mirror carries
+
 
 def attempt_log(n: int, rank: int = 0) -> str:
     """Attempt n's log; under a multi-node executor each further rank writes its own."""
@@ -157,6 +166,11 @@ def write_exit_record(
 def checkpoint_dir(run_dir: Path) -> Path:
     """RUN_DIR/checkpoints: what ORCH_CKPT_DIR points at."""
     return Path(run_dir) / CHECKPOINTS
+
+
+def provenance_dir(run_dir: Path) -> Path:
+    """RUN_DIR/provenance: packages.txt, diff.patch, system.json."""
+    return Path(run_dir) / PROVENANCE
 
 
 def model_dir(run_dir: Path) -> Path:

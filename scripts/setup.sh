@@ -29,6 +29,11 @@ if ! python -c "import torch" >/dev/null 2>&1; then
   echo "installing torch==2.13.0 ..."
   python -m pip install -q "torch==2.13.0" 2>&1 | grep -v -i "warning" || true
 fi
+# The distribution was called `orch` before it was renamed `orch-gpu` (that name on PyPI is another
+# project): an old editable install of this checkout would shadow the new one's files and command.
+if python -m pip show orch 2>/dev/null | grep -q "^Name: orch$"; then
+  python -m pip uninstall -q -y orch 2>&1 | grep -v -i "warning" || true
+fi
 echo "installing orch and its dependencies ..."
 python -m pip install -q -e ".[$EXTRAS]" 2>&1 | grep -v -i "warning" || true
 python -c "import torch, pytorch_lightning, transformers, datasets, orchestrator, training, notifiers" \

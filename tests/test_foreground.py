@@ -71,6 +71,14 @@ def test_orch_run_trains_to_success_in_the_foreground(tmp_path, tiny_job_dir):
     assert shown["result"]["steps"] == 20
     assert (home / "runs" / "1" / "model" / "config.json").exists()
     assert shown["attempts"][0]["outcome"] == "succeeded"
+    # provenance: orch listed the runner's interpreter; the runner added what torch itself says
+    import torch
+
+    system = json.loads((home / "runs" / "1" / "provenance" / "system.json").read_text())
+    assert system["attempt"] == 1 and system["python"]["executable"]
+    assert system["runtime"]["torch"] == torch.__version__ and system["runtime"]["cuda"] == torch.version.cuda
+    assert "torch==" in (home / "runs" / "1" / "provenance" / "packages.txt").read_text()
+    assert shown["provenance"]["torch"] == torch.__version__
 
 
 @pytest.mark.slow

@@ -98,7 +98,7 @@ def test_the_table_is_the_designed_lifecycle():
         JobState.MOVED,
     )
     assert TRANSITIONS == {
-        Q: {R, C, F, M},  # start; cancel while queued; a dependency failed; adopted elsewhere while queued
+        Q: {R, C, F, T, M},  # start; cancel; a dependency failed; T: on_env_change = "stop"; M: adopted elsewhere
         R: {S, F, C, T, P, Q, M},  # Q: preempted / checkpointed / OOM / charged retry, resumes; P: a sweep's pruner
         S: set(),
         F: {Q},

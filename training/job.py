@@ -95,6 +95,9 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
             f"batch {batch_size} x accumulate {accumulate}; "
             + (f"resuming from {resume.name}" if resume else "starting from scratch")
         )
+        from .system_info import record_runtime
+
+        say("environment: " + record_runtime(run_dir))
 
     pl.seed_everything(train.seed, workers=True, verbose=False)
     try:

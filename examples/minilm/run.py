@@ -70,13 +70,13 @@ def main() -> int:
     parser.add_argument("--run-dir", type=Path, help="where to run (default: a new temp folder)")
     args = parser.parse_args()
 
-    sys.path.insert(0, str(REPO / "examples" / "quickstart"))
+    sys.path.insert(0, str(HERE.parent / "quickstart"))  # beside this one, in a checkout or `orch example`
     from prepare import prepare  # the quickstart's data (and its tiny model, unused here)
 
     prepare()
     folder = Path(args.run_dir or tempfile.mkdtemp(prefix="orch-minilm-")).resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "job.toml").write_text(job_toml(minilm_folder(), REPO / "examples" / "quickstart" / "data", args.epochs))
+    (folder / "job.toml").write_text(job_toml(minilm_folder(), HERE.parent / "quickstart" / "data", args.epochs))
     if args.submit:
         return subprocess.call(["orch", "submit", str(folder / "job.toml")])
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from ..contract import BATCH, CHECKPOINTS, write_json_atomic
+from ..contract import BATCH, CHECKPOINTS, PROVENANCE_FILES, atomic_file, provenance_dir, write_json_atomic
 from ..jobs.lifecycle import write_run_spec
 from ..objectstore import datafiles
 from ..objectstore import manifest as mf
@@ -89,6 +90,7 @@ def adopt_one(
     write_run_spec(home, job.id, m["spec"])
     if m.get("batch"):
         write_json_atomic(run_dir / BATCH, m["batch"])
+    fetch_provenance(remote, m, run_dir, label, warn)
     history = list(m["checkpoints"])
     good, rejected = fetch_checkpoint(remote, history, run_dir / CHECKPOINTS, warn)
     kept = [c for c in history if c["key"] not in rejected]
@@ -119,6 +121,27 @@ def adopt_one(
         good["name"] if good else None,
         [remote.where(k) for k in rejected],
     )
+
+
+def fetch_provenance(remote: Remote, m: dict[str, Any], run_dir: Path, label: str, warn: Callable[[str], None]) -> None:
+    """The first machine's provenance files, so this machine's first attempt is compared with them
+    (not taken as a new baseline). One that cannot be fetched is warned about, never fatal."""
+    for name in m.get("provenance") or []:
+        if name not in PROVENANCE_FILES:  # the manifest names files; only these names are written
+            continue
+        try:
+            data = remote.get_bytes(mf.provenance_key(m["uid"], name))
+        except StorageError as exc:
+            data, why = None, str(exc)
+        else:
+            why = "missing"
+        if data is None:
+            warn(
+                f"{label}: its provenance/{name} could not be fetched ({why}); this machine's environment is recorded instead"
+            )
+            continue
+        with atomic_file(provenance_dir(run_dir) / name, "wb") as fh:
+            fh.write(data)
 
 
 def _give_back(remote: Remote, key: str, original: dict[str, Any], etag: Optional[str]) -> None:

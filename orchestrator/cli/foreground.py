@@ -23,7 +23,8 @@ from ..jobs.lifecycle import retry_job, submit_job
 from ..home.paths import Home
 from ..host.procs import start_time
 from ..model.records import Job
-from ..model.states import RETRYABLE, Intent, JobState
+from ..jobs.outcome import Decision
+from ..model.states import RETRYABLE, AttemptOutcome, EventKind, Intent, JobState
 from ..store import Store
 
 
@@ -108,6 +109,10 @@ class _Foreground:
                 f"job {job.id} was started by a running daemon; follow it with `orch logs -f {job.id}`", file=sys.stderr
             )
             return None
+        if begun.launch is None:  # on_env_change = "stop"
+            self.exit_info = {"code": 1, "signal": None}  # `orch run` exits 1, as for a failed job
+            stop = Decision(JobState.STOPPED, EventKind.STOPPED, AttemptOutcome.STOPPED, begun.job.reason)
+            return Settled(begun.job, stop)
         launch = begun.launch
         # This process stands in for the attempt's supervisor: a daemon sees it alive, and its
         # cancel SIGTERMs reach us.

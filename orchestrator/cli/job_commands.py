@@ -239,14 +239,50 @@ def retry(
     job_id: int = typer.Argument(...),
     budget: Optional[float] = typer.Option(None, "--budget", help="A new max_cost for the job.", min=0.0),
     hours: Optional[float] = typer.Option(None, "--hours", help="A new max_hours for the job.", min=0.0),
+    accept_env: bool = typer.Option(
+        False,
+        "--accept-env",
+        help="Go on in the environment as it is now: later attempts are compared with it instead of the "
+        'first attempt\'s (after an on_env_change = "stop").',
+    ),
 ) -> None:
     """Put a failed, cancelled or stopped job back in the queue; it resumes from its latest checkpoint."""
     from ..jobs.lifecycle import retry_job
 
+    if accept_env:
+        accept_current_environment(job_id)
     job = retry_job(ctx.store(), ctx.config(), ctx.home, job_id, time.time(), budget=budget, hours=hours)
     print(f"job {job.id} ({job.name}) queued again; it resumes from its latest checkpoint")
     if not poke(ctx.home):
         err("note: no daemon is running; start one with `orch daemon start`")
+
+
+def accept_current_environment(job_id: int) -> None:
+    import os
+
+    from ..jobs.attempts import job_argv, job_env
+    from ..host.env_record import accept_environment
+
+    from ..model.states import RETRYABLE
+
+    job, home = ctx.store().get(job_id), ctx.home
+    if job.state not in RETRYABLE:
+        return  # retry_job says why it cannot be retried
+    run_dir = home.run_dir(job_id)
+    argv, cwd = job_argv(job.spec, run_dir)
+    env = job_env(
+        os.environ,
+        job_id=job_id,
+        attempt=job.attempt + 1,
+        run_dir=run_dir,
+        gpu_ids=[],
+        resume_from=None,
+        extra=job.spec.get("env") or {},
+    )
+    problem = accept_environment(run_dir, argv, env, cwd)
+    if problem:
+        raise OrchError(f"job {job_id}: cannot record the environment to accept: {problem}")
+    err(f"job {job_id}: later attempts are compared with the environment as it is now")
 
 
 @app.command()

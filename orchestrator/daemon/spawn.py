@@ -72,7 +72,14 @@ def start(d: StepContext, job: Job, gpu_ids: list[int], now: float) -> bool:
         return False
     if begun is None:
         return False
+    if begun.launch is None:  # on_env_change = "stop": stopped before it trained
+        d.changed(job, begun.job, EventKind.STOPPED, begun.job.reason)
+        for kind in begun.also:
+            d.on_event(kind.value, begun.job)
+        return False
     d.changed(job, begun.job, EventKind.RESUMED if begun.resume_step is not None else EventKind.STARTED)
+    for kind in begun.also:
+        d.on_event(kind.value, begun.job)
     try:
         handle = d.executor.start(begun.launch)
     except Exception as exc:  # any type: one job that cannot start must not stop the ones behind it

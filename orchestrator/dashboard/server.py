@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 from urllib.parse import parse_qs, urlsplit
 
 from ..spec.config import Config
+from ..contract import PROVENANCE_FILES, provenance_dir
 from ..model.errors import JobNotFound, OrchError
 from ..home.paths import Home
 from ..store import Store
@@ -74,6 +75,9 @@ class Dashboard:
             name: resources.files(__package__).joinpath("static").joinpath(name).read_bytes() for name in STATIC
         }
 
+    def provenance_file(self, job_id: int, name: str) -> Optional[bytes]:
+        return _provenance_file(self.home, job_id, name)
+
     def api(self, path: str) -> tuple[int, Any]:
         now = time.time()
         try:
@@ -101,6 +105,19 @@ class Dashboard:
         except OrchError as exc:
             return 503, {"error": str(exc)}
         return 404, {"error": f"no such page: {path}"}
+
+
+def _provenance_file(home: Home, job_id: int, name: str) -> Optional[bytes]:
+    """A file of runs/ID/provenance/ as text, redacted like the events (a diff may hold a key)."""
+    if name not in PROVENANCE_FILES:
+        return None
+    try:
+        raw = (provenance_dir(home.run_dir(job_id)) / name).read_bytes()
+    except OSError:
+        return None
+    from notifiers.redaction import redact
+
+    return redact(raw.decode("utf-8", "replace")).encode()
 
 
 def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
@@ -176,6 +193,12 @@ def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
             if from_query:  # the first visit: remember it for the page's own requests
                 extra["Set-Cookie"] = f"{COOKIE}={dash.token}; Path=/; HttpOnly; SameSite=Strict"
             path = url.path
+            m = re.fullmatch(r"/api/job/([0-9]{1,18})/provenance/([a-z.-]{1,40})", path)
+            if m:
+                text = dash.provenance_file(int(m.group(1)), m.group(2))
+                if text is None:
+                    return self._send(404, b"no such provenance file\n", "text/plain; charset=utf-8", extra)
+                return self._send(200, text, "text/plain; charset=utf-8", extra)
             if path.startswith("/api/"):
                 status, payload = dash.api(path)
                 body = json.dumps(_json_safe(payload), default=str).encode()

@@ -23,8 +23,10 @@ from ..contract import (
     JOB_TOML,
     ENV_SNAPSHOTS_HELD,
     ENV_TENSORBOARD_DIR,
+    PACKAGES_TXT,
     SNAPSHOT_MEMORY,
     newest_checkpoint,
+    provenance_dir,
     read_json,
 )
 from ..model.errors import InvalidTransition
@@ -32,6 +34,7 @@ from ..host.gpus import visible_devices
 from ..reports.disk_full import disk_full_text
 from ..reports.health import diverged_text
 from ..reports.run_report import RunReport, read_run_report
+from ..host.env_record import EnvCheck, check_environment
 from .lifecycle import change_state, log_tail, write_run_spec
 from .outcome import Decision, Exit, Retries, decide, describe_exit
 from ..home.paths import Home
@@ -87,9 +90,10 @@ def grace_for(job: Job, config: Config) -> float:
 
 @dataclass(frozen=True)
 class Begun:
-    job: Job  # the job as recorded running
-    launch: AttemptLaunch
+    job: Job  # the job as recorded running (stopped, when `launch` is None)
+    launch: Optional[AttemptLaunch]  # None: stopped before training (on_env_change = "stop")
     resume_step: Optional[int]
+    also: tuple[EventKind, ...] = ()  # events recorded beside the start (env_changed; their hooks run too)
 
 
 def begin_attempt(
@@ -115,6 +119,20 @@ def begin_attempt(
     detail = f"attempt {n}" + (f" on GPU {','.join(map(str, gpu_ids))}" if gpu_ids else " on the CPU") + where
     if resume_path:
         detail += f", resuming from step {resume_step} ({resume_path.name})"
+    argv, cwd = job_argv(job.spec, run_dir)
+    env = job_env(
+        environ,
+        job_id=job.id,
+        attempt=n,
+        run_dir=run_dir,
+        gpu_ids=gpu_ids,
+        resume_from=resume_path,
+        extra=job.spec.get("env") or {},
+    )
+    checked = check_environment(run_dir, argv, env, cwd, n, now)
+    also = [(EventKind.ENV_CHANGED, checked.detail)] if checked.detail else []
+    if checked.detail and job.spec.get("on_env_change") == "stop":
+        return _stop_for_environment(store, config, home, job, n, checked, now)
     try:
         started = change_state(
             store,
@@ -128,19 +146,10 @@ def begin_attempt(
             expect=[job.state],
             updates=lost_steps_updates(job, store.attempts(job.id), resume_step),
             begin_attempt=AttemptStart(n, list(gpu_ids), resume_step),
+            also=also,
         )
     except InvalidTransition:
         return None
-    argv, cwd = job_argv(started.spec, run_dir)
-    env = job_env(
-        environ,
-        job_id=job.id,
-        attempt=n,
-        run_dir=run_dir,
-        gpu_ids=gpu_ids,
-        resume_from=resume_path,
-        extra=started.spec.get("env") or {},
-    )
     env[ENV_SNAPSHOTS_HELD] = str(snapshots_held(store, home, job.id))
     if config.logging.tensorboard_dir:  # the runner links its TensorBoard folder there
         env[ENV_TENSORBOARD_DIR] = str(Path(config.logging.tensorboard_dir).expanduser())
@@ -155,7 +164,40 @@ def begin_attempt(
         gpu_ids=list(gpu_ids),
         spec=started.spec,
     )
-    return Begun(started, launch, resume_step)
+    return Begun(started, launch, resume_step, tuple(kind for kind, _ in also))
+
+
+def _stop_for_environment(
+    store: Store, config: Config, home: Home, job: Job, n: int, checked: EnvCheck, now: float
+) -> Optional[Begun]:
+    """on_env_change = "stop": the job is stopped before attempt n trains (no attempt is recorded),
+    like a budget stop: its checkpoints stay, and `orch retry` runs it again once the environment is
+    back (or accepted with --accept-env)."""
+    names = ", ".join(str(c) for c in checked.changed[:3]) + (
+        f" and {len(checked.changed) - 3} more" if len(checked.changed) > 3 else ""
+    )
+    reason = (
+        f'its environment changed since its first attempt ({names}) and on_env_change = "stop": '
+        f"reinstall what {provenance_dir(home.run_dir(job.id)) / PACKAGES_TXT} lists and `orch retry {job.id}`, "
+        f"or go on in this one with `orch retry {job.id} --accept-env`"
+    )
+    try:
+        stopped = change_state(
+            store,
+            config,
+            home,
+            job,
+            JobState.STOPPED,
+            EventKind.STOPPED,
+            now,
+            detail=f"before attempt {n} started: " + reason,
+            reason=reason,
+            expect=[job.state],
+            also=[(EventKind.ENV_CHANGED, checked.detail)],
+        )
+    except InvalidTransition:
+        return None
+    return Begun(stopped, None, None, (EventKind.ENV_CHANGED,))
 
 
 def snapshots_held(store: Store, home: Home, job_id: int) -> int:

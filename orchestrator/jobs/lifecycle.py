@@ -15,7 +15,7 @@ from ..model.errors import HomeError, InvalidTransition, SpecError
 from ..spec.jobspec import JobSpec, check_deadline, load_jobspec
 from ..home.paths import Home
 from ..contract import JOB_TOML, RESULT, atomic_file, attempt_log, read_json
-from ..host.provenance import git_state
+from ..host.provenance import git_snapshot, write_diff
 from ..model.records import AttemptEnd, AttemptStart, Job, Outgoing
 from ..model.states import RETRYABLE, EventKind, JobState
 from ..store import Store
@@ -141,7 +141,7 @@ def submit_job(
     check_deadline(spec, str(toml_path), now)
     check_nodes(spec, str(toml_path), config.executor.kind)
     folder = Path(spec.workdir) if spec.is_command and spec.workdir else toml_path.resolve().parent
-    commit, dirty = git_state(folder)
+    snap = git_snapshot(folder)
     data = spec.to_toml_dict()
     job = store.submit(
         name=spec.name or toml_path.stem,
@@ -154,15 +154,16 @@ def submit_job(
         now=now,
         after_ids=list(after),
         not_before=not_before,
-        git_commit=commit,
-        git_dirty=dirty,
+        git_commit=snap.commit,
+        git_dirty=snap.dirty,
         max_cost=spec.budget.max_cost,
         max_hours=spec.budget.max_hours,
         detail=f"from {toml_path.resolve()}",
         outgoing=_submitted_outgoing(config, home, spec, now),
     )
     try:
-        write_run_spec(home, job.id, data)
+        run_dir = write_run_spec(home, job.id, data).parent
+        write_diff(run_dir, snap)  # the uncommitted change the commit alone does not say
     except HomeError as exc:  # a link planted at runs/<id>: the job never runs, and says why
         change_state(
             store, config, home, job, JobState.FAILED, EventKind.FAILED, now, reason=str(exc), expect=[JobState.QUEUED]

@@ -99,6 +99,7 @@ class EventKind(Word):
     DEADLINE_RECOVERED = "deadline_recovered"  # ... and came back before it
     PRUNED = "pruned"  # a sweep trial stopped by the pruner
     SWEEP_FINISHED = "sweep_finished"  # a sweep's last trial ended: the best trial, its cost, what pruning saved
+    ENV_CHANGED = "env_changed"  # an attempt's installed distributions differ from the first attempt's
 
 
 # History-only kinds: part of `orch show`, never a notification or hook.
@@ -120,6 +121,7 @@ DEFAULT_NOTIFY_EVENTS = frozenset(
         "lease_lost",
         "deadline_at_risk",
         "sweep_finished",
+        "env_changed",
     }
 )
 
@@ -131,7 +133,8 @@ P, M = JobState.PRUNED, JobState.MOVED
 # src -> the states it may become. A running job going back to queued is a resume
 # (preemption, checkpointed exit, OOM, charged retry); a terminal one going back is `orch retry`.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    Q: frozenset({R, C, F, M}),  # F: a dependency failed; M: adopted elsewhere while queued here
+    Q: frozenset({R, C, F, T, M}),  # F: a dependency failed; T: its environment changed (on_env_change = "stop");
+    # M: adopted elsewhere while queued here
     R: frozenset({S, F, C, T, P, Q, M}),
     S: frozenset(),
     F: frozenset({Q}),

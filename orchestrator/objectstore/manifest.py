@@ -3,6 +3,7 @@
     <prefix>/jobs/<uid>/manifest.json                       written last; conditional writes
     <prefix>/jobs/<uid>/checkpoints/<tag>-<name>            immutable: one key per upload, never rewritten
     <prefix>/jobs/<uid>/files/progress.json, metrics.csv, batch.json, result.json, attempt-N.log
+    <prefix>/jobs/<uid>/files/provenance/packages.txt, system.json, diff.patch   (what the job ran with)
     <prefix>/jobs/<uid>/model/...                           the exported model, on success
 
 A reader trusts only what the manifest names: a checkpoint uploaded after the last manifest
@@ -21,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ..contract import checkpoint_dir
+from ..contract import PROVENANCE, checkpoint_dir
 from ..home.paths import Home
 
 VERSION = 1
@@ -45,6 +46,10 @@ def checkpoint_key(uid: str, name: str, tag: str) -> str:
 
 def file_key(uid: str, name: str) -> str:
     return f"{job_prefix(uid)}/files/{name}"
+
+
+def provenance_key(uid: str, name: str) -> str:
+    return file_key(uid, f"{PROVENANCE}/{name}")
 
 
 def model_key(uid: str, rel: str) -> str:
@@ -121,6 +126,7 @@ def build_manifest(
     result: Optional[dict[str, Any]] = None,
     model: Optional[list[str]] = None,
     data_files: Optional[list[dict[str, Any]]] = None,
+    provenance: Optional[list[str]] = None,
     released: bool = False,
     now: Optional[float] = None,
 ) -> dict[str, Any]:
@@ -174,6 +180,7 @@ def build_manifest(
         "result": result,
         "model": model,
         "data_files": data_files or [],
+        "provenance": provenance or [],  # files/provenance/<name>, uploaded before this manifest
         "owner": owner(home_id, now=now, released=released),
         "written_at": now,
     }

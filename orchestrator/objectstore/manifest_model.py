@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..spec.bounds import INT64_MAX, control_problem, name_problem, value_problems
-from ..contract import parse_checkpoint_name
+from ..contract import PROVENANCE_FILES, parse_checkpoint_name
 from ..model.errors import SpecError
 from ..spec.jobspec import spec_from_dict
 from ..model.states import AttemptOutcome, JobState
@@ -173,6 +173,7 @@ class Manifest(_Record):
     attempts: list[AttemptRecord] = Field(default=[], max_length=100_000)
     batch: Optional[dict[str, Any]] = None
     progress: Optional[dict[str, Any]] = None
+    provenance: list[Literal[PROVENANCE_FILES]] = Field(default=[], max_length=len(PROVENANCE_FILES))  # type: ignore[valid-type]
     checkpoints: list[CheckpointRecord] = Field(default=[], max_length=1000)
     result: Optional[dict[str, Any]] = None
     model: Optional[list[Text]] = None

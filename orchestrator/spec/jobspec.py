@@ -9,7 +9,7 @@ import os
 import re
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -83,6 +83,9 @@ class JobSpec(JobTable):
     # When the job must be done, with its time zone ("2026-12-05T18:00+08:00"): among jobs of equal
     # priority the earliest deadline starts first, and `deadline_at_risk` says when it will be missed.
     deadline: Optional[Union[datetime, str]] = None
+    # An attempt whose installed distributions differ from the first attempt's: "warn" (an
+    # env_changed event, then it trains) or "stop" (the job is stopped before it trains).
+    on_env_change: Literal["warn", "stop"] = "warn"
 
     @field_validator("deadline")
     @classmethod

@@ -11,6 +11,7 @@ from ..cost import money as cost
 from ..contract import CKPT_SUFFIX, PROGRESS, RESULT, SNAPSHOT_MEMORY, checkpoint_dir, parse_checkpoint_name, read_json
 from ..planning.dispatch import hold_reason
 from ..planning.forecast import step_rate
+from ..host.summary import provenance_summary
 from ..home.paths import Home
 from ..model.records import Attempt, Job
 from ..model.states import JobState
@@ -149,6 +150,7 @@ def show_data(
             "retries": job.retries,
             "failures": job.failures,
             "git": {"commit": job.git_commit, "dirty": job.git_dirty},
+            "provenance": provenance_summary(run_dir),
             "events": [{"at": e.at, "kind": e.kind, "detail": e.detail} for e in store.events(job_id)],
             "attempts": [
                 {

@@ -7,6 +7,7 @@ import time
 from typing import Any, Optional
 
 from ..cost.money import format_duration, format_money
+from ..host.summary import provenance_lines
 
 STATE_STYLE = {
     "queued": "yellow",
@@ -115,6 +116,9 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
         lines.append(f"  git:       {git['commit'][:12]}{' (dirty tree)' if git.get('dirty') else ''}")
     else:
         lines.append("  git:       not a git checkout")
+    if d.get("provenance") is not None:
+        changes = [e["detail"] for e in d.get("events") or [] if e["kind"] == "env_changed"]
+        lines += provenance_lines(d["provenance"], changes, width=200)
     if d["spec"].get("command"):
         lines.append(f"  command:   {' '.join(d['spec']['command'])}   (in {d['spec'].get('workdir')})")
     else:

@@ -72,6 +72,8 @@ def test_job_page_draws_every_metrics_row_and_marks_the_preemption(scenario, das
     kinds = [el.attrs["data-kind"] for el in find(elements, "tr") if "data-kind" in el.attrs]
     assert "preempted" in kinds and "resumed" in kinds and "succeeded" in kinds
     assert find(elements, "pre", id="log")[0].text.strip()  # the log tail
+    links = [el.attrs["href"] for el in find(elements, "a") if el.has_class("prov-file")]
+    assert f"/api/job/{a}/provenance/packages.txt" in links and f"/api/job/{a}/provenance/system.json" in links
     screenshot(dashboard.url + f"#/job/{a}", artifacts / "dashboard-job.png", size=(1280, 1500))
 
 
@@ -147,5 +149,41 @@ def test_loopback_needs_no_token_but_a_local_host_header(tmp_path):
         assert status == 200 and json.loads(body)["jobs"] == []
         assert _get(server.local("/api/queue"), {"Host": f"localhost:{server.port + 1}"})[0] == 200  # an SSH tunnel
         assert _get(server.local("/api/queue"), {"Host": "evil.example:80"})[0] == 403  # DNS rebinding
+    finally:
+        server.close()
+
+
+def test_the_job_page_links_its_provenance_files_served_as_redacted_text(tmp_path):
+    from orchestrator.contract import provenance_dir
+    from orchestrator.home.paths import Home
+    from orchestrator.store import Store
+
+    home = Home(tmp_path / "home").ensure()
+    store = Store(home.db)
+    job = store.submit(
+        name="p", kind="command", gpus=0, priority=0, retries=0, spec={"command": ["x"]}, spec_path="", now=1.0
+    )
+    store.close()
+    folder = provenance_dir(home.run_dir(job.id))
+    folder.mkdir(parents=True)
+    (folder / "packages.txt").write_text("# python 3.11.7\ntorch==2.13.0\n")
+    (folder / "diff.patch").write_text("+url = https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=abcdef0123456789\n")
+    server = DashboardProcess(home.root)
+    try:
+        page = json.loads(_get(server.local(f"/api/job/{job.id}"))[2])
+        assert (
+            set(page["provenance"]["files"]) == {"packages.txt", "diff.patch"}
+            and page["provenance"]["torch"] == "2.13.0"
+        )
+        status, headers, body = _get(server.local(f"/api/job/{job.id}/provenance/packages.txt"))
+        assert (
+            status == 200
+            and body == b"# python 3.11.7\ntorch==2.13.0\n"
+            and headers["Content-Type"].startswith("text/plain")
+        )
+        status, _, body = _get(server.local(f"/api/job/{job.id}/provenance/diff.patch"))
+        assert status == 200 and b"abcdef0123456789" not in body  # a key in the diff is masked, as in events
+        assert _get(server.local(f"/api/job/{job.id}/provenance/job.toml"))[0] == 404  # only the provenance files
+        assert _get(server.local(f"/api/job/{job.id}/provenance/system.json"))[0] == 404  # not recorded
     finally:
         server.close()

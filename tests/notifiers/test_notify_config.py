@@ -128,6 +128,7 @@ def test_defaults_name_is_the_type_and_events_are_the_outcomes() -> None:
             "lease_lost",
             "deadline_at_risk",
             "sweep_finished",
+            "env_changed",
         }
     )
     assert notifier.min_interval_s == 3.0

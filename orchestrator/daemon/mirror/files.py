@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
-from ...contract import BATCH, METRICS_CSV, MODEL, PROGRESS, RESULT, attempt_log
+from ...contract import BATCH, METRICS_CSV, MODEL, PROGRESS, PROVENANCE, PROVENANCE_FILES, RESULT, attempt_log
+from ...contract import provenance_dir
 from ...home.paths import Home
 from ...model.records import Job
 from ...objectstore import manifest as mf
@@ -39,8 +40,10 @@ class FileSync:
             return
         run_dir = self.home.run_dir(job.id)
         names = [PROGRESS, METRICS_CSV, BATCH] + ([attempt_log(job.attempt)] if job.attempt else [])
-        for name in names:
-            path = run_dir / name
+        files = [(name, run_dir / name) for name in names]
+        # What the job ran with travels too, so a machine that adopts it compares with the first one's.
+        files += [(f"{PROVENANCE}/{name}", provenance_dir(run_dir) / name) for name in PROVENANCE_FILES]
+        for name, path in files:
             try:
                 st = path.stat()
             except OSError:
@@ -53,6 +56,10 @@ class FileSync:
             self.remote.put_bytes(mf.file_key(job.uid, name), path.read_bytes())
             self._files_seen[(job.id, name)] = seen
         self.store.mirror_set(job.id, job.uid, files_at=now)
+
+    def provenance_sent(self, job_id: int) -> list[str]:
+        """The provenance files this process has uploaded for the job (the manifest names only those)."""
+        return [n for n in PROVENANCE_FILES if (job_id, f"{PROVENANCE}/{n}") in self._files_seen]
 
     def sync_inputs(self, job: Job) -> None:
         """A built-in job's inputs, once per job in this process."""

@@ -47,6 +47,7 @@ class ManifestWriter:
         *,
         released: bool = False,
         data_files: Optional[list[dict[str, Any]]] = None,
+        provenance: Optional[list[str]] = None,
     ) -> None:
         job = self.store.get(job.id)  # the freshest state, cost and attempts
         row = row or {"checkpoints": [], "doomed": [], "etag": None, "final": 0}
@@ -65,6 +66,7 @@ class ManifestWriter:
             result=result,
             model=model,
             data_files=data_files,
+            provenance=provenance,
             released=released,
             now=now,
         )

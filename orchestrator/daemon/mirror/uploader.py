@@ -238,7 +238,14 @@ class Mirror:
             self.write_manifest(job, self.store.mirror_state(job_id), time.time())
 
     def write_manifest(self, job: Job, row: Optional[dict[str, Any]], now: float, *, released: bool = False) -> None:
-        self.manifests.write(job, row, now, released=released, data_files=self.files.inputs.get(job.id))
+        self.manifests.write(
+            job,
+            row,
+            now,
+            released=released,
+            data_files=self.files.inputs.get(job.id),
+            provenance=self.files.provenance_sent(job.id),
+        )
 
 
 def _stamps(folders: list[Path]) -> list[Optional[int]]:

@@ -135,6 +135,19 @@
 
   function kv(k, v) { return h("div", { class: "kv" }, h("div", { class: "k", text: k }), h("div", { class: "v", text: v })); }
 
+  // What the job ran with: the summary, and a link to each file of runs/ID/provenance/ (served as text).
+  function provenance(d) {
+    const p = d.provenance || { files: {} };
+    const names = Object.keys(p.files || {});
+    if (!names.length) return h("p", { class: "muted", id: "provenance", text: "none recorded yet (written when the first attempt starts)" });
+    const facts = [p.packages ? `${p.packages} packages` : null, p.python ? `python ${p.python}` : null,
+      p.torch ? `torch ${p.torch}${p.cuda ? " (CUDA " + p.cuda + ")" : ""}` : null].filter(Boolean).join(", ");
+    const changed = d.events.filter((e) => e.kind === "env_changed").length;
+    return h("div", { id: "provenance" },
+      h("p", { text: `${facts}${facts ? " · " : ""}${changed ? "environment changed " + changed + " time(s) since the first attempt" : "every attempt in the first attempt's environment"}` }),
+      h("p", {}, ...names.map((n) => h("a", { class: "prov-file", href: `/api/job/${d.id}/provenance/${n}`, text: `${n} (${p.files[n]} B)  ` }))));
+  }
+
   function renderJob(d) {
     const cur = d.currency;
     const charts = h("div", { class: "charts", id: "charts", "data-rows": d.metrics.rows });
@@ -170,6 +183,7 @@
       h("h2", { text: "Attempts" }), attempts,
       h("h2", { text: "Events" }), events,
       h("h2", { text: "Checkpoints" }), d.checkpoints.length ? ckpts : h("p", { class: "muted", text: "none" }),
+      h("h2", { text: "Provenance" }), provenance(d),
       h("h2", { text: `Log (attempt ${d.attempt || "—"}, last lines)` }), h("pre", { class: "log", id: "log", text: d.log_tail || "(empty)" }));
   }
 
