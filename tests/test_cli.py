@@ -45,7 +45,8 @@ def walk(store, job_id: int, *states: JobState, now: float = 1000.0):
                 begin_attempt=AttemptStart(n),
             )
         elif job.state is JobState.RUNNING:
-            kind = EventKind.PREEMPTED if state is JobState.QUEUED else EventKind(state.value)
+            kind = {JobState.QUEUED: EventKind.PREEMPTED, JobState.MOVED: EventKind.LEASE_LOST}.get(state)
+            kind = kind or EventKind(state.value)
             job = store.transition(
                 job_id,
                 state,
@@ -166,6 +167,7 @@ def six_jobs(cli, good_job, store):
             JobState.CANCELLED: [JobState.CANCELLED],
             JobState.STOPPED: [JobState.RUNNING, JobState.STOPPED],
             JobState.PRUNED: [JobState.RUNNING, JobState.PRUNED],
+            JobState.MOVED: [JobState.RUNNING, JobState.MOVED],
         }[state]
         walk(store, job_id, *path)
         ids[state] = job_id

@@ -1,5 +1,5 @@
 """The outcome table, every row: each intent x each way an attempt ends x what the runner reported
-(SPEC.md "What ends an attempt, and what the job becomes"). One pure function decides for the
+(docs: "What ends an attempt, and what the job becomes"). One pure function decides for the
 daemon's reap, `orch run` and a vanished attempt alike, so these rows are the whole behaviour.
 The expectations are written out, not computed: a changed row must change this file."""
 

@@ -1,4 +1,4 @@
-"""THE table "What ends an attempt, and what the job becomes" (SPEC.md): the daemon's intent, the
+"""THE table "What ends an attempt, and what the job becomes" (the user-facing contract): the daemon's intent, the
 attempt's exit (or none: it vanished) and what the runner left in its run folder (a RunReport)
 decide the next state. One pure function, used by the daemon's reap, `orch run` and the recovery of
 a vanished attempt alike; the callers only apply the decision."""
