@@ -204,14 +204,25 @@ def format_money(amount: float, currency: str = "") -> str:
 
 
 def format_duration(seconds: float | None) -> str:
-    """ETA and runtime in tables: '45s', '12m', '3h 05m', '2d 4h'; '-' when unknown."""
+    """ETA and runtime in tables: '45s', '1m 55s', '12m', '3h 05m', '2d 4h'; '-' when unknown."""
     if seconds is None or seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
         return "-"
     s = int(round(seconds))
     if s < 60:
         return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
+    if s < 3600:  # "1m 55s", not "1m", for 114.5 s: a minute is too much to drop
+        return f"{s // 60}m" + (f" {s % 60:02d}s" if s % 60 else "")
     if s < 86400:
         return f"{s // 3600}h {s % 3600 // 60:02d}m"
     return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def format_clock(ts: float | None) -> str:
+    """A moment (a deadline, a projected finish) with its year and zone: '2026-12-05 18:00 CST'."""
+    if ts is None:
+        return "unknown"
+    if math.isinf(ts):
+        return "never"
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(ts))

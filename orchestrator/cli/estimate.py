@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..contract import DEFAULT_MTBF_S, young_daly
-from ..cost import Pricing, format_duration, format_money, job_hourly_rates
+from ..cost import Pricing, format_clock, format_duration, format_money, job_hourly_rates
 from ..errors import OrchError
 from ..forecast import History, history_of, queue_forecast
 from ..jobspec import JobSpec, load_jobspec
@@ -340,7 +340,7 @@ def estimate_text(d: dict[str, Any]) -> str:
         + ("" if d.get("daemon_running") else "; no daemon is running: `orch daemon start`")
     )
     if d.get("projected_finish"):
-        lines.append(f"  finishes:    {time.strftime('%Y-%m-%d %H:%M', time.localtime(d['projected_finish']))}")
+        lines.append(f"  finishes:    {format_clock(d['projected_finish'])}")
     if d.get("sweep"):
         lines.append(sweep_text(d))
     return "\n".join(lines)
