@@ -15,6 +15,7 @@ from ..config import Config
 from ..contract import JOB_TOML
 from ..cost import format_money
 from ..errors import InvalidTransition
+from ..forecast import trial_name
 from ..lifecycle import cancel_job, outgoing_for, write_run_spec
 from ..paths import Home
 from ..records import Job
@@ -143,7 +144,7 @@ def _create_trial(
     base = sweep.spec["job"]
     is_command = "command" in base
     data = apply_params(base, params, is_command=is_command)
-    data["name"] = f"{sweep.name}-t{number}"
+    data["name"] = trial_name(sweep.name, number)  # the estimate finds earlier trials by it
     budget = data.get("budget") or {}
     job = ctx.store.submit_trial(
         sweep.id,
