@@ -66,9 +66,7 @@ def loads_around(probe_others: float, load_averages: Sequence[float], cpus: int)
     return 0.0, typical, high
 
 
-def scale_parts(
-    parts: Mapping[str, float], model: Optional[LoadModel], others: float
-) -> dict[str, float]:
+def scale_parts(parts: Mapping[str, float], model: Optional[LoadModel], others: float) -> dict[str, float]:
     """The probe's parts (seconds) as they would be under `others`: training, evaluation and saves
     as the steps went; start-up and the end (imports, export) on one thread."""
     if model is None:
