@@ -84,6 +84,17 @@ def larger_job(folder: Path) -> Path:
 NEIGHBOUR = "while True: pass"
 
 
+def job_state(db: Path, job_id: int) -> str:
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        row = conn.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
+    finally:
+        conn.close()
+    return row[0] if row else ""
+
+
 def one_run(job: Path, work: Path, neighbours: int = 0) -> dict[str, Any]:
     home = work / f"home-{time.time_ns()}"
     home.mkdir(parents=True)
@@ -109,14 +120,11 @@ def one_run(job: Path, work: Path, neighbours: int = 0) -> dict[str, Any]:
             ORCH + ["submit", str(job), "--json"], capture_output=True, text=True, env=env, timeout=120
         )
         job_id = json.loads(sub.stdout)["id"]
+        # Polled in the database (read-only), not with `orch show`: a CLI process every few seconds
+        # would load the machine under the run being measured, and the estimate never saw it.
         deadline = time.monotonic() + 3600
         while time.monotonic() < deadline:
-            shown = json.loads(
-                subprocess.run(
-                    ORCH + ["show", str(job_id), "--json"], capture_output=True, text=True, env=env, timeout=120
-                ).stdout
-            )
-            if shown["state"] in ("succeeded", "failed", "cancelled", "stopped"):
+            if job_state(home / "orch.db", job_id) in ("succeeded", "failed", "cancelled", "stopped"):
                 break
             time.sleep(2)
         time.sleep(1.5)  # the tick after the exit settles the bill

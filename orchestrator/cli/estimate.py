@@ -90,6 +90,8 @@ def speed_range(
     model = load_model(probe)
     probed = sum(parts.values())
     if model is None:
+        if others is not None:
+            return {"wall_s": probed, "low": probed, "high": probed, "parts": dict(parts), "load": None}
         return {
             "wall_s": probed,
             "low": probed * UNMEASURED_RANGE[0],
@@ -113,7 +115,7 @@ def speed_range(
             "cpu_bound": round(model.cpu_bound, 3),
             "others_in_probe": round(model.others, 2),
             "load_averages": [round(a, 2) for a in load_averages],
-            "others_low": low,
+            "others_low": round(low, 2),
             "others_typical": round(typical, 2),
             "others_high": round(high, 2),
         },
@@ -147,7 +149,7 @@ def builtin_projection(
     the range from the machine to itself to a busier one; cost at the rate."""
     sps = float(probe["steps_per_s"])
     total = int(probe["total_steps"])
-    startup = float(probe.get("startup_s") or 0.0)
+    startup = float(probe.get("startup_s") or 0.0) + float(probe.get("launch_s") or 0.0)
     save_s = float(probe.get("checkpoint_s") or 0.0)
     eval_pass = float(probe.get("eval_pass_s") or 0.0)
     end_s = float(probe.get("end_s") or 0.0)
@@ -164,8 +166,9 @@ def builtin_projection(
     }
     ranged = speed_range(probe, probed_parts, load_averages)
     stop_share = earliest_stop_share(spec, probe, evals)
-    if stop_share < 1.0:  # early stopping: the low end is its earliest stop, on the machine to itself
-        low_parts = speed_range(probe, probed_parts, load_averages, others=0.0)["parts"]
+    if stop_share < 1.0:  # early stopping: the low end is its earliest stop, at the low end's load
+        low_others = (ranged["load"] or {}).get("others_low")
+        low_parts = speed_range(probe, probed_parts, load_averages, others=low_others)["parts"]
         ranged["low"] = sum(v * (1.0 if k in ("startup", "end") else stop_share) for k, v in low_parts.items())
     wall, parts = ranged["wall_s"], ranged["parts"]
     preemptions = wall / mtbf[0]
@@ -272,9 +275,28 @@ def run_probe(job_toml: Path, *, warmup: int, steps: int, env: Optional[dict[str
     if result.get("last_step_at"):
         result["end_s"] = max(0.0, exited - result["last_step_at"] - float(result.get("after_last_step_s") or 0.0))
     result["probe_s"] = exited - spawned
+    result["launch_s"] = launch_s()
     if not result.get("steps_per_s"):
         raise OrchError(f"the probe of {job_toml} measured no steady steps (too few steps: raise --steps)")
     return result
+
+
+def launch_s() -> float:
+    """What starting an attempt's supervisor takes here (its interpreter and imports), before the
+    job's own process starts: the daemon bills it, the probe does not see it."""
+    from ..executors.local import SUPERVISOR_MODULE
+
+    began = time.monotonic()
+    try:
+        subprocess.run(
+            [sys.executable, "-m", SUPERVISOR_MODULE, "--help"],
+            capture_output=True,
+            timeout=120,
+            cwd=str(Path(__file__).resolve().parents[2]),
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return 0.0
+    return time.monotonic() - began
 
 
 def estimate_data(
@@ -438,8 +460,9 @@ def _load_line(load: Optional[dict[str, Any]]) -> str:
         return "not measured by the probe here: the range is a fixed -20 % / +60 %"
     return (
         f"the probe kept {load['busy_cores']:g} of {load['cpus']} cores busy beside {load['others_in_probe']:g} "
-        f"other runnable task(s); estimated at {load['others_typical']:g}, the range from none (the machine to "
-        f"itself) to {load['others_high']:g} (the busiest of the last 15 min and one more busy neighbour)"
+        f"other runnable task(s); estimated at {load['others_typical']:g}, the range from {load['others_low']:g} "
+        f"(the quietest of the last 15 min, a third lower) to {load['others_high']:g} (the busiest, half again as "
+        "busy, and one more busy neighbour)"
     )
 
 

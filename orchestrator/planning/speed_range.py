@@ -54,16 +54,22 @@ def load_model(probe: Mapping[str, Any]) -> Optional[LoadModel]:
     return LoadModel(cpus, threads, busy, max(0.0, others))
 
 
+# How far a machine's load moves between the probe and the run, either way: on a shared machine
+# it was seen to rise from 6.8 to 12.5 runnable tasks within four minutes.
+LOAD_SWING = 1.5
+
+
 def loads_around(probe_others: float, load_averages: Sequence[float], cpus: int) -> tuple[float, float, float]:
-    """(low, typical, high) other runnable tasks to estimate under: none (the machine to itself);
-    the probe's, or the last 5 minutes' average when the machine was busier than during the probe;
-    and the busiest of those plus one more busy neighbour per four cores (at least one) — the load
-    the slow end of the range holds under. The load averages are read before the probe ran, so
-    they do not count the probe itself."""
-    averages = [max(0.0, a) for a in load_averages]
-    typical = max(probe_others, averages[1] if len(averages) > 1 else probe_others)
-    high = max([probe_others, *averages]) + max(1.0, cpus / 4)
-    return 0.0, typical, high
+    """(low, typical, high) other runnable tasks to estimate under. Typical: the probe's, or the
+    last 5 minutes' average when the machine was busier than during the probe. Low: the quietest
+    of those and the 1- and 15-minute averages, a third lower (LOAD_SWING). High: the busiest of
+    them, half again as busy, plus one more busy neighbour per four cores (at least one). The load
+    averages are read before the probe ran, so they do not count the probe itself."""
+    seen = [probe_others, *(max(0.0, a) for a in load_averages)]
+    typical = max(probe_others, seen[2] if len(seen) > 2 else probe_others)
+    low = min(seen) / LOAD_SWING
+    high = max(seen) * LOAD_SWING + max(1.0, cpus / 4)
+    return low, typical, high
 
 
 def scale_parts(parts: Mapping[str, float], model: Optional[LoadModel], others: float) -> dict[str, float]:
