@@ -39,8 +39,9 @@ def test_a_cpu_bound_step_slows_with_its_share_and_a_gpu_bound_one_hardly():
 
 def test_the_range_runs_from_the_quietest_to_the_busiest_recent_load_swung_and_a_neighbour():
     low, typical, high = loads_around(0.5, [3.0, 1.0, 0.2], 2)
-    assert (low, typical, high) == (pytest.approx(0.2 / 1.5), 1.0, 3.0 * 1.5 + 1)
-    assert loads_around(2.0, [0.1, 0.1, 0.1], 16)[1:] == (2.0, 2.0 * 1.5 + 4)  # one more per four cores
+    assert (low, typical, high) == (pytest.approx(0.2 / 1.5), 1.5, 3.0 * 1.5 + 1)
+    assert loads_around(2.0, [0.5, 0.5, 0.1], 16)[1:] == (1.0, 2.0 * 1.5 + 4)  # one more per four cores
+    assert loads_around(2.0, [], 2) == (pytest.approx(2.0 / 1.5), 2.0, 4.0)  # no load averages here
     assert loads_around(0.0, [0.0, 0.0, 0.0], 2) == (0.0, 0.0, 1.0)
 
 
@@ -55,9 +56,9 @@ def test_builtin_estimate_is_a_range_around_the_probe_under_the_typical_load():
     training = 100 * 2 / cores_for(2, 2, 1)
     assert idle["wall_s_high"] == pytest.approx(20 + training + (12 + 2) * 1.5 + 2, abs=0.2)
     assert idle["cost_high"] == pytest.approx(idle["wall_s_high"] / 3600 * 3.6, abs=1e-5)
-    busy = builtin_projection(spec, CPU_BOUND, 3.6, (3600.0, "t"), [2.0, 2.0, 2.0])  # busier of late
+    busy = builtin_projection(spec, CPU_BOUND, 3.6, (3600.0, "t"), [3.0, 3.0, 0.0])  # busier of late
     assert busy["wall_s"] > idle["wall_s"] and busy["wall_s_low"] == idle["wall_s_low"]
-    assert busy["load"]["others_typical"] == 2.0 and busy["load"]["others_high"] == 4.0
+    assert busy["load"]["others_typical"] == 2.0 and busy["load"]["others_high"] == 5.5
     plain = builtin_projection(spec, PROBE, 3.6, (3600.0, "t"))  # no load figures: a fixed range
     assert plain["wall_s_low"] < plain["wall_s"] < plain["wall_s_high"] and plain["load"] is None
 

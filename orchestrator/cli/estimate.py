@@ -145,8 +145,9 @@ def builtin_projection(
     load_averages: Sequence[float] = (),
 ) -> dict[str, Any]:
     """Wall time = start-up + steps / (steps/s) + evaluations + periodic saves + the end, as the
-    probe measured them, scaled to the load this machine is likely to have (`speed_range`), with
-    the range from the machine to itself to a busier one; cost at the rate."""
+    probe measured them (the supervisor's start added to the start-up), scaled to the load this
+    machine is likely to have, with a range from a quieter to a busier machine (`speed_range`);
+    cost at the rate."""
     sps = float(probe["steps_per_s"])
     total = int(probe["total_steps"])
     startup = float(probe.get("startup_s") or 0.0) + float(probe.get("launch_s") or 0.0)

@@ -60,13 +60,15 @@ LOAD_SWING = 1.5
 
 
 def loads_around(probe_others: float, load_averages: Sequence[float], cpus: int) -> tuple[float, float, float]:
-    """(low, typical, high) other runnable tasks to estimate under. Typical: the probe's, or the
-    last 5 minutes' average when the machine was busier than during the probe. Low: the quietest
-    of those and the 1- and 15-minute averages, a third lower (LOAD_SWING). High: the busiest of
-    them, half again as busy, plus one more busy neighbour per four cores (at least one). The load
-    averages are read before the probe ran, so they do not count the probe itself."""
+    """(low, typical, high) other runnable tasks to estimate under. Typical: the mean of three
+    views of the present load, each noisy on a shared machine — the probe's, and the 1- and
+    5-minute load averages. Low: the quietest of those and the 15-minute average, a third lower
+    (LOAD_SWING). High: the busiest of them, half again as busy, plus one more busy neighbour per
+    four cores (at least one). The load averages are read before the probe ran, so they do not
+    count the probe itself."""
     seen = [probe_others, *(max(0.0, a) for a in load_averages)]
-    typical = max(probe_others, seen[2] if len(seen) > 2 else probe_others)
+    recent = seen[:3]
+    typical = sum(recent) / len(recent)
     low = min(seen) / LOAD_SWING
     high = max(seen) * LOAD_SWING + max(1.0, cpus / 4)
     return low, typical, high
