@@ -5,7 +5,8 @@ the time a dead daemon missed billed on restart from the supervisors' attempt re
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Callable, Optional, cast
 
 from ..config import Config
 from ..contract import PROGRESS, attempt_log, attempt_pid, read_json
@@ -30,7 +31,8 @@ def _write(store: Store, config: Config, lo: float, hi: float, spans: list[Span]
         # Running jobs hold more GPUs than this daemon manages (the config changed under an
         # adopted job): each job is billed its own GPUs and the machine nothing idle.
         log.warning("cost: %s; billing each job its own GPUs until they finish", bill.over_held)
-    per_job = {j: (bill.costs[j], bill.gpu_seconds[j], bill.run_seconds[j]) for j in bill.costs}
+    # the spans were built from job ids (cost.py's formula takes any hashable id)
+    per_job = {cast(int, j): (bill.costs[j], bill.gpu_seconds[j], bill.run_seconds[j]) for j in bill.costs}
     store.accrue(hi, hi - lo, per_job, bill.idle)
 
 
@@ -97,7 +99,7 @@ def bill_missed(store: Store, config: Config, home: Home, executor: Executor, ma
     return hi - since
 
 
-def _last_sign_of_life(run_dir, attempt: int) -> Optional[float]:
+def _last_sign_of_life(run_dir: Path, attempt: int) -> Optional[float]:
     """When a vanished attempt was last seen alive: the newest of its log's and progress.json's
     modification times."""
     times = []
