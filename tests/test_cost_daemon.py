@@ -1,5 +1,5 @@
 """Cost as the daemon keeps it: accrual tick by tick on the real store (an injected clock), kept
-across attempts, not counted while no daemon runs; preemption waste at the next attempt; ETA and
+across attempts, a gap with no daemon and no attempt not billed; preemption waste at the next attempt; ETA and
 projected cost in status/show; `orch cost` totals; the worked example and the [hooks] through
 a real daemon."""
 
@@ -110,7 +110,7 @@ def test_cpu_jobs_share_the_instance_price_and_the_machine_total_holds(tmp_path)
     assert data["total"] == pytest.approx(1200 / HOUR * 0.9)
 
 
-def test_cost_survives_requeue_and_a_daemon_restart_but_the_gap_is_not_billed(tmp_path):
+def test_cost_survives_requeue_and_a_daemon_restart_but_a_gap_with_nothing_running_is_not_billed(tmp_path):
     home, store, d = _setup(tmp_path, [0], gpu_hour=1.0)
     job = _submit(store, "a", 1, 0.0)
     _run(store, job, 0.0, [0])

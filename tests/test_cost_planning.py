@@ -306,7 +306,7 @@ def test_history_is_the_mean_of_finished_jobs_of_the_same_name():
         make_job(id=4, name="b", run_seconds=5.0),
     ]
     h = history_of(jobs, "a")
-    assert h == History(runs=2, seconds=20.0, cost=2.0)
+    assert h == History(runs=2, seconds=20.0, cost=2.0, seconds_min=10.0, seconds_max=30.0, cost_max=3.0)
     assert history_of(jobs, "c") is None
 
 

@@ -85,6 +85,12 @@ def test_estimate_of_a_builtin_job_probes_it_and_the_cli_never_imports_torch(hom
     assert json.loads(marker[len("HEAVY=") :]) == []
     d = json.loads(proc.stdout)
     assert d["kind"] == "builtin" and d["total_steps"] == 40 and d["steps_per_s"] > 0
+    # the range, and what the probe saw of the load (Linux: /proc)
+    assert d["wall_s_low"] <= d["wall_s"] <= d["wall_s_high"] and d["cost_low"] <= d["cost"] <= d["cost_high"]
+    load = d["load"]
+    assert load["cpus"] >= 1 and load["threads"] == 1 and 0 < load["busy_cores"] <= load["cpus"] + 0.2, load
+    assert load["others_in_probe"] >= 0 and load["others_high"] >= load["others_typical"] + 1, load
+    assert "_probe" not in d
     assert d["probe"]["measured_steps"] >= 1 and d["probe"]["seconds"] > 0 and d["probe"]["cost"] > 0
     parts = d["parts_s"]
     assert parts["startup"] > 0 and parts["training"] > 0 and parts["eval"] > 0 and parts["checkpoint"] > 0
@@ -175,19 +181,23 @@ def test_a_sweep_file_gets_its_base_jobs_estimate_and_the_bound_of_every_trial_r
     d = json.loads(orch("estimate", sweep, "--json").out)
     assert d["job"] == "nightly" and d["wall_s"] == 120 and d["cost"] == pytest.approx(0.12), d  # 120 s at 3.6/h
     # one CPU slot (the default): the trials run one at a time here, whatever `parallel` says
+    # each trial at most the slowest run seen (120 s), and a tick of the daemon to start each wave
     assert d["sweep"] == {
         "trials": 5,
         "parallel": 2,
         "at_once_here": 1,
+        "trial_wall_s_at_most": 120.0,
         "cost_at_most": 0.6,
-        "wall_s_at_most": 600.0,
+        "wall_s_at_most": 605.0,
         "max_cost": 9.0,
     }
     text = orch("estimate", sweep).out
     assert "sweep of 5 trials, 1 at a time (parallel = 2, but this machine's slots run 1)" in text, text
     (home / "config.toml").write_text('[daemon]\ncpu_slots = 4\n[pricing]\ncurrency = "CNY"\ninstance_hour = 3.6\n')
     d = json.loads(orch("estimate", sweep, "--json").out)
-    assert (d["sweep"]["at_once_here"], d["sweep"]["wall_s_at_most"]) == (2, 360.0), d["sweep"]
+    assert (d["sweep"]["at_once_here"], d["sweep"]["wall_s_at_most"]) == (2, 363.0), d["sweep"]
+    # two CPU trials at once share the instance price: together at most 363 s of it
+    assert d["sweep"]["cost_at_most"] == pytest.approx(0.363), d["sweep"]
     text = orch("estimate", sweep).out
     assert "sweep of 5 trials, 2 at a time, each like" in text and "6m" in text and "max_cost" in text, text
     # submit --estimate: the same bound, then a question; no terminal means no sweep

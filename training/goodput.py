@@ -41,6 +41,11 @@ class GoodputMeter(pl.Callback):
         self.run_dir = run_dir
         self.batches_per_epoch: Optional[float] = None
         self.last_step_at: Optional[float] = None
+        # The probe: this process's CPU time at the steady mark and the latest step (all its
+        # threads), and the machine's runnable tasks sampled at each steady step end: what load
+        # does not move (CPU per step) and the load the probe ran under.
+        self._cpu_marks = (0.0, 0.0)
+        self._runnable: list[int] = []
 
     # -- the step and the gap before it ----------------------------------------------------------
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -62,6 +67,12 @@ class GoodputMeter(pl.Callback):
             mark = (trainer.global_step, now, self.checkpoint_s, self.eval_s)
             if self.steady is None and mark[0] >= self.warmup:
                 self.steady = mark
+                self._cpu_marks = (time.process_time(), time.process_time())
+            elif self.steady is not None:
+                self._cpu_marks = (self._cpu_marks[0], time.process_time())
+                runnable = _runnable_now()
+                if runnable is not None:
+                    self._runnable.append(runnable)
             self.last_step = mark
             self.last_step_at = time.time()
 
@@ -116,6 +127,13 @@ class GoodputMeter(pl.Callback):
         steps, seconds = s1 - s0, (t1 - t0) - (c1 - c0) - (e1 - e0)
         return steps / seconds if steps > 0 and seconds > 0 else None
 
+    def cpu_per_wall(self) -> Optional[float]:
+        """Cores this process kept busy over the steady window (CPU seconds per wall second)."""
+        if self.steady is None or self.last_step is None:
+            return None
+        wall = self.last_step[1] - self.steady[1]
+        return (self._cpu_marks[1] - self._cpu_marks[0]) / wall if wall > 0 else None
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
         self.batches_per_epoch = trainer.num_training_batches
 
@@ -131,6 +149,8 @@ class GoodputMeter(pl.Callback):
                 **own,
                 "steady_steps_per_s": self.steady_rate(),
                 "steady_steps": (self.last_step[0] - self.steady[0]) if self.steady and self.last_step else 0,
+                "steady_cpu_per_wall": self.cpu_per_wall(),
+                "others_runnable": (sum(self._runnable) / len(self._runnable)) if self._runnable else None,
                 "batches_per_epoch": self.batches_per_epoch,
                 "last_step_at": self.last_step_at,
                 # saves and evaluation after the last step (not the end's own time)
@@ -150,3 +170,23 @@ def _earlier_attempts(run_dir: Optional[Path], attempt: str) -> dict[str, Any]:
     if not isinstance(earlier, dict):
         return {}
     return {k: v for k, v in earlier.items() if k != attempt and isinstance(v, dict)}
+
+
+def _runnable_now() -> Optional[int]:
+    """Runnable tasks on the machine now that are not this process's own threads (procs_running
+    in /proc/stat less our threads in state R; Linux); None elsewhere."""
+    try:
+        with open("/proc/stat", "rb") as fh:
+            total = next((int(line.split()[1]) for line in fh if line.startswith(b"procs_running ")), None)
+        if total is None:
+            return None
+        ours = 0
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat", "rb") as fh:
+                    ours += fh.read().rsplit(b")", 1)[1].split()[0] == b"R"
+            except OSError:  # the thread ended meanwhile
+                pass
+        return max(0, total - ours)
+    except (OSError, ValueError, IndexError):
+        return None

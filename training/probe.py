@@ -151,8 +151,26 @@ def probe(job_toml: Path, warmup: int, steps: int) -> dict[str, Any]:
         "total_steps": total,
         "evals": (evals_per_epoch(train.val_check_interval, batches) * total / steps_per_epoch) if has_val else 0,
         "world": world,
+        # what load does not move, and the load it ran under (planning/speed_range.py)
+        "cpu_per_wall": figures.get("steady_cpu_per_wall"),
+        "others_runnable": figures.get("others_runnable"),
+        "threads": _threads(),
+        "cpus": _cpus(),
         "probe_s": time.time() - PROCESS_START,
     }
+
+
+def _threads() -> int:
+    import torch
+
+    return max(1, int(torch.get_num_threads()))
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def cli(argv: Optional[list[str]] = None) -> int:

@@ -88,7 +88,7 @@ def estimate(
     job's history. A sweep file gets its base job's estimate and the sweep's bound (every trial
     run to its end)."""
     from ..sweeps.spec import is_sweep_file, load_sweep
-    from .estimate import estimate_data, estimate_text, sweep_bound
+    from .estimate import estimate_data, estimate_text, public, sweep_bound
 
     section = None
     if is_sweep_file(job_toml):
@@ -102,11 +102,12 @@ def estimate(
         warmup=warmup,
         steps=steps,
         daemon_running=daemon_pid(ctx.home) is not None,
+        sweep=(section.name or job_toml.stem) if section else None,  # its trials' names, as submit names them
     )
     if section:
         data["sweep"] = sweep_bound(data, section, ctx.config())
     if as_json:
-        emit_json(data)
+        emit_json(public(data))
     else:
         print(estimate_text(data))
 

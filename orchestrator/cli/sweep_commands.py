@@ -56,6 +56,7 @@ def submit_sweep(
             Path(section.job),
             time.time(),
             daemon_running=daemon_pid(ctx.home) is not None,
+            sweep=section.name or path.stem,  # the name the sweep below is created with
         )
         data["sweep"] = sweep_bound(data, section, config)
         ask_after(data, yes)

@@ -10,10 +10,13 @@ from .money import format_duration, format_money
 from .ledger import Ledger
 
 LARGE_SHARE = 0.05  # a part worth a line: at least this share of the bill
+MIN_SAVING = 0.005  # and a saving that prints as at least 0.01: never "saves up to 0.00"
 
 
-def _large(ledger: Ledger, part: str) -> bool:
-    return ledger.billed > 0 and ledger.money[part] >= LARGE_SHARE * ledger.billed
+def _large(ledger: Ledger, part: str, saved_share: float = 1.0) -> bool:
+    """The part is a large share of the bill, and what fixing it saves (`saved_share` of it) is money."""
+    money = ledger.money[part]
+    return ledger.billed > 0 and money >= LARGE_SHARE * ledger.billed and money * saved_share >= MIN_SAVING
 
 
 def _share(ledger: Ledger, part: str) -> str:
@@ -21,7 +24,8 @@ def _share(ledger: Ledger, part: str) -> str:
 
 
 def checkpoint_advice(ledger: Ledger, spec: Mapping[str, Any], currency: str) -> Optional[str]:
-    if not _large(ledger, "checkpoint"):
+    background = ((spec.get("checkpoint") or {}).get("background")) is False
+    if not _large(ledger, "checkpoint", 1.0 if background else 0.5):
         return None
     cost = ledger.money["checkpoint"]
     ck = spec.get("checkpoint") or {}
@@ -76,7 +80,7 @@ def data_wait_advice(ledger: Ledger, spec: Mapping[str, Any], currency: str) -> 
 
 def startup_advice(ledger: Ledger, spec: Mapping[str, Any], currency: str) -> Optional[str]:
     """Only the restarts' share can be saved by a kept cache: the first start tokenizes anyway."""
-    if not _large(ledger, "startup") or ledger.attempts < 2:
+    if ledger.attempts < 2 or not _large(ledger, "startup", (ledger.attempts - 1) / ledger.attempts):
         return None
     cost = ledger.money["startup"]
     saved = cost * (ledger.attempts - 1) / ledger.attempts
@@ -115,7 +119,7 @@ def idle_advice(
     minutes = shutdown_after_minutes / 2 if shutdown_after_minutes else 10.0
     kept = min(idle_cost, max(1, idle_stretches) * minutes / 60.0 * machine_hour)
     saved = idle_cost - kept
-    if saved <= 0:
+    if saved < MIN_SAVING:
         return None
     setting = f"[idle] shutdown_after_minutes = {minutes:g}" + (
         f" (now {shutdown_after_minutes:g})" if shutdown_after_minutes else ""

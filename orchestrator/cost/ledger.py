@@ -87,7 +87,7 @@ def job_ledger(job: Job, attempts: Sequence[Attempt], goodput: Optional[Mapping[
     if not figures:
         notes.append("this job's process reports no breakdown (the built-in runner does): only redone steps are known")
     if scaled:
-        notes.append("the measured parts exceeded the billed time (time with no daemon is not billed): scaled to it")
+        notes.append("the measured parts exceeded the billed time: scaled to it")
     return Ledger(seconds, money, billed_s, billed, bool(figures), scaled, len(attempts), notes)
 
 

@@ -75,6 +75,60 @@ def split_interval(
     return costs, (0.0 if abs(idle) < 1e-12 * max(1.0, machine_rate * hours) else idle)
 
 
+@dataclass(frozen=True)
+class Span:
+    """One attempt's share of the clock: it held `gpus` from `start` to `end` (None: still running)."""
+
+    job_id: JobId
+    gpus: int
+    start: float
+    end: float | None = None
+
+
+@dataclass
+class SpanBill:
+    """What `split_spans` charged: per job its cost, GPU-seconds and running seconds, and idle."""
+
+    costs: dict[JobId, float]
+    gpu_seconds: dict[JobId, float]
+    run_seconds: dict[JobId, float]
+    idle: float
+    over_held: str = ""  # set when jobs held more GPUs than managed (each billed its own GPUs)
+
+
+def split_spans(
+    lo: float, hi: float, spans: Sequence[Span], managed_gpus: int, pricing: Pricing, *, jobs_are_machine: bool = False
+) -> SpanBill:
+    """Charge the uptime [lo, hi] to the attempts that ran inside it, each only while it ran.
+
+    The interval is cut where an attempt started or ended; each piece is split by the one formula
+    (`split_interval`) among the attempts running through it, so Σ jobs + idle = (hi − lo) ×
+    machine_hour still holds. With `jobs_are_machine` (a cluster allocation) the machine is just
+    the GPUs the running jobs hold: no idle cost of ours."""
+    bill = SpanBill({}, {}, {}, 0.0)
+    if hi <= lo:
+        return bill
+    cuts = {lo, hi}
+    for s in spans:
+        cuts.update(t for t in (s.start, s.end) if t is not None and lo < t < hi)
+    edges = sorted(cuts)
+    for a, b in zip(edges, edges[1:]):
+        inside = [s for s in spans if s.start <= a and (s.end is None or s.end >= b)]
+        held = [(s.job_id, s.gpus) for s in inside]
+        managed = sum(g for _, g in held) if jobs_are_machine else managed_gpus
+        try:
+            costs, idle = split_interval(b - a, held, managed, pricing)
+        except ValueError as exc:
+            bill.over_held = str(exc)
+            costs, idle = {j: g * pricing.gpu_hour * (b - a) / 3600 for j, g in held}, 0.0
+        bill.idle += idle
+        for s in inside:
+            bill.costs[s.job_id] = bill.costs.get(s.job_id, 0.0) + costs.get(s.job_id, 0.0)
+            bill.gpu_seconds[s.job_id] = bill.gpu_seconds.get(s.job_id, 0.0) + s.gpus * (b - a)
+            bill.run_seconds[s.job_id] = bill.run_seconds.get(s.job_id, 0.0) + (b - a)
+    return bill
+
+
 def average_hourly_rate(cost: float, seconds: float) -> float | None:
     """What a job has actually paid per hour so far (it varies for CPU jobs as the mix changes)."""
     return cost / (seconds / 3600.0) if seconds > 0 else None
@@ -150,14 +204,25 @@ def format_money(amount: float, currency: str = "") -> str:
 
 
 def format_duration(seconds: float | None) -> str:
-    """ETA and runtime in tables: '45s', '12m', '3h 05m', '2d 4h'; '-' when unknown."""
+    """ETA and runtime in tables: '45s', '1m 55s', '12m', '3h 05m', '2d 4h'; '-' when unknown."""
     if seconds is None or seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
         return "-"
     s = int(round(seconds))
     if s < 60:
         return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
+    if s < 3600:  # "1m 55s", not "1m", for 114.5 s: a minute is too much to drop
+        return f"{s // 60}m" + (f" {s % 60:02d}s" if s % 60 else "")
     if s < 86400:
         return f"{s // 3600}h {s % 3600 // 60:02d}m"
     return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def format_clock(ts: float | None) -> str:
+    """A moment (a deadline, a projected finish) with its year and zone: '2026-12-05 18:00 CST'."""
+    if ts is None:
+        return "unknown"
+    if math.isinf(ts):
+        return "never"
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(ts))

@@ -1,46 +1,111 @@
-"""The daemon's bookkeeping of money: one accounting interval split among the running jobs
-(the one formula, from cost.py), the rest idle."""
+"""The daemon's bookkeeping of money: the uptime split among the attempts that ran in it (the one
+formula, from cost.py), the rest idle — each attempt billed from its own start to its own end, and
+the time a dead daemon missed billed on restart from the supervisors' attempt records."""
 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Callable, Optional, cast
 
 from ..spec.config import Config
+from ..contract import PROGRESS, attempt_log, attempt_pid, read_json
+from ..cost.money import Pricing, Span, split_spans
+from ..executors.base import Executor
+from ..home.paths import Home
 from ..model.records import Job
-from ..cost.money import Pricing, split_interval
 from ..model.states import JobState
 from ..store import Store
 
 log = logging.getLogger("orch.daemon")
 
 
+def _pricing(config: Config, cluster: bool) -> Pricing:
+    p = config.pricing
+    return Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=0.0 if cluster else p.instance_hour)
+
+
+def _write(store: Store, config: Config, lo: float, hi: float, spans: list[Span], managed: int, cluster: bool) -> None:
+    bill = split_spans(lo, hi, spans, managed, _pricing(config, cluster), jobs_are_machine=cluster)
+    if bill.over_held:
+        # Running jobs hold more GPUs than this daemon manages (the config changed under an
+        # adopted job): each job is billed its own GPUs and the machine nothing idle.
+        log.warning("cost: %s; billing each job its own GPUs until they finish", bill.over_held)
+    # the spans were built from job ids (cost.py's formula takes any hashable id)
+    per_job = {cast(int, j): (bill.costs[j], bill.gpu_seconds[j], bill.run_seconds[j]) for j in bill.costs}
+    store.accrue(hi, hi - lo, per_job, bill.idle)
+
+
 def accrue_interval(
     store: Store,
     config: Config,
     managed_gpus: int,
-    seconds: float,
+    since: float,
     now: float,
     *,
     billable: Optional[Callable[[Job], bool]] = None,
 ) -> None:
-    """Bill `seconds` of daemon uptime: each running job its share, the rest idle.
+    """Bill the uptime (since, now]: each attempt its share while it ran (from its attempt row's
+    start; to its supervisor's end when it ended in between), the rest idle.
 
     With `billable` (a cluster executor: Slurm), only the jobs it names are charged (a job
-    Slurm still holds PENDING costs nothing), each its own GPUs x gpu_hour, and the cluster
-    has no idle cost of ours."""
-    running = store.jobs([JobState.RUNNING])
-    p = config.pricing
-    pricing = Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour)
+    Slurm still holds PENDING costs nothing), each its own GPUs x gpu_hour, for the whole
+    interval, and the cluster has no idle cost of ours."""
     if billable is not None:
-        running = [j for j in running if billable(j)]
-        pricing = Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=0.0)
-        managed_gpus = sum(j.gpus for j in running)
-    try:
-        costs, idle = split_interval(seconds, [(j.id, j.gpus) for j in running], managed_gpus, pricing)
-    except ValueError as exc:
-        # Running jobs hold more GPUs than this daemon manages (the config changed under an
-        # adopted job): bill each job its own GPUs and the machine nothing idle, and say so.
-        log.warning("cost: %s; billing each job its own GPUs until they finish", exc)
-        costs, idle = {j.id: j.gpus * p.gpu_hour * seconds / 3600 for j in running}, 0.0
-    store.accrue(now, seconds, {j.id: (costs.get(j.id, 0.0), j.gpus * seconds) for j in running}, idle)
+        running = [j for j in store.jobs([JobState.RUNNING]) if billable(j)]
+        spans = [Span(j.id, j.gpus, since) for j in running]
+    else:
+        spans = [Span(job_id, gpus, start, end) for job_id, gpus, start, end in store.billing_spans(since)]
+    _write(store, config, since, now, spans, managed_gpus, billable is not None)
+
+
+def bill_missed(store: Store, config: Config, home: Home, executor: Executor, managed_gpus: int, now: float) -> float:
+    """At start-up, before the reap: bill the time since the last accrual that a dead daemon
+    missed, from the attempts it left running — each from its supervisor's start to its end
+    (attempt-<n>.exit), to now if it still runs, or to the last thing it wrote if it vanished.
+    The machine's idle share of that time is billed too, up to the last of those ends: after it,
+    nothing shows that the machine was up. Returns the seconds billed."""
+    since = store.ledger().get("accrued_until")
+    if since is None or executor.bills_by_allocation:
+        return 0.0
+    spans = []
+    for job in store.jobs([JobState.RUNNING]):
+        if not job.attempt:
+            continue
+        run_dir = home.run_dir(job.id)
+        ended = executor.exit(job)
+        started = (ended or {}).get("started_at") or (read_json(run_dir / attempt_pid(job.attempt)) or {}).get(
+            "started_at"
+        )
+        if not isinstance(started, (int, float)):
+            continue
+        if ended is not None:
+            end = ended.get("ended_at")
+        elif executor.alive(job):
+            end = now
+        else:
+            end = _last_sign_of_life(run_dir, job.attempt)
+        if isinstance(end, (int, float)) and end > since:
+            spans.append(Span(job.id, job.gpus, float(started), min(float(end), now)))
+    hi = max((s.end for s in spans if s.end is not None), default=since)
+    if hi <= since:
+        return 0.0
+    _write(store, config, since, hi, spans, managed_gpus, False)
+    log.info(
+        "cost: billed %.1f s that no daemon counted (%s), from the attempts' own records",
+        hi - since,
+        ", ".join(f"job {s.job_id}" for s in spans),
+    )
+    return hi - since
+
+
+def _last_sign_of_life(run_dir: Path, attempt: int) -> Optional[float]:
+    """When a vanished attempt was last seen alive: the newest of its log's and progress.json's
+    modification times."""
+    times = []
+    for path in (run_dir / attempt_log(attempt), run_dir / PROGRESS):
+        try:
+            times.append(path.stat().st_mtime)
+        except OSError:
+            pass
+    return max(times, default=None)

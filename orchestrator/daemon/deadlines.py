@@ -5,10 +5,10 @@ second crossing is told again."""
 
 from __future__ import annotations
 
-import time
+import math
 from typing import Optional
 
-from ..cost.money import format_duration
+from ..cost.money import format_clock, format_duration
 from ..planning.forecast import Forecast, queue_forecast
 from ..spec.jobspec import deadline_ts
 from ..jobs.lifecycle import outgoing_for, payload_for
@@ -36,10 +36,22 @@ def at_risk_text(job: Job, deadline: float, forecast: Forecast, now: float) -> s
             f"{format_duration(wait)} of it is the queue ahead: a higher priority (now {job.priority}) would "
             f"start it sooner"
         )
-    if own is not None and own > 0:
+    # A cut can only shorten what is still to run (a running job's remaining steps); the queue
+    # ahead is not the job's to cut, so a job that would start after its deadline gets no cut.
+    left = (forecast.finish - max(forecast.start, now)) if forecast.finish is not None else None
+    cut = math.ceil(100 * late / own) if own else 100  # rounded up: the cut printed is enough
+    if own is not None and own > 0 and left is not None and late < left and cut < 100:
         helps.append(
             f"its own run takes {format_duration(own)}: fewer epochs (max_epochs) or max_steps cut by "
-            f"{min(1.0, late / own):.0%} would meet it"
+            f"{cut}% would meet it"
+        )
+    elif own is not None and own > 0:
+        helps.append(
+            f"no cut of its own run can meet it: it would start only {_clock(forecast.start)}, "
+            f"{format_duration(forecast.start - deadline)} after the deadline"
+            if forecast.start >= deadline
+            else f"no cut of its own run can meet it: it is {format_duration(late)} late with "
+            f"{format_duration(left)} left to run"
         )
     if own is None:
         helps.append("its own run time is not known yet (no finished job of this name)")
@@ -99,4 +111,4 @@ def _is_at_risk(d: StepContext, job: Job) -> bool:
 def _clock(ts: float) -> str:
     if ts == float("inf"):
         return "never (it does not fit this machine)"
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+    return format_clock(ts)

@@ -24,7 +24,7 @@ from ..model.records import Job
 from ..model.states import EventKind, Intent, JobState
 from ..store import Store
 from . import guard, reap, spawn, stop_requests, watchdog
-from .accounting import accrue_interval
+from .accounting import accrue_interval, bill_missed
 from .health_watch import LossFlatWatch
 from .sweep_step import advance_sweeps
 
@@ -67,11 +67,17 @@ class Daemon:
         with self.lock:
             running = self.store.jobs([JobState.RUNNING])
             self.executor.refresh(running, now)
+            # The time a dead daemon missed, from the attempts' own records, before any is reaped.
+            guard.step("bill missed", self._bill_missed, now)
             for job in running:
                 if self.executor.exit(job) is None and self.executor.alive(job):
                     log.info("job %s: adopted its running attempt %s", job.id, job.attempt)
             self.reap(now)
             self.had_work = bool(self.store.jobs([JobState.QUEUED, JobState.RUNNING]))
+            self.last_accrual = now
+
+    def _bill_missed(self, now: float) -> None:
+        bill_missed(self.store, self.config, self.home, self.executor, len(self.managed), now)
 
     # -- the tick --------------------------------------------------------------------------
 
@@ -146,18 +152,23 @@ class Daemon:
     # -- cost --------------------------------------------------------------------------------
 
     def accrue(self, now: float) -> None:
-        last, self.last_accrual = self.last_accrual, now
-        if last is None or now <= last:
+        last = self.last_accrual
+        if last is None or now < last:  # the first tick, or the clock went back: start the clock
+            self.last_accrual = now
             return
-        # A suspended machine or a stalled tick is not billed twice: at most 60 s an interval.
+        if now == last:
+            return
+        # A suspended machine or a stalled tick is not billed as if it ran: at most 60 s an interval.
         accrue_interval(
             self.store,
             self.config,
             len(self.managed),
-            min(now - last, 60.0),
+            max(last, now - 60.0),
             now,
             billable=self.executor.billable if self.executor.bills_by_allocation else None,
         )
+        # Only once written: a failed write leaves the interval to the next tick, not lost.
+        self.last_accrual = now
 
     # -- queue drained -------------------------------------------------------------------------
 

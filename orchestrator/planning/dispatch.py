@@ -49,9 +49,9 @@ def hold_reason(
 
 
 def _clock(ts: float) -> str:
-    import time
+    from ..cost.money import format_clock
 
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+    return format_clock(ts)
 
 
 def edf_order(queue: Sequence[Job]) -> list[Job]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -37,18 +38,43 @@ def step_rate(progress: Optional[Mapping[str, Any]], attempt: Optional[Attempt])
 
 @dataclass(frozen=True)
 class History:
-    """Finished (succeeded) jobs of one name: what they took, on average."""
+    """Finished (succeeded) jobs of one name: what they took, on average, and the least and most."""
 
     runs: int
     seconds: float
     cost: float
+    seconds_min: Optional[float] = None
+    seconds_max: Optional[float] = None
+    cost_max: Optional[float] = None
 
 
-def history_of(jobs: Iterable[Job], name: str) -> Optional[History]:
-    done = [j for j in jobs if j.name == name and j.state is JobState.SUCCEEDED and j.run_seconds > 0]
+def trial_name(sweep: str, number: int) -> str:
+    """A sweep trial's job name: the sweep's name and its number (`sweep-t3`)."""
+    return f"{sweep}-t{number}"
+
+
+def history_of(jobs: Iterable[Job], name: str, *, sweep: Optional[str] = None) -> Optional[History]:
+    """The finished jobs named `name`; with `sweep`, also the trials of earlier sweeps of that
+    name (`<sweep>-tN`): a sweep's trials are the base job's history."""
+    trial = re.compile(re.escape(trial_name(sweep, 0))[:-1] + r"\d+$") if sweep else None
+    done = [
+        j
+        for j in jobs
+        if (j.name == name or (trial is not None and trial.match(j.name)))
+        and j.state is JobState.SUCCEEDED
+        and j.run_seconds > 0
+    ]
     if not done:
         return None
-    return History(len(done), sum(j.run_seconds for j in done) / len(done), sum(j.cost for j in done) / len(done))
+    seconds = [j.run_seconds for j in done]
+    return History(
+        len(done),
+        sum(seconds) / len(done),
+        sum(j.cost for j in done) / len(done),
+        min(seconds),
+        max(seconds),
+        max(j.cost for j in done),
+    )
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ..model.records import OutboxRow
-from ..model.states import EventKind
+from ..model.states import EventKind, JobState
 from .events import write_event
 from .jobs import JobRows
 
@@ -57,20 +59,44 @@ class OutboxRows(JobRows):
 
     # -- cost ledger ---------------------------------------------------------------------
 
-    def accrue(self, now: float, seconds: float, per_job: dict[int, tuple[float, float]], idle_cost: float) -> None:
-        """Add one accounting interval: per job (cost, gpu_seconds) and its running time, plus the
-        idle cost and the uptime, in one transaction (so a crash never counts half an interval)."""
+    def accrue(
+        self,
+        now: float,
+        seconds: float,
+        per_job: dict[int, tuple[float, float]] | dict[int, tuple[float, float, float]],
+        idle_cost: float,
+    ) -> None:
+        """Add one accounting interval ending at `now`: per job (cost, gpu_seconds[, run_seconds]; its
+        running time is `seconds` unless given), plus the idle cost and the uptime, in one transaction
+        (so a crash never counts half an interval); `accrued_until` records how far the bill goes."""
         with self._tx() as db:
-            for job_id, (cost, gpu_seconds) in per_job.items():
+            for job_id, parts in per_job.items():
+                cost, gpu_seconds = parts[0], parts[1]
+                run_seconds = parts[2] if len(parts) > 2 else seconds
                 db.execute(
                     "UPDATE jobs SET cost=cost+?, gpu_seconds=gpu_seconds+?, run_seconds=run_seconds+? WHERE id=?",
-                    (cost, gpu_seconds, seconds, job_id),
+                    (cost, gpu_seconds, run_seconds, job_id),
                 )
             for key, value in (("idle_cost", idle_cost), ("uptime_s", seconds)):
                 db.execute(
                     "INSERT INTO ledger(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=value+excluded.value",
                     (key, value),
                 )
+            db.execute(
+                "INSERT INTO ledger(key, value) VALUES('accrued_until', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=MAX(value, excluded.value)",
+                (now,),
+            )
+
+    def billing_spans(self, since: float) -> list[tuple[int, int, float, Optional[float]]]:
+        """(job id, GPUs, started_at, ended_at) of every attempt still open on a running job or
+        ended after `since`: what the next accounting interval is split among."""
+        rows = self.db.execute(
+            """SELECT a.job_id, j.gpus, a.started_at, a.ended_at FROM attempts a JOIN jobs j ON j.id = a.job_id
+               WHERE (a.ended_at IS NULL AND j.state = ? AND a.n = j.attempt) OR a.ended_at > ?""",
+            (JobState.RUNNING.value, since),
+        ).fetchall()
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     def total_cost(self) -> float:
         """Everything spent: every job's cost plus the idle cost."""

@@ -15,6 +15,7 @@ from ..spec.config import Config
 from ..contract import JOB_TOML
 from ..cost.money import format_money
 from ..model.errors import InvalidTransition
+from ..planning.forecast import trial_name
 from ..jobs.lifecycle import cancel_job, outgoing_for, write_run_spec
 from ..home.paths import Home
 from ..model.records import Job
@@ -144,7 +145,7 @@ def _create_trial(
     base = sweep.spec["job"]
     is_command = "command" in base
     data = apply_params(base, params, is_command=is_command)
-    data["name"] = f"{sweep.name}-t{number}"
+    data["name"] = trial_name(sweep.name, number)  # the estimate finds earlier trials by it
     budget = data.get("budget") or {}
     job = ctx.store.submit_trial(
         sweep.id,

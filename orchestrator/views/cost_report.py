@@ -38,7 +38,7 @@ def cost_data(store: Store, config: Config) -> dict[str, Any]:
         "gpu_hours": round(sum(j["gpu_hours"] for j in jobs), 6),
         "waste": round(sum(j["waste"] for j in jobs), 6),
         "uptime_s": round(ledger.get("uptime_s", 0.0), 1),
-        "note": "counted only while a daemon runs; time with no daemon is not billed here",
+        "note": "each attempt billed from its own start to its own end, also while no daemon ran",
     }
     p = config.pricing
     pricing = Pricing(
@@ -78,5 +78,5 @@ def cost_table(data: dict[str, Any]) -> str:
     )
     if "savings" in data:
         lines.append(f"spot savings vs on-demand: {format_money(data['savings'], cur)}")
-    lines.append(f"({data['note']}; total runtime is the daemon's uptime)")
+    lines.append(f"({data['note']}; total runtime is the uptime billed)")
     return "\n".join(lines)

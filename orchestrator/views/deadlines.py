@@ -4,9 +4,9 @@ a deadline, so a plain `orch status` stays as fast as before."""
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Optional
 
+from ..cost.money import format_clock
 from ..planning.forecast import queue_forecast
 from ..home.paths import Home
 from ..store import Store
@@ -53,12 +53,12 @@ def deadline_line(d: dict[str, Any]) -> Optional[str]:
     finish = d.get("projected_finish")
     late = "  LATE: see the deadline_at_risk event" if d.get("deadline_at_risk") else ""
     bound = " or later" if d.get("projected_finish_is_lower_bound") else ""
-    return f"  deadline:  {d['deadline']}   projected finish: {_clock(finish)}{bound}{late}"
+    from ..spec.jobspec import deadline_ts
+
+    when = deadline_ts(d["deadline"])
+    shown = _clock(when) if when is not None else d["deadline"]
+    return f"  deadline:  {shown}   projected finish: {_clock(finish)}{bound}{late}"
 
 
 def _clock(ts: Optional[float]) -> str:
-    if ts is None:
-        return "unknown"
-    if ts == float("inf"):
-        return "never"
-    return time.strftime("%m-%d %H:%M", time.localtime(ts))
+    return format_clock(ts)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -87,6 +88,11 @@ def test_bill_shows_cost_by_job_idle_and_budget_left(scenario, dashboard, artifa
     assert api["total"] > 0 and any(s["name"] == "idle" for s in api["timeline"]["series"])
     text = " ".join(el.text for el in elements if el.tag == "main")
     assert "budget left" in text and "idle" in text
+    # the cost chart's legend names each series with what it cost, not its count of points
+    legend = " ".join(el.text for el in find(elements, "div") if el.has_class("legend"))
+    for series in api["timeline"]["series"]:
+        assert f"{series['name']}: " in legend, legend
+    assert not re.search(r"\(\d+\)", legend), legend
     # the goodput ledger: one stacked bar per billed job, its parts adding up to the job's cost
     bars = {int(el.attrs["data-job-id"]) for el in find(elements, "div") if el.has_class("stack-row")}
     billed = {j["id"] for j in api["ledger"]["jobs"] if j["billed"] > 0}

@@ -201,7 +201,8 @@
     const tl = d.timeline;
     const chart = tl.series.length ? window.OrchChart.line({ title: "Cost over time (cumulative)", time: true, xLabel: "time",
       width: 1100, height: 300,
-      series: tl.series.map((s) => ({ name: s.name, points: s.points })) }) : h("p", { class: "muted", text: "Nothing billed yet." });
+      series: tl.series.map((s) => ({ name: s.name, points: s.points,
+        label: `${s.name}: ${money(s.points.length ? s.points[s.points.length - 1][1] : 0, cur)}` })) }) : h("p", { class: "muted", text: "Nothing billed yet." });
     put(
       h("h1", { text: "The bill" }),
       h("div", { class: "grid" }, kv("total", money(d.total, cur)), kv("jobs", money(d.jobs_cost, cur)), kv("idle", money(d.idle_cost, cur)),

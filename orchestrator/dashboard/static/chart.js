@@ -42,7 +42,7 @@
     return two(d.getHours()) + ":" + two(d.getMinutes()) + (seconds ? ":" + two(d.getSeconds()) : "");
   }
 
-  // opts: {title, series: [{name, points: [[x, y|null]...], color?}], markers?: [{step, kind, label}],
+  // opts: {title, series: [{name, points: [[x, y|null]...], color?, label? (the legend's text)}], markers?: [{step, kind, label}],
   //        xLabel?, time?: bool (x is Unix seconds), width?, height?}
   function line(opts) {
     const W = opts.width || 560, H = opts.height || 240, L = 56, R = 12, T = 14, B = 30;
@@ -106,7 +106,7 @@
       sw.className = "sw";
       sw.setAttribute("data-color", s.color);
       item.appendChild(sw);
-      item.appendChild(document.createTextNode(`${s.name} (${n})`));
+      item.appendChild(document.createTextNode(s.label || `${s.name} (${n})`));  // (n): points drawn
       legend.appendChild(item);
     }
     box.appendChild(svg);

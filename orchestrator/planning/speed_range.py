@@ -1,0 +1,83 @@
+"""How fast a probed job will run under a load other than the probe's: the range `orch estimate`
+prints. The probe measures what load does not move — the CPU time a step needs and the cores the
+job kept busy — beside the load it ran under (other runnable tasks); the machine's cores are
+shared fairly among runnable tasks (Linux CFS), so a job with t threads among B other runnable
+tasks on N cores gets min(t, N·t / (t + B)) cores. The share of the step that waited on the CPU
+slows by the ratio of shares; the rest (a GPU, the disk) does not. Pure arithmetic over numbers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+
+def cores_for(threads: float, cpus: int, others: float) -> float:
+    """Cores `threads` runnable threads get among `others` runnable tasks on `cpus` cores."""
+    threads, others = max(1.0, threads), max(0.0, others)
+    return min(threads, float(cpus), cpus * threads / (threads + others))
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    """The probe's view of the machine: `cpus` cores; the job runs `threads` threads and kept
+    `busy` cores busy while `others` runnable tasks competed with it."""
+
+    cpus: int
+    threads: float
+    busy: float
+    others: float
+
+    @property
+    def cpu_bound(self) -> float:
+        """The share of a step spent waiting on the CPU: 1 when the job used every core it could
+        get, less when something else (a GPU, the disk) held it back."""
+        return max(0.0, min(1.0, self.busy / cores_for(self.threads, self.cpus, self.others)))
+
+    def factor(self, others: float, *, single_thread: bool = False) -> float:
+        """Wall time under `others` runnable tasks ÷ wall time in the probe. `single_thread`: a
+        part that runs on one thread and waits on nothing but the CPU (start-up, the end)."""
+        t, bound = (1.0, 1.0) if single_thread else (self.threads, self.cpu_bound)
+        ratio = cores_for(t, self.cpus, self.others) / cores_for(t, self.cpus, others)
+        return (1.0 - bound) + bound * ratio
+
+
+def load_model(probe: Mapping[str, Any]) -> Optional[LoadModel]:
+    """From the probe's figures; None when it could not see the load (not Linux, an old probe)."""
+    try:
+        cpus, threads = int(probe["cpus"]), float(probe["threads"])
+        busy, others = float(probe["cpu_per_wall"]), float(probe["others_runnable"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if cpus < 1 or threads < 1 or not all(map(math.isfinite, (busy, others))) or busy <= 0:
+        return None
+    return LoadModel(cpus, threads, busy, max(0.0, others))
+
+
+# How far a machine's load moves between the probe and the run, either way: on a shared machine
+# it was seen to rise from 6.8 to 12.5 runnable tasks within four minutes.
+LOAD_SWING = 1.5
+
+
+def loads_around(probe_others: float, load_averages: Sequence[float], cpus: int) -> tuple[float, float, float]:
+    """(low, typical, high) other runnable tasks to estimate under. Typical: the mean of three
+    views of the present load, each noisy on a shared machine — the probe's, and the 1- and
+    5-minute load averages. Low: the quietest of those and the 15-minute average, a third lower
+    (LOAD_SWING). High: the busiest of them, half again as busy, plus one more busy neighbour per
+    four cores (at least one). The load averages are read before the probe ran, so they do not
+    count the probe itself."""
+    seen = [probe_others, *(max(0.0, a) for a in load_averages)]
+    recent = seen[:3]
+    typical = sum(recent) / len(recent)
+    low = min(seen) / LOAD_SWING
+    high = max(seen) * LOAD_SWING + max(1.0, cpus / 4)
+    return low, typical, high
+
+
+def scale_parts(parts: Mapping[str, float], model: Optional[LoadModel], others: float) -> dict[str, float]:
+    """The probe's parts (seconds) as they would be under `others`: training, evaluation and saves
+    as the steps went; start-up and the end (imports, export) on one thread."""
+    if model is None:
+        return dict(parts)
+    multi, single = model.factor(others), model.factor(others, single_thread=True)
+    return {k: v * (single if k in ("startup", "end") else multi) for k, v in parts.items()}
