@@ -12,7 +12,8 @@ import pytest
 
 from orchestrator.cost.advice import checkpoint_advice, idle_advice, startup_advice
 from orchestrator.views.deadlines import deadline_line
-from orchestrator.cost.money import format_clock, format_duration
+from orchestrator.cost.money import format_duration
+from orchestrator.model.clock import format_clock
 from orchestrator.daemon.deadlines import at_risk_text
 from orchestrator.planning.forecast import Forecast
 from orchestrator.cost.ledger import PARTS, Ledger

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..contract import DEFAULT_MTBF_S, young_daly
-from ..cost.money import Pricing, format_clock, format_duration, format_money, job_hourly_rates
+from ..cost.money import Pricing, format_duration, format_money, job_hourly_rates
+from ..model.clock import format_clock
 from ..model.errors import OrchError
 from ..planning.forecast import History, history_of, queue_forecast
 from ..spec.jobspec import JobSpec, load_jobspec
@@ -285,7 +286,7 @@ def run_probe(job_toml: Path, *, warmup: int, steps: int, env: Optional[dict[str
 def launch_s() -> float:
     """What starting an attempt's supervisor takes here (its interpreter and imports), before the
     job's own process starts: the daemon bills it, the probe does not see it."""
-    from ..executors.local import SUPERVISOR_MODULE
+    from ..executors.base import SUPERVISOR_MODULE
 
     began = time.monotonic()
     try:

@@ -215,14 +215,3 @@ def format_duration(seconds: float | None) -> str:
     if s < 86400:
         return f"{s // 3600}h {s % 3600 // 60:02d}m"
     return f"{s // 86400}d {s % 86400 // 3600}h"
-
-
-def format_clock(ts: float | None) -> str:
-    """A moment (a deadline, a projected finish) with its year and zone: '2026-12-05 18:00 CST'."""
-    if ts is None:
-        return "unknown"
-    if math.isinf(ts):
-        return "never"
-    import time
-
-    return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(ts))

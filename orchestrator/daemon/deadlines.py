@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from ..cost.money import format_clock, format_duration
+from ..cost.money import format_duration
+from ..model.clock import format_clock
 from ..planning.forecast import Forecast, queue_forecast
 from ..spec.jobspec import deadline_ts
 from ..jobs.lifecycle import outgoing_for, payload_for

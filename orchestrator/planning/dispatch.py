@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
+from ..model.clock import format_clock
 from ..model.records import Job
 from ..model.states import JobState
 
@@ -49,8 +50,6 @@ def hold_reason(
 
 
 def _clock(ts: float) -> str:
-    from ..cost.money import format_clock
-
     return format_clock(ts)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ..cost.money import format_clock
+from ..model.clock import format_clock
 from ..planning.forecast import queue_forecast
 from ..home.paths import Home
 from ..store import Store
