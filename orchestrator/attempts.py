@@ -27,8 +27,10 @@ from .contract import (
     PROGRESS,
     RESULT,
     SNAPSHOT_MEMORY,
+    TRACKING,
     newest_checkpoint,
     read_json,
+    tracker_env,
 )
 from .errors import InvalidTransition
 from .gpus import visible_devices
@@ -62,8 +64,10 @@ def job_env(
     gpu_ids: Sequence[int],
     resume_from: Optional[Path],
     extra: Mapping[str, str],
+    trackers: Optional[Mapping[str, str]] = None,
 ) -> dict[str, str]:
     env = dict(base)
+    env.update(trackers or {})  # the job's own [env] may override a tracker variable
     env.update(extra)
     env.update(
         {
@@ -142,6 +146,7 @@ def begin_attempt(
         gpu_ids=gpu_ids,
         resume_from=resume_path,
         extra=started.spec.get("env") or {},
+        trackers=tracker_env(job.uid, started.spec.get("tracking"), job.name, read_json(run_dir / TRACKING)),
     )
     env[ENV_SNAPSHOTS_HELD] = str(snapshots_held(store, home, job.id))
     if config.logging.tensorboard_dir:  # the runner links its TensorBoard folder there

@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from ..contract import BATCH, CHECKPOINTS, write_json_atomic
+from ..contract import BATCH, CHECKPOINTS, TRACKING, write_json_atomic
 from ..lifecycle import write_run_spec
 from ..objectstore import datafiles
 from ..objectstore import manifest as mf
@@ -76,6 +76,7 @@ def adopt_one(
     write_run_spec(home, job.id, m["spec"])
     if m.get("batch"):
         write_json_atomic(run_dir / BATCH, m["batch"])
+    _fetch_tracking(remote, cand.uid, run_dir, warn)
     history = list(m["checkpoints"])
     good, rejected = fetch_checkpoint(remote, history, run_dir / CHECKPOINTS, warn)
     kept = [c for c in history if c["key"] not in rejected]
@@ -134,3 +135,16 @@ def _attempts(m: dict[str, Any], now: float) -> list[dict[str, Any]]:
         last["ended_at"] = float(ended if ok and ended is not None else m.get("written_at") or now)
         last["outcome"] = "lost"
     return out
+
+
+def _fetch_tracking(remote: Remote, uid: str, run_dir: Any, warn: Callable[[str], None]) -> None:
+    """The job's tracker runs (tracking.json): an MLflow run id is known only from it (W&B's and
+    SwanLab's come from the uid). Missing is normal; a failure only costs a new MLflow run."""
+    try:
+        data = remote.get_bytes(mf.file_key(uid, TRACKING))
+    except StorageError as exc:
+        warn(f"job {uid[:12]}: {TRACKING} not fetched ({exc}); an MLflow run may start anew")
+        return
+    if data:
+        with open(run_dir / TRACKING, "wb") as fh:
+            fh.write(data)

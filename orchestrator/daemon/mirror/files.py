@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
-from ...contract import BATCH, METRICS_CSV, MODEL, PROGRESS, RESULT, attempt_log
+from ...contract import BATCH, METRICS_CSV, MODEL, PROGRESS, RESULT, TRACKING, attempt_log
 from ...paths import Home
 from ...records import Job
 from ...objectstore import manifest as mf
@@ -28,7 +28,7 @@ class FileSync:
         self._hashes: dict[tuple[str, float, int], str] = {}
 
     def sync_files(self, job: Job, now: float, row: Optional[dict[str, Any]]) -> None:
-        """progress.json, metrics.csv, batch.json and the current attempt's log, throttled and only
+        """progress.json, metrics.csv, batch.json, tracking.json and the current attempt's log, throttled and only
         when changed."""
         if (
             row is not None
@@ -38,7 +38,7 @@ class FileSync:
         ):
             return
         run_dir = self.home.run_dir(job.id)
-        names = [PROGRESS, METRICS_CSV, BATCH] + ([attempt_log(job.attempt)] if job.attempt else [])
+        names = [PROGRESS, METRICS_CSV, BATCH, TRACKING] + ([attempt_log(job.attempt)] if job.attempt else [])
         for name in names:
             path = run_dir / name
             try:
