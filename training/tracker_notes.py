@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrator.contract import TRACKING, read_json, write_json_atomic
+from orchestrator.contract import ENV_JOB_UID, TRACKING, read_json, write_json_atomic
 
 # Variables whose values are credentials: replaced by *** wherever a tracker's message echoes them.
 SECRET_ENV = (
@@ -96,7 +96,7 @@ def record_active_runs(run_dir: Optional[Path], uid: str = "") -> None:
     if run_dir is None:
         return
     try:
-        notes = TrackingNotes(run_dir, uid or os.environ.get("ORCH_JOB_UID", ""))
+        notes = TrackingNotes(run_dir, uid or os.environ.get(ENV_JOB_UID, ""))
         wandb = sys.modules.get("wandb")
         run = getattr(wandb, "run", None) if wandb else None
         if run is not None and notes.backend("wandb").get("run_id") != run.id:
@@ -140,3 +140,24 @@ def _wandb_pause(wandb: Any) -> None:
     if run is not None:
         run.mark_preempting()
         run.finish(exit_code=75)
+
+
+class ScriptRuns:
+    """What OrchCallback, OrchTrainerCallback and OrchLoop do for the trackers of a command job's
+    script (which opens its runs itself, continuing them by WANDB_RUN_ID, SWANLAB_RUN_ID and
+    MLFLOW_RUN_ID): note its runs after the first step, and pause them before exiting 75."""
+
+    def __init__(self, run_dir: Optional[Path], enabled: bool = True):
+        self.run_dir, self.enabled = run_dir, enabled and run_dir is not None
+        self._noted = False
+
+    def step(self) -> None:
+        if self.enabled and not self._noted:
+            self._noted = True
+            if any(sys.modules.get(m) is not None for m in ("wandb", "mlflow", "swanlab")):
+                record_active_runs(self.run_dir)
+
+    def preempted(self) -> None:
+        if self.enabled:
+            record_active_runs(self.run_dir)
+            pause_active_runs()

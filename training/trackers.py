@@ -226,6 +226,7 @@ class TrackerWorker:
         self.last_step: Optional[int] = None
         self._noted_at = 0.0
         self._noted_step: Optional[int] = None
+        self.ready = threading.Event()  # set once open() returned or failed (benchmarks, tests)
         self.thread = threading.Thread(target=self._run, name=f"orch-tracker-{backend.name}", daemon=True)
         self.thread.start()
 
@@ -243,6 +244,8 @@ class TrackerWorker:
         except BaseException as exc:  # noqa: BLE001 (ImportError, a dead server, a bad key)
             self._fail("could not start", exc)
             return
+        finally:
+            self.ready.set()
         while True:
             method, args = self.queue.get()
             if method == "stop":
