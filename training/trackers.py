@@ -258,9 +258,7 @@ class TrackerWorker:
                 getattr(self.backend, method)(*args)
             except BaseException as exc:  # noqa: BLE001
                 self._fail(f"{method} failed", exc)
-                if method == "close":
-                    return
-                continue
+                return  # this tracker is done for the attempt; the step's calls are dropped
             if method == "close":
                 self._note_step(force=True)
                 return
