@@ -27,6 +27,7 @@ bill, own costs plus dispatch; the report shows both so they can be checked agai
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -69,9 +70,10 @@ def open_tracker(name: str, run_dir: Path):
     os.environ.update(WANDB_SILENT="true", WANDB_MODE="offline", MLFLOW_ALLOW_FILE_STORE="true")
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     tracking = SimpleNamespace(backends=[name], project="bench", mode="offline", mlflow_uri=None)
-    trackers = open_trackers(tracking, run_dir, "bench", resume_step=None)
-    assert trackers is not None
-    trackers.workers[0].ready.wait(120)
+    with contextlib.redirect_stdout(sys.stderr):  # SwanLab's banner: --json's stdout stays JSON
+        trackers = open_trackers(tracking, run_dir, "bench", resume_step=None)
+        assert trackers is not None
+        trackers.workers[0].ready.wait(120)
     OPEN.append(trackers)
     return trackers
 
@@ -200,7 +202,8 @@ def one_run(arm: str, steps: int, work: Path) -> dict[str, Any]:
     trainer.fit(model, loader)
     while OPEN:
         trackers = OPEN.pop()
-        trackers.close("finished")
+        with contextlib.redirect_stdout(sys.stderr):
+            trackers.close("finished")
         failed = [w.backend.name for w in trackers.workers if w.failed]
         if failed:
             print(f"tracker {failed} failed: see {run_dir}/tracking.json", file=sys.stderr)

@@ -186,7 +186,7 @@ class TrackingSection(JobTable):
         if twice:
             raise ValueError(f"backends: {twice[0]!r} is listed twice")
         if self.project is not None:
-            bad = sorted(set(self.project) & set('/\\#?%:'))
+            bad = sorted(set(self.project) & set("/\\#?%:"))
             if bad or control_problem(self.project):
                 raise ValueError(
                     f"project: {self.project[:60]!r} cannot be a tracker project name "

@@ -196,9 +196,7 @@ def test_mlflow_at_a_dead_server_costs_the_job_nothing_but_a_warning(tmp_path, m
     monkeypatch.setenv("ORCH_JOB_UID", "uid8")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the runner's default, 2, only waits longer
     uri = f"http://me:pw-secret-9@127.0.0.1:{closed_port()}"
-    trackers = open_trackers(
-        tracking(backends=["mlflow"], mlflow_uri=uri), tmp_path, "job", resume_step=None
-    )
+    trackers = open_trackers(tracking(backends=["mlflow"], mlflow_uri=uri), tmp_path, "job", resume_step=None)
     assert trackers is not None
     logger: TrackerLogger = trackers.loggers[0]  # type: ignore[assignment]
     began = time.perf_counter()

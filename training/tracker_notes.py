@@ -78,7 +78,9 @@ class TrackingNotes:
         self.update(name, warning=text, warned_at=time.time())
         if name not in self._warned:
             self._warned.add(name)
-            print(f"[orch] warning: tracker {name} is not logging: {text} (the job goes on)", file=sys.stderr, flush=True)
+            print(
+                f"[orch] warning: tracker {name} is not logging: {text} (the job goes on)", file=sys.stderr, flush=True
+            )
 
     def _write(self) -> None:
         if self.path is None:
@@ -95,51 +97,60 @@ def record_active_runs(run_dir: Optional[Path], uid: str = "") -> None:
     names them. Errors are swallowed: tracking never fails a job."""
     if run_dir is None:
         return
-    try:
-        notes = TrackingNotes(run_dir, uid or os.environ.get(ENV_JOB_UID, ""))
-        wandb = sys.modules.get("wandb")
-        run = getattr(wandb, "run", None) if wandb else None
-        if run is not None and notes.backend("wandb").get("run_id") != run.id:
-            notes.update("wandb", run_id=run.id, project=getattr(run, "project", None))
-        mlflow = sys.modules.get("mlflow")
-        active = mlflow.active_run() if mlflow and hasattr(mlflow, "active_run") else None
-        if active is not None and notes.backend("mlflow").get("run_id") != active.info.run_id:
-            notes.update("mlflow", run_id=active.info.run_id, experiment_id=active.info.experiment_id)
-        swanlab = sys.modules.get("swanlab")
-        get_run = getattr(swanlab, "get_run", None) if swanlab else None
-        srun = get_run() if callable(get_run) else None
-        sid = getattr(srun, "id", None) if srun is not None else None
-        if sid and notes.backend("swanlab").get("run_id") != sid:
-            notes.update("swanlab", run_id=sid)
-    except Exception as exc:  # noqa: BLE001 (a tracker's own error never reaches the job)
-        print(f"[orch] warning: could not record the tracker runs: {redact(str(exc))}", file=sys.stderr, flush=True)
+    notes = TrackingNotes(run_dir, uid or os.environ.get(ENV_JOB_UID, ""))
+    for name, probe in (("wandb", _wandb_run), ("mlflow", _mlflow_run), ("swanlab", _swanlab_run)):
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        try:
+            fields = probe(module)
+        except Exception:  # noqa: BLE001 (no run open, or a library's own error: nothing to note)
+            continue
+        if fields and notes.backend(name).get("run_id") != fields["run_id"]:
+            notes.update(name, **fields)
+
+
+def _wandb_run(wandb: Any) -> Optional[dict[str, Any]]:
+    run = getattr(wandb, "run", None)
+    return {"run_id": run.id, "project": getattr(run, "project", None)} if run is not None else None
+
+
+def _mlflow_run(mlflow: Any) -> Optional[dict[str, Any]]:
+    active = mlflow.active_run()
+    return {"run_id": active.info.run_id, "experiment_id": active.info.experiment_id} if active is not None else None
+
+
+def _swanlab_run(swanlab: Any) -> Optional[dict[str, Any]]:
+    run = swanlab.get_run()
+    return {"run_id": run.id} if run is not None and getattr(run, "id", None) else None
 
 
 def pause_active_runs() -> None:
     """A command job is about to exit 75 (checkpointed, to be resumed): its trackers' runs must not
     end as finished. W&B: mark_preempting (the run shows preempted, and the next attempt resumes it
     by WANDB_RUN_ID); MLflow: the run ends KILLED (RUNNING again when resumed); SwanLab: aborted."""
-    wandb = sys.modules.get("wandb")
-    mlflow = sys.modules.get("mlflow")
-    swanlab = sys.modules.get("swanlab")
-    for name, act in (
-        ("wandb", lambda: _wandb_pause(wandb)),
-        ("mlflow", lambda: mlflow.active_run() is not None and mlflow.end_run(status="KILLED")),
-        ("swanlab", lambda: swanlab.get_run() is not None and swanlab.finish(state="aborted")),
-    ):
-        if sys.modules.get(name) is None:
+    pauses = {
+        "wandb": (_wandb_run, _wandb_pause),
+        "mlflow": (_mlflow_run, lambda m: m.end_run(status="KILLED")),
+        "swanlab": (_swanlab_run, lambda m: m.finish(state="aborted")),
+    }
+    for name, (probe, pause) in pauses.items():
+        module = sys.modules.get(name)
+        try:
+            if module is None or not probe(module):
+                continue
+        except Exception:  # noqa: BLE001 (no run open)
             continue
         try:
-            act()
-        except Exception as exc:  # noqa: BLE001
+            pause(module)
+        except Exception as exc:  # noqa: BLE001 (the tracker's own error never reaches the job)
             print(f"[orch] warning: tracker {name}: {redact(str(exc))}", file=sys.stderr, flush=True)
 
 
 def _wandb_pause(wandb: Any) -> None:
-    run = getattr(wandb, "run", None)
-    if run is not None:
-        run.mark_preempting()
-        run.finish(exit_code=75)
+    run = wandb.run
+    run.mark_preempting()
+    run.finish(exit_code=75)
 
 
 class ScriptRuns:
