@@ -135,7 +135,7 @@ def test_the_job_ran_twice_and_every_tracker_logged_without_a_warning(preempted_
     assert all(not b.get("warning") for b in backends.values()), backends
     assert "is not logging" not in ran["logs"]
     text = orch(ran["home"], "show", "1").stdout
-    assert f"tracker:   wandb run {ran['shown']['spec'] and backends['wandb']['run_id']}" in text
+    assert f"tracker:   wandb run {backends['wandb']['run_id']}  tracked  offline" in text
 
 
 def test_wandb_one_run_paused_then_finished_steps_rising_resume_marked(preempted_and_resumed):
@@ -272,4 +272,6 @@ def test_mlflow_at_a_dead_server_leaves_a_built_in_job_s_outcome_unchanged(workl
     text = orch(home, "show", "1").stdout
     assert "tracker:   mlflow" in text and "WARNING not logging" in text
     assert res.stderr.count("tracker mlflow is not logging") == 1
-    assert "pw-9x" not in res.stderr and "pw-9x" not in text
+    shown_json = orch(home, "show", "1", "--json").stdout
+    assert "pw-9x" not in res.stderr and "pw-9x" not in text and "pw-9x" not in shown_json
+    assert "http://***@127.0.0.1" in shown_json  # the spec's mlflow_uri, its password masked
