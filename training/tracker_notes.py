@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrator.contract import ENV_JOB_UID, TRACKING, read_json, write_json_atomic
+from orchestrator.contract import ENV_JOB_UID, EX_CHECKPOINTED, TRACKING, read_json, write_json_atomic
 
 # Variables whose values are credentials: replaced by *** wherever a tracker's message echoes them.
 SECRET_ENV = (
@@ -150,7 +150,7 @@ def pause_active_runs() -> None:
 def _wandb_pause(wandb: Any) -> None:
     run = wandb.run
     run.mark_preempting()
-    run.finish(exit_code=75)
+    run.finish(exit_code=EX_CHECKPOINTED)
 
 
 class ScriptRuns:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Optional
 from pytorch_lightning.loggers.logger import Logger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from orchestrator.contract import ENV_ATTEMPT, ENV_JOB_UID, TRACKERS, tracker_run_id
+from orchestrator.contract import EX_CHECKPOINTED, EX_OK, EX_OOM, ENV_ATTEMPT, ENV_JOB_UID, TRACKERS, tracker_run_id
 
 from .tracker_notes import TrackingNotes, redact
 
@@ -32,7 +32,7 @@ QUEUE_ROWS = 10_000  # rows waiting for a slow tracker before new ones are dropp
 NOTE_EVERY_S = 5.0  # how often a worker records the last step it sent
 CLOSE_WAIT_S = {"finished": 60.0, "failed": 15.0, "paused": 8.0}  # a notice's grace is short
 FINISH_STATE = {
-    "wandb": {"finished": 0, "failed": 1, "paused": 75},
+    "wandb": {"finished": EX_OK, "failed": 1, "paused": EX_CHECKPOINTED},
     "mlflow": {"finished": "FINISHED", "failed": "FAILED", "paused": "KILLED"},
     "swanlab": {"finished": "success", "failed": "crashed", "paused": "aborted"},
 }
@@ -394,7 +394,7 @@ def open_trackers(
 
 def exit_outcome(code: int) -> str:
     """The tracker outcome of an attempt's exit code: 0 finished; 75 and 76 (resumed next) paused."""
-    return "finished" if code == 0 else ("paused" if code in (75, 76) else "failed")
+    return "finished" if code == EX_OK else ("paused" if code in (EX_CHECKPOINTED, EX_OOM) else "failed")
 
 
 __all__ = ["Trackers", "TrackerLogger", "open_trackers", "exit_outcome"]
