@@ -86,7 +86,7 @@ class WandbBackend(Backend):
             offline=self.job.mode == "offline",
             resume="allow",
             tags=["orch"],
-            settings=wandb.Settings(init_timeout=60, console="off"),
+            settings=wandb.Settings(init_timeout=60, login_timeout=10, console="off"),  # never waits on a prompt long
         )
         run = self.inner.experiment
         return {"run_id": run.id, "project": self.job.project, "mode": self.job.mode, "url": run.url or None}
