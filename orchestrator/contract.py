@@ -246,6 +246,8 @@ def tracker_env(
     wandb.init() or swanlab.init() itself continues one run), and with a [tracking] table its
     project, mode and MLflow server. MLflow makes its own run ids: MLFLOW_RUN_ID is the one the
     first attempt recorded in tracking.json (`recorded`), absent until then."""
+    if not uid:  # a job recorded before uids existed: nothing to keep one run by
+        return {}
     rid = tracker_run_id(uid)
     env = {
         ENV_JOB_UID: uid,

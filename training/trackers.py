@@ -24,193 +24,14 @@ from typing import Any, Callable, Mapping, Optional
 from pytorch_lightning.loggers.logger import Logger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from orchestrator.contract import EX_CHECKPOINTED, EX_OK, EX_OOM, ENV_ATTEMPT, ENV_JOB_UID, TRACKERS, tracker_run_id
+from orchestrator.contract import EX_CHECKPOINTED, EX_OK, EX_OOM, ENV_JOB_UID
 
-from .tracker_notes import TrackingNotes, redact
+from .tracker_backends import BACKENDS, Backend, JobInfo, plain
+from .tracker_notes import TrackingNotes
 
 QUEUE_ROWS = 10_000  # rows waiting for a slow tracker before new ones are dropped
 NOTE_EVERY_S = 5.0  # how often a worker records the last step it sent
 CLOSE_WAIT_S = {"finished": 60.0, "failed": 15.0, "paused": 8.0}  # a notice's grace is short
-FINISH_STATE = {
-    "wandb": {"finished": EX_OK, "failed": 1, "paused": EX_CHECKPOINTED},
-    "mlflow": {"finished": "FINISHED", "failed": "FAILED", "paused": "KILLED"},
-    "swanlab": {"finished": "success", "failed": "crashed", "paused": "aborted"},
-}
-
-
-class Backend:
-    """One tracker's calls; each runs on the tracker's worker thread."""
-
-    name = ""
-
-    def __init__(self, job: "JobInfo"):
-        self.job = job
-
-    def open(self) -> dict[str, Any]:  # the fields tracking.json records
-        raise NotImplementedError
-
-    def hyperparams(self, params: dict[str, Any]) -> None: ...
-
-    def metrics(self, metrics: dict[str, float], step: Optional[int]) -> None: ...
-
-    def resumed(self, step: int, text: str) -> None: ...
-
-    def summary(self, values: dict[str, Any]) -> None: ...
-
-    def close(self, outcome: str) -> None: ...
-
-
-class JobInfo:
-    def __init__(self, *, uid: str, name: str, project: str, mode: str, mlflow_uri: Optional[str], run_dir: Path):
-        self.uid, self.name, self.project, self.mode = uid, name, project, mode
-        self.mlflow_uri, self.run_dir = mlflow_uri, run_dir
-        self.run_id = tracker_run_id(uid) if uid else None
-        self.local_dir = run_dir / TRACKERS
-        self.resuming = False
-        self.recorded: dict[str, Any] = {}
-
-
-class WandbBackend(Backend):
-    name = "wandb"
-
-    def open(self) -> dict[str, Any]:
-        import wandb
-        from pytorch_lightning.loggers import WandbLogger
-
-        self.job.local_dir.mkdir(parents=True, exist_ok=True)
-        self.inner = WandbLogger(
-            name=self.job.name,
-            project=self.job.project,
-            id=self.job.run_id,
-            save_dir=str(self.job.local_dir),
-            offline=self.job.mode == "offline",
-            resume="allow",
-            tags=["orch"],
-            settings=wandb.Settings(init_timeout=60, login_timeout=10, console="off"),  # never waits on a prompt long
-        )
-        run = self.inner.experiment
-        return {"run_id": run.id, "project": self.job.project, "mode": self.job.mode, "url": run.url or None}
-
-    def hyperparams(self, params: dict[str, Any]) -> None:
-        self.inner.log_hyperparams(params)
-
-    def metrics(self, metrics: dict[str, float], step: Optional[int]) -> None:
-        if step is None:
-            self.inner.log_metrics(metrics, step)
-        else:  # W&B's own step = the optimizer step: an offline attempt starts its count at 0, and
-            # `wandb sync` of the attempts' folders into one run keeps only rising steps
-            self.inner.experiment.log({**metrics, "trainer/global_step": step}, step=step)
-
-    def resumed(self, step: int, text: str) -> None:
-        run = self.inner.experiment
-        run.log({"orch/resumed_at_step": step, "trainer/global_step": step}, step=step)
-        run.notes = ((run.notes or "") + "\n" + text).strip()
-
-    def summary(self, values: dict[str, Any]) -> None:
-        self.inner.experiment.summary.update({f"final/{k}": v for k, v in values.items()})
-
-    def close(self, outcome: str) -> None:
-        run = self.inner.experiment
-        if outcome == "paused":
-            run.mark_preempting()  # the run shows preempted, not finished or crashed, until resumed
-        run.finish(exit_code=FINISH_STATE["wandb"][outcome])
-
-
-class MLflowBackend(Backend):
-    name = "mlflow"
-
-    def open(self) -> dict[str, Any]:
-        from mlflow.tracking import MlflowClient
-        from pytorch_lightning.loggers import MLFlowLogger
-
-        uri = self.job.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
-        if not uri:  # no server named: a file store in the run folder
-            uri = (self.job.local_dir / "mlruns").resolve().as_uri()
-        if uri.startswith("file:") or "://" not in uri:
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 asks before using one
-        client = MlflowClient(uri)
-        exp = client.get_experiment_by_name(self.job.project)
-        exp_id = exp.experiment_id if exp is not None else client.create_experiment(self.job.project)
-        run_id = self.job.recorded.get("run_id")
-        if not run_id and self.job.uid:  # not recorded here (a lost file): find it by its tag
-            found = client.search_runs([exp_id], f"tags.`orch.job_uid` = '{self.job.uid}'", max_results=1)
-            run_id = found[0].info.run_id if found else None
-        self.created = run_id is None
-        if run_id:
-            client.update_run(run_id, status="RUNNING")
-        self.inner = MLFlowLogger(
-            experiment_name=self.job.project,
-            run_name=self.job.name,
-            tracking_uri=uri,
-            tags={"orch.job_uid": self.job.uid},
-            run_id=run_id,
-        )
-        self.client = self.inner.experiment
-        return {"run_id": self.inner.run_id, "project": self.job.project, "url": redact(uri), "experiment_id": exp_id}
-
-    def hyperparams(self, params: dict[str, Any]) -> None:
-        if self.created:  # MLflow's params are immutable: a resumed run keeps the first attempt's
-            self.inner.log_hyperparams(params)
-
-    def metrics(self, metrics: dict[str, float], step: Optional[int]) -> None:
-        self.inner.log_metrics(metrics, step)
-
-    def resumed(self, step: int, text: str) -> None:
-        attempt = os.environ.get(ENV_ATTEMPT) or "?"
-        self.client.set_tag(self.inner.run_id, f"orch.resume.attempt-{attempt}", text)
-        self.client.log_metric(self.inner.run_id, "orch/resumed_at_step", step, step=step)
-
-    def summary(self, values: dict[str, Any]) -> None:
-        for key, value in values.items():
-            self.client.set_tag(self.inner.run_id, f"orch.final.{key}", str(value)[:5000])
-
-    def close(self, outcome: str) -> None:
-        self.client.set_terminated(self.inner.run_id, FINISH_STATE["mlflow"][outcome])
-
-
-class SwanLabBackend(Backend):
-    name = "swanlab"
-
-    def open(self) -> dict[str, Any]:
-        import swanlab
-
-        self.swanlab = swanlab
-        self.job.local_dir.mkdir(parents=True, exist_ok=True)
-        self.run = swanlab.init(
-            project=self.job.project,
-            experiment_name=self.job.name,
-            id=self.job.run_id,
-            resume="allow",
-            mode="offline" if self.job.mode == "offline" else "online",
-            log_dir=str(self.job.local_dir / "swanlog"),
-            tags=["orch"],
-        )
-        return {"run_id": self.run.id, "project": self.job.project, "mode": self.job.mode}
-
-    def hyperparams(self, params: dict[str, Any]) -> None:
-        self.run.config.update({k: _plain(v) for k, v in params.items()})
-
-    def metrics(self, metrics: dict[str, float], step: Optional[int]) -> None:
-        self.run.log(dict(metrics), step=step)
-
-    def resumed(self, step: int, text: str) -> None:
-        self.run.log({"orch/resumed_at_step": step}, step=step)
-        attempt = os.environ.get(ENV_ATTEMPT) or "?"
-        self.run.config.update({f"orch_resume_attempt_{attempt}": text})
-
-    def summary(self, values: dict[str, Any]) -> None:
-        self.run.config.update({f"orch_final_{k}": _plain(v) for k, v in values.items()})
-
-    def close(self, outcome: str) -> None:
-        state = FINISH_STATE["swanlab"][outcome]
-        self.swanlab.finish(state=state, error="the job failed" if state == "crashed" else None)
-
-
-BACKENDS: dict[str, type[Backend]] = {"wandb": WandbBackend, "mlflow": MLflowBackend, "swanlab": SwanLabBackend}
-
-
-def _plain(value: Any) -> Any:
-    return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
 
 
 class TrackerWorker:
@@ -303,7 +124,7 @@ class TrackerLogger(Logger):
     @rank_zero_only
     def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
         params = vars(params) if not isinstance(params, Mapping) and hasattr(params, "__dict__") else params
-        self.worker.submit("hyperparams", {k: _plain(v) for k, v in dict(params).items()})
+        self.worker.submit("hyperparams", {k: plain(v) for k, v in dict(params).items()})
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
@@ -335,7 +156,7 @@ class Trackers:
 
     def hyperparams(self, values: dict[str, Any]) -> None:
         for w in self.workers:
-            w.submit("hyperparams", {k: _plain(v) for k, v in values.items()})
+            w.submit("hyperparams", {k: plain(v) for k, v in values.items()})
 
     def close(self, outcome: str) -> None:
         """outcome: "finished" (the job succeeded), "failed" (it ended with an error), "paused"
@@ -397,4 +218,4 @@ def exit_outcome(code: int) -> str:
     return "finished" if code == EX_OK else ("paused" if code in (EX_CHECKPOINTED, EX_OOM) else "failed")
 
 
-__all__ = ["Trackers", "TrackerLogger", "open_trackers", "exit_outcome"]
+__all__ = ["Backend", "JobInfo", "Trackers", "TrackerLogger", "TrackerWorker", "open_trackers", "exit_outcome"]
