@@ -139,7 +139,7 @@ class MLflowBackend(Backend):
         self.inner.log_metrics(metrics, step)
 
     def resumed(self, step: int, text: str) -> None:
-        attempt = os.environ.get(ENV_ATTEMPT) or "?"
+        attempt = os.environ.get(ENV_ATTEMPT) or "0"
         self.client.set_tag(self.inner.run_id, f"orch.resume.attempt-{attempt}", text)
         self.client.log_metric(self.inner.run_id, "orch/resumed_at_step", step, step=step)
 
@@ -178,7 +178,7 @@ class SwanLabBackend(Backend):
 
     def resumed(self, step: int, text: str) -> None:
         self.run.log({"orch/resumed_at_step": step}, step=step)
-        attempt = os.environ.get(ENV_ATTEMPT) or "?"
+        attempt = os.environ.get(ENV_ATTEMPT) or "0"
         self.run.config.update({f"orch_resume_attempt_{attempt}": text})
 
     def summary(self, values: dict[str, Any]) -> None:
