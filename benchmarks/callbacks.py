@@ -9,7 +9,11 @@ cost is not hidden under the model's. Three arms, alternated, `--reps` runs each
            hook to one more callback (the runner adds five);
   runner   the built-in runner's set: OrchCallback, ModelCheckpoint (time-based, not due),
            FinalCheckpoint, HealthCallback, RateAndLR, GoodputMeter (where the tree has it), and
-           its loggers (metrics.csv, TensorBoard).
+           its loggers (metrics.csv, TensorBoard);
+  wandb, swanlab, mlflow (with --trackers)   the runner's set plus that experiment tracker
+           ([tracking], training/trackers.py), offline / MLflow on a file store, opened before
+           the clock starts. `<tracker> - runner` is its cost per step; CPU time counts its
+           worker thread too (W&B's wandb-core process is outside this process's clock).
 
 All times are CPU time (process_time for whole steps, thread_time inside hooks), which holds up
 when other work shares the machine far better than wall time. In the runner arm every hook of
@@ -17,12 +21,13 @@ every callback, and every logger call, is timed from inside: each one's own cost
 per step. (Work orch does on its writer threads is in the process's CPU time, not in a hook's.) `runner - none` (per step, median of the paired runs) is the whole
 bill, own costs plus dispatch; the report shows both so they can be checked against each other.
 
-    python benchmarks/callbacks.py [--steps 1500] [--reps 7] [--json]
+    python benchmarks/callbacks.py [--steps 1500] [--reps 7] [--trackers] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -51,6 +56,29 @@ HOOKS = (
     "state_dict",
 )
 LOGGER_CALLS = ("log_metrics", "save")
+TRACKERS = ("wandb", "swanlab", "mlflow")
+
+
+def open_tracker(name: str, run_dir: Path):
+    """One tracker as the runner opens it ([tracking] backends = [name], offline), its run started
+    before the clock does."""
+    from types import SimpleNamespace
+
+    from training.trackers import open_trackers
+
+    os.environ["ORCH_JOB_UID"] = "bench-" + "".join(c for c in run_dir.name if c.isalnum())[-16:]
+    os.environ.update(WANDB_SILENT="true", WANDB_MODE="offline", MLFLOW_ALLOW_FILE_STORE="true")
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    tracking = SimpleNamespace(backends=[name], project="bench", mode="offline", mlflow_uri=None)
+    with contextlib.redirect_stdout(sys.stderr):  # SwanLab's banner: --json's stdout stays JSON
+        trackers = open_trackers(tracking, run_dir, "bench", resume_step=None)
+        assert trackers is not None
+        trackers.workers[0].ready.wait(120)
+    OPEN.append(trackers)
+    return trackers
+
+
+OPEN: list[Any] = []  # the trackers of the run in progress, closed after it
 SKIP = 100  # steps before the clock starts (Lightning's first steps set things up)
 
 
@@ -91,7 +119,7 @@ def build(arm: str, run_dir: Path, steps: int):
     loggers: list[Any] = []
     if arm == "empty":
         callbacks += [type(f"Empty{i}", (pl.Callback,), {})() for i in range(5)]
-    elif arm == "runner":
+    elif arm == "runner" or arm in TRACKERS:
         from pytorch_lightning.callbacks import ModelCheckpoint
 
         from training.callbacks import OrchCallback
@@ -120,12 +148,14 @@ def build(arm: str, run_dir: Path, steps: int):
         else:
             callbacks.append(GoodputMeter(run_dir, "1"))
         loggers = run_loggers(run_dir, resume_step=None, job_name="bench")
+        if arm in TRACKERS:
+            loggers += open_tracker(arm, run_dir).loggers
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
         max_steps=steps,
         logger=loggers or False,
-        enable_checkpointing=arm == "runner",
+        enable_checkpointing=arm != "none" and arm != "empty",
         enable_progress_bar=False,
         enable_model_summary=False,
         log_every_n_steps=10,
@@ -166,10 +196,17 @@ def one_run(arm: str, steps: int, work: Path) -> dict[str, Any]:
     run_dir = Path(tempfile.mkdtemp(dir=work, prefix=f"{arm}-"))
     trainer, model, loader, clock, callbacks, loggers = build(arm, run_dir, steps)
     spent: dict[str, float] = defaultdict(float)
-    if arm == "runner":
+    if arm == "runner" or arm in TRACKERS:
         instrument(callbacks, HOOKS, spent)
         instrument(loggers, LOGGER_CALLS, spent)
     trainer.fit(model, loader)
+    while OPEN:
+        trackers = OPEN.pop()
+        with contextlib.redirect_stdout(sys.stderr):
+            trackers.close("finished")
+        failed = [w.backend.name for w in trackers.workers if w.failed]
+        if failed:
+            print(f"tracker {failed} failed: see {run_dir}/tracking.json", file=sys.stderr)
     timed = clock.times[SKIP:]
     n = len(timed) - 1
     # own costs over the same steps would need per-step marks; over the whole run they are per step
@@ -191,6 +228,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--trackers", action="store_true", help="also an arm per experiment tracker")
     args = parser.parse_args()
     import warnings
 
@@ -198,7 +236,7 @@ def main() -> int:
     import logging
 
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
-    arms = ("none", "empty", "runner")
+    arms = ("none", "empty", "runner") + (TRACKERS if args.trackers else ())
     runs: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="orch-cb-bench-") as tmp:
@@ -233,6 +271,15 @@ def main() -> int:
     report["own_total_us"] = sum(per_callback.values())
     report["runner_callbacks"] = extra
     report["own_plus_dispatch_us"] = report["own_total_us"] + extra * report["dispatch_us_per_callback"]["median"]
+    runner_step = [r["us_per_step"] for r in runs["runner"]]
+    report["trackers"] = {
+        t: {
+            "minus_runner_us": spread([r["us_per_step"] - b for r, b in zip(runs[t], runner_step)]),
+            "logger_own_us": spread([r["own_us_per_step"].get("TrackerLogger.log_metrics", 0.0) for r in runs[t]]),
+        }
+        for t in arms
+        if t in TRACKERS
+    }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -260,6 +307,13 @@ def main() -> int:
         f"  own total {report['own_total_us']:.1f} us + {extra} x dispatch = {report['own_plus_dispatch_us']:.1f} us; "
         f"measured runner - none: {r['median']:.1f} us (quartiles {r['q1']:.1f}-{r['q3']:.1f})"
     )
+    for t, figures in report["trackers"].items():
+        m, own_t = figures["minus_runner_us"], figures["logger_own_us"]
+        print(
+            f"  tracker {t}: {t} - runner {m['median']:.1f} us/step (quartiles {m['q1']:.1f}-{m['q3']:.1f}), "
+            f"{100 * m['median'] / max(r['median'], 1e-9):.1f} % of runner - none; in the step (log_metrics) "
+            f"{own_t['median']:.2f} us"
+        )
     return 0
 
 

@@ -26,6 +26,7 @@ EX_CONFIG = 78  # EX_CONFIG: a data or configuration error the runner found; the
 # -- the environment a job is given ------------------------------------------------------------
 
 ENV_JOB_ID = "ORCH_JOB_ID"
+ENV_JOB_UID = "ORCH_JOB_UID"  # the job's global id: the same on every attempt and every machine that adopts it
 ENV_ATTEMPT = "ORCH_ATTEMPT"  # 1-based, never reset
 ENV_RUN_DIR = "ORCH_RUN_DIR"
 ENV_CKPT_DIR = "ORCH_CKPT_DIR"
@@ -74,6 +75,8 @@ METRICS_CSV = "metrics.csv"
 TENSORBOARD = "tensorboard"  # the runner's TensorBoard event files, one per attempt
 HEALTH = "health.json"  # training health (diverged, loss_flat), written by the runner, read by the daemon
 CHECKPOINT_INTERVAL = "checkpoint-interval.json"  # [checkpoint] every = "auto": what it chose and why (runner -> show)
+TRACKING = "tracking.json"  # the job's experiment-tracker runs: ids, and why one is not logging (runner -> show, env)
+TRACKERS = "trackers"  # where the built-in runner's trackers keep their local files (offline runs, MLflow's file store)
 DEFAULT_MTBF_S = 6 * 3600.0  # what orch assumes before it has seen a preemption on a machine
 
 
@@ -239,6 +242,58 @@ def newest_checkpoint(ckpt_dir: Path) -> tuple[Optional[Path], Optional[int]]:
     falls back to an older one if it does not load."""
     found = step_checkpoints(ckpt_dir)
     return (found[0][0], found[0][1].step) if found else (None, None)
+
+
+# -- experiment trackers: one run per job ---------------------------------------------------------
+
+TRACKER_BACKENDS = ("wandb", "swanlab", "mlflow")
+
+
+def tracker_run_id(uid: str) -> str:
+    """The W&B and SwanLab run id of a job: its uid (letters, digits, - and _, at most 64), which
+    both accept as is, so every attempt on every machine names the same run."""
+    return uid
+
+
+def tracker_env(
+    uid: str, tracking: Optional[dict[str, Any]], job_name: str, recorded: Optional[dict[str, Any]]
+) -> dict[str, str]:
+    """The trackers' own variables for an attempt: the run ids (always, so a script that calls
+    wandb.init() or swanlab.init() itself continues one run), and with a [tracking] table its
+    project, mode and MLflow server. MLflow makes its own run ids: MLFLOW_RUN_ID is the one the
+    first attempt recorded in tracking.json (`recorded`), absent until then."""
+    if not uid:  # a job recorded before uids existed: nothing to keep one run by
+        return {}
+    rid = tracker_run_id(uid)
+    env = {
+        ENV_JOB_UID: uid,
+        "WANDB_RUN_ID": rid,
+        "WANDB_RESUME": "allow",
+        "SWANLAB_RUN_ID": rid,
+        "SWANLAB_RESUME": "allow",
+    }
+    backends_seen = (recorded or {}).get("backends")
+    seen = backends_seen.get("mlflow") if isinstance(backends_seen, dict) else None
+    mlflow_id = seen.get("run_id") if isinstance(seen, dict) else None
+    if isinstance(mlflow_id, str) and re.fullmatch(r"[0-9A-Za-z_-]{1,64}", mlflow_id):
+        env["MLFLOW_RUN_ID"] = mlflow_id
+    if tracking:
+        backends = tracking.get("backends") or []
+        project = str(tracking.get("project") or job_name)
+        offline = tracking.get("mode") == "offline"
+        if "wandb" in backends:
+            env["WANDB_PROJECT"] = project
+            if offline:
+                env["WANDB_MODE"] = "offline"
+        if "swanlab" in backends:
+            env["SWANLAB_PROJ_NAME"] = project
+            if offline:
+                env["SWANLAB_MODE"] = "offline"
+        if "mlflow" in backends:
+            env["MLFLOW_EXPERIMENT_NAME"] = project
+            if tracking.get("mlflow_uri"):
+                env["MLFLOW_TRACKING_URI"] = str(tracking["mlflow_uri"])
+    return env
 
 
 # -- small JSON files ------------------------------------------------------------------------------

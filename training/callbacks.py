@@ -35,6 +35,7 @@ from orchestrator.contract import (
 
 from .checkpoints import notice_name
 from .progress import ProgressWriter, as_numbers
+from .tracker_notes import ScriptRuns
 from .resume_state import (
     apply_pending_loader_state,
     fix_epoch_end_loader_state,
@@ -88,8 +89,12 @@ class OrchCallback(pl.Callback):
         progress_every_s: Optional[float] = None,
         log_every_s: Optional[float] = None,
         handle_sigint: bool = False,
+        script_trackers: bool = True,
     ):
         self.run_dir = Path(run_dir) if run_dir else _env_path(ENV_RUN_DIR)
+        # A command job's own trackers (its script opened them): noted, and paused before exit 75.
+        # The built-in runner closes its trackers itself (training/trackers.py): False there.
+        self.tracker_runs = ScriptRuns(self.run_dir, enabled=script_trackers)
         self.ckpt_dir = Path(ckpt_dir) if ckpt_dir else _env_path(ENV_CKPT_DIR)
         # ORCH_PROGRESS_EVERY_S overrides the default 3 s (tests poll faster)
         self.progress_every_s = progress_every_s or float(os.environ.get(ENV_PROGRESS_EVERY_S) or 3.0)
@@ -173,12 +178,16 @@ class OrchCallback(pl.Callback):
         )
         if not at_step_boundary:
             self._heartbeat(trainer)  # (mid-accumulation: finish the gradient accumulation first)
+            if trainer.global_rank == 0:
+                self.tracker_runs.step()
             return
         # The notice checkpoint first: nothing else (progress.json and its fsync, retention) sits
         # between the end of the step and the durable file.
         self.save_notice(trainer, step_end=step_end)
         self._write_progress(trainer, force=True)
         trainer.should_stop = True
+        if trainer.global_rank == 0:
+            self.tracker_runs.preempted()
         raise Preempted(self.notice_checkpoint, trainer.global_rank)
 
     def save_notice(self, trainer: pl.Trainer, step_end: Optional[float] = None) -> str:

@@ -26,6 +26,7 @@ from orchestrator.contract import TEMP_MARK, fsync_dir, notice_name, periodic_na
 
 from . import heartbeat
 from .heartbeat import Preempted, Progress, StopFlag, say
+from .tracker_notes import ScriptRuns
 from .torch_loop import protect_dataloader_workers
 
 TRAINER_STATE = "trainer_state.json"
@@ -133,6 +134,7 @@ class OrchTrainerCallback(TrainerCallback):
         self.notice_checkpoint: Optional[str] = None
         self._notice_step: Optional[int] = None
         self._save_at_epoch_end = False
+        self.tracker_runs = ScriptRuns(self.run_dir)  # report_to's runs: noted, paused before exit 75
 
     @property
     def stop_requested(self) -> bool:
@@ -169,6 +171,8 @@ class OrchTrainerCallback(TrainerCallback):
     # -- every optimizer step ------------------------------------------------------------------
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         heartbeat.slow_step()
+        if state.is_world_process_zero:
+            self.tracker_runs.step()
         samples = args.per_device_train_batch_size * args.gradient_accumulation_steps * max(1, args.world_size)
         if self.progress.step_done(samples):
             self._write(args, state)
@@ -221,6 +225,8 @@ class OrchTrainerCallback(TrainerCallback):
             self.notice_checkpoint = str(link or folder)
             self._write(args, state)
             say(f"saved {self.notice_checkpoint} at step {state.global_step}; exiting 75 to be resumed")
+            if state.is_world_process_zero:
+                self.tracker_runs.preempted()
             raise Preempted(self.notice_checkpoint)
 
     # -- metrics -------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from orchestrator.contract import (
     ENV_ATTEMPT,
@@ -19,7 +20,7 @@ from orchestrator.contract import (
 )
 from orchestrator.spec.jobspec import TASK_CLASSIFY, JobSpec, load_resolved
 
-from .exits import EX_CHECKPOINTED, EX_OK, RunError, install_early_sigterm
+from .exits import EX_CHECKPOINTED, EX_FAIL, EX_OK, EarlyStop, RunError, install_early_sigterm
 from .job_end import out_of_memory, result_figures, wait_for_other_ranks
 from .job_plan import choose_resume, is_rank_zero, plan_devices, resolve_sizes, say, total_steps
 from .job_trainer import (
@@ -51,6 +52,43 @@ def ddp_needs_subprocess(run_dir: Path) -> bool:
 
 
 def run_job(run_dir: Path, *, progress: bool = False) -> int:
+    """One attempt; its trackers' runs ([tracking]) end with its outcome: finished on success,
+    paused when it exits 75 or 76 to be resumed, failed otherwise."""
+    opened: dict[str, Any] = {}
+    code = EX_FAIL
+    try:
+        code = _run_job(run_dir, progress=progress, opened=opened)
+        return code
+    except EarlyStop:
+        code = EX_CHECKPOINTED
+        raise
+    finally:
+        trackers = opened.get("trackers")
+        if trackers is not None:
+            from .trackers import exit_outcome
+
+            trackers.close(exit_outcome(code))
+
+
+def _tracker_hyperparams(spec: JobSpec, batch_size: int, accumulate: int) -> dict[str, Any]:
+    assert spec.model is not None and spec.train is not None and spec.data is not None
+    values: dict[str, Any] = {f"train.{k}": v for k, v in spec.train.model_dump().items() if v is not None}
+    values.update(
+        {
+            "model.name_or_path": spec.model.name_or_path,
+            "model.task": spec.model.task,
+            "data.train": spec.data.train,
+            "data.max_length": spec.data.max_length,
+            "batch_size": batch_size,
+            "accumulate_grad_batches": accumulate,
+        }
+    )
+    if spec.lora is not None:
+        values.update({f"lora.{k}": v for k, v in spec.lora.model_dump().items() if v is not None})
+    return values
+
+
+def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
     started = time.monotonic()
     spec = load_spec(run_dir)
     for key, value in spec.env.items():
@@ -148,6 +186,19 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     val_interval = train.val_check_interval
     if isinstance(val_interval, int):
         val_interval *= factor  # counted in micro-batches, which shrank after an OOM
+    loggers = run_loggers(run_dir, resume_step=resume_name.step if resume_name else None, job_name=spec.name or "job")
+    if rank0 and spec.tracking is not None:
+        from .trackers import open_trackers
+
+        trackers = open_trackers(
+            spec.tracking, run_dir, spec.name or "job", resume_step=resume_name.step if resume_name else None
+        )
+        if trackers is not None:
+            opened["trackers"] = trackers
+            loggers += trackers.loggers
+            trackers.hyperparams(_tracker_hyperparams(spec, batch_size, accumulate))
+            if resume is not None and resume_name is not None:
+                trackers.resumed(resume_name.step, resume)
     trainer = pl.Trainer(
         default_root_dir=str(run_dir),
         accelerator=plan["accelerator"],
@@ -167,7 +218,7 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
         deterministic=train.deterministic,
         callbacks=callbacks,
         plugins=[checkpoint_io(spec, AtomicCheckpointIO), *slurm_plugins()],
-        logger=run_loggers(run_dir, resume_step=resume_name.step if resume_name else None, job_name=spec.name or "job"),
+        logger=loggers,
         log_every_n_steps=10,
         num_sanity_val_steps=0,
         use_distributed_sampler=False,
@@ -192,5 +243,8 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
     from orchestrator.contract import write_json_atomic
 
     write_json_atomic(run_dir / RESULT, result)
+    if opened.get("trackers") is not None:
+        final = dict(result.get("metrics") or {})
+        opened["trackers"].summary({**final, "steps": result.get("steps"), "model_path": str(model_dir(run_dir))})
     say(f"done: {result['steps']} steps, {result['epochs']} epochs, metrics {result['metrics']}")
     return EX_OK

@@ -21,7 +21,9 @@ def build_callbacks(spec: JobSpec, ckpt_dir: Path, *, has_val: bool, progress: b
 
     from .goodput import GoodputMeter
 
-    orch = OrchCallback(ckpt_dir=ckpt_dir, log_every_s=None if progress else 30.0, handle_sigint=progress)
+    orch = OrchCallback(
+        ckpt_dir=ckpt_dir, log_every_s=None if progress else 30.0, handle_sigint=progress, script_trackers=False
+    )
     meter = GoodputMeter()
     orch.progress_extras.append(meter.figures)
     callbacks: list[Any] = [meter, orch]

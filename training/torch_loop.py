@@ -39,6 +39,7 @@ from orchestrator.contract import (
 from . import heartbeat
 from .heartbeat import Preempted, Progress, StopFlag, say
 from .rng import capture as capture_rng, restore as restore_rng
+from .tracker_notes import ScriptRuns
 
 FORMAT = "orch.torch_loop/1"
 
@@ -151,6 +152,7 @@ class OrchLoop:
         self.progress = Progress(self.run_dir, every_s=progress_every_s)
         self._remove_orphan_temps()
         self.progress.write(self.step, self.total_steps, self.epoch)
+        self.tracker_runs = ScriptRuns(self.run_dir)
 
     @property
     def stop_requested(self) -> bool:
@@ -232,7 +234,9 @@ class OrchLoop:
             path = self.save(data=data, notice=True)
             self.progress.write(self.step, self.total_steps, self.epoch)
             say(f"SIGTERM: saved {path} at step {self.step}; exiting 75 to be resumed")
+            self.tracker_runs.preempted()
             raise Preempted(str(path))
+        self.tracker_runs.step()
         if self.save_every and self.step % self.save_every == 0:
             self.save(data=data)
         return self.step

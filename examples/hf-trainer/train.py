@@ -56,6 +56,9 @@ def main() -> None:
     p.add_argument("--save-steps", type=int, default=25)
     p.add_argument("--max-length", type=int, default=32)
     p.add_argument("--seed", type=int, default=7)
+    # "wandb", "swanlab", "mlflow": the Trainer's own integration; orch gives it the run id, so
+    # every attempt of the job continues one run (docs/tracking.md)
+    p.add_argument("--report-to", default="none")
     p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     args = p.parse_args()
 
@@ -78,7 +81,7 @@ def main() -> None:
         save_total_limit=2,
         eval_strategy="epoch",
         logging_steps=5,
-        report_to="none",
+        report_to=args.report_to,
         disable_tqdm=True,
         dataloader_num_workers=args.workers,
     )

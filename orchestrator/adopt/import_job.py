@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from ..contract import BATCH, CHECKPOINTS, PROVENANCE_FILES, atomic_file, provenance_dir, write_json_atomic
+from ..contract import BATCH, CHECKPOINTS, PROVENANCE_FILES, TRACKING, atomic_file, provenance_dir, write_json_atomic
 from ..jobs.lifecycle import write_run_spec
 from ..objectstore import datafiles
 from ..objectstore import manifest as mf
@@ -91,6 +91,7 @@ def adopt_one(
     if m.get("batch"):
         write_json_atomic(run_dir / BATCH, m["batch"])
     fetch_provenance(remote, m, run_dir, label, warn)
+    _fetch_tracking(remote, cand.uid, run_dir, warn)
     history = list(m["checkpoints"])
     good, rejected = fetch_checkpoint(remote, history, run_dir / CHECKPOINTS, warn)
     kept = [c for c in history if c["key"] not in rejected]
@@ -170,3 +171,16 @@ def _attempts(m: dict[str, Any], now: float) -> list[dict[str, Any]]:
         last["ended_at"] = float(ended if ok and ended is not None else m.get("written_at") or now)
         last["outcome"] = "lost"
     return out
+
+
+def _fetch_tracking(remote: Remote, uid: str, run_dir: Any, warn: Callable[[str], None]) -> None:
+    """The job's tracker runs (tracking.json): an MLflow run id is known only from it (W&B's and
+    SwanLab's come from the uid). Missing is normal; a failure only costs a new MLflow run."""
+    try:
+        data = remote.get_bytes(mf.file_key(uid, TRACKING))
+    except StorageError as exc:
+        warn(f"job {uid[:12]}: {TRACKING} not fetched ({exc}); an MLflow run may start anew")
+        return
+    if data:
+        with open(run_dir / TRACKING, "wb") as fh:
+            fh.write(data)

@@ -192,9 +192,10 @@ def show(
 
     add_deadline_notes(store, ctx.home, _config_or_none, [data], time.time())
     data["mirror"] = _mirror_view(store, job_id)
-    from ..contract import CHECKPOINT_INTERVAL, read_json
+    from ..contract import CHECKPOINT_INTERVAL, TRACKING, read_json
 
     data["checkpoint_interval"] = read_json(ctx.home.run_dir(job_id) / CHECKPOINT_INTERVAL)  # every = "auto"
+    data["tracking"] = read_json(ctx.home.run_dir(job_id) / TRACKING)  # training/tracker_notes.py
     from ..views.bill import job_bill
 
     data["bill"] = job_bill(store, ctx.home, store.get(job_id), time.time(), currency())

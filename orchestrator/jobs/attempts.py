@@ -25,9 +25,11 @@ from ..contract import (
     ENV_TENSORBOARD_DIR,
     PACKAGES_TXT,
     SNAPSHOT_MEMORY,
+    TRACKING,
     newest_checkpoint,
     provenance_dir,
     read_json,
+    tracker_env,
 )
 from ..model.errors import InvalidTransition
 from ..host.gpus import visible_devices
@@ -63,8 +65,10 @@ def job_env(
     gpu_ids: Sequence[int],
     resume_from: Optional[Path],
     extra: Mapping[str, str],
+    trackers: Optional[Mapping[str, str]] = None,
 ) -> dict[str, str]:
     env = dict(base)
+    env.update(trackers or {})  # the job's own [env] may override a tracker variable
     env.update(extra)
     env.update(
         {
@@ -128,6 +132,7 @@ def begin_attempt(
         gpu_ids=gpu_ids,
         resume_from=resume_path,
         extra=job.spec.get("env") or {},
+        trackers=tracker_env(job.uid, job.spec.get("tracking"), job.name, read_json(run_dir / TRACKING)),
     )
     checked = check_environment(run_dir, argv, env, cwd, n, now)
     also = [(EventKind.ENV_CHANGED, checked.detail)] if checked.detail else []
@@ -150,6 +155,7 @@ def begin_attempt(
         )
     except InvalidTransition:
         return None
+
     env[ENV_SNAPSHOTS_HELD] = str(snapshots_held(store, home, job.id))
     if config.logging.tensorboard_dir:  # the runner links its TensorBoard folder there
         env[ENV_TENSORBOARD_DIR] = str(Path(config.logging.tensorboard_dir).expanduser())

@@ -2,7 +2,7 @@
 
     <prefix>/jobs/<uid>/manifest.json                       written last; conditional writes
     <prefix>/jobs/<uid>/checkpoints/<tag>-<name>            immutable: one key per upload, never rewritten
-    <prefix>/jobs/<uid>/files/progress.json, metrics.csv, batch.json, result.json, attempt-N.log
+    <prefix>/jobs/<uid>/files/progress.json, metrics.csv, batch.json, tracking.json, result.json, attempt-N.log
     <prefix>/jobs/<uid>/files/provenance/packages.txt, system.json, diff.patch   (what the job ran with)
     <prefix>/jobs/<uid>/model/...                           the exported model, on success
 

@@ -30,6 +30,7 @@ from .sections import (  # the tables and task names, importable from here as be
     ModelSection,
     SlurmJobSection,
     TaskName,
+    TrackingSection,
     TrainSection,
 )
 from .problems import problems_from
@@ -50,6 +51,7 @@ __all__ = [
     "SlurmJobSection",
     "SpecError",
     "TaskName",
+    "TrackingSection",
     "TrainSection",
     "check_deadline",
     "deadline_ts",
@@ -80,6 +82,7 @@ class JobSpec(JobTable):
     budget: BudgetSection = BudgetSection()
     env: dict[str, str] = {}
     slurm: Optional[SlurmJobSection] = None
+    tracking: Optional[TrackingSection] = None  # experiment trackers, one run per job (docs/tracking.md)
     # When the job must be done, with its time zone ("2026-12-05T18:00+08:00"): among jobs of equal
     # priority the earliest deadline starts first, and `deadline_at_risk` says when it will be missed.
     deadline: Optional[Union[datetime, str]] = None

@@ -1,5 +1,5 @@
 """The tables of job.toml as pydantic models ([model], [data], [lora], [train], [early_stopping],
-[checkpoint], [budget], [slurm]), and the built-in fine-tune's tasks with the metrics each reports."""
+[checkpoint], [budget], [slurm], [tracking]), and the built-in fine-tune's tasks with the metrics each reports."""
 
 from __future__ import annotations
 
@@ -165,4 +165,36 @@ class SlurmJobSection(JobTable):
             problem = control_problem(value, allow_tab=False) if value is not None else None
             if problem:
                 raise ValueError(f"{field}: {problem} (got {value!r})")
+        return self
+
+
+TrackerName = Literal["wandb", "swanlab", "mlflow"]
+
+
+class TrackingSection(JobTable):
+    """[tracking]: experiment trackers the built-in runner logs to, one run per job (docs/tracking.md).
+    A command job gets the trackers' own variables (run ids, project, mode) whatever it logs with."""
+
+    backends: list[TrackerName] = Field(min_length=1)
+    project: Optional[str] = Field(default=None, min_length=1, max_length=128)  # default: the job's name
+    mode: Literal["online", "offline"] = "online"
+    mlflow_uri: Optional[str] = Field(default=None, min_length=1, max_length=2000)  # default: MLFLOW_TRACKING_URI
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TrackingSection":
+        twice = sorted({b for b in self.backends if self.backends.count(b) > 1})
+        if twice:
+            raise ValueError(f"backends: {twice[0]!r} is listed twice")
+        if self.project is not None:
+            bad = sorted(set(self.project) & set("/\\#?%:"))
+            if bad or control_problem(self.project):
+                raise ValueError(
+                    f"project: {self.project[:60]!r} cannot be a tracker project name "
+                    "(no / \\ # ? % : or control characters)"
+                )
+        if self.mlflow_uri is not None:
+            if "mlflow" not in self.backends:
+                raise ValueError('mlflow_uri: set, but "mlflow" is not in backends; add it or remove mlflow_uri')
+            if control_problem(self.mlflow_uri, allow_tab=False):  # it may hold a password: never echoed
+                raise ValueError(f"mlflow_uri: {control_problem(self.mlflow_uri, allow_tab=False)}")
         return self

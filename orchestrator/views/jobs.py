@@ -3,6 +3,7 @@ keys. The table and `--json` are rendered from the same dicts."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -124,6 +125,9 @@ def masked_spec(spec: dict[str, Any]) -> dict[str, Any]:
     spec = dict(spec)
     if isinstance(spec.get("env"), dict):
         spec["env"] = {k: "***" for k in spec["env"]}
+    tracking = spec.get("tracking")
+    if isinstance(tracking, dict) and isinstance(tracking.get("mlflow_uri"), str):  # http://user:password@host
+        spec["tracking"] = {**tracking, "mlflow_uri": re.sub(r"(://)[^/@\s]+@", r"\1***@", tracking["mlflow_uri"])}
     return spec
 
 

@@ -182,6 +182,13 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
             f"  checkpoint: every {duration(auto['interval_s'])} (auto: {auto.get('why')}; MTBF from "
             f"{auto.get('mtbf_source')})"
         )
+    for name, run in sorted(((d.get("tracking") or {}).get("backends") or {}).items()):
+        if isinstance(run, dict):
+            where = "  ".join(str(run[k]) for k in ("project", "mode", "url") if run.get(k))
+            lines.append(
+                f"  tracker:   {name} run {run.get('run_id') or '-'}  {where}".rstrip()
+                + (f"   WARNING not logging: {run['warning']}" if run.get("warning") else "")
+            )
     memory = d.get("snapshot_memory") or {}
     if memory.get("background") is False:
         lines.append(f"  warning:   {memory.get('reason')}")

@@ -8,6 +8,7 @@ resume from the newest periodic checkpoint, report the steps it lost, and still 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -64,7 +65,7 @@ def job_toml(folder: Path, workload: Path, framework: str, name: str) -> Path:
         ]
         # the Trainer job with two DataLoader workers: the group's SIGTERM reaches them too
         + (
-            ["--save-steps", str(SAVE_EVERY), "--workers", "2"]
+            ["--save-steps", str(SAVE_EVERY), "--workers", "2", "--report-to", "wandb"]
             if framework == "hf-trainer"
             else ["--save-every", str(SAVE_EVERY)]
         ),
@@ -77,6 +78,10 @@ def job_toml(folder: Path, workload: Path, framework: str, name: str) -> Path:
             "ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S),
         },
     }
+    if framework == "hf-trainer":  # report_to="wandb", offline: one W&B run across all attempts
+        spec["env"].update(WANDB_DIR=str(folder / name), WANDB_SILENT="true")
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        spec["tracking"] = {"backends": ["wandb"], "mode": "offline"}
     path = folder / f"{name}.toml"
     path.write_bytes(tomli_w.dumps(spec).encode())
     return path
@@ -229,3 +234,13 @@ def test_a_notice_at_a_random_step_costs_nothing_and_a_sigkill_resumes_from_the_
     assert data["steps_lost"] == second["step_reached"] - newest > 0, (where, data)
     assert data["result"]["steps"] == TOTAL_STEPS
     assert_same_weights(expected, final_weights(h.run_dir(job_id)))
+    if framework == "hf-trainer":  # the Trainer's report_to="wandb": one run, paused at the notice
+        from tracker_files import wandb_attempts
+
+        runs = wandb_attempts(h.jobs_dir / "b" / "wandb")
+        # the SIGKILLed attempt's file may end before its run record: no id read from it
+        assert len(runs) == 3 and len({r["run_id"] for r in runs} - {None}) == 1, (where, runs)
+        assert runs[0]["preempting"] and runs[0]["exit"] == 75, (where, runs[0])
+        assert runs[2]["exit"] == 0, (where, runs[2])
+        tracking = json.loads((h.run_dir(job_id) / "tracking.json").read_text())
+        assert tracking["backends"]["wandb"]["run_id"] == runs[0]["run_id"] == tracking["uid"]

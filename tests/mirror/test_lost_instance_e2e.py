@@ -41,7 +41,7 @@ def workload(tmp_path_factory) -> dict[str, Path]:
     return {"model": model, "train": train, "hf_cache": root / "hf-cache"}
 
 
-def submit(h: OrchHome, workload: dict[str, Path], name: str) -> int:
+def submit(h: OrchHome, workload: dict[str, Path], name: str, tracking: Any = None) -> int:
     spec: dict[str, Any] = {
         "name": name,
         "gpus": 0,
@@ -62,6 +62,8 @@ def submit(h: OrchHome, workload: dict[str, Path], name: str) -> int:
             "ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S),
         },
     }
+    if tracking:
+        spec["tracking"] = tracking
     path = h.jobs_dir / f"{name}.toml"
     path.write_bytes(tomli_w.dumps(spec).encode())
     job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0)
@@ -155,7 +157,8 @@ def test_lost_instance_after_a_notice_resumes_elsewhere_with_identical_weights_a
     a.config = load_config(cfg, required=True)
     homes.append(a)
     a.start_daemon()
-    job_id = submit(a, workload, "lost")
+    mlruns = (tmp_path / "lab-mlflow").as_uri()  # a tracking server both machines reach
+    job_id = submit(a, workload, "lost", tracking={"backends": ["mlflow"], "mlflow_uri": mlruns})
     uid = a.job(job_id).uid
     notice_at = random.Random().randint(3, 33)
     wait_for(lambda: progress_step(a, job_id) >= notice_at, 120, interval=0.02, what=f"step {notice_at}")
@@ -181,6 +184,21 @@ def test_lost_instance_after_a_notice_resumes_elsewhere_with_identical_weights_a
     assert_same(uninterrupted["weights"], weights(b.run_dir(new_id)))
     final = wait_manifest(remote, uid, lambda m: m["state"] == "succeeded", what="the final manifest")
     assert final["result"]["steps"] == TOTAL_STEPS and final["model"]
+    # the adopted job continued the job's one MLflow run
+    import os
+
+    from mlflow.tracking import MlflowClient
+
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(mlruns)
+    runs = client.search_runs([client.get_experiment_by_name("lost").experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED", runs
+    assert runs[0].data.tags["orch.job_uid"] == uid
+    assert runs[0].data.tags["orch.resume.attempt-2"].startswith(f"resumed at step {notice_step} from notice-step-")
+    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "train_loss")]
+    assert steps == sorted(set(steps)) and steps[-1] == TOTAL_STEPS - 1
+    noted = json.loads((b.run_dir(new_id) / "tracking.json").read_text())
+    assert noted["uid"] == uid and noted["backends"]["mlflow"]["run_id"] == runs[0].info.run_id
 
 
 def test_lost_instance_without_a_notice_resumes_from_the_newest_mirrored_checkpoint_and_reports_lost_steps(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
-from ...contract import BATCH, METRICS_CSV, MODEL, PROGRESS, PROVENANCE, PROVENANCE_FILES, RESULT, attempt_log
+from ...contract import BATCH, METRICS_CSV, MODEL, PROGRESS, PROVENANCE, PROVENANCE_FILES, RESULT, TRACKING, attempt_log
 from ...contract import provenance_dir
 from ...home.paths import Home
 from ...model.records import Job
@@ -29,7 +29,7 @@ class FileSync:
         self._hashes: dict[tuple[str, float, int], str] = {}
 
     def sync_files(self, job: Job, now: float, row: Optional[dict[str, Any]]) -> None:
-        """progress.json, metrics.csv, batch.json and the current attempt's log, throttled and only
+        """progress.json, metrics.csv, batch.json, tracking.json and the current attempt's log, throttled and only
         when changed."""
         if (
             row is not None
@@ -39,7 +39,7 @@ class FileSync:
         ):
             return
         run_dir = self.home.run_dir(job.id)
-        names = [PROGRESS, METRICS_CSV, BATCH] + ([attempt_log(job.attempt)] if job.attempt else [])
+        names = [PROGRESS, METRICS_CSV, BATCH, TRACKING] + ([attempt_log(job.attempt)] if job.attempt else [])
         files = [(name, run_dir / name) for name in names]
         # What the job ran with travels too, so a machine that adopts it compares with the first one's.
         files += [(f"{PROVENANCE}/{name}", provenance_dir(run_dir) / name) for name in PROVENANCE_FILES]
