@@ -244,7 +244,7 @@ class DaemonRuntime:
         began = time.monotonic()
         if self.mirror is not None:
             self.mirror.on_notice()
-        signalled = d.preempt_all(time.time(), "the daemon is stopping")
+        signalled = d.preempt_all(time.time(), "the daemon is stopping", notice=False)
         # A job's own grace_seconds may be longer than the config's: wait for the longest.
         grace = max(
             [grace_for(j, self.config) for j in d.store.jobs([JobState.RUNNING])],

@@ -186,8 +186,13 @@ class Daemon:
 
     # -- preemption and shutdown ---------------------------------------------------------------
 
-    def preempt_all(self, now: float, reason: str) -> list[int]:
+    def preempt_all(self, now: float, reason: str, *, notice: bool = True) -> list[int]:
+        """SIGTERM every running job (it checkpoints and is requeued). For a preemption notice,
+        dispatch is held in the same critical section: a tick that takes the lock next must not
+        start work on a machine about to be reclaimed (the watcher clears it with the notice)."""
         with self.lock:
+            if notice:
+                self.notice_active = True
             signalled = []
             for job in self.store.jobs([JobState.RUNNING]):
                 if job.intent is Intent.NONE:
