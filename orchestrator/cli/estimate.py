@@ -194,10 +194,10 @@ def estimate_data(
     steps: int = 30,
     daemon_running: bool = True,
 ) -> dict[str, Any]:
-    from ..host.gpus import managed_gpus
+    from ..planning.capacity import gpu_slots
 
     spec = load_jobspec(job_toml)
-    managed = len(managed_gpus(config.daemon.gpus))
+    managed = len(gpu_slots(config))
     p = config.pricing
     rate = hourly_rate(
         Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour), spec.gpus, managed
@@ -242,13 +242,13 @@ def sweep_bound(data: dict[str, Any], section: Any, config: Any) -> dict[str, An
     as both `parallel` and this machine's slots allow. Pruning can only make it cheaper; the
     trials' parameters (a batch size, a step count) can make each trial slower or faster than the
     base job measured here."""
-    from ..host.gpus import managed_gpus
+    from ..planning.capacity import gpu_slots
 
     cost, wall = data.get("cost"), data.get("wall_s")
     at_once = section.parallel
     if config.executor.kind == "local":  # a cluster's capacity is the cluster's business
         gpus = data.get("gpus") or 0
-        slots = config.daemon.cpu_slots if gpus == 0 else len(managed_gpus(config.daemon.gpus)) // gpus
+        slots = config.daemon.cpu_slots if gpus == 0 else len(gpu_slots(config)) // gpus
         at_once = max(1, min(at_once, slots))
     waves = math.ceil(section.trials / at_once)
     return {

@@ -29,7 +29,7 @@ def submit_sweep(
     yes: bool = False,
 ) -> None:
     from ..model.errors import UsageError
-    from ..host.gpus import managed_gpus
+    from ..planning.capacity import gpu_slots
     from ..jobs.lifecycle import check_gpus, check_nodes
     from ..sweeps.spec import load_sweep
 
@@ -43,7 +43,7 @@ def submit_sweep(
     if priority is not None:  # every trial's priority
         base = base.model_copy(update={"priority": priority})
     config = ctx.config()
-    machine_gpus = config.slurm.max_gpus if config.executor.kind == "slurm" else len(managed_gpus(config.daemon.gpus))
+    machine_gpus = len(gpu_slots(config))
     check_gpus(base, section.job, machine_gpus)
     check_nodes(base, section.job, config.executor.kind)
     if estimate:

@@ -43,4 +43,7 @@ def accrue_interval(
         # adopted job): bill each job its own GPUs and the machine nothing idle, and say so.
         log.warning("cost: %s; billing each job its own GPUs until they finish", exc)
         costs, idle = {j.id: j.gpus * p.gpu_hour * seconds / 3600 for j in running}, 0.0
-    store.accrue(now, seconds, {j.id: (costs.get(j.id, 0.0), j.gpus * seconds) for j in running}, idle)
+    # A job `orch run` runs in the foreground holds its share of the machine (so it is not idle),
+    # but that process charges it: one process accrues a job's time (docs/cost.md).
+    charged = [j for j in running if not j.in_foreground]
+    store.accrue(now, seconds, {j.id: (costs.get(j.id, 0.0), j.gpus * seconds) for j in charged}, idle)
