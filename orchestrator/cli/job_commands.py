@@ -227,7 +227,9 @@ def cancel(job_id: int = typer.Argument(...)) -> None:
         print(f"cancelled job {job.id} ({job.name})")
         return
     alive = poke(ctx.home)
-    print(f"cancelling job {job.id} ({job.name}): SIGTERM now, SIGKILL after {config.daemon.grace_seconds:g}s")
+    from ..jobs.attempts import grace_for
+
+    print(f"cancelling job {job.id} ({job.name}): SIGTERM now, SIGKILL after {grace_for(job, config):g}s")
     if not alive:
         err("note: no daemon is running; the cancel happens when one starts (`orch daemon start`)")
 
