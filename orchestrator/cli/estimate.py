@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..contract import DEFAULT_MTBF_S, young_daly
+from ..contract import mtbf_choice, young_daly
 from ..cost.money import Pricing, format_duration, format_money, job_hourly_rates
 from ..model.errors import OrchError
 from ..planning.forecast import History, history_of, queue_forecast
@@ -62,12 +62,10 @@ def checkpoint_plan(spec: JobSpec, steps_per_s: float, save_s: float, mtbf_s: fl
 
 
 def mtbf_of(store: Store, spec: JobSpec) -> tuple[float, str]:
-    if spec.checkpoint.mtbf_hours:
-        return spec.checkpoint.mtbf_hours * 3600.0, "job.toml [checkpoint] mtbf_hours"
-    count, uptime = store.preemption_history()
-    if count and uptime > 0:
-        return uptime / count, f"this machine: {count} preemption(s) in {format_duration(uptime)} of daemon uptime"
-    return DEFAULT_MTBF_S, "no preemption seen here yet: orch assumes 6 h"
+    from ..planning.mtbf import machine_mtbf
+
+    machine = machine_mtbf(*store.preemption_history())
+    return mtbf_choice(spec.checkpoint.mtbf_hours, *(machine or (None, "")))
 
 
 def builtin_projection(

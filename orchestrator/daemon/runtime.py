@@ -17,7 +17,7 @@ from ..jobs.attempts import grace_for
 from ..spec.config import Config, build_channels, preemption_file
 from ..home.daemon_lock import DaemonLock
 from ..home.paths import Home
-from ..model.states import EventKind, JobState
+from ..model.states import EventKind, JobState, notice_detail
 from ..store import Store
 from .tick import Daemon
 
@@ -139,7 +139,7 @@ class DaemonRuntime:
         now = time.time()
         for notice in notices:
             self.store.record_event(
-                None, EventKind.NOTICE, now, detail=f"{notice.source}: {notice.kind}: {notice.detail}"
+                None, EventKind.NOTICE, now, detail=notice_detail(notice.source, notice.kind, notice.detail)
             )
             if notice.stops_jobs:
                 log.warning(
