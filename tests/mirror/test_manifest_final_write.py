@@ -19,9 +19,7 @@ def test_a_job_that_ends_under_a_commit_gets_no_unreleased_terminal_manifest(tmp
     try:
         job_id = h.submit("m", hold="never")
         now = time.time()
-        running = h.store.transition(
-            job_id, JobState.RUNNING, EventKind.STARTED, now, begin_attempt=AttemptStart(1)
-        )
+        running = h.store.transition(job_id, JobState.RUNNING, EventKind.STARTED, now, begin_attempt=AttemptStart(1))
         writer = ManifestWriter(h.home, h.store, remote_for(h), "home-a", lambda job, holder: None)
         writer.write(running, None, now)  # the running job's manifest, as a heartbeat writes it
         assert manifest(remote_for(h), running.uid)["owner"]["released"] is False
