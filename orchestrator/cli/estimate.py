@@ -64,8 +64,12 @@ def checkpoint_plan(spec: JobSpec, steps_per_s: float, save_s: float, mtbf_s: fl
 def mtbf_of(store: Store, spec: JobSpec) -> tuple[float, str]:
     from ..planning.mtbf import machine_mtbf
 
-    machine = machine_mtbf(*store.preemption_history())
-    return mtbf_choice(spec.checkpoint.mtbf_hours, *(machine or (None, "")))
+    notices, lost_at, uptime = store.preemption_history()
+    machine = machine_mtbf(notices, lost_at, uptime)
+    if machine is None:
+        return mtbf_choice(spec.checkpoint.mtbf_hours, None)
+    why = f"this machine: {machine[1]} preemption(s) in {format_duration(uptime)} of daemon uptime"
+    return mtbf_choice(spec.checkpoint.mtbf_hours, machine[0], why)
 
 
 def builtin_projection(

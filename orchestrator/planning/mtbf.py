@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ..cost.money import format_duration
 from ..model.states import STOPPING_KINDS, notice_kind
 
 
@@ -21,9 +20,9 @@ def machine_events(notice_details: Sequence[str], lost_at: Sequence[float]) -> i
 
 def machine_mtbf(
     notice_details: Sequence[str], lost_at: Sequence[float], uptime_s: float
-) -> Optional[tuple[float, str]]:
-    """(seconds, why), or None before the first machine event (then orch assumes its default)."""
+) -> Optional[tuple[float, int]]:
+    """(seconds, machine events), or None before the first one (then orch assumes its default)."""
     events = machine_events(notice_details, lost_at)
     if not events or uptime_s <= 0:
         return None
-    return uptime_s / events, f"this machine: {events} preemption(s) in {format_duration(uptime_s)} of daemon uptime"
+    return uptime_s / events, events
