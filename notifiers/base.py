@@ -9,7 +9,7 @@ from dataclasses import fields as dataclass_fields
 from typing import Any, Protocol, runtime_checkable
 
 from orchestrator.cost.money import format_duration
-from orchestrator.model.errors import ConfigError
+from orchestrator.model.errors import ConfigError, OrchError
 from orchestrator.model.states import DEFAULT_NOTIFY_EVENTS, SUBSCRIBABLE
 
 from .redaction import redact
@@ -197,7 +197,7 @@ def truncate_utf8(text: str, max_bytes: int, marker: str = "\n…(truncated)") -
     return data[:room].decode("utf-8", errors="ignore") + marker
 
 
-class NotifyError(Exception):
+class NotifyError(OrchError):
     """A message was not delivered. `retryable` says whether trying again later can help;
     `code` is the provider's own code (or the HTTP status, or "timeout"/"connection")."""
 

@@ -78,6 +78,18 @@ CHECKPOINT_INTERVAL = "checkpoint-interval.json"  # [checkpoint] every = "auto":
 TRACKING = "tracking.json"  # the job's experiment-tracker runs: ids, and why one is not logging (runner -> show, env)
 TRACKERS = "trackers"  # where the built-in runner's trackers keep their local files (offline runs, MLflow's file store)
 DEFAULT_MTBF_S = 6 * 3600.0  # what orch assumes before it has seen a preemption on a machine
+MACHINE_MTBF_SOURCE = "the preemptions this machine's daemon has seen"
+
+
+def mtbf_choice(mtbf_hours: Optional[float], machine_s: Optional[float], machine_source: str = "") -> tuple[float, str]:
+    """The one rule for the MTBF that `every = "auto"` and `orch estimate` use, and why: the job's
+    `[checkpoint] mtbf_hours`, else this machine's (the daemon's count: planning/mtbf.py, handed to
+    the runner as ORCH_MTBF_S), else orch's assumption of 6 h."""
+    if mtbf_hours:
+        return mtbf_hours * 3600.0, "job.toml [checkpoint] mtbf_hours"
+    if machine_s is not None and machine_s > 0:
+        return machine_s, machine_source or MACHINE_MTBF_SOURCE
+    return DEFAULT_MTBF_S, "no preemption seen here yet: orch assumes 6 h"
 
 
 def young_daly(cost_s: float, mtbf_s: float) -> float:

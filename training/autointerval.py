@@ -20,6 +20,7 @@ from orchestrator.contract import (  # noqa: F401 (young_daly, DEFAULT_MTBF_S re
     DEFAULT_MTBF_S,
     ENV_MTBF_S,
     ENV_RUN_DIR,
+    mtbf_choice,
     periodic_name,
     write_json_atomic,
     young_daly,
@@ -27,15 +28,12 @@ from orchestrator.contract import (  # noqa: F401 (young_daly, DEFAULT_MTBF_S re
 
 
 def mtbf_for(mtbf_hours: Optional[float], environ: Any = os.environ) -> tuple[float, str]:
-    if mtbf_hours:
-        return mtbf_hours * 3600.0, "job.toml [checkpoint] mtbf_hours"
+    """The job's MTBF by orch's one rule (contract.mtbf_choice), the machine's read from ORCH_MTBF_S."""
     try:
         seen = float(environ.get(ENV_MTBF_S) or 0)
     except ValueError:
         seen = 0.0
-    if seen > 0:
-        return seen, "the preemptions this machine's daemon has seen"
-    return DEFAULT_MTBF_S, "no preemption seen here yet: orch assumes 6 h"
+    return mtbf_choice(mtbf_hours, seen)
 
 
 class AutoCheckpoint(pl.Callback):

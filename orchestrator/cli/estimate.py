@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ..contract import DEFAULT_MTBF_S, young_daly
+from ..contract import mtbf_choice, young_daly
 from ..cost.money import Pricing, format_duration, format_money, job_hourly_rates
 from ..model.clock import format_clock
 from ..model.errors import OrchError
@@ -64,12 +64,14 @@ def checkpoint_plan(spec: JobSpec, steps_per_s: float, save_s: float, mtbf_s: fl
 
 
 def mtbf_of(store: Store, spec: JobSpec) -> tuple[float, str]:
-    if spec.checkpoint.mtbf_hours:
-        return spec.checkpoint.mtbf_hours * 3600.0, "job.toml [checkpoint] mtbf_hours"
-    count, uptime = store.preemption_history()
-    if count and uptime > 0:
-        return uptime / count, f"this machine: {count} preemption(s) in {format_duration(uptime)} of daemon uptime"
-    return DEFAULT_MTBF_S, "no preemption seen here yet: orch assumes 6 h"
+    from ..planning.mtbf import machine_mtbf
+
+    notices, lost_at, uptime = store.preemption_history()
+    machine = machine_mtbf(notices, lost_at, uptime)
+    if machine is None:
+        return mtbf_choice(spec.checkpoint.mtbf_hours, None)
+    why = f"this machine: {machine[1]} preemption(s) in {format_duration(uptime)} of daemon uptime"
+    return mtbf_choice(spec.checkpoint.mtbf_hours, machine[0], why)
 
 
 # Without the probe's load figures (not Linux, an old probe), the range is this much around it.
@@ -314,10 +316,10 @@ def estimate_data(
     sweep: Optional[str] = None,
 ) -> dict[str, Any]:
     """`sweep`: the job is a sweep's base job, and the sweep's name finds its earlier trials."""
-    from ..host.gpus import managed_gpus
+    from ..planning.capacity import gpu_slots
 
     spec = load_jobspec(job_toml)
-    managed = len(managed_gpus(config.daemon.gpus))
+    managed = len(gpu_slots(config))
     p = config.pricing
     rate = hourly_rate(
         Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour), spec.gpus, managed
@@ -381,12 +383,12 @@ def sweep_bound(data: dict[str, Any], section: Any, config: Any) -> dict[str, An
     (a command), plus a tick of the daemon per wave to start it. Pruning can only make it cheaper;
     the trials' parameters (a batch size, a step count) can make a trial slower than the base job
     measured here, which no bound from the base job can know."""
-    from ..host.gpus import managed_gpus
+    from ..planning.capacity import gpu_slots
 
     at_once = section.parallel
     gpus = data.get("gpus") or 0
     if config.executor.kind == "local":  # a cluster's capacity is the cluster's business
-        slots = config.daemon.cpu_slots if gpus == 0 else len(managed_gpus(config.daemon.gpus)) // gpus
+        slots = config.daemon.cpu_slots if gpus == 0 else len(gpu_slots(config)) // gpus
         at_once = max(1, min(at_once, slots))
     waves = math.ceil(section.trials / at_once)
     trial_high = data.get("wall_s_high")

@@ -2,7 +2,12 @@
 run folder and steps the daemon uses: `attempts.begin_attempt` starts each attempt and
 `attempts.settle_attempt` decides what its exit makes of the job (retries, the result.json rule,
 OOM). Ctrl-C records a cancel and asks the job to checkpoint (SIGTERM), then prints the command
-that continues it."""
+that continues it; during a retry's backoff or while waiting for a GPU it cancels the queued job.
+
+This process accrues its job's time and cost (the same formula as the daemon, cost/money.py); a
+daemon beside it counts the job's share as busy but charges it nothing (docs/cost.md). Its GPUs
+are chosen among those no running job holds and reserved by the store in the transition that
+records the attempt, so the daemon and `orch run` never share one."""
 
 from __future__ import annotations
 
@@ -14,15 +19,16 @@ import time
 from typing import Any, Optional
 from pathlib import Path
 
-from ..jobs.attempts import Settled, begin_attempt, settle_attempt
+from ..jobs.attempts import Begun, Settled, begin_attempt, settle_attempt
 from ..spec.config import Config
 from ..contract import attempt_exit, attempt_log, exit_record, write_json_atomic
 from ..model.errors import InvalidTransition
-from ..host.gpus import managed_gpus
-from ..jobs.lifecycle import retry_job, submit_job
+from ..cost.money import Pricing, split_interval
+from ..jobs.lifecycle import cancel_job, retry_job, submit_job
+from ..planning.capacity import machine_gpus
 from ..home.paths import Home
 from ..host.procs import start_time
-from ..model.records import Job
+from ..model.records import FOREGROUND_PID, Job
 from ..jobs.outcome import Decision
 from ..model.states import RETRYABLE, AttemptOutcome, EventKind, Intent, JobState
 from ..store import Store
@@ -31,7 +37,7 @@ from ..store import Store
 def run_foreground(
     home: Home, store: Store, config: Config, *, job_toml: Optional[Path], resume_id: Optional[int]
 ) -> int:
-    managed = managed_gpus(config.daemon.gpus)
+    managed = machine_gpus(config)  # the job runs here, whatever executor the daemon uses
     if job_toml is not None:
         job = submit_job(store, config, home, job_toml, now=time.time(), machine_gpus=len(managed))
         print(f"recorded job {job.id} ({job.name}); running it here (Ctrl-C checkpoints and stops)", file=sys.stderr)
@@ -44,12 +50,15 @@ def run_foreground(
         if job.state in RETRYABLE:
             job = retry_job(store, config, home, job.id, time.time())
         print(f"resuming job {job.id} ({job.name}) here (Ctrl-C checkpoints and stops)", file=sys.stderr)
-    return _Foreground(home, store, config, sorted(managed)[: job.gpus]).run(job)
+    return _Foreground(home, store, config, managed).run(job)
 
 
 class _Foreground:
-    def __init__(self, home: Home, store: Store, config: Config, gpu_ids: list[int]):
-        self.home, self.store, self.config, self.gpu_ids = home, store, config, gpu_ids
+    def __init__(self, home: Home, store: Store, config: Config, managed: list[int]):
+        self.home, self.store, self.config, self.managed = home, store, config, managed
+        p = config.pricing
+        self.pricing = Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour)
+        self.accrue_every_s = max(1.0, config.daemon.tick_seconds)
         self.proc: Optional[subprocess.Popen] = None
         self.job: Optional[Job] = None
         self.interrupts = 0
@@ -78,10 +87,12 @@ class _Foreground:
                 if job.retry_after and job.retry_after > time.time() and not self.interrupts:
                     wait = job.retry_after - time.time()
                     print(f"retrying in {wait:.0f}s ({job.reason})", file=sys.stderr)
-                    time.sleep(wait)
+                    self._sleep(wait)
                 if self.interrupts:
-                    return 130
+                    return self._stop_queued(job)
                 settled = self._one_attempt(job)
+                if self.interrupts and settled is None and self.store.get(job.id).state is JobState.QUEUED:
+                    return self._stop_queued(job)  # Ctrl-C while waiting for a GPU
                 if settled is None:
                     return 0  # a daemon took the job first
                 job, d = settled.job, settled.decision
@@ -93,18 +104,81 @@ class _Foreground:
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
+    def _sleep(self, seconds: float) -> None:
+        """Sleep that Ctrl-C ends: time.sleep resumes after a signal handler that returns."""
+        until = time.monotonic() + seconds
+        while not self.interrupts and time.monotonic() < until:
+            time.sleep(min(0.1, max(0.0, until - time.monotonic())))
+
+    def _stop_queued(self, job: Job) -> int:
+        """Ctrl-C between attempts: the queued job is cancelled (no daemon starts it behind the
+        user's back), to be continued with `orch run --resume`."""
+        try:
+            job, done = cancel_job(self.store, self.config, self.home, job.id, time.time())
+        except InvalidTransition:
+            done = False
+        if done:
+            print(
+                f"\njob {job.id} cancelled before its next attempt; continue it with:  orch run --resume {job.id}",
+                file=sys.stderr,
+            )
+        else:
+            print(f"\njob {job.id} is no longer waiting here; see `orch show {job.id}`", file=sys.stderr)
+        return 130
+
+    def _free_gpus(self) -> list[int]:
+        held = {g for j in self.store.jobs([JobState.RUNNING]) for g in j.gpu_ids}
+        return [g for g in self.managed if g not in held]
+
+    def _begin(self, job: Job) -> Optional[Begun]:
+        """Begin the next attempt on GPUs no running job holds, waiting (Ctrl-C ends it) while a
+        daemon's jobs hold them. None: the job left the queue meanwhile (a daemon started it), or
+        the user pressed Ctrl-C."""
+        said = False
+        while not self.interrupts:
+            free = self._free_gpus()
+            if len(free) >= job.gpus:
+                begun = begin_attempt(
+                    self.store,
+                    self.config,
+                    self.home,
+                    job,
+                    sorted(free)[: job.gpus],
+                    time.time(),
+                    environ=os.environ,
+                    where=" in the foreground (orch run)",
+                )
+                if begun is not None:
+                    return begun
+            job = self.store.get(job.id)
+            if job.state is not JobState.QUEUED:
+                return None
+            if not said:
+                print(f"job {job.id}: waiting for {job.gpus} free GPU(s) (Ctrl-C cancels)", file=sys.stderr)
+                said = True
+            self._sleep(1.0)
+        return None
+
+    def _accrue(self, job: Job, seconds: float, now: float) -> None:
+        """Charge this job one interval by the daemon's formula: its share of the machine among
+        the jobs running now (the same split the daemon makes, cost/money.py)."""
+        if seconds <= 0:
+            return
+        running = [(j.id, j.gpus) for j in self.store.jobs([JobState.RUNNING])]
+        if job.id not in {i for i, _ in running}:
+            running.append((job.id, job.gpus))
+        try:
+            costs, _ = split_interval(seconds, running, len(self.managed), self.pricing)
+            cost = costs.get(job.id, 0.0)
+        except ValueError:  # more GPUs held than managed (a config changed): its own GPUs only
+            cost = job.gpus * self.pricing.gpu_hour * seconds / 3600.0
+        self.store.charge_job(job.id, seconds, cost, job.gpus * seconds)
+
     def _one_attempt(self, job: Job) -> Optional[Settled]:
-        begun = begin_attempt(
-            self.store,
-            self.config,
-            self.home,
-            job,
-            self.gpu_ids,
-            time.time(),
-            environ=os.environ,
-            where=" in the foreground (orch run)",
-        )
+        begun = self._begin(job)
         if begun is None:
+            if self.interrupts:
+                return None
             print(
                 f"job {job.id} was started by a running daemon; follow it with `orch logs -f {job.id}`", file=sys.stderr
             )
@@ -115,13 +189,14 @@ class _Foreground:
             return Settled(begun.job, stop)
         launch = begun.launch
         # This process stands in for the attempt's supervisor: a daemon sees it alive, and its
-        # cancel SIGTERMs reach us.
+        # cancel SIGTERMs reach us. The foreground mark: this process accrues the attempt's time.
         self.store.update(
             job.id,
             time.time(),
             only_if_state=[JobState.RUNNING],
             supervisor_pid=os.getpid(),
             supervisor_start=start_time(os.getpid()),
+            executor_ref={FOREGROUND_PID: os.getpid()},
         )
         argv = list(launch.argv) + (["--progress"] if begun.job.kind == "builtin" else [])
         (launch.run_dir / attempt_log(launch.attempt)).write_text(
@@ -134,15 +209,19 @@ class _Foreground:
         if self.interrupts:
             self.interrupts = 0
             self.on_signal(signal.SIGINT, None)
-        rc = self.proc.wait()
+        accrued = started
+        while True:
+            try:
+                rc = self.proc.wait(timeout=self.accrue_every_s)
+                break
+            except subprocess.TimeoutExpired:
+                now = time.time()
+                self._accrue(begun.job, now - accrued, now)
+                accrued = now
         self.proc = None
         code, sig = (rc, None) if rc >= 0 else (None, -rc)
         ended = time.time()
-        # No daemon accrues a foreground run: count its running time here (cost needs the daemon's clock).
-        now_job = self.store.get(job.id)
-        self.store.update(
-            job.id, ended, only_if_state=[JobState.RUNNING], run_seconds=now_job.run_seconds + (ended - started)
-        )
+        self._accrue(begun.job, ended - accrued, ended)
         exit_info = exit_record(code, sig, started, ended)
         settled = settle_attempt(self.store, self.config, self.home, self.store.get(job.id), exit_info, ended)
         # The exit record only after the outcome is recorded: a daemon that saw the file first

@@ -32,8 +32,8 @@ def submit(
     yes: bool = typer.Option(False, "--yes", "-y", help="With --estimate: queue without asking."),
 ) -> None:
     """Validate a job file and queue it (a file with a [sweep] table queues a sweep)."""
-    from ..host.gpus import managed_gpus
     from ..jobs.lifecycle import submit_job
+    from ..planning.capacity import gpu_slots
     from ..sweeps.spec import is_sweep_file
     from .when import parse_at
 
@@ -63,9 +63,7 @@ def submit(
         priority=priority,
         after=after,
         not_before=not_before,
-        machine_gpus=config.slurm.max_gpus
-        if config.executor.kind == "slurm"
-        else len(managed_gpus(config.daemon.gpus)),
+        machine_gpus=len(gpu_slots(config)),
     )
     running = poke(ctx.home)
     if as_json:
@@ -231,7 +229,9 @@ def cancel(job_id: int = typer.Argument(...)) -> None:
         print(f"cancelled job {job.id} ({job.name})")
         return
     alive = poke(ctx.home)
-    print(f"cancelling job {job.id} ({job.name}): SIGTERM now, SIGKILL after {config.daemon.grace_seconds:g}s")
+    from ..jobs.attempts import grace_for
+
+    print(f"cancelling job {job.id} ({job.name}): SIGTERM now, SIGKILL after {grace_for(job, config):g}s")
     if not alive:
         err("note: no daemon is running; the cancel happens when one starts (`orch daemon start`)")
 

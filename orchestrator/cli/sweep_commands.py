@@ -29,7 +29,7 @@ def submit_sweep(
     yes: bool = False,
 ) -> None:
     from ..model.errors import UsageError
-    from ..host.gpus import managed_gpus
+    from ..planning.capacity import gpu_slots
     from ..jobs.lifecycle import check_gpus, check_nodes
     from ..sweeps.spec import load_sweep
 
@@ -43,7 +43,7 @@ def submit_sweep(
     if priority is not None:  # every trial's priority
         base = base.model_copy(update={"priority": priority})
     config = ctx.config()
-    machine_gpus = config.slurm.max_gpus if config.executor.kind == "slurm" else len(managed_gpus(config.daemon.gpus))
+    machine_gpus = len(gpu_slots(config))
     check_gpus(base, section.job, machine_gpus)
     check_nodes(base, section.job, config.executor.kind)
     if estimate:
@@ -130,22 +130,13 @@ def render(s: dict[str, Any], currency: str) -> str:
 @sweep_app.command("cancel")
 def cancel(sweep_id: int = typer.Argument(...)) -> None:
     """Cancel a sweep: no new trials; queued trials cancelled at once, running ones checkpoint and stop."""
-    from ..model.errors import OrchError
-    from ..jobs.lifecycle import cancel_job
+    from ..sweeps.cancel import cancel_sweep
 
-    store, config, now = ctx.store(), ctx.config(), time.time()
-    sweep = store.sweep(sweep_id)
-    if not store.request_sweep_cancel(sweep_id, now):
-        raise OrchError(f"sweep {sweep_id} ({sweep.name}) already {sweep.state.value}; nothing to cancel")
-    stopping = 0
-    for trial in store.trials(sweep_id):
-        job = store.get(trial.job_id)
-        if job.state.is_active:
-            job, done = cancel_job(store, config, ctx.home, job.id, now)
-            stopping += not done
+    result = cancel_sweep(ctx.store(), ctx.config(), ctx.home, sweep_id, time.time())
+    stopping = result.stopping
     alive = poke(ctx.home)
     print(
-        f"cancelling sweep {sweep_id} ({sweep.name}): no new trials"
+        f"cancelling sweep {sweep_id} ({result.name}): no new trials"
         + (f"; {stopping} running trial{'s' if stopping != 1 else ''} checkpoint and stop" if stopping else "")
     )
     if not alive:

@@ -27,12 +27,19 @@ def _pricing(config: Config, cluster: bool) -> Pricing:
 
 def _write(store: Store, config: Config, lo: float, hi: float, spans: list[Span], managed: int, cluster: bool) -> None:
     bill = split_spans(lo, hi, spans, managed, _pricing(config, cluster), jobs_are_machine=cluster)
+    # A job `orch run` runs in the foreground holds its share of the machine (so that share is not
+    # idle), but that process charges it: exactly one process accrues a job's time (docs/cost.md).
+    foreground = {j.id for j in store.jobs([JobState.RUNNING]) if j.in_foreground}
     if bill.over_held:
         # Running jobs hold more GPUs than this daemon manages (the config changed under an
         # adopted job): each job is billed its own GPUs and the machine nothing idle.
         log.warning("cost: %s; billing each job its own GPUs until they finish", bill.over_held)
     # the spans were built from job ids (cost.py's formula takes any hashable id)
-    per_job = {cast(int, j): (bill.costs[j], bill.gpu_seconds[j], bill.run_seconds[j]) for j in bill.costs}
+    per_job = {
+        cast(int, j): (bill.costs[j], bill.gpu_seconds[j], bill.run_seconds[j])
+        for j in bill.costs
+        if j not in foreground
+    }
     store.accrue(hi, hi - lo, per_job, bill.idle)
 
 

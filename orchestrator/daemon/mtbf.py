@@ -10,16 +10,17 @@ log = logging.getLogger("orch.daemon")
 
 
 def update_mtbf(rt: Any) -> None:
-    """ORCH_MTBF_S for jobs started from now on: this machine's uptime over the preemption notices
-    and lost attempts it has seen (none seen: unset, and the runner assumes its default)."""
+    """ORCH_MTBF_S for jobs started from now on: this machine's MTBF (planning/mtbf.py; none seen:
+    unset, and the runner assumes its default)."""
     from ..contract import ENV_MTBF_S
+    from ..planning.mtbf import machine_mtbf
 
     try:
-        count, uptime = rt.store.preemption_history()
+        mtbf = machine_mtbf(*rt.store.preemption_history())
     except Exception:
         log.exception("cannot read the preemption history")
         return
-    if count and uptime > 0:
-        rt.daemon.environ[ENV_MTBF_S] = f"{uptime / count:.0f}"
+    if mtbf is not None:
+        rt.daemon.environ[ENV_MTBF_S] = f"{mtbf[0]:.0f}"
     else:
         rt.daemon.environ.pop(ENV_MTBF_S, None)

@@ -18,12 +18,7 @@ import httpx
 
 from ..model.errors import ConfigError, OrchError
 
-PREEMPT = "preempt"  # the machine is going away: checkpoint and requeue every running job
-REBALANCE = "rebalance"  # an early warning (AWS): record a `notice` event, stop nothing
-MAINTENANCE = "maintenance"  # host maintenance that ends the VM (GPU VMs cannot live-migrate)
-
-#: Kinds after which running jobs are checkpointed and no new job is started.
-STOPPING_KINDS = frozenset({PREEMPT, MAINTENANCE})
+from ..model.states import MAINTENANCE, PREEMPT, REBALANCE, STOPPING_KINDS  # noqa: F401  (the sources' words)
 
 AWS_ENDPOINT = "http://169.254.169.254"
 GCP_ENDPOINT = "http://metadata.google.internal"

@@ -14,6 +14,10 @@ from .step_context import StepContext
 
 log = logging.getLogger("orch.daemon")
 
+# A job another process has just recorded running (`orch run`) has no handle for the moment it
+# takes that process to record one: it is not lost until this long after its start was recorded.
+HANDLE_GRACE_S = 10.0
+
 
 def reap(d: StepContext, now: float) -> None:
     for job in d.store.jobs([JobState.RUNNING]):
@@ -30,6 +34,8 @@ def reap_one(d: StepContext, job: Job, now: float) -> None:
     if exit_info is None:
         if not job.supervisor_pid and not job.executor_ref:
             job = adopt_unrecorded(d, job, now)
+            if not job.supervisor_pid and not job.executor_ref and now - job.updated_at < HANDLE_GRACE_S:
+                return  # its starter is recording the handle (`orch run` between begin and record)
         if d.executor.alive(job):
             return
         exit_info = d.executor.exit(job)  # it may have been written just now

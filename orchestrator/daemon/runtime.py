@@ -19,7 +19,7 @@ from ..jobs.notify import build_channels
 from ..spec.config import Config, preemption_file
 from ..home.daemon_lock import DaemonLock
 from ..home.paths import Home
-from ..model.states import EventKind, JobState
+from ..model.states import EventKind, JobState, notice_detail
 from ..store import Store
 from .tick import Daemon
 
@@ -140,9 +140,13 @@ class DaemonRuntime:
             return
         now = time.time()
         for notice in notices:
-            said = f"{notice.source}: {notice.kind}: {notice.detail}"
+            said = notice_detail(notice.source, notice.kind, notice.detail)
             self.store.record_event(
-                None, EventKind.NOTICE, now, detail=said, outgoing=machine_outgoing(self.config, EventKind.NOTICE, said)
+                None,
+                EventKind.NOTICE,
+                now,
+                detail=said,
+                outgoing=machine_outgoing(self.config, EventKind.NOTICE, said),
             )
             self.hooks.submit_event(EventKind.NOTICE.value, None)
             if notice.stops_jobs:
@@ -248,7 +252,7 @@ class DaemonRuntime:
         began = time.monotonic()
         if self.mirror is not None:
             self.mirror.on_notice()
-        signalled = d.preempt_all(time.time(), "the daemon is stopping")
+        signalled = d.preempt_all(time.time(), "the daemon is stopping", notice=False)
         # A job's own grace_seconds may be longer than the config's: wait for the longest.
         grace = max(
             [grace_for(j, self.config) for j in d.store.jobs([JobState.RUNNING])],

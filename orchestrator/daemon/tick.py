@@ -17,7 +17,7 @@ from ..spec.config import Config
 from ..model.errors import InvalidTransition
 from ..executors import build_executor
 from ..executors.base import Executor
-from ..host.gpus import managed_gpus
+from ..planning.capacity import gpu_slots
 from ..jobs.lifecycle import change_state, machine_outgoing
 from ..home.paths import Home
 from ..model.records import Job
@@ -45,11 +45,8 @@ class Daemon:
     ):
         self.home, self.config, self.store = home, config, store
         self.environ = dict(os.environ if environ is None else environ)
-        self.managed = managed_gpus(config.daemon.gpus) if gpu_ids is None else list(gpu_ids)
         self.executor: Executor = executor or build_executor(config, home)
-        slots = self.executor.gpu_slots()  # a cluster executor: the GPUs orch may hold there
-        if gpu_ids is None and slots is not None:
-            self.managed = slots
+        self.managed = gpu_slots(config) if gpu_ids is None else list(gpu_ids)  # as the CLI counts them
         self.on_event = on_event or (lambda kind, job: None)  # hooks, after the transition commits
         self.lock = threading.RLock()  # tick, the preemption watcher and shutdown take turns
         self.notice_active = False
@@ -192,8 +189,13 @@ class Daemon:
 
     # -- preemption and shutdown ---------------------------------------------------------------
 
-    def preempt_all(self, now: float, reason: str) -> list[int]:
+    def preempt_all(self, now: float, reason: str, *, notice: bool = True) -> list[int]:
+        """SIGTERM every running job (it checkpoints and is requeued). For a preemption notice,
+        dispatch is held in the same critical section: a tick that takes the lock next must not
+        start work on a machine about to be reclaimed (the watcher clears it with the notice)."""
         with self.lock:
+            if notice:
+                self.notice_active = True
             signalled = []
             for job in self.store.jobs([JobState.RUNNING]):
                 if job.intent is Intent.NONE:

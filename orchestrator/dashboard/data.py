@@ -5,7 +5,6 @@ never change a job nor take the write lock the daemon needs."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any, Optional
 from ..spec.config import Config
 from ..contract import HEALTH, METRICS_CSV, attempt_log, read_json
 from ..reports.metrics import read_metrics
+from ..home.daemon_lock import running_pid
 from ..home.paths import Home
 from ..store import Store
 from ..views.cost_report import cost_data
@@ -24,14 +24,8 @@ LOG_TAIL_BYTES = 32768
 
 
 def daemon_pid(home: Home) -> Optional[int]:
-    """The daemon's pid from daemon.pid if that process lives. (Not daemon_control.running_pid:
-    it briefly takes the daemon's lock, which a page polling every few seconds must not do.)"""
-    try:
-        pid = int(home.pid_file.read_text().strip())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
-        return None
-    return pid
+    """The daemon's pid, as `orch status` sees it (home/daemon_lock.running_pid)."""
+    return running_pid(home)
 
 
 def queue(store: Store, home: Home, config: Config, now: float) -> dict[str, Any]:

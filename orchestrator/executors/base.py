@@ -66,9 +66,5 @@ class Executor(Protocol):
     def describe(self, job: Job) -> Optional[str]:
         """A short word on where the attempt is, for `orch status` (e.g. "PENDING (Resources)")."""
 
-    def gpu_slots(self) -> Optional[list[int]]:
-        """The GPU slots orch may hand out through this executor; None: this machine's GPUs
-        ([daemon] gpus, else nvidia-smi)."""
-
     def billable(self, job: Job) -> bool:
         """Whether a running attempt costs money now (a job pending in a cluster queue does not)."""

@@ -217,9 +217,6 @@ class LocalExecutor:
     def describe(self, job: Job) -> Optional[str]:
         return None
 
-    def gpu_slots(self) -> Optional[list[int]]:
-        return None  # this machine's GPUs, as the daemon discovers them
-
     def billable(self, job: Job) -> bool:
         return True  # a local attempt holds its share of the machine from its start
 

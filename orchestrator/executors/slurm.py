@@ -71,10 +71,6 @@ class SlurmExecutor(SlurmWatch):
 
     # -- capacity and cost (optional Executor capabilities the tick asks for) -------------------
 
-    def gpu_slots(self) -> list[int]:
-        """How many GPUs orch keeps submitted at once ([slurm] max_gpus): Slurm does the placing."""
-        return list(range(self.cfg.max_gpus))
-
     def billable(self, job: Job) -> bool:
         """Charged only while Slurm runs it: pending costs nothing."""
         t = self.cache.jobs.get(self.slurm_id(job) or "")

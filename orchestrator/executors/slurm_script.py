@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..spec.bounds import control_problem
 from ..contract import attempt_log, attempt_sbatch
+from ..model.errors import OrchError
 from ..model.records import AttemptLaunch
 
 if TYPE_CHECKING:
@@ -28,8 +29,9 @@ SHARED_FS_TYPES = {
 }
 
 
-class SlurmError(OSError):
-    """sbatch refused the job, or the run folder is not shared: the attempt cannot start."""
+class SlurmError(OrchError, OSError):
+    """sbatch refused the job, or the run folder is not shared: the attempt cannot start (an
+    OSError too: an executor's `start` raises OSError when it cannot start an attempt)."""
 
 
 def check_shared(cfg: "SlurmSection", run_dir: Path) -> None:

@@ -24,11 +24,11 @@ class DaemonLock:
         self.home = home
         self.fd: Optional[int] = None
 
-    def acquire(self) -> None:
+    def acquire(self, wait_s: float = 1.0) -> None:
         fd = os.open(self.home.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        # `running_pid` (the CLI, the dashboard's polls) takes the lock for an instant to ask: a
+        # daemon starting in that instant tries again for a moment instead of refusing to start.
+        if not poll(lambda: _try_lock(fd), wait_s, 0.05):
             os.close(fd)
             pid = _read_pid(self.home)
             raise DaemonError(
@@ -54,6 +54,14 @@ class DaemonLock:
         self.fd = None
 
 
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def _read_pid(home: Home) -> Optional[int]:
     try:
         return int(home.pid_file.read_text().strip())
@@ -62,10 +70,16 @@ def _read_pid(home: Home) -> Optional[int]:
 
 
 def running_pid(home: Home) -> Optional[int]:
-    """The daemon's pid if one holds the lock, else None."""
+    """The daemon's pid if one holds the lock, else None (-1: one holds it, its pid file is
+    unreadable). The one answer to "is a daemon running?" for the CLI and the dashboard: the lock,
+    not the pid file, which lies after a crash (and its pid may be another process's by now).
+    Read-only: a dashboard that may not write the home can still ask."""
     if not home.lock_file.exists():
         return None
-    fd = os.open(home.lock_file, os.O_RDWR)
+    try:
+        fd = os.open(home.lock_file, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 
 class OrchError(Exception):
-    """Base of every error orch raises on purpose."""
+    """Base of every error orch raises on purpose (a store's, Slurm's, a manifest's, a notifier's
+    too). `retryable`: whether trying the same thing again later can help (a store outage, a
+    notifier's HTTP 5xx); the one word for it."""
 
     exit_code = 1
+    retryable = False
 
 
 class BadInput(OrchError):

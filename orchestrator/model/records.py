@@ -12,6 +12,9 @@ from typing import Any, Optional
 
 from .states import AttemptOutcome, Intent, JobState
 
+# The key of a job's executor_ref that `orch run` sets while its attempt runs in the foreground.
+FOREGROUND_PID = "foreground_pid"
+
 
 @dataclass
 class Job:
@@ -53,6 +56,12 @@ class Job:
     uid: str  # global id: stays the same when the job is adopted on another machine
     executor: str  # "local", "slurm": which executor runs its attempts
     executor_ref: dict[str, Any]  # that executor's handle on the current attempt (local uses supervisor_*)
+
+    @property
+    def in_foreground(self) -> bool:
+        """Its attempt runs under `orch run`, which accrues the attempt's time and cost itself; a
+        daemon beside it only watches it (one process accrues a job's time: docs/cost.md)."""
+        return bool((self.executor_ref or {}).get(FOREGROUND_PID))
 
     @classmethod
     def from_row(cls, row: Any) -> "Job":

@@ -156,3 +156,23 @@ def ensure_allowed(job_id: int, src: JobState | str, dst: JobState | str) -> Non
         if src is M:
             why = "another machine adopted it and runs it now"
         raise InvalidTransition(job_id, src.value, dst.value, why)
+
+
+# -- preemption notices (the providers' words, daemon/preemption.py) ---------------------------
+
+PREEMPT = "preempt"  # the machine is going away: checkpoint and requeue every running job
+REBALANCE = "rebalance"  # an early warning (AWS): record a `notice` event, stop nothing
+MAINTENANCE = "maintenance"  # host maintenance that ends the VM (GPU VMs cannot live-migrate)
+
+#: Kinds after which running jobs are checkpointed and no new job is started.
+STOPPING_KINDS = frozenset({PREEMPT, MAINTENANCE})
+
+
+def notice_detail(source: str, kind: str, detail: str) -> str:
+    """A `notice` event's detail; `notice_kind` reads the kind back (the MTBF counts only stopping ones)."""
+    return f"{source}: {kind}: {detail}"
+
+
+def notice_kind(detail: str) -> str:
+    parts = detail.split(": ", 2)
+    return parts[1] if len(parts) >= 2 else ""

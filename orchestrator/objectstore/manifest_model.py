@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..spec.bounds import INT64_MAX, control_problem, name_problem, value_problems
 from ..contract import PROVENANCE_FILES, parse_checkpoint_name
-from ..model.errors import SpecError
+from ..model.errors import OrchError, SpecError
 from ..spec.jobspec import spec_from_dict
 from ..model.states import AttemptOutcome, JobState
 from ..spec.problems import problems_from
@@ -210,7 +210,7 @@ class Manifest(_Record):
         return self
 
 
-class ManifestError(ValueError):
+class ManifestError(OrchError, ValueError):
     """A manifest that orch will not act on; the message names the job, the field and the value."""
 
 

@@ -30,15 +30,16 @@ LOCKS = ".orch-locks"  # file:// only: lock files for conditional writes (never 
 _SECRETY = re.compile(r"(?i)(signature|credential|x-amz-security-token|sig|token|key)=[^&\s\"']+")
 
 
-class TooLarge(ValueError):
+class TooLarge(OrchError, ValueError):
     """An object bigger than its reader allows (a manifest): refused unread."""
 
 
 class StorageError(OrchError):
-    """The store could not be reached or refused a request (retryable unless `permanent`)."""
+    """The store could not be reached or refused a request (`retryable` unless the request
+    itself is wrong: a bad url, a missing bucket, refused credentials)."""
 
-    def __init__(self, message: str, *, permanent: bool = False):
-        self.permanent = permanent
+    def __init__(self, message: str, *, retryable: bool = True):
+        self.retryable = retryable
         super().__init__(message)
 
 
@@ -111,7 +112,7 @@ class Remote:
         try:
             return from_url(self.url.raw, client_options=client, retry_config=retry, **kwargs)  # type: ignore[call-overload]
         except Exception as exc:  # obstore's config errors
-            raise StorageError(f"[storage] url {self.url.raw}: {_short(exc)}", permanent=True) from None
+            raise StorageError(f"[storage] url {self.url.raw}: {_short(exc)}", retryable=False) from None
 
     # -- objects --------------------------------------------------------------------------
 
@@ -392,7 +393,7 @@ class Remote:
             "InvalidPathError",
             "UnknownConfigurationKeyError",
         )
-        return StorageError(f"cannot {what} {self.where(key)}: {_short(exc)}", permanent=permanent)
+        return StorageError(f"cannot {what} {self.where(key)}: {_short(exc)}", retryable=not permanent)
 
 
 def build_remote(storage: Any, env: Optional[Mapping[str, str]] = None) -> Remote:

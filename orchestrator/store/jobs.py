@@ -159,6 +159,8 @@ class JobRows(StoreConnection):
             if expect is not None and job.state not in set(expect):
                 raise InvalidTransition(job_id, job.state.value, dst.value)
             ensure_allowed(job_id, job.state, dst)
+            if begin_attempt is not None and begin_attempt.gpu_ids:
+                _ensure_gpus_free(db, job_id, job.state, dst, begin_attempt.gpu_ids)
             implied = implied_columns(job.state, dst, now, job.attempt, begin_attempt)
             if dst is JobState.RUNNING and job.started_at is None:
                 implied["started_at"] = now
@@ -227,3 +229,17 @@ class JobRows(StoreConnection):
 
     def events(self, job_id: Optional[int] = None, *, kinds: Optional[Iterable[str]] = None) -> list[Event]:
         return events_of(self.db, job_id, kinds)
+
+
+def _ensure_gpus_free(
+    db: sqlite3.Connection, job_id: int, state: JobState, dst: JobState, gpu_ids: Sequence[int]
+) -> None:
+    """The GPUs an attempt starts on are reserved in the transaction that records it running, so
+    the daemon and `orch run` (two processes choosing GPUs) never hand out the same one."""
+    rows = db.execute("SELECT id, gpu_ids FROM jobs WHERE state=? AND id<>?", (JobState.RUNNING.value, job_id))
+    for row in rows.fetchall():
+        clash = sorted(set(json.loads(row["gpu_ids"] or "[]")) & set(gpu_ids))
+        if clash:
+            raise InvalidTransition(
+                job_id, state.value, dst.value, f"GPU {','.join(map(str, clash))} is held by job {row['id']}"
+            )

@@ -64,12 +64,14 @@ class MirrorRows(OutboxRows):
             params.append(job_id)
         return [dict(r) for r in self.db.execute(sql + " ORDER BY notice DESC, step DESC, id", params).fetchall()]
 
-    def preemption_history(self) -> tuple[int, float]:
-        """(preemption notices + attempts lost with the machine, seconds the daemon has run): what
-        `[checkpoint] every = "auto"` divides into a mean time between preemptions."""
-        notices = self.db.execute("SELECT COUNT(*) FROM events WHERE kind='notice'").fetchone()[0]
-        lost = self.db.execute("SELECT COUNT(*) FROM attempts WHERE outcome='lost'").fetchone()[0]
-        return notices + lost, self.ledger().get("uptime_s", 0.0)
+    def preemption_history(self) -> tuple[list[str], list[float], float]:
+        """(every `notice` event's detail, when each lost attempt was settled, seconds the daemon
+        has run): the facts planning/mtbf.py counts into this machine's MTBF."""
+        notices = [r[0] for r in self.db.execute("SELECT detail FROM events WHERE kind='notice' ORDER BY id")]
+        lost = [
+            r[0] for r in self.db.execute("SELECT ended_at FROM attempts WHERE outcome='lost' AND ended_at IS NOT NULL")
+        ]
+        return notices, lost, self.ledger().get("uptime_s", 0.0)
 
     def upload_names(self, job_id: int) -> set[str]:
         """Checkpoint names ever queued for a job (done, pending or dropped)."""

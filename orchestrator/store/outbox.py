@@ -98,6 +98,15 @@ class OutboxRows(JobRows):
         ).fetchall()
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
+    def charge_job(self, job_id: int, seconds: float, cost: float, gpu_seconds: float) -> None:
+        """Add one interval of a job that `orch run` runs in the foreground (it accrues its own job:
+        no uptime, no idle, which are the daemon's)."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE jobs SET cost=cost+?, gpu_seconds=gpu_seconds+?, run_seconds=run_seconds+? WHERE id=?",
+                (cost, gpu_seconds, seconds, job_id),
+            )
+
     def total_cost(self) -> float:
         """Everything spent: every job's cost plus the idle cost."""
         jobs = self.db.execute("SELECT COALESCE(SUM(cost), 0) FROM jobs").fetchone()[0]

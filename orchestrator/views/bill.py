@@ -55,10 +55,10 @@ def breakdown_data(store: Store, home: Home, config: Any, now: float) -> dict[st
     book = store.ledger()
     idle = book.get("idle_cost", 0.0)
     jobs_cost = sum(ledger.billed for ledger in ledgers)
-    from ..host.gpus import managed_gpus
+    from ..planning.capacity import gpu_slots
 
     p = config.pricing
-    machine_hour = p.instance_hour + p.gpu_hour * len(managed_gpus(config.daemon.gpus))
+    machine_hour = p.instance_hour + p.gpu_hour * len(gpu_slots(config))
     stretches = len(store.events(kinds=["queue_drained"]))
     idle_line = idle_advice(
         idle, jobs_cost + idle, config.idle.shutdown_after_minutes, machine_hour, stretches, currency

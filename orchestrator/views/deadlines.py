@@ -13,11 +13,11 @@ from ..store import Store
 
 
 def _capacity(config: Any) -> tuple[int, int]:
-    from ..host.gpus import managed_gpus
+    from ..planning.capacity import gpu_slots
 
     if config is None:
         return 0, 1
-    return len(managed_gpus(config.daemon.gpus)), config.daemon.cpu_slots
+    return len(gpu_slots(config)), config.daemon.cpu_slots
 
 
 def add_deadline_notes(

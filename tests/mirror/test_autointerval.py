@@ -37,8 +37,9 @@ def test_the_daemon_hands_jobs_this_machines_mtbf(tmp_path: Path):
     update_mtbf(rt)
     assert ENV_MTBF_S not in rt.daemon.environ  # nothing seen: the runner's default applies
     store.accrue(time.time(), 3600.0, {}, 0.0)
-    store.record_event(None, EventKind.NOTICE, time.time(), detail="aws: termination")
-    store.record_event(None, EventKind.NOTICE, time.time(), detail="aws: termination")
+    store.record_event(None, EventKind.NOTICE, time.time(), detail="aws: preempt: termination")
+    store.record_event(None, EventKind.NOTICE, time.time(), detail="aws: preempt: termination")
+    store.record_event(None, EventKind.NOTICE, time.time(), detail="aws: rebalance: stops nothing")
     update_mtbf(rt)
     assert rt.daemon.environ[ENV_MTBF_S] == "1800"
 

@@ -82,6 +82,7 @@ def test_a_preempted_trial_resumes_to_the_same_weights_as_the_trial_run_straight
         if name == "preempted":
             tick_until(lambda: (read_progress(home.run_dir(job_id)) or {}).get("step", 0) >= 25, 180, "step 25")
             assert d.preempt_all(time.time(), "a spot notice") == [job_id]
+            d.notice_active = False  # the notice clears (the runtime's watcher says so)
             tick_until(lambda: store.get(job_id).attempt >= 2, 120, "the resumed attempt")
         tick_until(lambda: store.sweep(sweep.id).state is not SweepState.RUNNING, 300, "the sweep to end")
         assert store.get(job_id).state is JobState.SUCCEEDED

@@ -51,6 +51,12 @@ class ManifestWriter:
     ) -> None:
         job = self.store.get(job.id)  # the freshest state, cost and attempts
         row = row or {"checkpoints": [], "doomed": [], "etag": None, "final": 0}
+        if job.state in TERMINAL and not released:
+            # The job ended after the caller read it (an upload's commit racing the reap): its last
+            # manifest is sync_job's, released in the same write and naming the last checkpoint and
+            # the outputs. A terminal manifest is never written unreleased (docs/mirror.md).
+            self.store.mirror_set(job.id, job.uid, dirty=1)
+            return
         run_dir = self.home.run_dir(job.id)
         result = read_json(run_dir / RESULT) if job.state is JobState.SUCCEEDED else None
         model = None

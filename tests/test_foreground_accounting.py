@@ -1,0 +1,162 @@
+"""`orch run` as a user runs it, with pricing, beside a daemon and alone (issue 28, defects 3 and 7):
+exactly one process accrues a job's time and cost, by the daemon's formula; the daemon and `orch
+run` never hand out the same GPU; Ctrl-C during a retry's backoff ends `orch run` at once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from daemon_harness import OrchHome, orch_home, wait_for  # noqa: F401  (fixture)
+
+from orchestrator.model.errors import InvalidTransition
+from orchestrator.model.records import FOREGROUND_PID, AttemptStart
+from orchestrator.model.states import EventKind, JobState
+
+pytestmark = pytest.mark.slow
+
+PER_SECOND = {"pricing": {"currency": "CNY", "gpu_hour": 3600.0, "instance_hour": 3600.0}}  # 1.0 a second
+
+
+def _priced(h: OrchHome, **daemon) -> None:
+    h.configure(PER_SECOND, **daemon)
+
+
+def _wall(h: OrchHome, name: str) -> float:
+    start, end = h.records(name, "start")[-1], h.records(name, "end")[-1]
+    return end["t"] - start["t"]
+
+
+def _read(path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def test_a_lone_orch_run_is_charged_by_the_daemons_formula(orch_home):
+    h = orch_home()
+    _priced(h)
+    res = h.cli("run", str(h.job_file("alone", sleep=3.0)))
+    assert res.returncode == 0, res.stderr
+    job = h.job(1)
+    wall = _wall(h, "alone")
+    # One CPU job on a GPU-less machine takes all of instance_hour: 1.0 a second of its runtime.
+    assert wall <= job.run_seconds <= wall + 2.5, (wall, job.run_seconds)  # + the job's start-up
+    assert job.cost == pytest.approx(job.run_seconds, rel=1e-6), (job.cost, job.run_seconds)
+    assert h.store.ledger().get("uptime_s", 0.0) == 0.0  # no daemon ran: no uptime, no idle
+
+
+def test_orch_run_beside_a_daemon_is_counted_once(orch_home):
+    h = orch_home()
+    _priced(h)
+    h.start_daemon()
+    res = h.cli("run", str(h.job_file("beside", sleep=3.0)))
+    assert res.returncode == 0, res.stderr
+    job = h.job(1)
+    wall = _wall(h, "beside")
+    assert wall <= job.run_seconds <= wall + 2.5, (wall, job.run_seconds)  # not twice (>= 6 s)
+    assert job.cost == pytest.approx(job.run_seconds, rel=1e-6)
+    # The daemon counted the job's share as busy, not idle, and charged it nothing itself.
+    ledger = h.store.ledger()
+    assert ledger["idle_cost"] <= ledger["uptime_s"] - job.run_seconds + 2.5, ledger
+
+
+def test_orch_run_waits_for_a_gpu_the_daemon_holds(orch_home):
+    h = orch_home(gpus=[0])
+    _priced(h, gpus=[0])
+    h.start_daemon()
+    held = h.submit("daemon-job", gpus=1, hold="gpu")
+    h.wait_record("daemon-job")
+    fg_err = h.tmp / "fg.err"
+    fg = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "--home", str(h.root), "run", str(h.job_file("fg-job", gpus=1))],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(fg_err, "w"),
+        env=h.env(),
+    )
+    try:
+        wait_for(lambda: len(h.store.jobs()) == 2, 30, what="orch run to record its job")
+        time.sleep(1.5)  # long enough for `orch run` to have started it, had it not waited
+        assert h.records("fg-job", "start") == [], "orch run started a job on the GPU the daemon's job holds"
+        wait_for(lambda: "waiting for 1 free GPU" in _read(fg_err), 30, what="orch run to say it waits")
+        h.release("gpu")
+        assert fg.wait(timeout=60) == 0, _read(fg_err)
+    finally:
+        if fg.poll() is None:
+            fg.kill()
+    assert h.wait_state(held, JobState.SUCCEEDED)
+    assert h.records("fg-job", "start")[0]["env"]["CUDA_VISIBLE_DEVICES"] == "0"
+    assert h.records("fg-job", "start")[0]["t"] >= h.records("daemon-job", "end")[0]["t"]
+
+
+def test_the_store_refuses_to_start_two_attempts_on_one_gpu(orch_home):
+    h = orch_home(gpus=[0, 1])
+    a, b = h.submit("a", gpus=1), h.submit("b", gpus=1)
+    now = time.time()
+    h.store.transition(a, JobState.RUNNING, EventKind.STARTED, now, begin_attempt=AttemptStart(1, [0]))
+    with pytest.raises(InvalidTransition, match="GPU 0 is held by job 1"):
+        h.store.transition(b, JobState.RUNNING, EventKind.STARTED, now, begin_attempt=AttemptStart(1, [0]))
+    assert h.store.get(b).state is JobState.QUEUED
+    h.store.transition(b, JobState.RUNNING, EventKind.STARTED, now, begin_attempt=AttemptStart(1, [1]))
+
+
+def test_ctrl_c_during_the_retry_backoff_ends_orch_run_at_once(orch_home):
+    h = orch_home(retry_backoff_seconds=300)
+    err_file = h.tmp / "run.err"
+    with open(err_file, "w") as err:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "--home",
+                str(h.root),
+                "run",
+                str(h.job_file("flaky", retries=1, exit=3)),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=h.env(),
+        )
+    try:
+        wait_for(lambda: "retrying in" in err_file.read_text(), 30, what="orch run to wait for its retry")
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)  # what the terminal sends on Ctrl-C
+        assert proc.wait(timeout=10) == 130
+        assert time.monotonic() - sent < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "orch run --resume 1" in err_file.read_text()
+    assert h.state(1) is JobState.CANCELLED  # no daemon starts it later behind the user's back
+
+
+def test_a_daemon_leaves_alone_a_job_orch_run_is_starting(orch_home):
+    """Between `orch run` recording the attempt running and recording itself as its handle, a
+    daemon's tick must not call the attempt lost (and start it a second time); once recorded, the
+    daemon never charges it."""
+    h = orch_home()
+    _priced(h)
+    d = h.local_daemon()
+    job_id = h.submit(h.job_file("starting"))
+    h.store.transition(job_id, JobState.RUNNING, EventKind.STARTED, time.time(), begin_attempt=AttemptStart(1))
+    for _ in range(3):
+        d.tick()
+        time.sleep(0.1)
+    job = h.job(job_id)
+    assert job.state is JobState.RUNNING and job.attempt == 1, job.reason
+    charged = job.run_seconds  # (the daemon may charge that instant: at most one tick's interval)
+    h.store.update(job_id, time.time(), supervisor_pid=os.getpid(), executor_ref={FOREGROUND_PID: os.getpid()})
+    d.tick()
+    time.sleep(0.2)
+    d.tick()
+    job = h.job(job_id)
+    assert job.state is JobState.RUNNING and job.run_seconds == charged  # orch run accrues it, not the daemon
+    assert h.store.ledger()["uptime_s"] > 0  # the daemon did accrue its own uptime meanwhile
