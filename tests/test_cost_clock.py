@@ -31,7 +31,7 @@ def _setup(tmp_path: Path, gpu_ids: list[int], **pricing) -> tuple[Home, Store, 
     return home, store, Daemon(home, config, store, environ={}, gpu_ids=gpu_ids), config
 
 
-def _start(store: Store, name: str, gpus: int, at: float) -> int:
+def _start(store: Store, name: str, gpus: int, at: float, first_gpu: int = 0) -> int:
     job = store.submit(
         name=name,
         kind="command",
@@ -47,8 +47,8 @@ def _start(store: Store, name: str, gpus: int, at: float) -> int:
         JobState.RUNNING,
         EventKind.STARTED,
         at,
-        updates={"attempt": 1, "gpu_ids": list(range(gpus))},
-        begin_attempt=AttemptStart(1, list(range(gpus))),
+        updates={"attempt": 1, "gpu_ids": list(range(first_gpu, first_gpu + gpus))},
+        begin_attempt=AttemptStart(1, list(range(first_gpu, first_gpu + gpus))),
     )
     return job
 
@@ -104,7 +104,7 @@ def test_a_failed_ledger_write_leaves_its_interval_to_the_next_tick(tmp_path):
 def test_a_restarted_daemon_bills_the_missed_time_from_the_attempt_records(tmp_path):
     home, store, d, config = _setup(tmp_path, [0, 1], gpu_hour=2.0, instance_hour=0.5)  # 4.5/h
     t0 = time.time() - 1000.0
-    ended, alive = _start(store, "ended", 1, t0), _start(store, "gone", 1, t0)
+    ended, alive = _start(store, "ended", 1, t0), _start(store, "gone", 1, t0, first_gpu=1)
     d.accrue(t0)
     d.accrue(t0 + 50.0)  # then the daemon is killed
     # While no daemon ran: "ended" ran to t0+400 (its supervisor's exit record); "gone" vanished
