@@ -48,7 +48,11 @@ def load_split(source: str, split: str):
             if cause is None:
                 raise  # not the file's content (a disk, a cache folder): a plain failure, retried
             raise DataError(f"data.{split}: cannot read {source} as {fmt}: {cause}") from None
-        if len(ds) == 0:
+        except ValueError as exc:
+            if "corresponds to no data" not in str(exc):  # datasets' words for a file of no rows
+                raise
+            ds = None
+        if ds is None or len(ds) == 0:
             raise DataError(f"data.{split}: {source} has no rows (a header alone?): there is nothing to train on")
         return ds
     if path.is_dir():

@@ -65,6 +65,12 @@ def check(
     found = Findings()
     if samples:
         problems += [f"{label}: {p}" for p in row_checks(spec, samples, found)]
+    if not _local(model.name_or_path) and not _cached(model.name_or_path):
+        # nothing to read here, and no reason to import torch and transformers for it
+        notes.append(
+            f"{label}: model.name_or_path: {model.name_or_path!r} is not in the local cache; checked when the job runs"
+        )
+        return problems + _metric_problems(spec, label, objective, objective_label, found)
     tokenizer = _tokenizer(model.name_or_path, label, problems, notes)
     if tokenizer is not None and task == TASK_TOKENS and not getattr(tokenizer, "is_fast", False):
         problems.append(f"{label}: model.name_or_path: token-classification needs a fast tokenizer (word ids)")
@@ -73,15 +79,34 @@ def check(
         if problem:
             problems.append(f"{label}: data.train: {problem}")
     problems += [f"{label}: {p}" for p in _model_problems(spec, notes)]
+    return problems + _metric_problems(spec, label, objective, objective_label, found)
+
+
+def _metric_problems(
+    spec: JobSpec, label: str, objective: Optional[str], objective_label: str, found: Findings
+) -> list[str]:
+    """The monitored metric and the sweep's objective against what this task and label count log."""
+    assert spec.model is not None
+    problems = []
     monitor = spec.early_stopping.monitor if spec.early_stopping else None
     for where, metric, field in (
         (label, monitor, "early_stopping.monitor"),
         (objective_label or label, objective, "sweep.objective"),
     ):
-        problem = metric_problem(metric, task, found.num_labels) if metric else None
+        problem = metric_problem(metric, spec.model.task, found.num_labels) if metric else None
         if problem and found.num_labels is not None:  # None: the rows read do not decide; the run does
             problems.append(f"{where}: {field}: {problem}")
     return problems
+
+
+def _cached(repo_id: str) -> bool:
+    """A hub model whose configuration is in the local cache (huggingface_hub alone: no torch)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # not a valid repo id: transformers says why when the job runs
+        return False
 
 
 def _reason(exc: BaseException) -> str:
