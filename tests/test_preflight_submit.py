@@ -227,3 +227,19 @@ def test_a_metric_two_labels_never_log_is_refused_for_a_job_and_a_sweep(tmp_path
     sweep = _sweep(tmp_path, SWEEP.format(extra="").replace('"val_acc"', '"val_f1"'))
     _refused(orch("submit", sweep, timeout=300), f"{sweep}: sweep.objective: 'val_f1' is logged only with 3 or more")
     _nothing_queued(home)
+
+
+def test_each_value_of_a_data_or_model_parameter_gets_its_own_preflight(tmp_path, assets):
+    from orchestrator.sweeps.spec import load_sweep, preflight_checks
+
+    _job(tmp_path / "jobs", assets)
+    (tmp_path / "jobs" / "data" / "other.jsonl").write_text((tmp_path / "jobs" / "data" / "train.jsonl").read_text())
+    extra = '"data.train" = { values = ["./data/train.jsonl", "./data/other.jsonl"] }'
+    path = _sweep(tmp_path, SWEEP.format(extra=extra))
+    section, base = load_sweep(path)
+    checks = preflight_checks(section, base, str(path))
+    trains = [c.spec["data"]["train"] for c in checks]
+    folder = (tmp_path / "jobs" / "data").resolve()
+    assert trains == [str(folder / "train.jsonl"), str(folder / "train.jsonl"), str(folder / "other.jsonl")]
+    assert checks[0].label == section.job and all(c.objective == "val_acc" for c in checks)
+    assert checks[2].label == f"{path}: sweep.params.'data.train' = '{folder / 'other.jsonl'}'"
