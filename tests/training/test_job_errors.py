@@ -36,21 +36,37 @@ def test_ner_validation_tags_the_training_data_lacks_end_the_attempt_with_78(mak
     assert "Traceback" not in out
 
 
-@pytest.mark.slow
-def test_a_monitor_two_label_names_never_log_ends_the_attempt_with_78(make_run_dir, run_job, data_dir):
+@pytest.fixture
+def run_in_process(monkeypatch, hf_cache):
+    """training.run.main in this process (as `orch run` calls it): the exit code it returns, without
+    paying a new interpreter's imports. The environment is the daemon's for attempt 1."""
+    from training.run import main
+
+    def run(run_dir: Path) -> int:
+        monkeypatch.setenv("ORCH_ATTEMPT", "1")
+        monkeypatch.setenv("ORCH_JOB_ID", "1")
+        monkeypatch.setenv("ORCH_RUN_DIR", str(run_dir))
+        monkeypatch.setenv("ORCH_CKPT_DIR", str(run_dir / "checkpoints"))
+        monkeypatch.setenv("HF_DATASETS_CACHE", str(hf_cache))
+        return main(run_dir)
+
+    return run
+
+
+def test_a_monitor_two_label_names_never_log_ends_the_attempt_with_78(make_run_dir, run_in_process, data_dir):
     # string labels are counted only in the data: orch submit cannot always know there are two
     run_dir = make_run_dir(
         "f1",
         data={"train": str(data_dir / "train_str.jsonl"), "validation": str(data_dir / "dev_str.jsonl")},
         early_stopping={"monitor": "val_f1"},
     )
-    code, out = run_job(run_dir)
-    assert code == EX_CONFIG, out
-    assert _job_error(run_dir)["message"].startswith("early_stopping.monitor: 'val_f1' is logged only with 3 or more")
+    assert run_in_process(run_dir) == EX_CONFIG
+    error = _job_error(run_dir)
+    assert error["attempt"] == 1
+    assert error["message"].startswith("early_stopping.monitor: 'val_f1' is logged only with 3 or more"), error
 
 
-@pytest.mark.slow
-def test_lora_modules_the_model_lacks_end_the_attempt_with_78(make_run_dir, run_job, tmp_path):
+def test_lora_modules_the_model_lacks_end_the_attempt_with_78(make_run_dir, run_in_process, tmp_path):
     llama = build_tiny_llama(tmp_path / "llama", [r["text"] for r in instruction_rows(60)], hidden=16, layers=1)
     train = write_jsonl(tmp_path / "sft.jsonl", instruction_rows(20, seed=2))
     run_dir = make_run_dir(
@@ -59,8 +75,7 @@ def test_lora_modules_the_model_lacks_end_the_attempt_with_78(make_run_dir, run_
         data={"train": str(train), "validation": None, "prompt_field": "prompt", "response_field": "response"},
         lora={"target_modules": ["qkv_proj", "c_attn"]},
     )
-    code, out = run_job(run_dir)
-    assert code == EX_CONFIG, out
+    assert run_in_process(run_dir) == EX_CONFIG
     assert _job_error(run_dir)["message"].startswith("lora.target_modules: Target modules"), _job_error(run_dir)
 
 
