@@ -219,12 +219,12 @@ def check_params(section: SweepSection, base: JobSpec, label: str, *, now: float
     data = base.to_toml_dict()
     for key, param in section.params.items():
         where = f"{label}: {param_label(key)}"
-        if key == "name":
+        if key == "name" and not base.is_command:  # a command job's parameters are free names
             problems.append(
-                f"{where}: trials are named by the sweep ({section.name or 'the sweep'}-t1, -t2, ...); set sweep.name instead"
+                f"{where}: trials are named by the sweep (<sweep name>-t1, -t2, ...); set sweep.name to choose the prefix"
             )
             continue
-        if key == "deadline":
+        if key == "deadline" and not base.is_command:
             past = [v for v in param.values or [] if (deadline_ts(v) or math.inf) <= now]
             if past:
                 problems.append(f"{where}: {past[0]} is already past")
