@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 from ..contract import ENV_PREFLIGHT
 from ..model.errors import SpecError
 
-PREFLIGHT_TIMEOUT_S = 300.0  # importing torch and transformers on a busy machine takes seconds, not minutes
+PREFLIGHT_TIMEOUT_S = 180.0  # seconds on an idle machine, half a minute on a busy one; past this: a note
 
 
 class Check:
@@ -47,6 +47,9 @@ def preflight(checks: Sequence[Check], *, note: Callable[[str], None], timeout: 
     if not builtin or not enabled():
         return
     request = json.dumps({"checks": [c.as_json() for c in builtin]})
+    # The job's [env] (HF_HOME: where its models are cached), and never a download: what is not
+    # on this machine yet is fetched, and checked, when the job runs.
+    env = {**os.environ, **(builtin[0].spec.get("env") or {}), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     try:
         done = subprocess.run(
             [sys.executable, "-m", "training.preflight"],
@@ -54,6 +57,7 @@ def preflight(checks: Sequence[Check], *, note: Callable[[str], None], timeout: 
             capture_output=True,
             text=True,
             timeout=timeout,
+            env=env,
             cwd=str(Path(__file__).resolve().parents[2]),  # where `training` is, as for the runner
         )
     except subprocess.TimeoutExpired:
