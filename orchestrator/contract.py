@@ -62,6 +62,7 @@ HOOK_ENV_EVENT_DETAIL = "ORCH_EVENT_DETAIL"
 ENV_HOME = "ORCH_HOME"  # the state folder (default ~/.orch)
 ENV_CONFIG = "ORCH_CONFIG"  # config.toml (default $ORCH_HOME/config.toml)
 ENV_SRUN = "ORCH_SRUN"  # the srun a Slurm batch step runs (tests point it elsewhere)
+ENV_PREFLIGHT = "ORCH_PREFLIGHT"  # "off": `orch submit` skips the built-in job's pre-flight (the runner still checks)
 
 # -- the run folder ----------------------------------------------------------------------------
 

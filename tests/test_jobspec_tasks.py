@@ -69,7 +69,8 @@ CASES = [
 @pytest.fixture
 def data_files(tmp_path):
     sft, ner = tmp_path / "sft.jsonl", tmp_path / "ner.jsonl"
-    sft.write_text(json.dumps({"prompt": "q", "response": "a", "messages": [], "text": "t"}) + "\n")
+    chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    sft.write_text(json.dumps({"prompt": "q", "response": "a", "messages": chat, "text": "t"}) + "\n")
     ner.write_text(json.dumps({"tokens": ["a"], "tags": ["O"]}) + "\n")
     return {"train": str(sft), "ner": str(ner)}
 

@@ -50,7 +50,7 @@ BUILTIN_JOB = {
 @pytest.mark.parametrize(
     "params, sweep, words",
     [
-        ({"seed": {"values": [1, 2]}}, {}, ["sweep.params.'seed'", "unknown job.toml path 'seed'", "train.seed"]),
+        ({"seed": {"values": [1, 2]}}, {}, ["sweep.params.seed:", "unknown job.toml path 'seed'", "train.seed"]),
         ({"train.batch_size": {"log_uniform": [8, 64]}}, {}, ["sweep.params.'train.batch_size'", "whole numbers"]),
         ({"train.learning_rate": {"values": [1e-3, -1.0]}}, {}, ["sweep.params.'train.learning_rate'", "-1.0"]),
         (
@@ -59,7 +59,7 @@ BUILTIN_JOB = {
             ["sweep.trials", "grid has 2 points", "trials = 3"],
         ),
         ({"train.learning_rate": {"uniform": [1e-3, 1e-2]}}, {"sampler": "grid"}, ["a grid needs values"]),
-        ({"train.learning_rate": {"log_uniform": [0.0, 1e-2]}}, {}, ["sweep.params.train.learning_rate", "above 0"]),
+        ({"train.learning_rate": {"log_uniform": [0.0, 1e-2]}}, {}, ["sweep.params.'train.learning_rate'", "above 0"]),
         ({"train.learning_rate": {"values": [1e-3]}}, {"pruner": "hyperband"}, ["sweep.pruner"]),
         ({"train": {"values": [1]}}, {}, ["'train' is a table"]),
         (

@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from .rows import DataError, tokenize_batch  # noqa: F401 (DataError: raised here, importable from here as before)
 from .sampler import ResumableSampler
 
 FILE_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".pq": "parquet"}
@@ -25,21 +26,35 @@ TOKENIZE_VERSION = "2"
 MODEL_COLUMNS = ("input_ids", "token_type_ids", "labels")
 
 
-class DataError(ValueError):
-    """The data does not fit the job spec (missing column, unknown label, ...)."""
-
-
 def load_split(source: str, split: str):
     """One split as a datasets.Dataset from a file, a save_to_disk folder, or a hub id
     (`name` or `name:config`; `split` is train or validation)."""
     import datasets
+
+    from orchestrator.spec.jobspec import empty_problem
 
     path = Path(source)
     if path.is_file():
         fmt = FILE_FORMATS.get(path.suffix.lower())
         if fmt is None:
             raise DataError(f"{source}: unsupported file type {path.suffix!r} (use csv, json, jsonl or parquet)")
-        return datasets.load_dataset(fmt, data_files=str(path), split="train")
+        empty = empty_problem(path)
+        if empty:  # datasets would say `StopIteration` or 'Instruction "train" corresponds to no data!'
+            raise DataError(f"data.{split}: {source} {empty}")
+        try:
+            ds = datasets.load_dataset(fmt, data_files=str(path), split="train")
+        except datasets.exceptions.DatasetGenerationError as exc:
+            cause = unreadable_cause(exc)
+            if cause is None:
+                raise  # not the file's content (a disk, a cache folder): a plain failure, retried
+            raise DataError(f"data.{split}: cannot read {source} as {fmt}: {cause}") from None
+        except ValueError as exc:
+            if "corresponds to no data" not in str(exc):  # datasets' words for a file of no rows
+                raise
+            ds = None
+        if ds is None or len(ds) == 0:
+            raise DataError(f"data.{split}: {source} has no rows (a header alone?): there is nothing to train on")
+        return ds
     if path.is_dir():
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):
@@ -51,25 +66,18 @@ def load_split(source: str, split: str):
     return datasets.load_dataset(name, config or None, split=split)
 
 
-def tokenize_batch(
-    batch: dict[str, list],
-    tokenizer,
-    text_field: str,
-    text_pair_field: Optional[str],
-    max_length: int,
-    label_field: str,
-    label2id: Optional[dict[str, int]],
-) -> dict[str, list]:
-    """The map function. Module level so its fingerprint (and so the cache) is stable."""
-    pairs = batch[text_pair_field] if text_pair_field else None
-    enc = tokenizer(batch[text_field], pairs, truncation=True, max_length=max_length)
-    # attention_mask is rebuilt by the collator; token_type_ids matter only for pairs (else all 0)
-    out = {"input_ids": enc["input_ids"]}
-    if pairs is not None and "token_type_ids" in enc:
-        out["token_type_ids"] = enc["token_type_ids"]
-    labels = batch[label_field]
-    out["labels"] = [label2id[str(v)] for v in labels] if label2id is not None else [int(v) for v in labels]
-    return out
+def unreadable_cause(exc: BaseException) -> Optional[str]:
+    """The parse error behind a datasets generation error (bad JSON, a ragged CSV, a type that
+    changes between rows), in one line; None when the cause is not the file's content."""
+    import pyarrow
+
+    seen: Optional[BaseException] = exc
+    while seen is not None:
+        if isinstance(seen, (pyarrow.ArrowInvalid, pyarrow.ArrowTypeError, json.JSONDecodeError, UnicodeDecodeError)):
+            text = str(seen).strip().splitlines()
+            return f"{type(seen).__name__}: {text[0] if text else ''}"[:300]
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def tokenizer_fingerprint(tokenizer) -> str:

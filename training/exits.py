@@ -7,11 +7,17 @@ import os
 import signal
 import sys
 
-from orchestrator.contract import EX_CHECKPOINTED, EX_FAIL, EX_OK, EX_OOM  # noqa: F401 (re-exported)
+from orchestrator.contract import EX_CHECKPOINTED, EX_CONFIG, EX_FAIL, EX_OK, EX_OOM  # noqa: F401 (re-exported)
 
 
 class RunError(Exception):
     """A failure with a message for the user (printed as the attempt's last line)."""
+
+
+class ConfigError(RunError):
+    """A data or configuration error: the same input fails the same way on every attempt (an empty
+    file, a missing column, LoRA modules the model lacks). Exit 78 with job_error.json: the job
+    fails at once instead of being retried. Raise it only when no retry could succeed."""
 
 
 class EarlyStop(SystemExit):

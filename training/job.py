@@ -18,9 +18,9 @@ from orchestrator.contract import (
     checkpoint_dir,
     model_dir,
 )
-from orchestrator.spec.jobspec import TASK_CLASSIFY, JobSpec, load_resolved
+from orchestrator.spec.jobspec import TASK_CLASSIFY, JobSpec, load_resolved, metric_problem
 
-from .exits import EX_CHECKPOINTED, EX_FAIL, EX_OK, EarlyStop, RunError, install_early_sigterm
+from .exits import EX_CHECKPOINTED, EX_FAIL, EX_OK, ConfigError, EarlyStop, RunError, install_early_sigterm
 from .job_end import out_of_memory, result_figures, wait_for_other_ranks
 from .job_plan import choose_resume, is_rank_zero, plan_devices, resolve_sizes, say, total_steps
 from .job_trainer import (
@@ -38,6 +38,14 @@ def load_spec(run_dir: Path) -> JobSpec:
     if spec.is_command:
         raise RunError(f"{run_dir / JOB_TOML} is a command job; run its command, not the built-in fine-tune")
     return spec
+
+
+def load_error(what: str, name_or_path: str, exc: OSError) -> RunError:
+    """A tokenizer or model that cannot be loaded: from a local folder that is the folder's fault
+    every time (exit 78); from the hub it may be the network (a plain failure, retried)."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    local = os.path.isabs(name_or_path) and not isinstance(exc, (PermissionError, TimeoutError))
+    return (ConfigError if local else RunError)(f"cannot load {what} {name_or_path!r}: {first}")
 
 
 def ddp_needs_subprocess(run_dir: Path) -> bool:
@@ -141,15 +149,17 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
     try:
         tokenizer = AutoTokenizer.from_pretrained(spec.model.name_or_path)
     except OSError as exc:
-        raise RunError(
-            f"cannot load the tokenizer of {spec.model.name_or_path!r}: {str(exc).splitlines()[0]}"
-        ) from None
+        raise load_error("the tokenizer of", spec.model.name_or_path, exc) from None
     data = make_data(spec, tokenizer, batch_size)
     try:
         data.prepare()
     except DataError as exc:
-        raise RunError(str(exc)) from None
+        raise ConfigError(str(exc)) from None
     num_labels = data.resolved_num_labels or spec.model.num_labels
+    monitored = spec.early_stopping.monitor if spec.early_stopping else None
+    problem = metric_problem(monitored, spec.model.task, num_labels) if monitored else None
+    if problem:  # string labels are counted only now: early stopping would wait for a metric never logged
+        raise ConfigError(f"early_stopping.monitor: {problem}")
     if rank0 and num_labels != spec.model.num_labels and spec.model.task == TASK_CLASSIFY:
         say(
             f"warning: the training data has {num_labels} distinct labels; using num_labels = {num_labels} "
@@ -167,7 +177,7 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
             total_steps=total_steps(len(data.splits["train"]), plan["world"], batch_size, accumulate, train),
         )
     except OSError as exc:
-        raise RunError(f"cannot load the model {spec.model.name_or_path!r}: {str(exc).splitlines()[0]}") from None
+        raise load_error("the model", spec.model.name_or_path, exc) from None
 
     has_val = "validation" in data.splits
     orch_cb, early, best, callbacks = build_callbacks(spec, ckpt_dir, has_val=has_val, progress=progress)

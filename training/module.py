@@ -18,6 +18,7 @@ from orchestrator.contract import (
     ENV_FAULT_SLOW_STEP_S,
     ENV_TRACE_SAMPLES,
 )
+from orchestrator.spec.jobspec import TASK_CLASSIFY, logged_metrics
 
 from .resize import rescale_checkpoint
 
@@ -127,7 +128,7 @@ class TransformerClassifier(pl.LightningModule):
             return
         preds, labels = torch.cat(self._val_preds), torch.cat(self._val_labels)
         metrics = {"val_loss": self._val_loss_sum / len(labels), "val_acc": (preds == labels).float().mean().item()}
-        if self.num_labels > 2:
+        if "val_f1" in logged_metrics(TASK_CLASSIFY, self.num_labels):  # the pre-flight reads the same rule
             metrics["val_f1"] = macro_f1(preds, labels, self.num_labels)
         # Every rank validated the full set, so no cross-rank reduction is needed.
         self.log_dict(metrics, prog_bar=True, sync_dist=False)

@@ -1,12 +1,22 @@
 """`python -m training.run RUN_DIR [--progress]`: the built-in fine-tune. Reads RUN_DIR/job.toml,
 trains with Lightning, writes result.json and model/, and exits with the contract's codes:
-0 success, 75 checkpointed on SIGTERM, 76 out of GPU memory (smaller batch recorded), 1 failure."""
+0 success, 75 checkpointed on SIGTERM, 76 out of GPU memory (smaller batch recorded), 78 a data or
+configuration error (job_error.json says which; never retried), 1 failure."""
 
 from __future__ import annotations
 
 import sys
 
-from training.exits import EARLY_MESSAGE, EX_CHECKPOINTED, EX_FAIL, EarlyStop, RunError, install_early_sigterm
+from training.exits import (
+    EARLY_MESSAGE,
+    EX_CHECKPOINTED,
+    EX_CONFIG,
+    EX_FAIL,
+    ConfigError,
+    EarlyStop,
+    RunError,
+    install_early_sigterm,
+)
 
 # Installed before the heavy imports: they take seconds, and a default SIGTERM would exit -15.
 if __name__ == "__main__":
@@ -50,6 +60,8 @@ def main(run_dir: str | Path, *, progress: bool = False) -> int:
     except KeyboardInterrupt:
         print("[orch] interrupted", file=sys.stderr, flush=True)
         return 130
+    except ConfigError as exc:
+        return config_error(run_dir, str(exc))
     except RunError as exc:
         print(f"orch: job failed: {exc}", file=sys.stderr, flush=True)
         return EX_FAIL
@@ -57,8 +69,7 @@ def main(run_dir: str | Path, *, progress: bool = False) -> int:
         from orchestrator.spec.jobspec import SpecError  # what load_resolved raises (part of its interface)
 
         if isinstance(exc, SpecError):
-            print(f"orch: job failed: bad job.toml: {exc}", file=sys.stderr, flush=True)
-            return EX_FAIL
+            return config_error(run_dir, f"bad job.toml: {exc}")
         traceback.print_exc()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"orch: job failed: {type(exc).__name__}: {first}", file=sys.stderr, flush=True)
@@ -67,6 +78,23 @@ def main(run_dir: str | Path, *, progress: bool = False) -> int:
         signal.signal(signal.SIGTERM, previous)
         os.environ.clear()
         os.environ.update(saved_env)
+
+
+def config_error(run_dir: Path, message: str) -> int:
+    """A deterministic error: job_error.json (the daemon fails the job at once with this message,
+    no retry) and exit 78. The message also ends the log, as every failure's does."""
+    from orchestrator.contract import ENV_ATTEMPT, JOB_ERROR, write_json_atomic
+
+    print(f"orch: job failed: {message}", file=sys.stderr, flush=True)
+    attempt = os.environ.get(ENV_ATTEMPT, "")
+    try:
+        write_json_atomic(
+            run_dir / JOB_ERROR, {"attempt": int(attempt) if attempt.isdigit() else None, "message": message}
+        )
+    except OSError as exc:  # no record: the daemon sees a plain failure and retries, which is safe
+        print(f"orch: cannot write {JOB_ERROR}: {exc}", file=sys.stderr, flush=True)
+        return EX_FAIL
+    return EX_CONFIG
 
 
 def cli(argv: Optional[list[str]] = None) -> int:

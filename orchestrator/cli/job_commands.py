@@ -9,7 +9,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from ..model.errors import OrchError
+from ..model.errors import OrchError, SpecError
 from ..home.paths import Home
 from .context import app, ctx, currency, daemon_pid, emit_json, err, poke
 
@@ -45,11 +45,11 @@ def submit(
     not_before = parse_at(at, now) if at else None
     config = ctx.config()
     store = ctx.store()
+    machine_gpus = len(gpu_slots(config))  # the one GPU capacity (planning/capacity.py)
+    _preflight(job_toml, now, machine_gpus, config.executor.kind)
     if estimate_first:
-        from ..spec.jobspec import check_deadline, load_jobspec
         from .estimate import ask_after, estimate_data
 
-        check_deadline(load_jobspec(job_toml), str(job_toml), now)  # bad input before a probe is paid for
         ask_after(
             estimate_data(store, ctx.home, config, job_toml, now, daemon_running=daemon_pid(ctx.home) is not None), yes
         )
@@ -63,7 +63,7 @@ def submit(
         priority=priority,
         after=after,
         not_before=not_before,
-        machine_gpus=len(gpu_slots(config)),
+        machine_gpus=machine_gpus,
     )
     running = poke(ctx.home)
     if as_json:
@@ -72,6 +72,26 @@ def submit(
         print(f"submitted job {job.id} ({job.name})")
     if not running:
         err("note: no daemon is running; start one with `orch daemon start` (or run it now with `orch run`)")
+
+
+def _preflight(job_toml: Path, now: float, machine_gpus: int, executor: str) -> None:
+    """Everything a job file can be refused for, before it is queued or a probe is paid for: the
+    file's own checks (instant), then the built-in job's pre-flight (its data, tokenizer, model
+    configuration, LoRA modules and metrics, in a subprocess: a few seconds)."""
+    from ..jobs.lifecycle import check_gpus, check_nodes
+    from ..jobs.preflight import Check, preflight
+    from ..spec.jobspec import check_deadline, load_jobspec
+    from ..sweeps.spec import placeholder_problems
+
+    spec = load_jobspec(job_toml)
+    label = str(job_toml)
+    check_deadline(spec, label, now)
+    check_gpus(spec, label, machine_gpus)
+    check_nodes(spec, label, executor)
+    problems = placeholder_problems(spec, label)
+    if problems:
+        raise SpecError(problems)
+    preflight([Check(label, spec.to_toml_dict())], note=err)
 
 
 @app.command()
@@ -88,9 +108,18 @@ def estimate(
     from ..sweeps.spec import is_sweep_file, load_sweep
     from .estimate import estimate_data, estimate_text, public, sweep_bound
 
+    from ..jobs.preflight import Check, preflight
+    from ..spec.jobspec import load_jobspec
+
     section = None
+    # bad input (an empty data file, LoRA modules the model lacks) before a probe is paid for
     if is_sweep_file(job_toml):
-        section, _ = load_sweep(job_toml)  # bad input before a probe is paid for
+        from ..sweeps.spec import preflight_checks
+
+        section, base = load_sweep(job_toml)
+        preflight(preflight_checks(section, base, str(job_toml)), note=err)
+    else:
+        preflight([Check(str(job_toml), load_jobspec(job_toml).to_toml_dict())], note=err)
     data = estimate_data(
         ctx.store(),
         ctx.home,

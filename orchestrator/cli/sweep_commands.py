@@ -46,6 +46,10 @@ def submit_sweep(
     machine_gpus = len(gpu_slots(config))
     check_gpus(base, section.job, machine_gpus)
     check_nodes(base, section.job, config.executor.kind)
+    from ..jobs.preflight import preflight
+    from ..sweeps.spec import preflight_checks
+
+    preflight(preflight_checks(section, base, str(path)), note=err)
     if estimate:
         from .estimate import ask_after, estimate_data, sweep_bound
 
@@ -74,7 +78,7 @@ def submit_sweep(
     else:
         print(
             f"submitted sweep {sweep.id} ({sweep.name}): {section.trials} trials, {section.parallel} at a time, "
-            f"{section.sampler} sampler, {section.pruner} pruner"
+            f"{section.sampler} sampler, " + ("no pruner" if section.pruner == "none" else f"{section.pruner} pruner")
         )
     if not running:
         err("note: no daemon is running; start one with `orch daemon start` (the daemon creates the trials)")

@@ -10,11 +10,11 @@ from .datafile_keys import first_keys
 from .sections import (
     TASK_CAUSAL_LM,
     TASK_CLASSIFY,
-    TASK_METRICS,
     DataSection,
     EarlyStoppingSection,
     LoraSection,
     ModelSection,
+    metric_problem,
 )
 
 _BUILTIN_SECTIONS = ("model", "data", "train", "early_stopping", "lora")
@@ -71,11 +71,11 @@ def task_problems(
             f'data.text_pair_field: only for model.task = "sequence-classification" (this job\'s task is {task!r})'
         )
     es = early_stopping
-    if es is not None and es.monitor not in TASK_METRICS[task]:
-        problems.append(
-            f"early_stopping.monitor: {es.monitor!r} is not a metric of model.task = {task!r} "
-            f"(use one of {', '.join(TASK_METRICS[task])})"
-        )
+    # The label count is known here only for integer labels (string labels are counted in the data:
+    # the pre-flight and the runner check that case against logged_metrics too).
+    problem = metric_problem(es.monitor, task, None) if es is not None else None
+    if problem:
+        problems.append(f"early_stopping.monitor: {problem}")
     return problems
 
 

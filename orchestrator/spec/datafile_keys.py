@@ -1,5 +1,6 @@
 """The keys of a data file's first row, read cheaply (first line of JSON Lines, CSV header) so
-`orch submit` can name a missing field before the job runs. Standard library only."""
+`orch submit` can name a missing field before the job runs, and whether the file is empty.
+Standard library only (the runner asks the same through jobspec)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,25 @@ from pathlib import Path
 from typing import Optional
 
 _MAX_LINE = 1 << 20  # a first row longer than 1 MiB is not peeked at
+
+
+def empty_problem(path: Path) -> Optional[str]:
+    """Why a data file holds no rows at all (0 bytes, or nothing but blank lines), or None. Read only
+    up to its first other byte; not a file (a folder, a hub id): None, its loader decides."""
+    try:
+        if not path.is_file():
+            return None
+        if path.stat().st_size == 0:
+            return "is empty (0 bytes): there is nothing to train on"
+        if path.suffix.lower() not in (".jsonl", ".json", ".csv"):
+            return None
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 16):
+                if chunk.strip():
+                    return None
+    except OSError:
+        return None
+    return "has only blank lines: there is nothing to train on"
 
 
 def first_keys(path: Path) -> Optional[list[str]]:

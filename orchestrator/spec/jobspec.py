@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from .bounds import INT64_MAX, INT64_MIN, control_problem, name_problem
 from ..model.errors import SpecError  # raised by every loader here; training catches it from here
 from .checks import data_field_problems, kind_problem, task_problems
+from .datafile_keys import empty_problem
 from .sections import (  # the tables and task names, importable from here as before
     TASK_CAUSAL_LM,
     TASK_CLASSIFY,
@@ -32,6 +33,8 @@ from .sections import (  # the tables and task names, importable from here as be
     TaskName,
     TrackingSection,
     TrainSection,
+    logged_metrics,
+    metric_problem,
 )
 from .problems import problems_from
 from .tomlfile import read_toml
@@ -55,8 +58,11 @@ __all__ = [
     "TrainSection",
     "check_deadline",
     "deadline_ts",
+    "empty_problem",
     "load_jobspec",
     "load_resolved",
+    "logged_metrics",
+    "metric_problem",
     "looks_local",
     "resolve",
     "spec_from_dict",
@@ -240,6 +246,8 @@ def resolve(spec: JobSpec, base: Path, label: str, *, check_paths: bool = True, 
             local = _resolve(value, base)
             if check_paths and not local.exists():
                 problems.append(f"{label}: data.{field}: no such file or folder {str(local)!r}")
+            elif check_paths and empty_problem(local):
+                problems.append(f"{label}: data.{field}: {local} {empty_problem(local)}")
             setattr(spec.data, field, str(local))
         if check_paths and not problems:
             problems += data_field_problems(spec.model, spec.data, label)

@@ -5,6 +5,8 @@ sweep file, the mirror's manifest and the notifier tables (pydantic only)."""
 from __future__ import annotations
 
 import difflib
+import json
+import re
 import typing
 from typing import Any
 
@@ -23,13 +25,24 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def quote_key(key: str) -> str:
+    """A key as TOML writes it in a dotted path: bare when it can be, else quoted, so one key with
+    a dot (a sweep's 'train.lr') never reads as two tables: sweep.params.'train.lr'."""
+    if _BARE_KEY.fullmatch(key):
+        return key
+    return f"'{key}'" if "'" not in key and "\n" not in key else json.dumps(key)
+
+
 def _dotted(loc: tuple[Any, ...]) -> str:
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
             parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
         else:
-            parts.append(str(item))
+            parts.append(quote_key(str(item)))
     return ".".join(parts)
 
 
@@ -106,7 +119,7 @@ def problems_from(exc: ValidationError, model: type[BaseModel], label: str) -> l
             hint = f" (did you mean '{prefix}{near[0]}'?)" if near else ""
             if not hint and choices:
                 hint = f" (known keys: {', '.join(choices)})"
-            lines.append(f"{label}: unknown key '{prefix}{key}'{hint}")
+            lines.append(f"{label}: unknown key '{prefix}{key}'{hint}")  # quoted whole: the key as written
         elif loc:
             lines.append(f"{label}: {_dotted(loc)}: {_message(err)}")
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .bounds import INT64_MAX, INT64_MIN, control_problem
 from .problems import TomlTable
@@ -25,6 +25,30 @@ TASK_METRICS = {
     TASK_CAUSAL_LM: ("val_loss", "val_perplexity", "train_loss"),
     TASK_TOKENS: ("val_loss", "val_f1", "val_precision", "val_recall", "train_loss"),
 }
+# Macro F1 over two classes says little beside accuracy: a classifier logs val_f1 only above this.
+F1_MIN_LABELS = 3
+
+
+def logged_metrics(task: str, num_labels: Optional[int]) -> tuple[str, ...]:
+    """The metrics a job of `task` with `num_labels` labels actually logs (None: not known yet, so
+    every metric the task can log). The runner logs by this and the pre-flight checks by it."""
+    metrics = TASK_METRICS[task]  # type: ignore[index]
+    if task == TASK_CLASSIFY and num_labels is not None and num_labels < F1_MIN_LABELS:
+        metrics = tuple(m for m in metrics if m != "val_f1")
+    return metrics
+
+
+def metric_problem(metric: str, task: str, num_labels: Optional[int]) -> Optional[str]:
+    """A metric this task (with this many labels) never logs: the sentence saying so."""
+    logged = logged_metrics(task, num_labels)
+    if metric in logged:
+        return None
+    if metric in TASK_METRICS[task]:  # type: ignore[index]
+        return (
+            f"{metric!r} is logged only with {F1_MIN_LABELS} or more labels and this job has {num_labels}; "
+            f"use one of {', '.join(logged)}"
+        )
+    return f"{metric!r} is not a metric of model.task = {task!r} (use one of {', '.join(logged)})"
 
 
 class ModelSection(JobTable):
@@ -74,6 +98,22 @@ class LoraSection(JobTable):
     # linear layer but the output head; or the module names.
     target_modules: Union[Literal["all-linear"], list[str], None] = None
     merge: bool = False  # also export the base model with the adapter merged in (model/merged/)
+
+    @field_validator("target_modules", mode="before")
+    @classmethod
+    def _modules_listed(cls, value: Any) -> Any:
+        # One sentence, not the union's two ("must be 'all-linear'" and "must be a list").
+        if isinstance(value, str) and value != "all-linear":
+            raise ValueError(
+                f'write the module names as a list, e.g. ["{value}"], or "all-linear" for every linear layer '
+                f"(got {value!r})"
+            )
+        if isinstance(value, list) and not value:
+            raise ValueError(
+                'an empty list adapts nothing; name the modules (e.g. ["q_proj", "v_proj"]), write "all-linear", '
+                "or leave target_modules out for peft's default"
+            )
+        return value
 
 
 class TrainSection(JobTable):

@@ -7,7 +7,9 @@ from __future__ import annotations
 import builtins
 import difflib
 import math
+import os
 import re
+import time
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -15,13 +17,15 @@ from pydantic import Field, ValidationError, model_validator
 
 from ..contract import ENV_PARAM_PREFIX
 from ..model.errors import SpecError
-from ..spec.jobspec import TASK_METRICS, JobSpec, load_jobspec, spec_from_dict
-from ..spec.problems import TomlTable, _model_at, _unwrap, problems_from
+from ..spec.jobspec import TASK_METRICS, JobSpec, deadline_ts, empty_problem, load_jobspec, looks_local, spec_from_dict
+from ..spec.problems import TomlTable, _model_at, _unwrap, problems_from, quote_key
 from ..spec.tomlfile import read_toml
 
 Number = Union[int, float]
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# An argument that is only a placeholder, or an option set to one: never meant literally.
+WHOLE_PLACEHOLDER = re.compile(r"(--?[A-Za-z0-9][\w.-]*=)?\{[A-Za-z_][A-Za-z0-9_]*\}")
 ENV_PREFIX = ENV_PARAM_PREFIX  # a command job's parameters, as environment variables
 
 
@@ -108,14 +112,22 @@ def is_sweep_file(path: Path) -> bool:
         raw = read_toml(path, str(path), SpecError)
     except SpecError:
         return False
-    return isinstance(raw.get("sweep"), dict)
+    table = raw.get("sweep")
+    return isinstance(table, dict) or (isinstance(table, list) and all(isinstance(t, dict) for t in table))
 
 
-def load_sweep(path: str | Path) -> tuple[SweepSection, JobSpec]:
+def load_sweep(path: str | Path, *, now: Optional[float] = None) -> tuple[SweepSection, JobSpec]:
     """Read and check a sweep file and its base job; return both, the job resolved."""
     path = Path(path)
     label = str(path)
     raw = read_toml(path, label, SpecError)
+    if isinstance(raw.get("sweep"), list):
+        raise SpecError(
+            [
+                f"{label}: sweep: write the sweep as one [sweep] table (with [sweep.params]), not [[sweep]]; "
+                "one sweep per file (submit each file on its own)"
+            ]
+        )
     problems: list[str] = []  # every problem of the sweep file and its base job, in one report
     section: Optional[SweepSection] = None
     try:
@@ -137,8 +149,10 @@ def load_sweep(path: str | Path) -> tuple[SweepSection, JobSpec]:
                 base = load_jobspec(job_path)
             except SpecError as exc:
                 problems += exc.problems
-    if section is not None and base is not None:
-        problems += check_params(section, base, label)
+    if section is not None and base is not None and job_path is not None:
+        section, path_problems = resolve_path_params(section, job_path.parent, label)
+        problems += path_problems
+        problems += check_params(section, base, label, now=time.time() if now is None else now)
     if problems:
         raise SpecError(problems)
     assert section is not None and base is not None
@@ -146,11 +160,75 @@ def load_sweep(path: str | Path) -> tuple[SweepSection, JobSpec]:
     return section, base
 
 
-def check_params(section: SweepSection, base: JobSpec, label: str) -> list[str]:
+# Parameters that name files: their values are resolved against the job file's folder, as the
+# job file's own paths are, and checked at submit (a hub id, with no ./ or extension, is left as is).
+PATH_PARAMS = {
+    "model.name_or_path": "local model folder",
+    "data.train": "file or folder",
+    "data.validation": "file or folder",
+}
+
+
+def param_label(key: str) -> str:
+    """How a problem names a parameter: `sweep.params.'train.lr'` (one key with a dot in it, as
+    TOML quotes it), the same in every message."""
+    return f"sweep.params.{quote_key(key)}"
+
+
+def resolve_path_params(section: SweepSection, folder: Path, label: str) -> tuple[SweepSection, list[str]]:
+    """The section with path parameters' values made absolute, and the problems with them."""
+    problems: list[str] = []
+    params = dict(section.params)
+    for key, what in PATH_PARAMS.items():
+        param = params.get(key)
+        if param is None or param.values is None:
+            continue
+        resolved: list[Any] = []
+        for value in param.values:
+            if not isinstance(value, str) or not looks_local(value, folder):
+                resolved.append(value)
+                continue
+            local = (folder / os.path.expanduser(value)).resolve()
+            where = f"{label}: {param_label(key)}: {value!r}"
+            if not local.exists():
+                problems.append(
+                    f"{where}: no such {what} {str(local)!r} (relative paths start at the job file's folder, {folder})"
+                )
+            elif key.startswith("data.") and empty_problem(local):
+                problems.append(f"{where}: {local} {empty_problem(local)}")
+            resolved.append(str(local))
+        params[key] = param.model_copy(update={"values": resolved})
+    return section.model_copy(update={"params": params}), problems
+
+
+def placeholder_problems(spec: JobSpec, label: str) -> list[str]:
+    """A command job submitted on its own whose argument is a sweep placeholder (`{lr}`,
+    `--lr={lr}`) would run with the braces literally: it is a sweep's base job."""
+    problems = []
+    for i, part in enumerate(spec.command or []):
+        if WHOLE_PLACEHOLDER.fullmatch(part):
+            problems.append(
+                f"{label}: command[{i}]: {part!r} is a sweep parameter placeholder: submit the sweep file whose "
+                "sweep.job names this file (its trials fill it in), or write a value here"
+            )
+    return problems
+
+
+def check_params(section: SweepSection, base: JobSpec, label: str, *, now: float) -> list[str]:
     problems: list[str] = []
     data = base.to_toml_dict()
     for key, param in section.params.items():
-        where = f"{label}: sweep.params.{key!r}"
+        where = f"{label}: {param_label(key)}"
+        if key == "name" and not base.is_command:  # a command job's parameters are free names
+            problems.append(
+                f"{where}: trials are named by the sweep (<sweep name>-t1, -t2, ...); set sweep.name to choose the prefix"
+            )
+            continue
+        if key == "deadline" and not base.is_command:
+            past = [v for v in param.values or [] if (deadline_ts(v) or math.inf) <= now]
+            if past:
+                problems.append(f"{where}: {past[0]} is already past")
+                continue
         if base.is_command:
             if not NAME.fullmatch(key):
                 problems.append(f"{where}: a command job's parameter needs a plain name (letters, digits, _)")
@@ -190,7 +268,7 @@ def check_params(section: SweepSection, base: JobSpec, label: str) -> list[str]:
             grid = param.grid_points()
             if grid is None:
                 problems.append(
-                    f"{label}: sweep.params.{key!r}: a grid needs values = [...] or int = [a, b], "
+                    f"{label}: {param_label(key)}: a grid needs values = [...] or int = [a, b], "
                     f'not {param.kind}; or use sampler = "random" / "tpe"'
                 )
                 points = math.inf
@@ -258,3 +336,31 @@ def apply_params(data: dict[str, Any], params: dict[str, Any], *, is_command: bo
             table = table.setdefault(part, {})
         table[leaf] = value
     return out
+
+
+# The parameters that change what the pre-flight checks: the data, the model, LoRA, the metric.
+_PREFLIGHT_TABLES = ("model.", "data.", "lora.", "early_stopping.")
+MAX_PREFLIGHT_SPECS = 24  # distinct trial specs checked at submit (each value of such a parameter once)
+
+
+def preflight_checks(section: SweepSection, base: JobSpec, label: str) -> list[Any]:
+    """The built-in job specs a sweep's trials can take, for the pre-flight: the base job (with the
+    sweep's objective) and, for each parameter that names data, a model, LoRA or the monitored
+    metric, the base with each of its values (ranges: their bounds). Command sweeps: none."""
+    from ..jobs.preflight import Check
+
+    if base.is_command:
+        return []
+    data = base.to_toml_dict()
+    checks = [Check(section.job, data, section.objective, objective_label=label)]
+    for key, param in section.params.items():
+        if not key.startswith(_PREFLIGHT_TABLES) and key != "train.batch_size":
+            continue
+        for value in param.probes():
+            if len(checks) >= MAX_PREFLIGHT_SPECS:
+                return checks
+            trial = apply_params(data, {key: value}, is_command=False)
+            checks.append(
+                Check(f"{label}: {param_label(key)} = {value!r}", trial, section.objective, objective_label=label)
+            )
+    return checks

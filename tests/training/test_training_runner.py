@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import shutil
 import sys
 
@@ -150,9 +152,10 @@ def test_accumulation_divides_the_optimizer_steps(make_run_dir, run_job):
 def test_bad_label_column_fails_with_one_clear_line(make_run_dir, run_job):
     run = make_run_dir("badcol", data={"label_field": "sentiment"})
     code, out = run_job(run)
-    assert code == 1
+    assert code == 78  # EX_CONFIG: a data error, the same on every attempt (never retried)
     last = out.strip().splitlines()[-1]
     assert last.startswith("orch: job failed:") and "no label column 'sentiment'" in last
+    assert "no label column 'sentiment'" in json.loads((run / "job_error.json").read_text())["message"]
 
 
 def test_val_check_interval_longer_than_an_epoch_counts_batches_across_epochs(make_run_dir, run_job):

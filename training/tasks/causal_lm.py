@@ -11,71 +11,9 @@ import numpy as np
 import torch
 
 from ..data import DataError, TextClassificationData, load_split
+from ..rows import IGNORE, chat_segments, no_example_message, sft_tokenize  # noqa: F401 (chat_segments: importable from here as before)
 
-IGNORE = -100  # the label of a token the loss skips
 LM_COLUMNS = ("input_ids", "labels", "position_ids")
-
-
-def _ids(tokenizer, text: str) -> list[int]:
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def chat_segments(tokenizer, messages: list[dict[str, str]]) -> list[tuple[str, bool]]:
-    """(text, trained) pieces of a conversation: each assistant turn is trained on, what comes
-    before it (the template's role header included) is not. Without a chat template the turns
-    are written `role: content` one per line."""
-    for m in messages:
-        if not isinstance(m, dict) or "role" not in m or "content" not in m:
-            raise DataError(f"a message must be an object with 'role' and 'content' (got {str(m)[:80]})")
-    if not getattr(tokenizer, "chat_template", None):
-        return [(f"{m['role']}: {m['content']}\n", m["role"] == "assistant") for m in messages]
-    segments, done = [], ""
-    for i, m in enumerate(messages):
-        if m["role"] == "assistant":
-            prefix = tokenizer.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
-            if prefix.startswith(done) and len(prefix) > len(done):
-                segments.append((prefix[len(done) :], False))
-                done = prefix
-        upto = tokenizer.apply_chat_template(messages[: i + 1], tokenize=False)
-        if not upto.startswith(done):
-            raise DataError("the tokenizer's chat template renders earlier turns differently once later ones are added")
-        segments.append((upto[len(done) :], m["role"] == "assistant"))
-        done = upto
-    return segments
-
-
-def sft_tokenize(
-    batch: dict[str, list], tokenizer, mode: str, fields: dict[str, Optional[str]], max_length: int
-) -> dict[str, list]:
-    """The map function (module level: a stable cache fingerprint). Rows whose trained tokens
-    are all cut off by max_length are dropped (a row with no loss would make the batch's loss NaN)."""
-    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    out: dict[str, list] = {"input_ids": [], "labels": []}
-    for i in range(len(next(iter(batch.values())))):
-        if mode == "messages":
-            pieces = [
-                (_ids(tokenizer, text), trained)
-                for text, trained in chat_segments(tokenizer, batch[fields["messages"]][i])
-            ]
-        elif mode == "prompt":
-            pieces = [
-                (bos + _ids(tokenizer, str(batch[fields["prompt"]][i])), False),
-                (_ids(tokenizer, str(batch[fields["response"]][i])) + eos, True),
-            ]
-        else:
-            pieces = [(bos + _ids(tokenizer, str(batch[fields["text"]][i])) + eos, True)]
-        ids, labels = [], []
-        for piece, trained in pieces:
-            ids += piece
-            labels += piece if trained else [IGNORE] * len(piece)
-        ids, labels = ids[:max_length], labels[:max_length]
-        if labels:
-            labels[0] = IGNORE  # nothing predicts the first token (and in a packed row it follows another example)
-        if any(x != IGNORE for x in labels):
-            out["input_ids"].append(ids)
-            out["labels"].append(labels)
-    return out
 
 
 def pack_rows(batch: dict[str, list], max_length: int) -> dict[str, list]:
@@ -147,9 +85,8 @@ class CausalLMData(TextClassificationData):
             )
             self.dropped[name] = len(ds) - len(out)
             if len(out) == 0:
-                raise DataError(
-                    f"{name} data: no example has a token to train on within max_length = {self.max_length}"
-                )
+                chats = ds[self.fields["messages"]] if self.mode == "messages" else None
+                raise DataError(no_example_message(name, self.mode, chats, self.max_length))
             if self.packing:
                 out = self._pack(out)
             self.splits[name] = out

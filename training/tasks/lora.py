@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..exits import RunError
+from ..exits import ConfigError
 
 
 def apply_lora(model: Any, lora: Any, *, gradient_checkpointing: bool) -> Any:
@@ -25,8 +25,8 @@ def apply_lora(model: Any, lora: Any, *, gradient_checkpointing: bool) -> Any:
     try:
         wrapped = get_peft_model(model, config)
     except ValueError as exc:
-        raise RunError(
-            f'lora: {str(exc).splitlines()[0]} (set lora.target_modules to module names, or "all-linear")'
+        raise ConfigError(
+            f'lora.target_modules: {str(exc).splitlines()[0]} (set lora.target_modules to module names, or "all-linear")'
         ) from None
     if gradient_checkpointing:
         wrapped.enable_input_require_grads()

@@ -10,33 +10,9 @@ import numpy as np
 import torch
 
 from ..data import DataError, TextClassificationData, load_split
+from ..rows import IGNORE, align_tokenize
 
-IGNORE = -100
 TOKEN_COLUMNS = ("input_ids", "labels")
-
-
-def align_tokenize(
-    batch: dict[str, list],
-    tokenizer,
-    tokens_field: str,
-    tags_field: str,
-    max_length: int,
-    tag2id: Optional[dict[str, int]],
-) -> dict[str, list]:
-    """The map function (module level: a stable cache fingerprint). tag2id None: the tags are
-    already ids (a ClassLabel sequence)."""
-    enc = tokenizer(batch[tokens_field], is_split_into_words=True, truncation=True, max_length=max_length)
-    labels = []
-    for i, tags in enumerate(batch[tags_field]):
-        row, previous = [], None
-        for word in enc.word_ids(i):
-            if word is None or word == previous:
-                row.append(IGNORE)
-            else:
-                row.append(int(tags[word]) if tag2id is None else tag2id[str(tags[word])])
-            previous = word
-        labels.append(row)
-    return {"input_ids": enc["input_ids"], "labels": labels}
 
 
 def tag_names(train, tags_field: str) -> list[str]:
