@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 
 from ..contract import BATCH, CHECKPOINTS, write_json_atomic
 from ..lifecycle import write_run_spec
-from ..objectstore import datafiles
+from ..objectstore import claims, datafiles, machines
 from ..objectstore import manifest as mf
 from ..objectstore.fetch import fetch_checkpoint
 from ..objectstore.remote import Conflict, Remote, StorageError
@@ -82,6 +82,13 @@ def adopt_one(
     store.mirror_set(
         job.id,
         cand.uid,
+        machines=machines.on_adopt(
+            m,
+            home_id,
+            market=_market(remote, cand.uid),
+            now=now,
+            step=kept[0]["step"] if kept else 0,
+        ),
         etag=etag,
         manifest_at=now,
         checkpoints=kept,
@@ -106,6 +113,17 @@ def adopt_one(
         good["name"] if good else None,
         [remote.where(k) for k in rejected],
     )
+
+
+def _market(remote: Remote, uid: str) -> str:
+    """The market `orch watch` launched this machine on (its newest launch claim), else the
+    launch command's ORCH_RECOVERY_MARKET, else unknown ("")."""
+    try:
+        found = [c for c in claims.read_claims(remote, uid) if c.status in (claims.LAUNCHED, claims.CLAIMED)]
+    except StorageError:
+        found = []
+    market = found[-1].market if found else os.environ.get("ORCH_RECOVERY_MARKET", "")
+    return market if market in ("spot", "on-demand") else ""
 
 
 def _give_back(remote: Remote, key: str, original: dict[str, Any], etag: Optional[str]) -> None:

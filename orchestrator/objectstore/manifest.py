@@ -123,6 +123,7 @@ def build_manifest(
     data_files: Optional[list[dict[str, Any]]] = None,
     released: bool = False,
     now: Optional[float] = None,
+    machines: Optional[list[dict[str, Any]]] = None,
 ) -> dict[str, Any]:
     """Everything another machine needs to take the job over (jobs.uid is its name)."""
     now = time.time() if now is None else now
@@ -174,6 +175,7 @@ def build_manifest(
         "result": result,
         "model": model,
         "data_files": data_files or [],
+        "machines": machines or [],  # every machine the job ran on (machines.py)
         "owner": owner(home_id, now=now, released=released),
         "written_at": now,
     }

@@ -31,7 +31,7 @@ from ..objectstore.manifest_model import parse as parse_manifest
 from ..objectstore.remote import Conflict, Remote, StorageError, TooLarge
 from ..states import EventKind
 from ..store import Store
-from . import claims as cl
+from ..objectstore import claims as cl
 from . import market as mk
 from .provider import LaunchRequest, Provider, RelaunchError
 

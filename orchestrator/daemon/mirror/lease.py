@@ -14,6 +14,7 @@ from ...contract import BATCH, MODEL, PROGRESS, RESULT, read_json
 from ...paths import Home
 from ...records import Job
 from ...states import TERMINAL, EventKind, JobState
+from ...objectstore import machines
 from ...objectstore import manifest as mf
 from ...objectstore.remote import Conflict, Remote
 from ...store import Store
@@ -67,6 +68,13 @@ class ManifestWriter:
             data_files=data_files,
             released=released,
             now=now,
+            machines=machines.current(
+                row.get("machines") or [],
+                self.home_id,
+                now=now,
+                progress=read_json(run_dir / PROGRESS),
+                since=job.started_at or now,
+            ),
         )
         key = mf.manifest_key(job.uid)
         try:
@@ -90,6 +98,7 @@ class ManifestWriter:
             released=int(released),
             error="",
             error_since=None,
+            machines=manifest["machines"],
         )
         self._written[job.id] = self.fingerprint(job)
         for doomed in list(row.get("doomed") or []):

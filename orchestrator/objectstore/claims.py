@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..objectstore import manifest as mf
-from ..objectstore.remote import Remote
+from . import manifest as mf
+from .remote import Remote
 
 CLAIMED, LAUNCHED, FAILED, CANCELLED = "claimed", "launched", "failed", "cancelled"
 _NAME = re.compile(r"^launch-(\d{4,9})\.json$")
