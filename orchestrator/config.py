@@ -188,6 +188,8 @@ class RecoverySection(_Section):
     on_demand_after: int = Field(default=3, ge=0)  # losses of one job before its next machine is on-demand
     max_launches: int = Field(default=10, ge=1)  # per job; past it the job is left alone, with a notification
     poll_seconds: float = Field(default=30.0, gt=0)  # how often the controller reads the mirror
+    # A launched machine that has not adopted its job within this long is lost too: the next launch.
+    launch_timeout_minutes: float = Field(default=20.0, gt=0)
     aws: RecoveryAwsSection = RecoveryAwsSection()
 
     @field_validator("launch")
@@ -196,7 +198,7 @@ class RecoverySection(_Section):
         if v is None:
             return v
         if not v or not v[0].strip():
-            raise ValueError("must name the program to run, e.g. [\"bash\", \"launch.sh\"] (got an empty command)")
+            raise ValueError('must name the program to run, e.g. ["bash", "launch.sh"] (got an empty command)')
         for i, arg in enumerate(v):
             problem = control_problem(arg, allow_tab=False)
             if problem:

@@ -9,8 +9,8 @@ stale_after_minutes and was not released, the controller
   5. claims launch n in the mirror, create-only (claims.py), BEFORE calling the provider,
   6. reads the manifest again: a lease that came back to life cancels the claim,
   7. calls the provider: `relaunched`, or `relaunch_failed` and a backoff before the next claim.
-A claim that did not lead to an adoption within stale_after (the controller died mid-launch, or
-the machine never came up) is followed by the next claim. The controller never runs a job."""
+A claim that did not lead to an adoption within `launch_timeout_minutes` (the controller died
+mid-launch, or the machine never came up) is followed by the next claim. The controller never runs a job."""
 
 from __future__ import annotations
 
@@ -92,6 +92,7 @@ class Controller:
         self.clock = clock
         self.say = say
         self.stale_after_s = config.storage.stale_after_minutes * 60
+        self.launch_timeout_s = self.rc.launch_timeout_minutes * 60
         self.host = socket.gethostname()
 
     # -- one pass -----------------------------------------------------------------------------
@@ -163,11 +164,11 @@ class Controller:
         lost_at = float(own.get("heartbeat") or m.get("written_at") or now)
         view.state, view.waiting_since = WAITING, lost_at
         if latest is not None and latest.for_loss(own):
-            if latest.status == cl.CLAIMED and now - latest.claimed_at < self.stale_after_s:
+            if latest.status == cl.CLAIMED and now - latest.claimed_at < self.launch_timeout_s:
                 view.state, view.market = LAUNCHING, latest.market
                 view.note = f"launch {latest.n} claimed by {latest.controller[:12]} (in progress)"
                 return view
-            if latest.status == cl.LAUNCHED and now - latest.updated_at < self.stale_after_s:
+            if latest.status == cl.LAUNCHED and now - latest.updated_at < self.launch_timeout_s:
                 view.market = latest.market
                 view.note = f"launch {latest.n} ({latest.market}) is coming up: {latest.launched}"
                 return view
@@ -185,7 +186,9 @@ class Controller:
             gone = self._gone(own)
             if gone is False:
                 view.state = ALIVE
-                view.note = f"lease silent {age or 0:.0f} s, but the {self.provider.name} provider says the machine is up"
+                view.note = (
+                    f"lease silent {age or 0:.0f} s, but the {self.provider.name} provider says the machine is up"
+                )
                 return view
             losses += 1
             view.losses = losses
@@ -334,9 +337,7 @@ def _losses(claims: list[cl.Claim]) -> int:
     machine that never took the job (a later claim for the same lapsed lease)."""
     seen = {cl.lost_identity(c.lost) for c in claims if c.status != cl.CANCELLED}
     never_came = sum(
-        1
-        for i, c in enumerate(claims)
-        if c.status == cl.LAUNCHED and any(d.for_loss(c.lost) for d in claims[i + 1 :])
+        1 for i, c in enumerate(claims) if c.status == cl.LAUNCHED and any(d.for_loss(c.lost) for d in claims[i + 1 :])
     )
     return len(seen) + never_came
 

@@ -32,9 +32,7 @@ def remaining_s(manifest: Mapping[str, Any]) -> Optional[float]:
     return max(0, total - step) * run_s / step
 
 
-def spot_finish(
-    *, now: float, remaining: float, losses: int, run_s: float, recovery_s: float
-) -> tuple[float, float]:
+def spot_finish(*, now: float, remaining: float, losses: int, run_s: float, recovery_s: float) -> tuple[float, float]:
     """(projected finish on spot, expected further losses): this recovery, the work left, and the
     losses the job's own rate (losses per hour it ran) predicts for that work, one recovery each."""
     rate = losses / max(run_s, 60.0)  # per second of running
