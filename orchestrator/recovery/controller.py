@@ -156,9 +156,11 @@ class Controller:
         age = mf.lease_age(m, now)
         latest = claims[-1] if claims else None
         if age is not None and age < self.stale_after_s:
-            if latest is not None and latest.status == cl.CLAIMED and latest.for_loss(own) is False:
+            came_back = latest is not None and latest.lost.get("home_id") == own.get("home_id")
+            if latest is not None and latest.status == cl.CLAIMED and came_back:
+                # The machine we thought lost heartbeats again (a slow heartbeat, a network blip).
                 self._cancel(latest, "the lease came back to life")
-            view.note = f"lease {age:.0f} s old on {own.get('host') or '?'}"
+            view.note = f"lease held by {own.get('host') or '?'}"
             return view
         # The lease has lapsed (or there never was one).
         lost_at = float(own.get("heartbeat") or m.get("written_at") or now)
