@@ -160,6 +160,18 @@ class Controller:
             if latest is not None and latest.status == cl.CLAIMED and came_back:
                 # The machine we thought lost heartbeats again (a slow heartbeat, a network blip).
                 self._cancel(latest, "the lease came back to life")
+            elif latest is not None and latest.status == cl.CLAIMED:
+                # Another machine took the job while the claim was open: the launch happened,
+                # though the controller that made it died before it could say so.
+                latest.status, latest.updated_at = cl.LAUNCHED, now
+                latest.launched = f"adopted by {own.get('host') or '?'}"
+                self._update(latest)
+                self._event(
+                    f"{uid}:launch:{latest.n}",
+                    EventKind.RELAUNCHED,
+                    m,
+                    f"job {uid[:12]} ({name}): launch {latest.n} on {latest.market} came up: {latest.launched}",
+                )
             view.note = f"lease held by {own.get('host') or '?'}"
             return view
         # The lease has lapsed (or there never was one).
