@@ -75,7 +75,8 @@ def _parse(uid: str, n: int, raw: bytes, etag: Optional[str]) -> Optional[Claim]
         return None
     if not isinstance(d, dict) or d.get("status") not in (CLAIMED, LAUNCHED, FAILED, CANCELLED):
         return None
-    lost = d.get("lost") if isinstance(d.get("lost"), dict) else {}
+    raw_lost = d.get("lost")
+    lost: dict[str, Any] = raw_lost if isinstance(raw_lost, dict) else {}
     try:
         return Claim(
             uid=uid,

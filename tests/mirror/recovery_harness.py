@@ -27,6 +27,7 @@ LAUNCH_SH = r"""#!/bin/bash
 set -eu
 m="$MACHINES/launch-$ORCH_RECOVERY_LAUNCH"
 mkdir -p "$m/home"
+echo "launch_called $(date +%s.%N)" >> "$m/times"
 cp "$MACHINES/machine-config.toml" "$m/home/config.toml"
 echo "$ORCH_RECOVERY_MARKET" > "$m/market"
 echo "$ORCH_RECOVERY_JOBS" > "$m/jobs"
@@ -39,10 +40,13 @@ echo "launch-$ORCH_RECOVERY_LAUNCH"
 BOOTSTRAP_SH = r"""#!/bin/bash
 set -eu
 export ORCH_HOME="$1/home"
+echo "booted $(date +%s.%N)" >> "$1/times"
 for uid in $ORCH_RECOVERY_JOBS; do
   "$PYTHON" -m orchestrator.cli adopt "$ORCH_RECOVERY_URL" --job "$uid" --yes
 done
+echo "adopted $(date +%s.%N)" >> "$1/times"
 "$PYTHON" -m orchestrator.cli daemon start
+echo "daemon_started $(date +%s.%N)" >> "$1/times"
 """
 
 
@@ -148,6 +152,15 @@ def stop_machine(root: Path) -> None:
     """Teardown: stop a launched machine's daemon (if its folder is still there)."""
     if root.exists():
         lose_machine(root)
+
+
+def times(root: Path) -> dict[str, float]:
+    """What the launch script and the bootstrap wrote down: launch_called, booted, adopted, daemon_started."""
+    out: dict[str, float] = {}
+    for line in (root / "times").read_text().splitlines():
+        name, _, value = line.partition(" ")
+        out.setdefault(name, float(value))
+    return out
 
 
 def read_market(root: Path) -> str:
