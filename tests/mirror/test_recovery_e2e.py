@@ -28,16 +28,7 @@ from recovery_harness import (
     read_market,
     stop_machine,
 )
-from test_lost_instance_e2e import (  # noqa: F401  (fixtures)
-    TOTAL_STEPS,
-    assert_same,
-    lose_the_machine,
-    progress_step,
-    submit,
-    uninterrupted,
-    weights,
-    workload,
-)
+from tiny_bert import TOTAL_STEPS, assert_same, lose_the_machine, progress_step, submit, weights
 
 from orchestrator.config import load_config
 from orchestrator.objectstore import claims as cl
