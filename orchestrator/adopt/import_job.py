@@ -62,6 +62,7 @@ def adopt_one(
         _give_back(remote, key, m, etag)
         raise Refused(f"{label}: {exc}") from None
     m["spec"] = datafiles.rewrite(m["spec"], found)
+    market, waited = _launched_for(remote, cand.uid, own, now)
     # Import first (a new local id), then fetch the checkpoint into its run folder.
     job = store.import_job(
         m,
@@ -70,7 +71,7 @@ def adopt_one(
         spec_path=str(m.get("spec_path") or ""),
         now=now,
         attempts=_attempts(m, now),
-        detail=f"from host {own.get('host') or '?'} (its job {m.get('local_id')}) via {remote.url.raw}",
+        detail=f"from host {own.get('host') or '?'} (its job {m.get('local_id')}) via {remote.url.raw}{waited}",
     )
     run_dir = home.run_dir(job.id)
     write_run_spec(home, job.id, m["spec"])
@@ -85,7 +86,7 @@ def adopt_one(
         machines=machines.on_adopt(
             m,
             home_id,
-            market=_market(remote, cand.uid),
+            market=market,
             now=now,
             step=kept[0]["step"] if kept else 0,
         ),
@@ -115,15 +116,25 @@ def adopt_one(
     )
 
 
-def _market(remote: Remote, uid: str) -> str:
-    """The market `orch watch` launched this machine on (its newest launch claim), else the
-    launch command's ORCH_RECOVERY_MARKET, else unknown ("")."""
+def _launched_for(remote: Remote, uid: str, own: dict[str, Any], now: float) -> tuple[str, str]:
+    """The market `orch watch` launched this machine on (its newest launch claim; else the launch
+    command's ORCH_RECOVERY_MARKET; else unknown ""), and a note for the `adopted` event: since
+    when the job waited for a replacement machine."""
     try:
         found = [c for c in claims.read_claims(remote, uid) if c.status in (claims.LAUNCHED, claims.CLAIMED)]
     except StorageError:
         found = []
     market = found[-1].market if found else os.environ.get("ORCH_RECOVERY_MARKET", "")
-    return market if market in ("spot", "on-demand") else ""
+    market = market if market in ("spot", "on-demand") else ""
+    waited = ""
+    if found and found[-1].for_loss(own):
+        since = claims.waiting_since(found, {"owner": own})
+        if since is not None:
+            waited = (
+                f"; it waited {max(0.0, now - since):.0f} s for a replacement machine (launch {found[-1].n}"
+                f"{', ' + market if market else ''}, by orch watch)"
+            )
+    return market, waited
 
 
 def _give_back(remote: Remote, key: str, original: dict[str, Any], etag: Optional[str]) -> None:

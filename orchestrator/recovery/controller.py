@@ -94,6 +94,7 @@ class Controller:
         self.stale_after_s = config.storage.stale_after_minutes * 60
         self.launch_timeout_s = self.rc.launch_timeout_minutes * 60
         self.host = socket.gethostname()
+        self._shown: dict[str, tuple[Any, ...]] = {}  # uid -> what the store last got
 
     # -- one pass -----------------------------------------------------------------------------
 
@@ -109,6 +110,10 @@ class Controller:
             if view is None:
                 continue
             views.append(view)
+            shown = (view.name, view.state, view.waiting_since, view.launches, view.losses, view.market, view.note)
+            if self._shown.get(uid) == shown:
+                continue  # nothing new: no write
+            self._shown[uid] = shown
             self.store.recovery_set(
                 uid,
                 self.clock(),
@@ -177,7 +182,7 @@ class Controller:
         # The lease has lapsed (or there never was one).
         lost_at = float(own.get("heartbeat") or m.get("written_at") or now)
         view.state, view.waiting_since = WAITING, lost_at
-        if latest is not None and latest.for_loss(own):
+        if latest is not None and latest.for_loss(own) and latest.status != cl.CANCELLED:
             if latest.status == cl.CLAIMED and now - latest.claimed_at < self.launch_timeout_s:
                 view.state, view.market = LAUNCHING, latest.market
                 view.note = f"launch {latest.n} claimed by {latest.controller[:12]} (in progress)"

@@ -197,6 +197,13 @@ def test_a_restarted_controller_neither_launches_nor_notifies_twice_and_a_live_l
     assert len(provider.requests) == 1
     assert kinds(c2) == ["machine_lost", "relaunched"]
     assert c2.store.recovery_row(UID)["state"] == "waiting"
+    # `orch status` in the controller's home and the dashboard say it waits for a machine, since when.
+    shown = CliRunner().invoke(app, ["--home", str(tmp_path / "c"), "status"])
+    assert shown.exit_code == 0 and "waiting for a replacement machine since" in shown.output, shown.output
+    from orchestrator.cli.dashboard.data import waiting_for_machines
+
+    (row,) = waiting_for_machines(c2.store)
+    assert row["uid"] == UID and row["waiting_since"] == clock.t - 15 - 120 and row["launches"] == 1
     # A claim made, then the old machine's lease comes back (a network blip): cancelled, no launch.
     claim = cl.Claim(UID, 2, cl.CLAIMED, "spot", {"home_id": "home-old", "heartbeat": 1.0}, clock.t, "x", clock.t)
     cl.put_new(file_remote, claim)

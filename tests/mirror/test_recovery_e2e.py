@@ -168,6 +168,8 @@ def test_a_lost_machine_is_replaced_twice_spot_then_on_demand_and_the_job_ends_i
         data = json.loads(shown.stdout)
         assert [mc["market"] for mc in data["machines"]] == ["", "spot", "on-demand"], data["machines"]
         assert data["machines"][1]["first_step"] == notice_step
+        adopted = [e["detail"] for e in data["events"] if e["kind"] == "adopted"]
+        assert any("for a replacement machine (launch 2, on-demand" in d for d in adopted), adopted
         spans = [(x.ended_at or x.started_at) - x.started_at for x in attempts]
         assert data["runtime_s"] > spans[-1] and data["runtime_s"] >= 0.7 * sum(spans), (data["runtime_s"], spans)
 
