@@ -101,7 +101,7 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
             return 0
 
 
-def status_note(store: Any, out: Any = sys.stderr) -> None:
+def status_note(store: Any, out: Optional[Any] = None) -> None:
     """`orch status` in a home where `orch watch` runs: the jobs waiting for a replacement machine."""
     try:
         rows = [r for r in store.recovery_rows() if r["state"] in ("waiting", "launching", "left alone")]
@@ -109,4 +109,4 @@ def status_note(store: Any, out: Any = sys.stderr) -> None:
         return
     now = time.time()
     for row in rows:
-        print("recovery: " + waiting_line(row, now), file=out)
+        print("recovery: " + waiting_line(row, now), file=out or sys.stderr)
