@@ -116,8 +116,10 @@ def test_a_lost_machine_is_replaced_twice_spot_then_on_demand_and_the_job_ends_i
         lose_the_machine(a)
         homes.remove(a)
 
-        # The controller claims launch 1; it is SIGKILLed while the launch command runs, and restarted.
+        # The controller claims launch 1 and calls the launch command; it is SIGKILLed while the
+        # command runs (the cloud's API call already made), and restarted.
         wait_for(lambda: claims(remote, uid), 60, interval=0.05, what=lambda: f"launch 1 claimed\n{watch.output()}")
+        wait_for(lambda: (launched[0] / "market").exists(), 30, interval=0.02, what="the launch command running")
         watch.kill9()
         watch.start()
         wait_for(

@@ -50,6 +50,9 @@ class ManifestWriter:
         data_files: Optional[list[dict[str, Any]]] = None,
     ) -> None:
         job = self.store.get(job.id)  # the freshest state, cost and attempts
+        # A job that ended since the caller looked is final now: its last manifest releases the
+        # lease (else a heartbeat write racing the end would leave a finished job "held").
+        released = released or job.state in TERMINAL
         row = row or {"checkpoints": [], "doomed": [], "etag": None, "final": 0}
         run_dir = self.home.run_dir(job.id)
         result = read_json(run_dir / RESULT) if job.state is JobState.SUCCEEDED else None
