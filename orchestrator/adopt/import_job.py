@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from ..contract import BATCH, CHECKPOINTS, write_json_atomic
+from ..contract import BATCH, CHECKPOINTS, RECOVERY_ENV_MARKET, write_json_atomic
 from ..lifecycle import write_run_spec
 from ..objectstore import claims, datafiles, machines
 from ..objectstore import manifest as mf
@@ -124,7 +124,7 @@ def _launched_for(remote: Remote, uid: str, own: dict[str, Any], now: float) -> 
         found = [c for c in claims.read_claims(remote, uid) if c.status in (claims.LAUNCHED, claims.CLAIMED)]
     except StorageError:
         found = []
-    market = found[-1].market if found else os.environ.get("ORCH_RECOVERY_MARKET", "")
+    market = found[-1].market if found else os.environ.get(RECOVERY_ENV_MARKET, "")
     market = market if market in ("spot", "on-demand") else ""
     waited = ""
     if found and found[-1].for_loss(own):

@@ -9,10 +9,13 @@ from typing import Any, Mapping, Optional, Sequence
 
 from orchestrator.recovery.provider import LaunchRequest, RelaunchError
 
-ENV_URL = "ORCH_RECOVERY_URL"
-ENV_JOBS = "ORCH_RECOVERY_JOBS"
-ENV_MARKET = "ORCH_RECOVERY_MARKET"
-ENV_LAUNCH = "ORCH_RECOVERY_LAUNCH"
+from orchestrator.contract import (
+    RECOVERY_ENV_JOBS as ENV_JOBS,
+    RECOVERY_ENV_LAUNCH as ENV_LAUNCH,
+    RECOVERY_ENV_MARKET as ENV_MARKET,
+    RECOVERY_ENV_URL as ENV_URL,
+)
+
 TIMEOUT_S = 900.0  # a launch command that has not returned after this long has failed
 _TAIL = 600  # characters of the command's output kept in a failure's message
 

@@ -128,6 +128,9 @@ def test_defaults_name_is_the_type_and_events_are_the_outcomes() -> None:
             "lease_lost",
             "deadline_at_risk",
             "sweep_finished",
+            "machine_lost",
+            "relaunched",
+            "relaunch_failed",
         }
     )
     assert notifier.min_interval_s == 3.0
