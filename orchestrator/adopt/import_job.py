@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from ..contract import BATCH, CHECKPOINTS, RECOVERY_ENV_MARKET, write_json_atomic
+from ..contract import BATCH, CHECKPOINTS, PROGRESS, RECOVERY_ENV_MARKET, write_json_atomic
 from ..lifecycle import write_run_spec
 from ..objectstore import claims, datafiles, machines
 from ..objectstore import manifest as mf
@@ -77,6 +77,10 @@ def adopt_one(
     write_run_spec(home, job.id, m["spec"])
     if m.get("batch"):
         write_json_atomic(run_dir / BATCH, m["batch"])
+    if isinstance(m.get("progress"), dict):
+        # The old machines' progress, with their attempts' goodput figures: the runner keeps
+        # earlier attempts' figures from this file, so the ledger sums over every machine.
+        write_json_atomic(run_dir / PROGRESS, m["progress"])
     history = list(m["checkpoints"])
     good, rejected = fetch_checkpoint(remote, history, run_dir / CHECKPOINTS, warn)
     kept = [c for c in history if c["key"] not in rejected]

@@ -170,6 +170,11 @@ def test_a_lost_machine_is_replaced_twice_spot_then_on_demand_and_the_job_ends_i
         data = json.loads(shown.stdout)
         assert [mc["market"] for mc in data["machines"]] == ["", "spot", "on-demand"], data["machines"]
         assert data["machines"][1]["first_step"] == notice_step
+        from orchestrator.contract import read_json
+
+        # The goodput ledger sums over every machine: each attempt's runner figures travelled.
+        goodput = (read_json(h3.run_dir(job3.id) / "progress.json") or {}).get("goodput") or {}
+        assert set(goodput) == {"1", "2", "3"}, goodput
         adopted = [e["detail"] for e in data["events"] if e["kind"] == "adopted"]
         assert any("for a replacement machine (launch 2, on-demand" in d for d in adopted), adopted
         spans = [(x.ended_at or x.started_at) - x.started_at for x in attempts]
