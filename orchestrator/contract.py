@@ -46,6 +46,13 @@ ENV_TRACE_SAMPLES = "ORCH_TRACE_SAMPLES"  # a file: one JSON line per trained mi
 ENV_PROBE_WARMUP = "ORCH_PROBE_WARMUP"  # `orch estimate`'s probe: the step its steady-state clock starts at
 ENV_PARAM_PREFIX = "ORCH_PARAM_"  # a sweep trial's parameters, as environment variables of a command job
 
+# -- the environment of `orch watch`'s launch command ([recovery] provider = "command") --------------
+
+RECOVERY_ENV_URL = "ORCH_RECOVERY_URL"  # the mirror
+RECOVERY_ENV_JOBS = "ORCH_RECOVERY_JOBS"  # the lost jobs' uids, space-separated
+RECOVERY_ENV_MARKET = "ORCH_RECOVERY_MARKET"  # "spot" or "on-demand"
+RECOVERY_ENV_LAUNCH = "ORCH_RECOVERY_LAUNCH"  # 1, 2, ... for these jobs
+
 # -- the environment of a user hook ([hooks] on_<event>) -------------------------------------------
 
 HOOK_ENV_JOB_ID = ENV_JOB_ID

@@ -31,7 +31,7 @@ DOCS = REPO / "docs"
 README = REPO / "README.md"
 REQUIRED, NOT_SET = object(), None
 _HEADING = re.compile(r"^#{2,3} ")
-_SECTION = re.compile(r"`\[(\w+)\]`")
+_SECTION = re.compile(r"`\[(\w+(?:\.\w+)?)\]`")
 _CHANNEL = re.compile(r'`type = "(\w+)"`')
 _ROW = re.compile(r"^\| `(\w+)` \|[^|]*\| ([^|]+) \|")
 
@@ -100,7 +100,13 @@ def _expected(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
         if sub is None:
             out.setdefault("", {})[name] = _model_default(field)
         else:
-            out[name] = {k: _model_default(f) for k, f in sub.model_fields.items()}
+            out[name] = {}
+            for k, f in sub.model_fields.items():
+                nested = _section_model(f.annotation)
+                if nested is None:
+                    out[name][k] = _model_default(f)
+                else:  # a subtable ([recovery.aws]): its own section
+                    out[f"{name}.{k}"] = {kk: _model_default(ff) for kk, ff in nested.model_fields.items()}
     return out
 
 

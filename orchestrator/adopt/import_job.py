@@ -9,9 +9,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from ..contract import BATCH, CHECKPOINTS, PROVENANCE_FILES, TRACKING, atomic_file, provenance_dir, write_json_atomic
+from ..contract import (
+    BATCH,
+    CHECKPOINTS,
+    PROGRESS,
+    PROVENANCE_FILES,
+    RECOVERY_ENV_MARKET,
+    TRACKING,
+    atomic_file,
+    provenance_dir,
+    write_json_atomic,
+)
 from ..jobs.lifecycle import write_run_spec
-from ..objectstore import datafiles
+from ..objectstore import claims, datafiles, machines
 from ..objectstore import manifest as mf
 from ..objectstore.fetch import fetch_checkpoint
 from ..objectstore.remote import Conflict, Remote, StorageError
@@ -74,8 +84,9 @@ def adopt_one(
         _give_back(remote, key, m, etag)
         raise Refused(f"{label}: {exc}") from None
     m["spec"] = datafiles.rewrite(m["spec"], found)
+    market, waited = _launched_for(remote, cand.uid, own, now)
     # Import first (a new local id), then fetch the checkpoint into its run folder.
-    detail = f"from host {own.get('host') or '?'} (its job {m.get('local_id')}) via {remote.url.raw}"
+    detail = f"from host {own.get('host') or '?'} (its job {m.get('local_id')}) via {remote.url.raw}{waited}"
     job = store.import_job(
         m,
         state=JobState.QUEUED,
@@ -92,12 +103,23 @@ def adopt_one(
         write_json_atomic(run_dir / BATCH, m["batch"])
     fetch_provenance(remote, m, run_dir, label, warn)
     _fetch_tracking(remote, cand.uid, run_dir, warn)
+    if isinstance(m.get("progress"), dict):
+        # The old machines' progress, with their attempts' goodput figures: the runner keeps
+        # earlier attempts' figures from this file, so the ledger sums over every machine.
+        write_json_atomic(run_dir / PROGRESS, m["progress"])
     history = list(m["checkpoints"])
     good, rejected = fetch_checkpoint(remote, history, run_dir / CHECKPOINTS, warn)
     kept = [c for c in history if c["key"] not in rejected]
     store.mirror_set(
         job.id,
         cand.uid,
+        machines=machines.on_adopt(
+            m,
+            home_id,
+            market=market,
+            now=now,
+            step=kept[0]["step"] if kept else 0,
+        ),
         etag=etag,
         manifest_at=now,
         checkpoints=kept,
@@ -143,6 +165,27 @@ def fetch_provenance(remote: Remote, m: dict[str, Any], run_dir: Path, label: st
             continue
         with atomic_file(provenance_dir(run_dir) / name, "wb") as fh:
             fh.write(data)
+
+
+def _launched_for(remote: Remote, uid: str, own: dict[str, Any], now: float) -> tuple[str, str]:
+    """The market `orch watch` launched this machine on (its newest launch claim; else the launch
+    command's ORCH_RECOVERY_MARKET; else unknown ""), and a note for the `adopted` event: since
+    when the job waited for a replacement machine."""
+    try:
+        found = [c for c in claims.read_claims(remote, uid) if c.status in (claims.LAUNCHED, claims.CLAIMED)]
+    except StorageError:
+        found = []
+    market = found[-1].market if found else os.environ.get(RECOVERY_ENV_MARKET, "")
+    market = market if market in ("spot", "on-demand") else ""
+    waited = ""
+    if found and found[-1].for_loss(own):
+        since = claims.waiting_since(found, {"owner": own})
+        if since is not None:
+            waited = (
+                f"; it waited {max(0.0, now - since):.0f} s for a replacement machine (launch {found[-1].n}"
+                f"{', ' + market if market else ''}, by orch watch)"
+            )
+    return market, waited
 
 
 def _give_back(remote: Remote, key: str, original: dict[str, Any], etag: Optional[str]) -> None:

@@ -178,8 +178,11 @@ def status(
     if as_json:
         emit_json(rows)
         return
+    from .watch import status_note
+
     if not rows:
         print("no jobs" + ("" if show_all else " queued or running (`orch status --all` shows finished ones)"))
+        status_note(store)  # `orch watch` runs from this home: the jobs it waits on a machine for
         _say_draining(home)
         return
     import os
@@ -193,6 +196,7 @@ def status(
     print(grouped_table(store, rows, lambda some: status_table(some, cur, color=color, width=width)))
     if daemon_pid(home) is None and any(r["state"] in ("queued", "running") for r in rows):
         err("note: no daemon is running; `orch daemon start` runs the queue")
+    status_note(store)
     _say_draining(home)
 
 

@@ -94,3 +94,16 @@ def storage_check(
     from .storage_check import check_storage
 
     raise typer.Exit(check_storage(ctx.home.ensure(), ctx.config(), url, mb, print))
+
+
+@app.command()
+def watch(
+    url: Optional[str] = typer.Argument(None, help="The mirror (default: [storage] url)."),
+    once: bool = typer.Option(False, "--once", help="One pass, then exit (for cron)."),
+) -> None:
+    """The recovery controller: when a job's machine is gone (its lease silent past [storage]
+    stale_after_minutes), ask the [recovery] provider for a replacement that adopts it.
+    Run it where machines are not reclaimed; it never runs jobs itself."""
+    from .watch import run_watch
+
+    raise typer.Exit(run_watch(ctx.home.ensure(), ctx.config(build_notifiers=True), ctx.store(), url, once=once))

@@ -32,7 +32,23 @@ def queue(store: Store, home: Home, config: Config, now: float) -> dict[str, Any
     rows = status_rows(store, home, now, include_all=True)
     active = [r for r in rows if r["state"] in ("queued", "running")]
     done = sorted((r for r in rows if r["state"] not in ("queued", "running")), key=lambda r: -r["id"])
-    return {"now": now, "currency": config.pricing.currency, "daemon_pid": daemon_pid(home), "jobs": active + done}
+    return {
+        "now": now,
+        "currency": config.pricing.currency,
+        "daemon_pid": daemon_pid(home),
+        "jobs": active + done,
+        "recovery": waiting_for_machines(store),
+    }
+
+
+def waiting_for_machines(store: Store) -> list[dict[str, Any]]:
+    """`orch watch` runs from this home: the jobs waiting for a replacement machine, and since when."""
+    try:
+        rows = store.recovery_rows()
+    except Exception:  # an older, read-only store without the table: nothing to show
+        return []
+    keep = ("uid", "name", "state", "waiting_since", "launches", "market", "note")
+    return [{k: r[k] for k in keep} for r in rows if r["state"] in ("waiting", "launching", "left alone")]
 
 
 def log_tail(run_dir: Path, attempt: int) -> str:

@@ -100,6 +100,10 @@ class EventKind(Word):
     PRUNED = "pruned"  # a sweep trial stopped by the pruner
     SWEEP_FINISHED = "sweep_finished"  # a sweep's last trial ended: the best trial, its cost, what pruning saved
     ENV_CHANGED = "env_changed"  # an attempt's installed distributions differ from the first attempt's
+    # `orch watch`, the recovery controller (its own events, in its own home):
+    MACHINE_LOST = "machine_lost"  # a job's owner lease lapsed (silent past stale_after, not released)
+    RELAUNCHED = "relaunched"  # the [recovery] provider was asked for a replacement machine (and on which market)
+    RELAUNCH_FAILED = "relaunch_failed"  # the provider failed, or the job is left alone (max_launches, budget)
 
 
 # History-only kinds: part of `orch show`, never a notification or hook.
@@ -122,6 +126,9 @@ DEFAULT_NOTIFY_EVENTS = frozenset(
         "deadline_at_risk",
         "sweep_finished",
         "env_changed",
+        "machine_lost",
+        "relaunched",
+        "relaunch_failed",
     }
 )
 

@@ -129,6 +129,7 @@ def build_manifest(
     provenance: Optional[list[str]] = None,
     released: bool = False,
     now: Optional[float] = None,
+    machines: Optional[list[dict[str, Any]]] = None,
 ) -> dict[str, Any]:
     """Everything another machine needs to take the job over (jobs.uid is its name)."""
     now = time.time() if now is None else now
@@ -181,6 +182,7 @@ def build_manifest(
         "model": model,
         "data_files": data_files or [],
         "provenance": provenance or [],  # files/provenance/<name>, uploaded before this manifest
+        "machines": machines or [],  # every machine the job ran on (machines.py)
         "owner": owner(home_id, now=now, released=released),
         "written_at": now,
     }

@@ -130,6 +130,18 @@ class Owner(_Record):
     released: bool = False
 
 
+class MachineRecord(_Record):
+    host: Text = ""
+    home_id: Text = ""
+    market: Literal["", "spot", "on-demand"] = ""
+    from_: Optional[Time] = Field(default=None, alias="from")
+    to: Optional[Time] = None
+    first_step: Optional[Count] = None
+    last_step: Optional[Count] = None
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
 class Git(_Record):
     commit: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{4,64}$")]] = None
     dirty: Optional[bool] = None
@@ -178,6 +190,7 @@ class Manifest(_Record):
     result: Optional[dict[str, Any]] = None
     model: Optional[list[Text]] = None
     data_files: list[DataFileRecord] = Field(default=[], max_length=100_000)
+    machines: list[MachineRecord] = Field(default=[], max_length=1000)
     owner: Optional[Owner] = None
     written_at: Optional[Time] = None
 
@@ -250,4 +263,4 @@ def parse(raw: bytes, where: str, uid: Optional[str] = None) -> dict[str, Any]:
             + (f"\n(and {len(problems) - 5} more)" if len(problems) > 5 else "")
             + f"\n{label}: refused: {where} does not look like a manifest orch wrote"
         )
-    return model.model_dump(mode="json")
+    return model.model_dump(mode="json", by_alias=True)

@@ -164,6 +164,55 @@ class SlurmSection(_Section):
         return self
 
 
+class RecoveryAwsSection(_Section):
+    """[recovery.aws]: EC2 from a launch template (docs/recovery.md)."""
+
+    region: Optional[str] = None  # else AWS_REGION / AWS_DEFAULT_REGION
+    launch_template: Optional[str] = None  # the template's name (its user data installs orch)
+    endpoint: Optional[str] = None  # an EC2-compatible endpoint (tests: moto on loopback)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not (v.startswith("http://") or v.startswith("https://")):
+            raise ValueError(f"must start with http:// or https:// (got {v!r})")
+        return v
+
+
+class RecoverySection(_Section):
+    """[recovery]: what `orch watch` does when a job's machine is gone (docs/recovery.md)."""
+
+    provider: Literal["command", "aws"] = "command"
+    launch: Optional[list[str]] = None  # command provider: argv run with ORCH_RECOVERY_*; exit 0 = coming
+    on_demand_after: int = Field(default=3, ge=0)  # losses of one job before its next machine is on-demand
+    max_launches: int = Field(default=10, ge=1)  # per job; past it the job is left alone, with a notification
+    poll_seconds: float = Field(default=30.0, gt=0)  # how often the controller reads the mirror
+    # A launched machine that has not adopted its job within this long is lost too: the next launch.
+    launch_timeout_minutes: float = Field(default=20.0, gt=0)
+    aws: RecoveryAwsSection = RecoveryAwsSection()
+
+    @field_validator("launch")
+    @classmethod
+    def _launch(cls, v: Optional[list[str]]) -> Optional[list[str]]:
+        if v is None:
+            return v
+        if not v or not v[0].strip():
+            raise ValueError('must name the program to run, e.g. ["bash", "launch.sh"] (got an empty command)')
+        for i, arg in enumerate(v):
+            problem = control_problem(arg, allow_tab=False)
+            if problem:
+                raise ValueError(f"[{i}]: {problem} (got {arg!r})")
+        return v
+
+    @model_validator(mode="after")
+    def _provider_needs(self) -> "RecoverySection":
+        if self.provider == "command" and self.launch is None:
+            raise ValueError('provider = "command" needs launch = ["program", "args"...]')
+        if self.provider == "aws" and not self.aws.launch_template:
+            raise ValueError('provider = "aws" needs [recovery.aws] launch_template')
+        return self
+
+
 class Config(_Section):
     daemon: DaemonSection = DaemonSection()
     pricing: PricingSection = PricingSection()
@@ -177,6 +226,7 @@ class Config(_Section):
     logging: LoggingSection = LoggingSection()
     executor: ExecutorSection = ExecutorSection()
     slurm: SlurmSection = SlurmSection()
+    recovery: Optional[RecoverySection] = None  # None: no [recovery] table (`orch watch` refuses)
 
     # Set by load_config, not read from the file.
     path: Optional[Path] = Field(default=None, exclude=True)

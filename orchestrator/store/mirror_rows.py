@@ -170,7 +170,7 @@ class MirrorRows(OutboxRows):
 
 _MIRROR_COLUMNS = frozenset(
     """etag manifest_at checkpoints doomed step uploaded_at error error_since warned lost dirty
-    files_at final released""".split()
+    files_at final released machines""".split()
 )
 
 
@@ -178,7 +178,7 @@ def _mirror_upsert(db: Any, job_id: int, uid: str, fields: dict[str, Any]) -> No
     unknown = set(fields) - _MIRROR_COLUMNS
     if unknown:
         raise ValueError(f"not a mirror column: {sorted(unknown)}")
-    values = {k: (json.dumps(v) if k in ("checkpoints", "doomed") else v) for k, v in fields.items()}
+    values = {k: (json.dumps(v) if k in ("checkpoints", "doomed", "machines") else v) for k, v in fields.items()}
     cols = ["job_id", "uid", *values]
     sets = ", ".join(f"{k}=excluded.{k}" for k in values) or "uid=excluded.uid"
     db.execute(
@@ -192,4 +192,5 @@ def _mirror_row(row: Any) -> dict[str, Any]:
     d = dict(row)
     d["checkpoints"] = json.loads(d["checkpoints"] or "[]")
     d["doomed"] = json.loads(d["doomed"] or "[]")
+    d["machines"] = json.loads(d.get("machines") or "[]")
     return d

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Forward migrations: MIGRATIONS[n] takes a database at version n to n + 1.
 MIGRATIONS: dict[int, str] = {
@@ -85,5 +85,17 @@ MIGRATIONS: dict[int, str] = {
       job_id INTEGER NOT NULL UNIQUE REFERENCES jobs(id), params TEXT NOT NULL, created_at REAL NOT NULL,
       PRIMARY KEY(sweep_id, number)
     );
+    """,
+    # `orch watch`, the recovery controller: each watched job's state in the controller's own home
+    # (what `orch status` shows there), and the keys of the events it queued, each exactly once.
+    # On a machine that ran a job: the machines the job ran on (host, market, from-to, steps).
+    4: """
+    CREATE TABLE recovery(
+      uid TEXT PRIMARY KEY, name TEXT NOT NULL, url TEXT NOT NULL, state TEXT NOT NULL,
+      waiting_since REAL, launches INTEGER NOT NULL DEFAULT 0, losses INTEGER NOT NULL DEFAULT 0,
+      market TEXT NOT NULL DEFAULT '', note TEXT NOT NULL DEFAULT '', updated_at REAL NOT NULL
+    );
+    CREATE TABLE recovery_sent(key TEXT PRIMARY KEY, event_id INTEGER NOT NULL, at REAL NOT NULL);
+    ALTER TABLE mirror ADD COLUMN machines TEXT NOT NULL DEFAULT '[]';
     """,
 }

@@ -179,6 +179,8 @@ def show_data(
             "waste_cost": round(job.waste_cost, 4),
             "max_cost": job.max_cost,
             "max_hours": job.max_hours,
+            # Every machine the job ran on, when it is mirrored (the bill above sums over them all).
+            "machines": (store.mirror_state(job_id) or {}).get("machines") or [],
         }
     )
     return data

@@ -192,6 +192,15 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
     memory = d.get("snapshot_memory") or {}
     if memory.get("background") is False:
         lines.append(f"  warning:   {memory.get('reason')}")
+    if len(d.get("machines") or []) > 1:
+        lines.append("  machines:")
+        for mc in d["machines"]:
+            first, last = mc.get("first_step"), mc.get("last_step")
+            lines.append(
+                f"    {mc.get('host') or '?'}  {mc.get('market') or '-':<9}  {clock(mc.get('from'))} - "
+                f"{clock(mc.get('to'))}  steps {first if first is not None else '?'} -> "
+                f"{last if last is not None else '?'}"
+            )
     mirror = d.get("mirror")
     if mirror:
         lines.append(

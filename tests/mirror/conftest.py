@@ -72,3 +72,19 @@ def homes() -> Iterator[list[Any]]:
     yield made
     for h in made:
         h.cleanup()
+
+
+@pytest.fixture(scope="session")
+def workload(tmp_path_factory) -> dict[str, Path]:
+    """The tiny BERT and its data (tiny_bert.py), made once per session."""
+    from tiny_bert import make_workload
+
+    return make_workload(tmp_path_factory.mktemp("workload"))
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(workload, tmp_path_factory) -> dict[str, Any]:
+    """The tiny-BERT job run once without interruption: the weights every lost-machine test must match."""
+    from tiny_bert import run_uninterrupted
+
+    return run_uninterrupted(workload, tmp_path_factory.mktemp("run-a") / "a")

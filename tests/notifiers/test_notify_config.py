@@ -129,6 +129,9 @@ def test_defaults_name_is_the_type_and_events_are_the_outcomes() -> None:
             "deadline_at_risk",
             "sweep_finished",
             "env_changed",
+            "machine_lost",
+            "relaunched",
+            "relaunch_failed",
         }
     )
     assert notifier.min_interval_s == 3.0

@@ -14,6 +14,7 @@ from ...contract import BATCH, MODEL, PROGRESS, RESULT, read_json
 from ...home.paths import Home
 from ...model.records import Job
 from ...model.states import TERMINAL, JobState
+from ...objectstore import machines
 from ...objectstore import manifest as mf
 from ...objectstore.remote import Conflict, Remote
 from ...store import Store
@@ -50,6 +51,9 @@ class ManifestWriter:
         provenance: Optional[list[str]] = None,
     ) -> None:
         job = self.store.get(job.id)  # the freshest state, cost and attempts
+        # A job that ended since the caller looked is final now: its last manifest releases the
+        # lease (else a heartbeat write racing the end would leave a finished job "held").
+        released = released or job.state in TERMINAL
         row = row or {"checkpoints": [], "doomed": [], "etag": None, "final": 0}
         if job.state in TERMINAL and not released:
             # The job ended after the caller read it (an upload's commit racing the reap): its last
@@ -75,6 +79,13 @@ class ManifestWriter:
             provenance=provenance,
             released=released,
             now=now,
+            machines=machines.current(
+                row.get("machines") or [],
+                self.home_id,
+                now=now,
+                progress=read_json(run_dir / PROGRESS),
+                since=job.started_at or now,
+            ),
         )
         key = mf.manifest_key(job.uid)
         try:
@@ -98,6 +109,7 @@ class ManifestWriter:
             released=int(released),
             error="",
             error_since=None,
+            machines=manifest["machines"],
         )
         self._written[job.id] = self.fingerprint(job)
         for doomed in list(row.get("doomed") or []):

@@ -111,7 +111,19 @@
         .map((t, i) => h("th", { class: [0, 3, 5, 6, 7, 8].includes(i) ? "num" : null, text: t })))),
       h("tbody", {}, ...rows));
     const daemon = data.daemon_pid ? `daemon running (pid ${data.daemon_pid})` : "no daemon running: `orch daemon start` runs the queue";
+    const waiting = (data.recovery || []).map((r) => h("tr", {},
+      h("td", { text: r.uid.slice(0, 12) }), h("td", { text: r.name }), h("td", { text: r.state }),
+      h("td", { text: r.waiting_since ? new Date(r.waiting_since * 1000).toLocaleString() : "—" }),
+      h("td", { class: "num", text: String(r.launches) }), h("td", { text: r.market || "—" }),
+      h("td", { class: "reason", text: r.note || "" })));
+    const recovery = waiting.length ? [
+      h("h1", { text: "Waiting for a replacement machine" }),
+      h("table", { id: "recovery" },
+        h("thead", {}, h("tr", {}, ...["job", "name", "state", "since", "launches", "market", "note"]
+          .map((t, i) => h("th", { class: i === 4 ? "num" : null, text: t })))),
+        h("tbody", {}, ...waiting))] : [];
     put(
+      ...recovery,
       sweepList.length ? h("h1", { text: "Sweeps" }) : null, sweepsTable(),
       h("h1", { text: "Queue" }),
       h("p", { class: "muted", id: "summary", text: `${active.length} queued or running, ${data.jobs.length} in all · ${daemon}` }),

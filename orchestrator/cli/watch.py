@@ -1,0 +1,112 @@
+"""`orch watch [URL] [--once]`: the recovery controller in the foreground (orchestrator/recovery/).
+Here: the config checks, the loop, its output, and the controller's own outbox."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from typing import Any, Optional
+
+from ..model.errors import ConfigError
+
+
+def waiting_line(row: dict[str, Any], now: float) -> str:
+    """One watched job for people: `orch watch`'s output and `orch status` in the controller's home."""
+    from ..cost.money import format_duration
+
+    text = f"{row['uid'][:12]}  {row['name'] or '?'}  {row['state']}"
+    if row.get("waiting_since") and row["state"] in ("waiting", "launching", "left alone"):
+        since = time.strftime("%H:%M:%S", time.localtime(row["waiting_since"]))
+        text += f" for a replacement machine since {since} ({format_duration(now - row['waiting_since'])})"
+    if row.get("launches"):
+        text += f"; {row['launches']} launch(es)"
+    if row.get("market"):
+        text += f", {row['market']}"
+    if row.get("note"):
+        text += f"; {row['note']}"
+    return text
+
+
+def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool) -> int:
+    from notifiers import redact
+
+    from ..adopt.plan import storage_for
+    from ..jobs.notify import build_channels
+    from ..daemon.outbox import OutboxSender
+    from ..objectstore import manifest as mf
+    from ..objectstore.remote import Remote, StorageError
+    from ..recovery.controller import Controller
+    from ..recovery.provider import build_provider
+
+    if config.recovery is None:
+        where = config.path or home.config_path(None)
+        raise ConfigError(
+            [f"{where}: recovery: no [recovery] table; `orch watch` needs one (provider, launch: docs/recovery.md)"]
+        )
+    section = storage_for(config, url)
+    remote = Remote(section)
+    provider = build_provider(config.recovery)
+    sender = OutboxSender(
+        store,
+        {n.name: n for n in build_channels(config)},
+        max_age_s=config.notify.give_up_after_hours * 3600,
+        base_backoff_s=config.notify.retry_base_seconds,
+        max_backoff_s=config.notify.retry_max_seconds,
+    )
+
+    def say(text: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {redact(text)}", flush=True)
+
+    controller = Controller(config, store, remote, provider, controller_id=mf.home_identity(home), say=say)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    stop = threading.Event()
+    if not once:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        say(
+            f"watching {remote.url.raw} every {config.recovery.poll_seconds:g} s "
+            f"(provider {provider.name}; a lease silent {config.storage.stale_after_minutes:g} min is lost)"
+        )
+    shown: dict[str, str] = {}
+    failures = 0
+    while True:
+        try:
+            views = controller.pass_once()
+            failures = 0
+        except StorageError as exc:
+            failures += 1
+            say(f"cannot read the mirror ({exc}); trying again at the next poll")
+            if once:
+                return 1
+            views = []
+        sender.deliver_due(time.time())
+        now = time.time()
+        for row in store.recovery_rows():
+            line = waiting_line(row, now)
+            key = f"{row['state']}|{row['note']}|{row['launches']}"
+            if once:
+                print(line)
+            elif shown.get(row["uid"]) != key:
+                shown[row["uid"]] = key
+                say(line)
+        if once:
+            if not views:
+                print(f"no jobs in {remote.url.raw}")
+            return 0
+        if stop.wait(config.recovery.poll_seconds):
+            say("stopped")
+            return 0
+
+
+def status_note(store: Any, out: Optional[Any] = None) -> None:
+    """`orch status` in a home where `orch watch` runs: the jobs waiting for a replacement machine."""
+    try:
+        rows = [r for r in store.recovery_rows() if r["state"] in ("waiting", "launching", "left alone")]
+    except Exception:  # an older store (no recovery table yet): nothing to say
+        return
+    now = time.time()
+    for row in rows:
+        print("recovery: " + waiting_line(row, now), file=out or sys.stderr)

@@ -1,0 +1,54 @@
+"""`orch watch`'s rows in the controller's own home: each watched job's recovery state, and its
+events (machine_lost, relaunched, relaunch_failed) with their outbox rows, each queued once."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+from ..model.records import Outgoing
+from .events import write_event
+from .sweeps import SweepRows
+
+_COLUMNS = ("name", "url", "state", "waiting_since", "launches", "losses", "market", "note")
+
+
+class RecoveryRows(SweepRows):
+    """Mixed into Store: uses its `db` and `_tx`."""
+
+    def recovery_event(self, key: str, kind: str, detail: str, now: float, outgoing: Iterable[Outgoing]) -> bool:
+        """Queue an event and its notifications unless `key` was queued before (a restarted
+        controller seeing the same loss again). True when queued now."""
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM recovery_sent WHERE key=?", (key,)).fetchone() is not None:
+                return False
+            event_id = write_event(db, None, kind, detail, now, outgoing)
+            db.execute("INSERT INTO recovery_sent(key, event_id, at) VALUES(?,?,?)", (key, event_id, now))
+            return True
+
+    def recovery_set(self, uid: str, now: float, **fields: Any) -> None:
+        unknown = set(fields) - set(_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown recovery columns {sorted(unknown)}")
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM recovery WHERE uid=?", (uid,)).fetchone() is None:
+                db.execute(
+                    "INSERT INTO recovery(uid, name, url, state, updated_at) VALUES(?,?,?,?,?)",
+                    (uid, fields.get("name", ""), fields.get("url", ""), fields.get("state", ""), now),
+                )
+            sets = ", ".join(f"{k}=?" for k in fields)
+            if sets:
+                db.execute(f"UPDATE recovery SET {sets}, updated_at=? WHERE uid=?", (*fields.values(), now, uid))
+
+    def recovery_rows(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.db.execute("SELECT * FROM recovery ORDER BY uid").fetchall()]
+
+    def recovery_row(self, uid: str) -> Optional[dict[str, Any]]:
+        row = self.db.execute("SELECT * FROM recovery WHERE uid=?", (uid,)).fetchone()
+        return dict(row) if row is not None else None
+
+    def recovery_events(self) -> list[dict[str, Any]]:
+        """The controller's events, oldest first (job_id is NULL: the jobs are not in this store)."""
+        rows = self.db.execute(
+            "SELECT e.* FROM events e JOIN recovery_sent s ON s.event_id = e.id ORDER BY e.id"
+        ).fetchall()
+        return [dict(r) for r in rows]
