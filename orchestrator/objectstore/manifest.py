@@ -74,8 +74,17 @@ def home_identity(home: Home) -> str:
     return path.read_text().strip()
 
 
-def owner(home_id: str, *, now: Optional[float] = None, released: bool = False, by: str = "daemon") -> dict[str, Any]:
-    return {
+def owner(
+    home_id: str,
+    *,
+    now: Optional[float] = None,
+    released: bool = False,
+    by: str = "daemon",
+    instance_id: Optional[str] = None,
+) -> dict[str, Any]:
+    """The lease. `instance_id`: the cloud's id of this machine where the daemon knows it (EC2), so
+    `orch watch` can ask the cloud whether a silent owner is really gone."""
+    lease = {
         "host": socket.gethostname(),
         "home_id": home_id,
         "pid": os.getpid(),
@@ -83,6 +92,9 @@ def owner(home_id: str, *, now: Optional[float] = None, released: bool = False, 
         "heartbeat": time.time() if now is None else now,
         "released": released,
     }
+    if instance_id:
+        lease["instance_id"] = instance_id
+    return lease
 
 
 def lease_age(manifest: dict[str, Any], now: float) -> Optional[float]:
@@ -123,6 +135,7 @@ def build_manifest(
     data_files: Optional[list[dict[str, Any]]] = None,
     released: bool = False,
     now: Optional[float] = None,
+    instance_id: Optional[str] = None,
 ) -> dict[str, Any]:
     """Everything another machine needs to take the job over (jobs.uid is its name)."""
     now = time.time() if now is None else now
@@ -174,7 +187,7 @@ def build_manifest(
         "result": result,
         "model": model,
         "data_files": data_files or [],
-        "owner": owner(home_id, now=now, released=released),
+        "owner": owner(home_id, now=now, released=released, instance_id=instance_id),
         "written_at": now,
     }
 
