@@ -76,7 +76,13 @@ def test_print_shows_a_systemd_unit_where_systemd_is_the_init(cli, home, tmp_pat
     unit = ran.out
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     assert shlex.split(exec_start.removeprefix("ExecStart=")) == [
-        sys.executable, "-m", "orchestrator.cli", "--home", str(Path(home).resolve()), "daemon", "run"
+        sys.executable,
+        "-m",
+        "orchestrator.cli",
+        "--home",
+        str(Path(home).resolve()),
+        "daemon",
+        "run",
     ]
     assert f"Environment=ORCH_HOME={Path(home).resolve()}" in unit
     assert f"EnvironmentFile=-{Path(home).resolve() / BOOT_ENV}" in unit
@@ -138,7 +144,8 @@ def test_systemd_install_writes_the_unit_and_enables_it_idempotently(tmp_path, m
     assert first == again and first[0] == f"wrote {boot.target}"
     assert Path(boot.target).read_text() == boot.text
     assert (tmp_path / "calls").read_text().splitlines() == [
-        "systemctl daemon-reload", f"systemctl enable {boot.name}"
+        "systemctl daemon-reload",
+        f"systemctl enable {boot.name}",
     ] * 2
 
 

@@ -192,7 +192,9 @@ def install(boot: BootPlan, home: Home, run: Runner) -> list[str]:
             user = _account(os.geteuid())
             code, out = run(["loginctl", "enable-linger", user], None)
             done.append(
-                f"lingering on for {user}" if code == 0 else f"could not turn lingering on ({out.strip()[:200]}): "
+                f"lingering on for {user}"
+                if code == 0
+                else f"could not turn lingering on ({out.strip()[:200]}): "
                 f"run `sudo loginctl enable-linger {user}`, or the unit starts only at your login"
             )
         return done

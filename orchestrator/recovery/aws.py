@@ -57,7 +57,10 @@ class AwsProvider:
                 f"aws provider: launch template {self.template!r} sets InstanceMarketOptions itself; remove them "
                 "from the template: orch chooses spot or on-demand for each launch"
             )
-        user_data = with_bootstrap(decode_user_data(data.get("UserData")), bootstrap_script(request, preemption_source="aws"))
+        script = bootstrap_script(
+            request, preemption_source="aws", instance_credentials=request.url.startswith("s3://")
+        )
+        user_data = with_bootstrap(decode_user_data(data.get("UserData")), script)
         params: dict[str, Any] = {
             "LaunchTemplate": {**self._template_ref(), "Version": str(version)},
             "MinCount": 1,

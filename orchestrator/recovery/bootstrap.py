@@ -46,13 +46,21 @@ def check_request(request: LaunchRequest, provider: str) -> None:
         raise RelaunchError(f"{provider} provider: the mirror URL is empty or has quotes or control characters")
 
 
-def bootstrap_script(request: LaunchRequest, *, preemption_source: Optional[str] = None) -> str:
+def bootstrap_script(
+    request: LaunchRequest, *, preemption_source: Optional[str] = None, instance_credentials: bool = False
+) -> str:
     """The shell script a new machine runs as root at its first boot. It expects orch installed (by
     the image or the launch template's own user data): on PATH, or at /opt/orch/bin/orch. A machine
-    without a config.toml gets one naming the mirror (and, on a cloud with a notice API, that
-    source: the notice and the instance id the lease records come from it)."""
+    without a config.toml gets one naming the mirror; `instance_credentials`: the bucket is reached
+    with the machine's role (an EC2 instance profile), and `preemption_source`: the cloud's notice
+    API (on EC2 the lease then records the instance id, so `orch watch` can ask whether it is gone)."""
     q = shlex.quote
-    source = f'\n[preemption]\nsources = ["{preemption_source}"]' if preemption_source else ""
+    config = ["[storage]", f'url = "{request.url}"']
+    if instance_credentials:
+        config.append('credentials = "instance"')
+    if preemption_source:
+        config += ["", "[preemption]", f'sources = ["{preemption_source}"]']
+    config_text = "\n".join(config) + "\n"
     jobs = " ".join(request.job_uids)
     return f"""#!/bin/bash
 {BOOTSTRAP_MARK}: launch {request.launch_number} for job(s) {jobs} on the {request.market} market.
@@ -74,7 +82,7 @@ orch_recovery() {{
   mkdir -p -m 700 "$ORCH_HOME"
   local config="${{ORCH_CONFIG:-$ORCH_HOME/config.toml}}"
   if [ ! -e "$config" ]; then
-    printf '[storage]\\nurl = "%s"\\n%s\\n' "$ORCH_RECOVERY_URL" {q(source)} > "$config"
+    printf '%s' {q(config_text)} > "$config"
   fi
   local uid
   for uid in $ORCH_RECOVERY_JOBS; do

@@ -122,9 +122,7 @@ def _template(ec2: Any, name: str, user_data: str | None = None, **data: Any) ->
         data["UserData"] = base64.b64encode(user_data.encode()).decode()
     data.setdefault("ImageId", "ami-12c6146b")
     data.setdefault("InstanceType", "g5.xlarge")
-    data.setdefault(
-        "TagSpecifications", [{"ResourceType": "instance", "Tags": [{"Key": "team", "Value": "nlp"}]}]
-    )
+    data.setdefault("TagSpecifications", [{"ResourceType": "instance", "Tags": [{"Key": "team", "Value": "nlp"}]}])
     ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData=data)
 
 
@@ -171,6 +169,7 @@ def test_spot_launch_asks_for_one_time_spot_with_tags_and_the_bootstrap_after_th
     assert "export ORCH_RECOVERY_JOBS='a1b2c3 d4e5f6'" in script
     assert 'adopt "$ORCH_RECOVERY_URL" --job "$uid" --yes' in script
     assert script.index("daemon install") < script.index("daemon start")
+    assert 'credentials = "instance"' in script and 'sources = ["aws"]' in script  # the config it writes if none
 
 
 def test_on_demand_launch_sends_no_market_options(ec2, ec2_server):

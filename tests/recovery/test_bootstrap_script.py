@@ -47,7 +47,7 @@ def test_bootstrap_adopts_each_job_installs_and_starts_the_daemon_with_a_config_
     url = "s3://bucket/lab $(touch pwned)"  # quoted: never run by the shell
     request = LaunchRequest(url=url, job_uids=("a1", "b2"), market="spot", launch_number=3)
 
-    calls, log = _run(tmp_path, bootstrap_script(request, preemption_source="aws"))
+    calls, log = _run(tmp_path, bootstrap_script(request, preemption_source="aws", instance_credentials=True))
 
     assert calls == [
         f"adopt|{url}|--job|a1|--yes|",
@@ -60,18 +60,19 @@ def test_bootstrap_adopts_each_job_installs_and_starts_the_daemon_with_a_config_
     config = load_config(config_path, required=True)
     assert config.storage.url == url
     assert config.preemption.sources == ["aws"]
+    assert config.storage.credentials == "instance"  # the instance profile reaches the bucket
     assert oct((tmp_path / "root" / ".orch").stat().st_mode & 0o777) == "0o700"
 
 
 def test_bootstrap_keeps_an_existing_config_and_says_so_when_orch_is_missing(tmp_path):
     home = tmp_path / "root" / ".orch"
     home.mkdir(parents=True)
-    (home / "config.toml").write_text('[pricing]\ngpu_hour = 2.0\n')
+    (home / "config.toml").write_text("[pricing]\ngpu_hour = 2.0\n")
     request = LaunchRequest(url="s3://b/p", job_uids=("a1",), market="on-demand", launch_number=1)
 
     calls, _ = _run(tmp_path, bootstrap_script(request))
     assert calls[0] == "adopt|s3://b/p|--job|a1|--yes|"
-    assert (home / "config.toml").read_text() == '[pricing]\ngpu_hour = 2.0\n'
+    assert (home / "config.toml").read_text() == "[pricing]\ngpu_hour = 2.0\n"
 
     (tmp_path / "bin" / "orch").unlink()
     os.remove(tmp_path / "calls")
