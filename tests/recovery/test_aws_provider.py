@@ -8,6 +8,7 @@ import base64
 import email
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -288,3 +289,66 @@ def test_ec2_errors_become_relaunch_errors_that_say_what_to_do(code, message, sa
 )
 def test_instance_of_reads_the_recorded_id_or_a_resource_named_host(owner, expected):
     assert instance_of(owner) == expected
+
+
+def _doc_block(first_lines: str) -> str:
+    """The fenced block of docs/recovery-providers.md that starts with `first_lines`."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "recovery-providers.md").read_text()
+    for block in text.split("```")[1::2]:
+        body = block.split("\n", 1)[1]
+        if body.startswith(first_lines):
+            return body
+    raise AssertionError(f"no block starting with {first_lines!r} in docs/recovery-providers.md")
+
+
+@pytest.mark.parametrize("market", ["spot", "on-demand"])
+def test_the_documented_aws_cli_launch_script_works_against_ec2(ec2, ec2_server, tmp_path, market):
+    aws_cli = shutil.which("aws")
+    if aws_cli is None:
+        pytest.skip("the AWS CLI is not installed")
+    _template(ec2, f"orch-cli-{market}", TEMPLATE_SCRIPT)
+    script = tmp_path / "launch-aws.sh"
+    script.write_text(_doc_block("#!/bin/bash\n# launch-aws.sh"))
+    env = dict(
+        os.environ,
+        ORCH_RECOVERY_URL=URL,
+        ORCH_RECOVERY_JOBS="a1b2c3 d4e5f6",
+        ORCH_RECOVERY_MARKET=market,
+        ORCH_RECOVERY_LAUNCH="2",
+        LAUNCH_TEMPLATE=f"orch-cli-{market}",
+        AWS_REGION="us-east-1",
+        AWS_ENDPOINT_URL=ec2_server.endpoint,
+    )
+
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    instance_id = done.stdout.strip().splitlines()[-1]  # what `orch watch` records
+    inst = _instance(ec2, instance_id)
+    assert inst.get("InstanceLifecycle") == ("spot" if market == "spot" else None)
+    sent = ec2_server.requests("RunInstances")[-1]
+    if market == "spot":
+        assert sent["InstanceMarketOptions.SpotOptions.SpotInstanceType"] == "one-time"
+        assert sent["InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior"] == "terminate"
+    else:
+        assert not [k for k in sent if k.startswith("InstanceMarketOptions")]
+    tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
+    assert (tags["orch:jobs"], tags["orch:launch"], tags["orch:market"]) == ("a1b2c3 d4e5f6", "2", market)
+
+    # The user data it sent, run by bash on "the new machine" with orch installed: adopt each job, start.
+    user_data = _user_data(ec2, instance_id).replace("/var/log/orch-recovery.log", str(tmp_path / "boot.log"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "orch").write_text('#!/bin/sh\necho "$*" >> "$CALLS"\n')
+    (bin_dir / "orch").chmod(0o755)
+    calls = tmp_path / "calls"
+    boot_env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path / "root"), "CALLS": str(calls)}
+    assert subprocess.run(["bash", "-c", user_data], env=boot_env, timeout=30).returncode == 0
+    assert calls.read_text().splitlines() == [
+        f"adopt {URL} --job a1b2c3 --yes",
+        f"adopt {URL} --job d4e5f6 --yes",
+        "daemon install",
+        "daemon start",
+    ]
+    config = (tmp_path / "root" / ".orch" / "config.toml").read_text()
+    assert f'url = "{URL}"' in config and 'credentials = "instance"' in config
