@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from ..contract import ENV_HOME
 from ..errors import OrchError
 from ..paths import Home
 
@@ -100,7 +101,7 @@ After=network-online.target
 
 [Service]
 Type=simple
-{run_as}Environment={_systemd_quote(f"ORCH_HOME={home.root}")}
+{run_as}Environment={_systemd_quote(f"{ENV_HOME}={home.root}")}
 EnvironmentFile=-{home.root / BOOT_ENV}
 WorkingDirectory={home.root}
 ExecStart={" ".join(_systemd_quote(a) for a in argv)}
@@ -126,7 +127,7 @@ def cron_line(home: Home, argv: Sequence[str]) -> str:
     err = shlex.quote(str(home.root / "daemon.err"))
     command = (
         f"cd {shlex.quote(str(home.root))} && {{ [ ! -f {env} ] || {{ set -a; . {env}; set +a; }}; }} && "
-        f"ORCH_HOME={shlex.quote(str(home.root))} exec {shlex.join(argv)} >> {err} 2>&1"
+        f"{ENV_HOME}={shlex.quote(str(home.root))} exec {shlex.join(argv)} >> {err} 2>&1"
     )
     return f"@reboot {command.replace('%', chr(92) + '%')} {cron_marker(home)}"
 

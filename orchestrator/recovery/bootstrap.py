@@ -16,6 +16,7 @@ from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 from typing import Optional
 
+from ..contract import ENV_CONFIG, ENV_HOME
 from .provider import LaunchRequest, RelaunchError
 
 MARKETS = ("spot", "on-demand")
@@ -66,7 +67,7 @@ def bootstrap_script(
 {BOOTSTRAP_MARK}: launch {request.launch_number} for job(s) {jobs} on the {request.market} market.
 # Added by `orch watch`; the log is /var/log/orch-recovery.log.
 export HOME="${{HOME:-/root}}"
-export ORCH_HOME="${{ORCH_HOME:-$HOME/.orch}}"
+export {ENV_HOME}="${{{ENV_HOME}:-$HOME/.orch}}"
 export ORCH_RECOVERY_URL={q(request.url)}
 export ORCH_RECOVERY_JOBS={q(jobs)}
 export ORCH_RECOVERY_MARKET={q(request.market)}
@@ -79,8 +80,8 @@ orch_recovery() {{
     echo "orch recovery: orch is not installed (not on PATH, not /opt/orch/bin/orch): the image or the launch template must install it" >&2
     return 1
   fi
-  mkdir -p -m 700 "$ORCH_HOME"
-  local config="${{ORCH_CONFIG:-$ORCH_HOME/config.toml}}"
+  mkdir -p -m 700 "${ENV_HOME}"
+  local config="${{{ENV_CONFIG}:-${ENV_HOME}/config.toml}}"
   if [ ! -e "$config" ]; then
     printf '%s' {q(config_text)} > "$config"
   fi
