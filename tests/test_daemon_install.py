@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.daemon_install import (
-    BOOT_ENV,
     CRON,
     SYSTEMD,
     NoBootStarter,
@@ -26,7 +25,7 @@ from orchestrator.cli.daemon_install import (
     plan,
     run_command,
 )
-from orchestrator.paths import Home
+from orchestrator.paths import BOOT_ENV, Home
 
 FAKE_CRONTAB = """#!/bin/sh
 # crontab -l / crontab - , keeping the table in $CRONTAB_FILE

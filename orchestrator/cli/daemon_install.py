@@ -26,7 +26,6 @@ from ..paths import Home
 
 SYSTEMD = "systemd"
 CRON = "cron"
-BOOT_ENV = "boot.env"  # in the home: environment for the daemon started at boot
 CRON_DAEMONS = ("cron", "crond", "cronie", "busybox")
 STOP_TIMEOUT_S = 150  # `orch daemon stop`'s 120 s for checkpoints, and some
 
@@ -102,7 +101,7 @@ After=network-online.target
 [Service]
 Type=simple
 {run_as}Environment={_systemd_quote(f"{ENV_HOME}={home.root}")}
-EnvironmentFile=-{home.root / BOOT_ENV}
+EnvironmentFile=-{home.boot_env}
 WorkingDirectory={home.root}
 ExecStart={" ".join(_systemd_quote(a) for a in argv)}
 # SIGTERM to the daemon only: it checkpoints the running jobs and queues them again.
@@ -123,7 +122,7 @@ def cron_marker(home: Home) -> str:
 def cron_line(home: Home, argv: Sequence[str]) -> str:
     """One @reboot line: the boot environment file if present, then the daemon in the background
     (`%` is cron's newline, so escaped)."""
-    env = shlex.quote(str(home.root / BOOT_ENV))
+    env = shlex.quote(str(home.boot_env))
     err = shlex.quote(str(home.root / "daemon.err"))
     command = (
         f"cd {shlex.quote(str(home.root))} && {{ [ ! -f {env} ] || {{ set -a; . {env}; set +a; }}; }} && "

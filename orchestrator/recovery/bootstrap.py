@@ -17,6 +17,7 @@ from email.mime.text import MIMEText
 from typing import Optional
 
 from ..contract import ENV_CONFIG, ENV_HOME
+from ..paths import BOOT_ENV
 from .provider import LaunchRequest, RelaunchError
 
 MARKETS = ("spot", "on-demand")
@@ -85,6 +86,8 @@ orch_recovery() {{
   if [ ! -e "$config" ]; then
     printf '%s' {q(config_text)} > "$config"
   fi
+  local env_file="${ENV_HOME}/{BOOT_ENV}"  # the secrets config.toml names with *_env, if the image has them
+  if [ -f "$env_file" ]; then set -a; . "$env_file"; set +a; fi
   local uid
   for uid in $ORCH_RECOVERY_JOBS; do
     "$orch" adopt "$ORCH_RECOVERY_URL" --job "$uid" --yes || echo "orch recovery: adopting job $uid failed" >&2

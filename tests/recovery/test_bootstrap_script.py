@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import load_config
+from orchestrator.paths import BOOT_ENV
 from orchestrator.recovery.bootstrap import (
     BOOTSTRAP_MARK,
     USER_DATA_LIMIT,
@@ -79,6 +80,21 @@ def test_bootstrap_keeps_an_existing_config_and_says_so_when_orch_is_missing(tmp
     calls, log = _run(tmp_path, bootstrap_script(request), with_orch=False, code=1)
     assert calls == []
     assert "orch is not installed" in log
+
+
+def test_bootstrap_reads_the_homes_boot_env_before_running_orch(tmp_path):
+    home = tmp_path / "root" / ".orch"
+    home.mkdir(parents=True)
+    (home / BOOT_ENV).write_text("BOOT_SECRET=from-boot-env\n")
+    request = LaunchRequest(url="s3://b/p", job_uids=("a1",), market="spot", launch_number=1)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "orch").write_text('#!/bin/sh\necho "$1 $BOOT_SECRET" >> "$CALLS"\n')
+    (bin_dir / "orch").chmod(0o755)
+
+    calls, _ = _run(tmp_path, bootstrap_script(request), with_orch=False)
+
+    assert calls == ["adopt from-boot-env", "daemon from-boot-env", "daemon from-boot-env"]
 
 
 @pytest.mark.parametrize(
