@@ -75,7 +75,7 @@ class AwsProvider:
                 "MarketType": "spot",
                 "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
             }
-        try:
+        try:  # boto3 fills in a ClientToken and keeps it across its retries: a retry never launches twice
             reply = ec2.run_instances(**params)
         except Exception as exc:
             raise self._error(f"run-instances from launch template {self.template!r}", exc) from None

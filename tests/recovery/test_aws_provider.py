@@ -155,6 +155,7 @@ def test_spot_launch_asks_for_one_time_spot_with_tags_and_the_bootstrap_after_th
     assert sent["InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior"] == "terminate"
     assert sent["LaunchTemplate.LaunchTemplateName"] == "orch-spot"
     assert sent["LaunchTemplate.Version"] == "1"  # the version whose user data was extended
+    assert sent["ClientToken"]  # the same on boto3's retries of this call: one instance at most
     inst = _instance(ec2, description)
     assert inst["InstanceLifecycle"] == "spot"
     assert inst["InstanceType"] == "g5.xlarge"
