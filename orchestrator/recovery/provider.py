@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol
 from orchestrator.errors import OrchError
 
 if TYPE_CHECKING:
-    from orchestrator.config import RecoveryConfig
+    from orchestrator.config import RecoverySection
 
 
 class RelaunchError(OrchError):
@@ -40,7 +40,7 @@ class Provider(Protocol):
         ...
 
 
-def build_provider(recovery_config: "RecoveryConfig") -> Provider:
+def build_provider(recovery_config: "RecoverySection") -> Provider:
     """The provider named by config.toml's [recovery] provider."""
     name = recovery_config.provider
     if name == "command":
