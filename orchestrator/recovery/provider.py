@@ -6,6 +6,7 @@ lazily so boto3 stays an optional extra."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol
 
@@ -42,13 +43,13 @@ class Provider(Protocol):
 
 def build_provider(recovery_config: "RecoverySection") -> Provider:
     """The provider named by config.toml's [recovery] provider."""
+    # Imported by name, lazily: the providers import this module (no import circle), and the aws
+    # provider's boto3 is an optional extra.
     name = recovery_config.provider
     if name == "command":
-        from orchestrator.recovery.command import CommandProvider
-
-        return CommandProvider(recovery_config.launch)
+        command = importlib.import_module("orchestrator.recovery.command")
+        return command.CommandProvider(recovery_config.launch)
     if name == "aws":
-        from orchestrator.recovery.aws import AwsProvider  # type: ignore[import-not-found,unused-ignore]
-
-        return AwsProvider(recovery_config.aws)  # type: ignore[no-any-return,unused-ignore]
+        aws = importlib.import_module("orchestrator.recovery.aws")
+        return aws.AwsProvider(recovery_config.aws)
     raise RelaunchError(f"unknown recovery provider {name!r} (config.toml [recovery] provider)")
