@@ -36,6 +36,7 @@ class FakeAws(Fake):
         self.ttls: list[str] = []
         self.instance_action: Reply = (404, "<html>Not Found</html>")
         self.rebalance: Reply = (404, "<html>Not Found</html>")
+        self.instance_id: Reply = (404, "<html>Not Found</html>")
 
     def revoke_tokens(self) -> None:
         self.tokens.clear()
@@ -54,6 +55,8 @@ class FakeAws(Fake):
             return self.instance_action
         if path == "/latest/meta-data/events/recommendations/rebalance":
             return self.rebalance
+        if path == "/latest/meta-data/instance-id":
+            return self.instance_id
         return 404, "Not Found"
 
 

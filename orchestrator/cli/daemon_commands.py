@@ -1,12 +1,13 @@
-"""`orch daemon run | start | stop | drain | status` and `orch doctor`."""
+"""`orch daemon run | start | stop | install | drain | status` and `orch doctor`."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import typer
 
-from .context import app, ctx, daemon_app, emit_json, poke
+from .context import app, ctx, daemon_app, emit_json, err, poke
 
 
 # -- daemon -----------------------------------------------------------------------------
@@ -37,6 +38,29 @@ def daemon_stop(timeout: float = typer.Option(120.0, help="Seconds to wait for r
 
     pid = stop(ctx.home, timeout=timeout)
     print(f"daemon (pid {pid}) stopped")
+
+
+@daemon_app.command("install")
+def daemon_install(
+    show: bool = typer.Option(False, "--print", help="Show the systemd unit or crontab line; change nothing."),
+    root: Path = typer.Option(Path("/"), "--root", hidden=True),  # tests: detect on a folder of real files
+) -> None:
+    """Start the daemon at every boot (a systemd unit, else a crontab @reboot line), so queued jobs
+    resume after a restart without a login."""
+    from .daemon_install import SYSTEMD, install, plan, run_command
+
+    ctx.config(build_notifiers=True)  # refuse a bad config now, not at the next boot
+    home = ctx.home.ensure()
+    config_path = ctx.config_path
+    boot = plan(home, None if config_path == home.root / "config.toml" else config_path, root=root)
+    if boot.note:
+        err(f"note: {boot.note}")
+    if show:
+        where = f"# {boot.target} (then: systemctl enable {boot.name})" if boot.kind == SYSTEMD else f"# {boot.target}"
+        print(f"{where}\n{boot.text}", end="" if boot.text.endswith("\n") else "\n")
+        return
+    for line in install(boot, home, run_command):
+        print(line)
 
 
 @daemon_app.command("drain")

@@ -9,6 +9,7 @@ never a notice, so a flaky metadata server cannot stop a healthy queue.
 from __future__ import annotations
 
 import email.utils
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -121,6 +122,17 @@ class AwsSource(_HttpSource):
         if resp.status_code != 404:
             raise self._unexpected(resp)
         return self._rebalance(now)
+
+    def instance_id(self, now: float) -> str | None:
+        """This instance's id (i-0123456789abcdef0), None where the metadata server has none.
+        The mirror's lease records it, so `orch watch` can ask EC2 whether the machine is gone."""
+        resp = self._get("/latest/meta-data/instance-id", now)
+        if resp.status_code == 404:
+            return None
+        value = resp.text.strip()
+        if resp.status_code != 200 or not re.fullmatch(r"i-[0-9a-f]{8,17}", value):
+            raise self._unexpected(resp)
+        return value
 
     def _instance_action(self, resp: httpx.Response) -> Notice:
         try:

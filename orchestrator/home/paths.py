@@ -14,6 +14,9 @@ from typing import Mapping, Optional
 from ..contract import ENV_CONFIG, ENV_HOME
 
 
+BOOT_ENV = "boot.env"  # in $ORCH_HOME: see Home.boot_env
+
+
 @dataclass(frozen=True)
 class Home:
     root: Path
@@ -115,6 +118,12 @@ class Home:
     @property
     def wake_socket(self) -> Path:
         return self.root / "wake.sock"
+
+    @property
+    def boot_env(self) -> Path:
+        """KEY=value lines for a daemon started at boot (`orch daemon install`, a recovery bootstrap):
+        the secrets config.toml names with *_env, which no shell environment provides then."""
+        return self.root / BOOT_ENV
 
     def config_path(self, explicit: Optional[str | Path] = None, env: Mapping[str, str] = os.environ) -> Path:
         value = explicit or env.get(ENV_CONFIG)

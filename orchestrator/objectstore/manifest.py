@@ -79,8 +79,17 @@ def home_identity(home: Home) -> str:
     return path.read_text().strip()
 
 
-def owner(home_id: str, *, now: Optional[float] = None, released: bool = False, by: str = "daemon") -> dict[str, Any]:
-    return {
+def owner(
+    home_id: str,
+    *,
+    now: Optional[float] = None,
+    released: bool = False,
+    by: str = "daemon",
+    instance_id: Optional[str] = None,
+) -> dict[str, Any]:
+    """The lease. `instance_id`: the cloud's id of this machine where the daemon knows it (EC2), so
+    `orch watch` can ask the cloud whether a silent owner is really gone."""
+    lease = {
         "host": socket.gethostname(),
         "home_id": home_id,
         "pid": os.getpid(),
@@ -88,6 +97,9 @@ def owner(home_id: str, *, now: Optional[float] = None, released: bool = False, 
         "heartbeat": time.time() if now is None else now,
         "released": released,
     }
+    if instance_id:
+        lease["instance_id"] = instance_id
+    return lease
 
 
 def lease_age(manifest: dict[str, Any], now: float) -> Optional[float]:
@@ -130,6 +142,7 @@ def build_manifest(
     released: bool = False,
     now: Optional[float] = None,
     machines: Optional[list[dict[str, Any]]] = None,
+    instance_id: Optional[str] = None,
 ) -> dict[str, Any]:
     """Everything another machine needs to take the job over (jobs.uid is its name)."""
     now = time.time() if now is None else now
@@ -183,7 +196,7 @@ def build_manifest(
         "data_files": data_files or [],
         "provenance": provenance or [],  # files/provenance/<name>, uploaded before this manifest
         "machines": machines or [],  # every machine the job ran on (machines.py)
-        "owner": owner(home_id, now=now, released=released),
+        "owner": owner(home_id, now=now, released=released, instance_id=instance_id),
         "written_at": now,
     }
 

@@ -128,6 +128,7 @@ class Owner(_Record):
     by: Text = "daemon"
     heartbeat: Optional[Time] = None
     released: bool = False
+    instance_id: Optional[Annotated[str, Field(max_length=64)]] = None  # EC2's id of the machine, where known
 
 
 class MachineRecord(_Record):

@@ -26,10 +26,17 @@ ACTIVE = (JobState.QUEUED, JobState.RUNNING)  # the jobs whose lease this machin
 
 class ManifestWriter:
     def __init__(
-        self, home: Home, store: Store, remote: Remote, home_id: str, on_lease_lost: Callable[[Job, str], None]
+        self,
+        home: Home,
+        store: Store,
+        remote: Remote,
+        home_id: str,
+        on_lease_lost: Callable[[Job, str], None],
+        instance_id: Callable[[float], Optional[str]] = lambda now: None,
     ):
         self.home, self.store, self.remote, self.home_id = home, store, remote, home_id
         self.on_lease_lost = on_lease_lost
+        self.instance_id = instance_id  # this machine's cloud id for the lease (machine.py), or None
         self._written: dict[int, tuple[Any, ...]] = {}  # job id -> what its last manifest said
 
     @staticmethod
@@ -86,6 +93,7 @@ class ManifestWriter:
                 progress=read_json(run_dir / PROGRESS),
                 since=job.started_at or now,
             ),
+            instance_id=self.instance_id(now),
         )
         key = mf.manifest_key(job.uid)
         try:

@@ -22,6 +22,7 @@ from ...store import Store
 from .events import Outage
 from .files import FileSync
 from .lease import ACTIVE, ManifestWriter
+from .machine import MachineIdentity
 from .uploads import UploadQueue
 
 log = logging.getLogger("orch.mirror")
@@ -48,7 +49,10 @@ class Mirror:
         self.stopping = threading.Event()
         home_id = mf.home_identity(home)
         self.uploads = UploadQueue(home, store, self.s, self.remote, home_id, self.stopping, self._commit)
-        self.manifests = ManifestWriter(home, store, self.remote, home_id, on_lease_lost or (lambda job, holder: None))
+        self.machine = MachineIdentity(config.preemption)
+        self.manifests = ManifestWriter(
+            home, store, self.remote, home_id, on_lease_lost or (lambda job, holder: None), self.machine.instance_id
+        )
         self.files = FileSync(home, store, self.s, self.remote)
         self.outage = Outage(store, self.remote, on_event or (lambda kind, detail: None))
         self._thread: Optional[threading.Thread] = None

@@ -1,0 +1,228 @@
+"""The `aws` recovery provider: a replacement machine on EC2 from a launch template, with orch's
+bootstrap added to the template's user data, the job uids in its tags, and the market chosen per
+launch (spot: one-time, terminated on interruption; on-demand: no market options). It also asks
+EC2 whether a silent lease's instance is really gone. boto3 is an optional extra (`orch[aws]`),
+imported here only, when the provider first talks to EC2."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Optional
+
+from .bootstrap import bootstrap_script, check_request, decode_user_data, with_bootstrap
+from .provider import LaunchRequest, RelaunchError
+
+GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
+ALIVE_STATES = frozenset({"pending", "running"})
+INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
+TAG_PREFIX = "orch:"
+TAG_VALUE_MAX = 256  # EC2's limit on a tag's value
+
+# What a tired researcher should do about each EC2 error code a launch meets most.
+_HINTS = {
+    "InsufficientInstanceCapacity": "EC2 has no capacity for this instance type in this zone now; orch tries again "
+    "later (a template whose subnet or type has more capacity helps)",
+    "SpotMaxPriceTooLow": "the spot price is above the template's maximum price; raise it or remove it from the "
+    "template (the default maximum is the on-demand price)",
+    "MaxSpotInstanceCountExceeded": "the account's spot instance limit is reached; ask AWS for a higher quota",
+    "InstanceLimitExceeded": "the account's instance limit is reached; ask AWS for a higher quota",
+    "VcpuLimitExceeded": "the account's vCPU quota for this instance family is reached; ask AWS for a higher quota",
+    "RequestLimitExceeded": "EC2 throttled the requests; orch tries again later",
+    "Throttling": "EC2 throttled the requests; orch tries again later",
+    "UnauthorizedOperation": "the credentials may not do this; see the IAM policy in docs/recovery-providers.md",
+    "AuthFailure": "AWS refused the credentials; check the controller's AWS profile or role",
+    "InvalidParameterValue": "the launch template or the request is wrong for EC2",
+}
+
+
+class AwsProvider:
+    name = "aws"
+
+    def __init__(self, settings: Any):
+        self.region: Optional[str] = getattr(settings, "region", None)
+        self.template: str = str(getattr(settings, "launch_template", None) or "")
+        self.endpoint: Optional[str] = getattr(settings, "endpoint", None)
+        if not self.template:
+            raise RelaunchError("aws provider: [recovery.aws] launch_template is not set")
+        self._client: Any = None
+
+    # -- launch -----------------------------------------------------------------------------------
+
+    def launch(self, request: LaunchRequest) -> str:
+        check_request(request, self.name)
+        ec2 = self._ec2()
+        version, data = self._template_version(ec2)
+        if data.get("InstanceMarketOptions"):
+            raise RelaunchError(
+                f"aws provider: launch template {self.template!r} sets InstanceMarketOptions itself; remove them "
+                "from the template: orch chooses spot or on-demand for each launch"
+            )
+        script = bootstrap_script(
+            request, preemption_source="aws", instance_credentials=request.url.startswith("s3://")
+        )
+        user_data = with_bootstrap(decode_user_data(data.get("UserData")), script)
+        params: dict[str, Any] = {
+            "LaunchTemplate": {**self._template_ref(), "Version": str(version)},
+            "MinCount": 1,
+            "MaxCount": 1,
+            "UserData": user_data,  # raw: boto3 base64-encodes RunInstances' UserData itself
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": _template_tags(data, "instance") + launch_tags(request)}
+            ],
+        }
+        if request.market == "spot":
+            params["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+            }
+        try:  # boto3 fills in a ClientToken and keeps it across its retries: a retry never launches twice
+            reply = ec2.run_instances(**params)
+        except Exception as exc:
+            raise self._error(f"run-instances from launch template {self.template!r}", exc) from None
+        try:
+            instance = reply["Instances"][0]
+            return f"{instance['InstanceId']} ({instance.get('InstanceType') or '?'}, {request.market})"
+        except (KeyError, IndexError, TypeError):
+            raise RelaunchError("aws provider: EC2 answered run-instances without an instance") from None
+
+    def _template_ref(self) -> dict[str, str]:
+        if re.match(r"^lt-[0-9a-f]+$", self.template):
+            return {"LaunchTemplateId": self.template}
+        return {"LaunchTemplateName": self.template}
+
+    def _template_version(self, ec2: Any) -> tuple[int, dict[str, Any]]:
+        """The template's default version, read once per launch: its number is launched, so the
+        user data orch extends is the one that runs even if a new default appears meanwhile."""
+        try:
+            reply = ec2.describe_launch_template_versions(**self._template_ref(), Versions=["$Default"])
+            version = reply["LaunchTemplateVersions"][0]
+        except Exception as exc:
+            raise self._error(f"reading launch template {self.template!r}", exc) from None
+        return int(version["VersionNumber"]), dict(version.get("LaunchTemplateData") or {})
+
+    # -- is the old machine gone? -----------------------------------------------------------------
+
+    def machine_gone(self, owner: Mapping[str, Any]) -> Optional[bool]:
+        """True when EC2 says the lease holder's instance is shutting down, stopped or terminated
+        (or no longer exists), False while it is pending or running, None when orch cannot tell:
+        no instance id in the lease (a machine whose config has no `[preemption] sources = ["aws"]`,
+        or not on EC2), or EC2 did not answer."""
+        instance_id = instance_of(owner)
+        if instance_id is None:
+            return None
+        try:
+            ec2 = self._ec2()
+            reply = ec2.describe_instances(InstanceIds=[instance_id])
+        except RelaunchError:
+            return None
+        except Exception as exc:
+            if _code(exc).startswith("InvalidInstanceID.NotFound"):
+                return True  # terminated instances stay listed about an hour, then vanish
+            return None
+        states = [
+            str((inst.get("State") or {}).get("Name") or "")
+            for res in reply.get("Reservations") or []
+            for inst in res.get("Instances") or []
+        ]
+        if not states:
+            return True
+        if all(s in GONE_STATES for s in states):
+            return True
+        if any(s in ALIVE_STATES for s in states):
+            return False
+        return None
+
+    # -- EC2 --------------------------------------------------------------------------------------
+
+    def _ec2(self) -> Any:
+        if self._client is not None:
+            return self._client
+        try:
+            import boto3
+            from botocore.config import Config as BotoConfig
+        except ImportError:
+            raise RelaunchError(
+                "aws provider: boto3 is not installed where `orch watch` runs: pip install 'orch[aws]'"
+            ) from None
+        config = BotoConfig(connect_timeout=10, read_timeout=30, retries={"mode": "standard", "max_attempts": 4})
+        try:
+            self._client = boto3.client("ec2", region_name=self.region, endpoint_url=self.endpoint, config=config)
+        except Exception as exc:
+            raise self._error("connecting to EC2", exc) from None
+        return self._client
+
+    def _error(self, doing: str, exc: BaseException) -> RelaunchError:
+        """A RelaunchError naming the provider, what it was doing and EC2's own code and message
+        (AWS messages carry no secrets; the encoded authorization details are cut off)."""
+        code = _code(exc)
+        if code:
+            message = str(((getattr(exc, "response", None) or {}).get("Error") or {}).get("Message") or "")
+            message = message.split(" Encoded authorization failure message:")[0][:300]
+            hint = _HINTS.get(code) or (
+                "no such launch template in this region; check [recovery.aws] launch_template and region"
+                if code.startswith("InvalidLaunchTemplate")
+                else ""
+            )
+            text = f"aws provider: {doing}: {code}: {message}" + (f" ({hint})" if hint else "")
+            return RelaunchError(text)
+        kind = type(exc).__name__
+        if kind == "NoRegionError":
+            return RelaunchError(f"aws provider: {doing}: no region; set [recovery.aws] region or AWS_REGION")
+        if kind in ("NoCredentialsError", "PartialCredentialsError"):
+            return RelaunchError(
+                f"aws provider: {doing}: no AWS credentials where `orch watch` runs "
+                "(an instance role, AWS_PROFILE or ~/.aws/credentials)"
+            )
+        return RelaunchError(f"aws provider: {doing}: {kind}: {str(exc)[:300]}")
+
+
+def launch_tags(request: LaunchRequest) -> list[dict[str, str]]:
+    """The job uids (several tags when they pass EC2's 256-character value limit), the launch
+    number, the market, and a Name for the console."""
+    tags, chunk, n = [], "", 1
+    for uid in request.job_uids:
+        if chunk and len(chunk) + 1 + len(uid) > TAG_VALUE_MAX:
+            tags.append({"Key": TAG_PREFIX + ("jobs" if n == 1 else f"jobs-{n}"), "Value": chunk})
+            chunk, n = "", n + 1
+        chunk = f"{chunk} {uid}" if chunk else uid
+    tags.append({"Key": TAG_PREFIX + ("jobs" if n == 1 else f"jobs-{n}"), "Value": chunk})
+    more = f" +{len(request.job_uids) - 1}" if len(request.job_uids) > 1 else ""
+    tags += [
+        {"Key": TAG_PREFIX + "launch", "Value": str(request.launch_number)},
+        {"Key": TAG_PREFIX + "market", "Value": request.market},
+        {"Key": TAG_PREFIX + "by", "Value": "orch watch"},
+        {"Key": "Name", "Value": f"orch-{request.job_uids[0][:40]}{more}-launch-{request.launch_number}"},
+    ]
+    return tags
+
+
+def _template_tags(data: Mapping[str, Any], resource: str) -> list[dict[str, str]]:
+    """The template's own tags for `resource`, kept (tags given to run-instances for a resource
+    type may replace the template's), less those orch sets."""
+    out = []
+    for spec in data.get("TagSpecifications") or []:
+        if spec.get("ResourceType") == resource:
+            for tag in spec.get("Tags") or []:
+                if not str(tag.get("Key", "")).startswith(TAG_PREFIX) and tag.get("Key") != "Name":
+                    out.append({"Key": str(tag["Key"]), "Value": str(tag.get("Value", ""))})
+    return out
+
+
+def instance_of(owner: Mapping[str, Any]) -> Optional[str]:
+    """The EC2 instance that held a lease: the id the daemon recorded from the instance metadata, or
+    a host name in EC2's resource-based form (i-0123456789abcdef0.ec2.internal)."""
+    recorded = owner.get("instance_id")
+    if isinstance(recorded, str) and INSTANCE_ID.match(recorded):
+        return recorded
+    host = str(owner.get("host") or "").split(".")[0]
+    return host if INSTANCE_ID.match(host) else None
+
+
+def _code(exc: BaseException) -> str:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str((response.get("Error") or {}).get("Code") or "")
+    return ""
+
+
+__all__ = ["AwsProvider", "instance_of", "launch_tags"]
