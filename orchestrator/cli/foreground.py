@@ -28,7 +28,7 @@ from ..jobs.lifecycle import cancel_job, retry_job, submit_job
 from ..planning.capacity import machine_gpus
 from ..home.paths import Home
 from ..host.procs import start_time
-from ..model.records import FOREGROUND_PID, Job
+from ..model.records import FOREGROUND_PID, FOREGROUND_START, Job
 from ..jobs.outcome import Decision
 from ..model.states import RETRYABLE, AttemptOutcome, EventKind, Intent, JobState
 from ..store import Store
@@ -50,6 +50,17 @@ def run_foreground(
         if job.state in RETRYABLE:
             job = retry_job(store, config, home, job.id, time.time())
         print(f"resuming job {job.id} ({job.name}) here (Ctrl-C checkpoints and stops)", file=sys.stderr)
+    # Claimed for this process while it waits to begin: a daemon beside it leaves the job alone
+    # (it would win the race to start it while this process lists its environment, say) unless
+    # this process is gone.
+    pid = os.getpid()
+    store.update(
+        job.id,
+        time.time(),
+        only_if_state=[JobState.QUEUED],
+        executor_ref={FOREGROUND_PID: pid, FOREGROUND_START: start_time(pid)},
+    )
+    job = store.get(job.id)
     return _Foreground(home, store, config, managed).run(job)
 
 

@@ -9,14 +9,20 @@ import sqlite3
 from ..jobs.attempts import begin_attempt
 from ..contract import attempt_log, write_exit_record
 from ..planning.dispatch import edf_order, fits, hold_reason
-from ..model.records import AttemptLaunch
-from ..model.records import Job
+from ..host.procs import is_alive
+from ..model.records import FOREGROUND_PID, FOREGROUND_START, AttemptLaunch, Job
 from ..model.states import EventKind, JobState
 from .guard import fail_job, reason_for
 from .step_context import StepContext
 from .stop_requests import total_budget_hold
 
 log = logging.getLogger("orch.daemon")
+
+
+def _foreground_alive(job: Job) -> bool:
+    """The `orch run` that recorded this queued job still runs (pid and start time)."""
+    ref = job.executor_ref or {}
+    return is_alive(ref.get(FOREGROUND_PID), ref.get(FOREGROUND_START))
 
 
 def dispatch(d: StepContext, now: float) -> list[int]:
@@ -32,6 +38,8 @@ def dispatch(d: StepContext, now: float) -> list[int]:
     started = []
     gpus_reserved = False  # a GPU job ahead in the queue is waiting for GPUs to free up
     for job in queue:
+        if job.in_foreground and _foreground_alive(job):
+            continue  # `orch run` waits to begin it in its own terminal
         hold = hold_reason(job, dep_states, now, budget_reason=budget_reason, notice_active=d.notice_active)
         if hold is not None:
             if hold.fail:

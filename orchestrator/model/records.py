@@ -14,6 +14,7 @@ from .states import AttemptOutcome, Intent, JobState
 
 # The key of a job's executor_ref that `orch run` sets while its attempt runs in the foreground.
 FOREGROUND_PID = "foreground_pid"
+FOREGROUND_START = "foreground_start"  # with the pid: the process's start time (a pid alone is recycled)
 
 
 @dataclass
