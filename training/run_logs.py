@@ -34,13 +34,20 @@ NOT_METRICS = frozenset({"epoch", "step"})  # columns Lightning adds to every ro
 FLUSH_EVERY_S = 5.0  # metrics.csv and TensorBoard lag training by at most this (and the log interval)
 
 
-def keep_rows_before(path: Path, purge_step: int) -> list[str]:
-    """Drop the rows of metrics.csv at steps >= purge_step (atomically); return its header."""
+def keep_rows_before(path: Path, purge_step: int, *, validation_at: Optional[int] = None) -> list[str]:
+    """Drop the rows of metrics.csv at steps >= purge_step, and the validation rows at step
+    `validation_at` (atomically); return its header."""
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
             header = list(reader.fieldnames or [])
-            rows = [r for r in reader if _step(r) is not None and _step(r) < purge_step]
+            rows = [
+                r
+                for r in reader
+                if _step(r) is not None
+                and _step(r) < purge_step  # type: ignore[operator]
+                and not (_step(r) == validation_at and _is_validation(r))
+            ]
     except FileNotFoundError:
         return []
     with atomic_file(path, "w", newline="") as fh:
@@ -48,6 +55,10 @@ def keep_rows_before(path: Path, purge_step: int) -> list[str]:
         writer.writeheader()
         writer.writerows(rows)
     return header
+
+
+def _is_validation(row: dict[str, Any]) -> bool:
+    return any(k.startswith("val_") and v not in (None, "") for k, v in row.items() if k)
 
 
 def _step(row: dict[str, Any]) -> Optional[int]:
@@ -58,13 +69,14 @@ def _step(row: dict[str, Any]) -> Optional[int]:
 
 
 class _ContinuingWriter(ExperimentWriter):
-    def __init__(self, log_dir: str, purge_step: int):
-        self.purge_step = purge_step  # read by _check_log_dir_exists, which the base __init__ calls
+    def __init__(self, log_dir: str, purge_step: int, validation_at: Optional[int] = None):
+        # read by _check_log_dir_exists, which the base __init__ calls
+        self.purge_step, self.validation_at = purge_step, validation_at
         super().__init__(log_dir=log_dir)
 
     def _check_log_dir_exists(self) -> None:
         # Lightning's version deletes metrics.csv; keep what earlier attempts logged before the cut.
-        header = keep_rows_before(Path(self.metrics_file_path), self.purge_step)
+        header = keep_rows_before(Path(self.metrics_file_path), self.purge_step, validation_at=self.validation_at)
         self.metrics_keys = sorted(k for k in header if k)
 
 
@@ -99,14 +111,24 @@ class ContinuingCSVLogger(CSVLogger):
         self._validation_logged = False
         self.extras: Optional[StepExtras] = None  # RateAndLR hands its own in at train start
         self._extras_seen = 0
+        self.validation_at: Optional[int] = None
 
     @property
     @rank_zero_only
     def experiment(self) -> ExperimentWriter:  # type: ignore[override]
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _ContinuingWriter(self.log_dir, self.purge_step)
+            self._experiment = _ContinuingWriter(self.log_dir, self.purge_step, self.validation_at)
         return self._experiment
+
+    @rank_zero_only
+    def drop_validation_at(self, step: int) -> None:
+        """The attempt resumes from a checkpoint taken before the validation of `step` and runs it
+        again (training/resume_state.py): drop the row an earlier attempt wrote after the save."""
+        self.validation_at = step
+        if self._experiment is not None:  # (already cut at the resume step: cut this row too)
+            self.flush()
+            keep_rows_before(Path(self._experiment.metrics_file_path), 1 << 62, validation_at=step)
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
