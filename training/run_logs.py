@@ -173,14 +173,19 @@ class EventsThread:
         self._writer.flush()
         self.path = Path(self._writer._file_name)
         self.flush_every_s = flush_every_s
-        self._queue: queue.Queue[Optional[tuple[float, int, dict[str, float]]]] = queue.Queue()
+        self._queue: queue.Queue[Optional[tuple[float, int, Optional[dict[str, float]]]]] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="orch-tensorboard", daemon=True)
         self._thread.start()
 
     def add_scalars(self, scalars: dict[str, float], step: int) -> None:
         self._queue.put((time.time(), step, scalars))
 
+    def restart_at(self, step: int) -> None:
+        """A SessionLog START at `step`: TensorBoard drops what it read before with step >= `step`."""
+        self._queue.put((time.time(), step, None))
+
     def _run(self) -> None:
+        from tensorboardX.proto.event_pb2 import SessionLog
         from tensorboardX.proto.summary_pb2 import Summary
 
         last_flush = time.monotonic()
@@ -195,8 +200,13 @@ class EventsThread:
                     return
                 if item:
                     wall_time, step, scalars = item
-                    values = [Summary.Value(tag=tag, simple_value=v) for tag, v in scalars.items()]
-                    self._writer.write_event(self._event(wall_time=wall_time, step=step, summary=Summary(value=values)))
+                    if scalars is None:  # restart_at
+                        start = SessionLog(status=SessionLog.START)
+                        self._writer.write_event(self._event(wall_time=wall_time, step=step, session_log=start))
+                    else:
+                        values = [Summary.Value(tag=tag, simple_value=v) for tag, v in scalars.items()]
+                        summary = Summary(value=values)
+                        self._writer.write_event(self._event(wall_time=wall_time, step=step, summary=summary))
                 if time.monotonic() - last_flush >= self.flush_every_s:
                     self._writer.flush()
                     last_flush = time.monotonic()
@@ -268,6 +278,29 @@ class TensorBoardEvents(Logger):
     @rank_zero_only
     def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
         pass
+
+    @rank_zero_only
+    def drop_validation_at(self, step: int) -> None:
+        """As ContinuingCSVLogger's: the validation of `step` runs again. TensorBoard drops by step,
+        all tags at once, so the cut moves to `step` and the step's other rows (its train row,
+        which is not logged again) are written again from metrics.csv."""
+        rows = []
+        try:
+            with open(self.folder.parent / METRICS_CSV, newline="", encoding="utf-8") as fh:
+                rows = [r for r in csv.DictReader(fh) if _step(r) == step and not _is_validation(r)]
+        except OSError:
+            pass
+        self.writer.restart_at(step)
+        for row in rows:
+            scalars = {}
+            for key, value in row.items():
+                if key and key not in NOT_METRICS and value not in (None, ""):
+                    try:
+                        scalars[key] = float(value)
+                    except ValueError:
+                        continue
+            if scalars:
+                self.writer.add_scalars(scalars, step)
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
