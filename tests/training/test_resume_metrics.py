@@ -141,7 +141,10 @@ def test_a_crash_after_a_checkpoint_taken_just_before_a_validation_resumes_with_
 
 
 def test_a_validation_run_again_replaces_the_earlier_attempts_row_in_metrics_csv_and_tensorboard(tmp_path):
-    csv_1, tb_1 = ContinuingCSVLogger(tmp_path, purge_step=0), TensorBoardEvents(tmp_path / "tb", purge_step=0, attempt="1")
+    csv_1, tb_1 = (
+        ContinuingCSVLogger(tmp_path, purge_step=0),
+        TensorBoardEvents(tmp_path / "tb", purge_step=0, attempt="1"),
+    )
     for logger in (csv_1, tb_1):
         logger.log_metrics({"train_loss": 0.9, "epoch": 0}, step=8)
         logger.log_metrics({"train_loss": 0.8, "epoch": 0}, step=9)
@@ -149,7 +152,10 @@ def test_a_validation_run_again_replaces_the_earlier_attempts_row_in_metrics_csv
         logger.log_metrics({"train_loss": 0.6, "epoch": 0}, step=10)
         logger.finalize("failed")
     time.sleep(1.01)  # the events file name carries the second it was made in
-    csv_2, tb_2 = ContinuingCSVLogger(tmp_path, purge_step=10), TensorBoardEvents(tmp_path / "tb", purge_step=10, attempt="2")
+    csv_2, tb_2 = (
+        ContinuingCSVLogger(tmp_path, purge_step=10),
+        TensorBoardEvents(tmp_path / "tb", purge_step=10, attempt="2"),
+    )
     for logger in (csv_2, tb_2):
         logger.drop_validation_at(9)
         logger.log_metrics({"val_loss": 0.75, "epoch": 0}, step=9)  # the rerun, from the checkpoint's state

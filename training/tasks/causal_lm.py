@@ -179,7 +179,9 @@ class CausalLMData(TextClassificationData):
                     f"{name} data: no example has a token to train on within max_length = {self.max_length}"
                 )
             if untrainable and is_rank_zero():
-                say(f"warning: {name} data: {untrainable} of {len(ds)} conversations skipped ({why}): nothing to train on")
+                say(
+                    f"warning: {name} data: {untrainable} of {len(ds)} conversations skipped ({why}): nothing to train on"
+                )
             if self.packing:
                 out = self._pack(out)
             self.splits[name] = out
