@@ -120,9 +120,10 @@ class OrchCallback(pl.Callback):
         self.train_started_at: Optional[float] = None
         self.first_step_at: Optional[float] = None  # end of this attempt's first batch (Unix s)
         self.progress_extras: list[Any] = []  # callables adding fields to progress.json (training/goodput.py)
-        # The notice waits for the end of the step (training/resume_state.py: "a notice between a
-        # step and its validation"): the step's end time while it waits, the hooked epoch loop,
-        # what the notice checkpoint being written says, and a resumed validation still to run.
+        # The notice waits for the end of the step (training/resume_state.py: "a checkpoint between
+        # a step and its validation"): the step's end time while it waits, the hooked epoch loop,
+        # what the notice checkpoint being written says, a resumed validation still to run, and
+        # the checkpoint's callback_metrics until train start.
         self._notice_step_end: Optional[float] = None
         self._hooked_loop: Any = None
         self._saving: Optional[dict[str, bool]] = None
