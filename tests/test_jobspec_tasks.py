@@ -52,6 +52,12 @@ CASES = [
         "model.task: must be one of 'sequence-classification', 'causal-lm' or 'token-classification' (got 'seq2seq')",
     ),
     ("lora_rank_zero", SFT + "[lora]\nr = 0\n", "lora.r: must be greater than 0 (got 0)"),
+    (
+        "num_labels_on_causal_lm",
+        SFT.replace('task = "causal-lm"\n', 'task = "causal-lm"\nnum_labels = 5\n'),
+        'model.num_labels: not used by model.task = "causal-lm" (it predicts the next token over the '
+        "tokenizer's vocabulary; got 5): remove it",
+    ),
     ("lora_targets_unknown_word", SFT + '[lora]\ntarget_modules = "everything"\n', "lora.target_modules:"),
     (
         "prompt_field_not_in_file",

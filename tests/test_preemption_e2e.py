@@ -1,8 +1,10 @@
 """Preemption end to end with the built-in runner: a real daemon, a real tiny-BERT fine-tune
 (shuffle on, dropout on), and three ways to lose the machine — the daemon's sentinel-file notice,
 `orch daemon stop` + `orch daemon start`, and a SIGKILL of the job's process group. Each
-interrupted run must end with exactly the weights of an uninterrupted one; `orch show --json`
-must say how each attempt ended, where it got to, where the next resumed, and the steps lost."""
+interrupted run must end with exactly the weights of an uninterrupted one, and with its metrics.csv
+row for row (the job validates after every step, so whatever step a notice lands on has a
+validation due, and the SIGKILLed run resumes from a checkpoint taken just before one); `orch show
+--json` must say how each attempt ended, where it got to, where the next resumed, and the steps lost."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any, Iterator
 import pytest
 import tomli_w
 from daemon_harness import OrchHome, wait_for
+from metrics_rows import assert_same_metrics, metric_rows, validation_rows
 
 from orchestrator.spec.config import load_config
 from orchestrator.jobs.lifecycle import submit_job
@@ -45,7 +48,8 @@ def workload(tmp_path_factory) -> dict[str, Path]:
     texts = [r["text"] for r in sentiment_rows(1000, seed=1)]
     model = build_tiny_bert(root / "tiny-bert", texts, hidden=32, layers=2, heads=2, vocab_size=300, max_positions=64)
     train = write_jsonl(root / "train.jsonl", sentiment_rows(ROWS, seed=11))
-    return {"model": model, "train": train, "hf_cache": root / "hf-cache", "root": root}
+    dev = write_jsonl(root / "dev.jsonl", sentiment_rows(16, seed=12))  # one batch: a cheap validation per step
+    return {"model": model, "train": train, "dev": dev, "hf_cache": root / "hf-cache", "root": root}
 
 
 def job_toml(workload: dict[str, Path], folder: Path, name: str, workers: int = 0) -> Path:
@@ -55,8 +59,21 @@ def job_toml(workload: dict[str, Path], folder: Path, name: str, workers: int = 
         "retries": 2,
         "grace_seconds": 30,
         "model": {"name_or_path": str(workload["model"]), "num_labels": 2},
-        "data": {"train": str(workload["train"]), "max_length": 32, "num_workers": workers, "shuffle": True},
-        "train": {"max_epochs": EPOCHS, "batch_size": BATCH, "precision": "32", "learning_rate": 1e-3, "seed": 7},
+        "data": {
+            "train": str(workload["train"]),
+            "validation": str(workload["dev"]),
+            "max_length": 32,
+            "num_workers": workers,
+            "shuffle": True,
+        },
+        "train": {
+            "max_epochs": EPOCHS,
+            "batch_size": BATCH,
+            "precision": "32",
+            "learning_rate": 1e-3,
+            "seed": 7,
+            "val_check_interval": 1,
+        },
         "checkpoint": {"every_n_steps": EVERY, "keep": 2},
         "env": {
             "HF_HUB_OFFLINE": "1",
@@ -162,7 +179,11 @@ def uninterrupted(workload, tmp_path_factory) -> dict[str, Any]:
         data = show(h, job_id)
         assert [a["outcome"] for a in data["attempts"]] == ["succeeded"], data["attempts"]
         assert data["result"]["steps"] == TOTAL_STEPS
-        return {"weights": exported_weights(h.run_dir(job_id)), "show": data}
+        metrics = h.root / "a-metrics"
+        metrics.mkdir()
+        (metrics / "metrics.csv").write_bytes((h.run_dir(job_id) / "metrics.csv").read_bytes())
+        assert len(validation_rows(metric_rows(metrics))) == TOTAL_STEPS
+        return {"weights": exported_weights(h.run_dir(job_id)), "show": data, "metrics": metrics}
     finally:
         h.cleanup()
 
@@ -206,6 +227,7 @@ def test_file_notice_mid_epoch_resumes_to_identical_weights_with_no_steps_lost(
     assert f"notice-step-{notice_step:08d}.ckpt" in resumed["detail"]
     assert data["result"]["steps"] == TOTAL_STEPS
     assert_same_weights(uninterrupted["weights"], exported_weights(h.run_dir(job_id)))
+    assert_same_metrics(uninterrupted["metrics"], h.run_dir(job_id))
 
 
 def test_daemon_stop_and_start_resumes_to_identical_weights_with_no_steps_lost(
@@ -236,6 +258,7 @@ def test_daemon_stop_and_start_resumes_to_identical_weights_with_no_steps_lost(
     assert second["resumed_from_step"] == notice_step
     assert data["steps_lost"] == 0
     assert_same_weights(uninterrupted["weights"], exported_weights(h.run_dir(job_id)))
+    assert_same_metrics(uninterrupted["metrics"], h.run_dir(job_id))
 
 
 def test_sigkill_of_the_job_resumes_from_the_last_periodic_checkpoint_and_reports_lost_steps(
@@ -266,3 +289,6 @@ def test_sigkill_of_the_job_resumes_from_the_last_periodic_checkpoint_and_report
     assert data["waste_s"] > 0
     assert not any(p.name.startswith("notice-") for p in (h.run_dir(job_id) / "checkpoints").iterdir())
     assert_same_weights(uninterrupted["weights"], exported_weights(h.run_dir(job_id)))
+    # step-25 was taken just before step 24's validation: the resume ran it again, from that state,
+    # in place of the row attempt 1 wrote after the save
+    assert_same_metrics(uninterrupted["metrics"], h.run_dir(job_id))

@@ -19,6 +19,7 @@ import tomli_w
 from daemon_harness import wait_for
 
 import test_preemption_e2e as e2e
+from metrics_rows import assert_same_metrics
 from orchestrator.jobs.lifecycle import submit_job
 from orchestrator.home.wake import poke
 
@@ -180,6 +181,7 @@ def test_notice_at_a_random_step_resumes_to_identical_weights_with_no_steps_lost
     assert data["steps_lost"] == 0
     assert data["result"]["steps"] == TOTAL_STEPS
     e2e.assert_same_weights(uninterrupted[task]["weights"], trained_weights(h.run_dir(job_id), task))
+    assert_same_metrics(uninterrupted[task]["run_dir"], h.run_dir(job_id))
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -204,6 +206,7 @@ def test_sigkill_resumes_from_the_newest_periodic_checkpoint(task, workloads, un
     assert second["resumed_from_step"] == EVERY
     assert data["steps_lost"] == first["step_reached"] - EVERY > 0
     e2e.assert_same_weights(uninterrupted[task]["weights"], trained_weights(h.run_dir(job_id), task))
+    assert_same_metrics(uninterrupted[task]["run_dir"], h.run_dir(job_id))
 
 
 @pytest.fixture

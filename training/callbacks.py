@@ -8,7 +8,8 @@ In your own script (an orch command job):
 
 On SIGTERM every rank saves `notice-step-XXXXXXXX.ckpt` at the next optimizer-step boundary and
 the process exits 75 (rank 0; other DDP ranks exit 0 so Lightning's child watcher does not kill
-rank 0 first)."""
+rank 0 first). The notice changes no metric: the step's logged row is written before the save,
+and a validation due at that step runs once, in the resumed attempt, before its first step."""
 
 from __future__ import annotations
 
@@ -38,10 +39,16 @@ from .progress import ProgressWriter, as_numbers
 from .tracker_notes import ScriptRuns
 from .resume_state import (
     apply_pending_loader_state,
+    as_taken_in_batch_end,
     fix_epoch_end_loader_state,
     gather_rank_rng,
+    redo_validation,
+    restore_callback_metrics,
     restore_rank_rng,
     safe_loads,
+    step_end_hookable,
+    validation_due,
+    validation_follows,
 )
 
 
@@ -118,6 +125,15 @@ class OrchCallback(pl.Callback):
         self.train_started_at: Optional[float] = None
         self.first_step_at: Optional[float] = None  # end of this attempt's first batch (Unix s)
         self.progress_extras: list[Any] = []  # callables adding fields to progress.json (training/goodput.py)
+        # The notice waits for the end of the step (training/resume_state.py: "a checkpoint between
+        # a step and its validation"): the step's end time while it waits, the hooked epoch loop,
+        # what the notice checkpoint being written says, a resumed validation still to run, and
+        # the checkpoint's callback_metrics until train start.
+        self._notice_step_end: Optional[float] = None
+        self._hooked_loop: Any = None
+        self._saving: Optional[dict[str, bool]] = None
+        self._validation_pending = False
+        self._pending_metrics: Optional[dict[str, float]] = None
 
     # -- SIGTERM: flag only; acted on at a batch boundary on every rank --------------------------
     def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -139,6 +155,10 @@ class OrchCallback(pl.Callback):
         if getattr(trainer, "received_sigterm", False):
             self.sigterm_received = True
         apply_pending_loader_state(trainer)
+        if self._pending_metrics:
+            restore_callback_metrics(trainer, self._pending_metrics)
+            self._pending_metrics = None
+        self._hook_step_end(trainer)
         self._prev_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
         if self.handle_sigint:
             self._prev_sigint = signal.signal(signal.SIGINT, self._on_sigint)
@@ -150,9 +170,17 @@ class OrchCallback(pl.Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        # Restored here, not in load_state_dict: rebuilding the loaders after the checkpoint load
+        # would otherwise consume the restored stream.
+        self._restore_rng(trainer)
+        if self._validation_pending:
+            # The checkpoint's validation is not due under this attempt's settings (Lightning trains
+            # on without ending the checkpoint's step): count its logging step as that end would have.
+            self._validation_pending = False
+            trainer.fit_loop.epoch_loop._batches_that_stepped += 1
+
+    def _restore_rng(self, trainer: pl.Trainer) -> None:
         if self._pending_rng is not None:
-            # Restored here, not in load_state_dict: rebuilding the loaders after the checkpoint
-            # load would otherwise consume the restored stream.
             rng.restore(self._pending_rng)
             self._pending_rng = None
             restore_rank_rng(self._pending_rank_rng, trainer)
@@ -181,6 +209,14 @@ class OrchCallback(pl.Callback):
             if trainer.global_rank == 0:
                 self.tracker_runs.step()
             return
+        if self._hooked_loop is not None:
+            # The rest of the step first (the other callbacks' batch end, the step's logged row),
+            # then the checkpoint, at the start of Lightning's on_advance_end (_end_of_step).
+            self._notice_step_end = step_end
+            return
+        self._stop_now(trainer, step_end)
+
+    def _stop_now(self, trainer: pl.Trainer, step_end: float) -> None:
         # The notice checkpoint first: nothing else (progress.json and its fsync, retention) sits
         # between the end of the step and the durable file.
         self.save_notice(trainer, step_end=step_end)
@@ -189,6 +225,52 @@ class OrchCallback(pl.Callback):
         if trainer.global_rank == 0:
             self.tracker_runs.preempted()
         raise Preempted(self.notice_checkpoint, trainer.global_rank)
+
+    # -- the end of a step: where a notice is taken and a resumed validation runs ----------------
+    def _hook_step_end(self, trainer: pl.Trainer) -> None:
+        if self._hooked_loop is not None or not step_end_hookable(trainer):
+            return  # (another Lightning: the notice is taken in on_train_batch_end, as before)
+        loop = trainer.fit_loop.epoch_loop
+        original = loop.on_advance_end
+
+        def on_advance_end(data_fetcher: Any) -> None:
+            self._end_of_step(trainer, original, data_fetcher)
+
+        loop.on_advance_end = on_advance_end
+        self._hooked_loop = loop
+
+    def _end_of_step(self, trainer: pl.Trainer, original: Any, data_fetcher: Any) -> None:
+        loop = trainer.fit_loop.epoch_loop
+        if self._validation_pending:
+            # Resumed from a checkpoint taken before this step's validation: Lightning restarts by
+            # ending that step and would skip the validation as run; it was not (or not for the
+            # state this attempt holds).
+            self._validation_pending = False
+            if loop._skip_next_val:
+                loop._skip_next_val = False
+                loop.val_loop.restarting = False
+                self._restore_rng(trainer)  # the validation draws from the stream training goes on with
+        if self._notice_step_end is None:
+            original(data_fetcher)
+            return
+        step_end, self._notice_step_end = self._notice_step_end, None
+        due = validation_due(trainer, data_fetcher)
+        if not due:
+            # The rest of the step's end before the next batch (its logging step is counted on resume).
+            loop.update_lr_schedulers("step", update_plateau_schedulers=True)
+        self._saving = {"validation_pending": due}
+        try:
+            self._stop_now(trainer, step_end)
+        finally:
+            self._saving = None
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        if self._saving is not None:
+            # A notice, taken after Lightning counted the batch complete: it reads as taken in
+            # on_train_batch_end, like a periodic checkpoint of the same step.
+            as_taken_in_batch_end(checkpoint)
 
     def save_notice(self, trainer: pl.Trainer, step_end: Optional[float] = None) -> str:
         start = time.perf_counter()
@@ -227,6 +309,9 @@ class OrchCallback(pl.Callback):
         self._window_start, self._window_samples = time.monotonic(), 0  # validation time is not throughput
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._hooked_loop is not None:
+            vars(self._hooked_loop).pop("on_advance_end", None)
+            self._hooked_loop = None
         if self._prev_handler is not None:
             signal.signal(signal.SIGTERM, self._prev_handler)
             self._prev_handler = None
@@ -238,10 +323,25 @@ class OrchCallback(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         fix_epoch_end_loader_state(checkpoint)
+        state = checkpoint.get("callbacks", {}).get(self.state_key) or {}
+        if state.get("validation_pending") and step_end_hookable(trainer):
+            redo_validation(trainer, checkpoint)
+        else:
+            state.pop("validation_pending", None)
 
     # -- RNG state in every checkpoint -----------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"rng": rng.capture()}
+        if self._saving["validation_pending"] if self._saving is not None else validation_follows(self._trainer):
+            state["validation_pending"] = True
+        if self._trainer is not None:
+            # What a ReduceLROnPlateau or a monitor reads between two validations (Lightning keeps
+            # it in memory only): a resumed attempt sees the values the uninterrupted run had.
+            state["callback_metrics"] = {
+                str(k): float(v)
+                for k, v in self._trainer.callback_metrics.items()
+                if isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.numel() == 1)
+            }
         per_rank = gather_rank_rng(self._trainer)
         if per_rank is not None:
             state["rank_rng"] = per_rank
@@ -254,6 +354,8 @@ class OrchCallback(pl.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending_rng = state_dict.get("rng")
         self._pending_rank_rng = state_dict.get("rank_rng")
+        self._validation_pending = bool(state_dict.get("validation_pending"))
+        self._pending_metrics = state_dict.get("callback_metrics")
 
     # -- progress ------------------------------------------------------------------------------
     def _heartbeat(self, trainer: pl.Trainer) -> None:

@@ -27,6 +27,7 @@ from .job_trainer import (
     FinalCheckpoint,
     build_callbacks,
     checkpoint_io,
+    progress_bar,
     quiet_known_warnings,
     reap_loader_workers,
     slurm_plugins,
@@ -192,6 +193,8 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
         ),
         RateAndLR(),
     ]
+    if progress:
+        callbacks.append(progress_bar())
     resume_name = parse_checkpoint_name(resume) if resume else None
     val_interval = train.val_check_interval
     if isinstance(val_interval, int):

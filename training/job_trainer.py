@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from orchestrator.contract import PERIODIC_FILENAME_TEMPLATE
 from orchestrator.spec.jobspec import JobSpec
@@ -150,3 +150,36 @@ def quiet_known_warnings() -> None:
         logger.addFilter(no_adverts)
         for handler in logger.handlers:
             handler.addFilter(no_adverts)
+
+
+def last_epoch(trainer: Any) -> Optional[int]:
+    """The index of the last epoch this fit runs (Lightning counts from 0): from max_epochs, or
+    from max_steps and the steps per epoch, whichever ends first; None when neither bounds it."""
+    import math
+
+    bounds = []
+    if trainer.max_epochs is not None and trainer.max_epochs >= 0:
+        bounds.append(trainer.max_epochs - 1)
+    batches = trainer.num_training_batches
+    if trainer.max_steps is not None and trainer.max_steps > 0 and batches and math.isfinite(batches):
+        per_epoch = math.ceil(batches / max(1, trainer.accumulate_grad_batches))
+        bounds.append(math.ceil(trainer.max_steps / per_epoch) - 1)
+    return max(0, min(bounds)) if bounds else None
+
+
+def progress_bar() -> Any:
+    """Lightning's own bar (Rich when installed), with the epoch count a job bounded by max_steps
+    runs: Lightning's writes "Epoch 1/-2" when max_epochs is -1."""
+    from pytorch_lightning.callbacks import RichProgressBar, TQDMProgressBar
+    from pytorch_lightning.callbacks.progress.rich_progress import _RICH_AVAILABLE
+
+    if not _RICH_AVAILABLE:
+        return TQDMProgressBar()  # ("Epoch N" only)
+
+    class EpochsBar(RichProgressBar):
+        def _get_train_description(self, current_epoch: int) -> str:
+            last = last_epoch(self.trainer)
+            text = f"Epoch {current_epoch}" + (f"/{last}" if last is not None else "")
+            return f"{text:{len(self.validation_description)}}"  # (as Lightning pads it: no flicker)
+
+    return EpochsBar()

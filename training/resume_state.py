@@ -111,3 +111,91 @@ def safe_loads(trainer: pl.Trainer) -> None:
 
     io.load_checkpoint = load_weights_only
     io._orch_weights_only = True
+
+
+# -- a checkpoint between a step and its validation ----------------------------------------------
+# Lightning ends a training step in two parts: the batch-end hooks and the step's logged row, then
+# `on_advance_end` (the validation due at this step, ReduceLROnPlateau, the logging step count).
+# It restores a checkpoint taken in between (a periodic one in on_train_batch_end, orch's notice)
+# as "validation already run" and skips it, so a notice lost that step's validation row, and any
+# such resume lost its effect on EarlyStopping, best.ckpt and a pruner. OrchCallback marks these
+# checkpoints `validation_pending`; a resume from one runs that validation once, before its first
+# step, and the run's loggers drop the row an earlier attempt may have written after the save.
+
+
+def validation_due(trainer: pl.Trainer, data_fetcher: Any) -> bool:
+    """Whether Lightning's `on_advance_end` is about to run a validation (its own test). The same
+    answer on every rank: a time-based interval reads each rank's clock, so rank 0 decides."""
+    loop = trainer.fit_loop.epoch_loop
+    due = bool(loop._should_check_val_fx(data_fetcher)) and not loop._skip_next_val
+    if trainer.world_size > 1:
+        due = bool(trainer.strategy.broadcast(due))
+    return due
+
+
+def validation_follows(trainer: Optional[pl.Trainer]) -> bool:
+    """For a checkpoint being written: taken in on_train_batch_end (the batch not yet counted
+    complete) of a step whose end runs a validation. Rank 0's answer is the one saved."""
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    if trainer is None or loop is None or not trainer.training or trainer.sanity_checking:
+        return False
+    try:
+        total = loop.batch_progress.total
+        if total.completed != total.processed - 1:
+            return False
+        return bool(loop._should_check_val_fx(trainer.fit_loop._data_fetcher)) and not loop._skip_next_val
+    except (AttributeError, AssertionError):  # another Lightning: as before, no validation is redone
+        return False
+
+
+def as_taken_in_batch_end(checkpoint: dict[str, Any]) -> None:
+    """Make a checkpoint taken after Lightning counted the batch complete (and before it counted the
+    logging step) read as one taken in on_train_batch_end: the state Lightning resumes from by
+    counting the step and going on with the next batch, also at an epoch's end."""
+    _shift_completed(checkpoint, -1)
+
+
+def redo_validation(trainer: pl.Trainer, checkpoint: dict[str, Any]) -> None:
+    """Resuming from a checkpoint marked `validation_pending`: make Lightning restart by ending the
+    checkpoint's step (as after a save in on_validation_end), where OrchCallback lets the
+    validation run, and have the run's loggers drop that validation's row if an earlier attempt
+    wrote one after the save (the rerun writes it again, from the state the checkpoint holds)."""
+    _shift_completed(checkpoint, +1)
+    fit = checkpoint.get("loops", {}).get("fit_loop", {})
+    step = fit.get("epoch_loop.state_dict", {}).get("_batches_that_stepped")
+    if not isinstance(step, int):
+        return
+    for logger in trainer.loggers:
+        drop = getattr(logger, "drop_validation_at", None)
+        if callable(drop):
+            drop(step)
+
+
+def _shift_completed(checkpoint: dict[str, Any], by: int) -> None:
+    progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress", {})
+    lag = 0 if by < 0 else 1  # -1: from completed == processed; +1: from completed == processed - 1
+    for part in ("total", "current"):
+        counters = progress.get(part)
+        if isinstance(counters, dict) and counters.get("processed", 0) - counters.get("completed", 0) == lag:
+            counters["completed"] += by
+
+
+def step_end_hookable(trainer: pl.Trainer) -> bool:
+    """Whether this Lightning has the epoch loop internals the deferred notice relies on."""
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    return loop is not None and all(
+        hasattr(loop, name)
+        for name in ("on_advance_end", "_should_check_val_fx", "_skip_next_val", "val_loop", "update_lr_schedulers")
+    )
+
+
+def restore_callback_metrics(trainer: pl.Trainer, values: dict[str, float]) -> None:
+    """The metrics a checkpoint's run had last logged, as `trainer.callback_metrics` (where
+    ReduceLROnPlateau, EarlyStopping and ModelCheckpoint read them), for the keys this attempt has
+    not logged yet."""
+    connector = getattr(trainer, "_logger_connector", None)
+    current = getattr(connector, "_callback_metrics", None)
+    if not isinstance(current, dict):
+        return
+    for key, value in values.items():
+        current.setdefault(key, torch.tensor(float(value)))

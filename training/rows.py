@@ -130,13 +130,3 @@ def conversation_problem(messages: object) -> Optional[str]:
     if not any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages):
         return "no assistant turn (the loss is on the assistant's turns)"
     return None
-
-
-def no_example_message(split: str, mode: str, conversations: Optional[list], max_length: int) -> str:
-    """The error when no row of a split has a token to train on: the conversations' own fault when
-    none has an assistant turn, else max_length's."""
-    if mode == "messages" and conversations is not None:
-        reasons = [conversation_problem(c) for c in conversations]
-        if reasons and all(reasons):
-            return f"{split} data: no conversation has a turn to train on (row 0: {reasons[0]})"
-    return f"{split} data: no example has a token to train on within max_length = {max_length}"

@@ -34,13 +34,20 @@ NOT_METRICS = frozenset({"epoch", "step"})  # columns Lightning adds to every ro
 FLUSH_EVERY_S = 5.0  # metrics.csv and TensorBoard lag training by at most this (and the log interval)
 
 
-def keep_rows_before(path: Path, purge_step: int) -> list[str]:
-    """Drop the rows of metrics.csv at steps >= purge_step (atomically); return its header."""
+def keep_rows_before(path: Path, purge_step: int, *, validation_at: Optional[int] = None) -> list[str]:
+    """Drop the rows of metrics.csv at steps >= purge_step, and the validation rows at step
+    `validation_at` (atomically); return its header."""
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
             header = list(reader.fieldnames or [])
-            rows = [r for r in reader if _step(r) is not None and _step(r) < purge_step]
+            rows = [
+                r
+                for r in reader
+                if _step(r) is not None
+                and _step(r) < purge_step  # type: ignore[operator]
+                and not (_step(r) == validation_at and _is_validation(r))
+            ]
     except FileNotFoundError:
         return []
     with atomic_file(path, "w", newline="") as fh:
@@ -48,6 +55,10 @@ def keep_rows_before(path: Path, purge_step: int) -> list[str]:
         writer.writeheader()
         writer.writerows(rows)
     return header
+
+
+def _is_validation(row: dict[str, Any]) -> bool:
+    return any(k.startswith("val_") and v not in (None, "") for k, v in row.items() if k)
 
 
 def _step(row: dict[str, Any]) -> Optional[int]:
@@ -58,13 +69,14 @@ def _step(row: dict[str, Any]) -> Optional[int]:
 
 
 class _ContinuingWriter(ExperimentWriter):
-    def __init__(self, log_dir: str, purge_step: int):
-        self.purge_step = purge_step  # read by _check_log_dir_exists, which the base __init__ calls
+    def __init__(self, log_dir: str, purge_step: int, validation_at: Optional[int] = None):
+        # read by _check_log_dir_exists, which the base __init__ calls
+        self.purge_step, self.validation_at = purge_step, validation_at
         super().__init__(log_dir=log_dir)
 
     def _check_log_dir_exists(self) -> None:
         # Lightning's version deletes metrics.csv; keep what earlier attempts logged before the cut.
-        header = keep_rows_before(Path(self.metrics_file_path), self.purge_step)
+        header = keep_rows_before(Path(self.metrics_file_path), self.purge_step, validation_at=self.validation_at)
         self.metrics_keys = sorted(k for k in header if k)
 
 
@@ -99,14 +111,24 @@ class ContinuingCSVLogger(CSVLogger):
         self._validation_logged = False
         self.extras: Optional[StepExtras] = None  # RateAndLR hands its own in at train start
         self._extras_seen = 0
+        self.validation_at: Optional[int] = None
 
     @property
     @rank_zero_only
     def experiment(self) -> ExperimentWriter:  # type: ignore[override]
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _ContinuingWriter(self.log_dir, self.purge_step)
+            self._experiment = _ContinuingWriter(self.log_dir, self.purge_step, self.validation_at)
         return self._experiment
+
+    @rank_zero_only
+    def drop_validation_at(self, step: int) -> None:
+        """The attempt resumes from a checkpoint taken before the validation of `step` and runs it
+        again (training/resume_state.py): drop the row an earlier attempt wrote after the save."""
+        self.validation_at = step
+        if self._experiment is not None:  # (already cut at the resume step: cut this row too)
+            self.flush()
+            keep_rows_before(Path(self._experiment.metrics_file_path), 1 << 62, validation_at=step)
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
@@ -151,14 +173,19 @@ class EventsThread:
         self._writer.flush()
         self.path = Path(self._writer._file_name)
         self.flush_every_s = flush_every_s
-        self._queue: queue.Queue[Optional[tuple[float, int, dict[str, float]]]] = queue.Queue()
+        self._queue: queue.Queue[Optional[tuple[float, int, Optional[dict[str, float]]]]] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="orch-tensorboard", daemon=True)
         self._thread.start()
 
     def add_scalars(self, scalars: dict[str, float], step: int) -> None:
         self._queue.put((time.time(), step, scalars))
 
+    def restart_at(self, step: int) -> None:
+        """A SessionLog START at `step`: TensorBoard drops what it read before with step >= `step`."""
+        self._queue.put((time.time(), step, None))
+
     def _run(self) -> None:
+        from tensorboardX.proto.event_pb2 import SessionLog
         from tensorboardX.proto.summary_pb2 import Summary
 
         last_flush = time.monotonic()
@@ -173,8 +200,13 @@ class EventsThread:
                     return
                 if item:
                     wall_time, step, scalars = item
-                    values = [Summary.Value(tag=tag, simple_value=v) for tag, v in scalars.items()]
-                    self._writer.write_event(self._event(wall_time=wall_time, step=step, summary=Summary(value=values)))
+                    if scalars is None:  # restart_at
+                        start = SessionLog(status=SessionLog.START)
+                        self._writer.write_event(self._event(wall_time=wall_time, step=step, session_log=start))
+                    else:
+                        values = [Summary.Value(tag=tag, simple_value=v) for tag, v in scalars.items()]
+                        summary = Summary(value=values)
+                        self._writer.write_event(self._event(wall_time=wall_time, step=step, summary=summary))
                 if time.monotonic() - last_flush >= self.flush_every_s:
                     self._writer.flush()
                     last_flush = time.monotonic()
@@ -246,6 +278,29 @@ class TensorBoardEvents(Logger):
     @rank_zero_only
     def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
         pass
+
+    @rank_zero_only
+    def drop_validation_at(self, step: int) -> None:
+        """As ContinuingCSVLogger's: the validation of `step` runs again. TensorBoard drops by step,
+        all tags at once, so the cut moves to `step` and the step's other rows (its train row,
+        which is not logged again) are written again from metrics.csv."""
+        rows = []
+        try:
+            with open(self.folder.parent / METRICS_CSV, newline="", encoding="utf-8") as fh:
+                rows = [r for r in csv.DictReader(fh) if _step(r) == step and not _is_validation(r)]
+        except OSError:
+            pass
+        self.writer.restart_at(step)
+        for row in rows:
+            scalars = {}
+            for key, value in row.items():
+                if key and key not in NOT_METRICS and value not in (None, ""):
+                    try:
+                        scalars[key] = float(value)
+                    except ValueError:
+                        continue
+            if scalars:
+                self.writer.add_scalars(scalars, step)
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:

@@ -62,6 +62,13 @@ def task_problems(
                 f'{", ".join(causal_only)}: only for model.task = "causal-lm" (this job\'s task is {task!r})'
             )
     else:
+        default_labels = type(model).model_fields["num_labels"].default
+        if "num_labels" in model.model_fields_set and model.num_labels != default_labels:
+            # (a resolved job.toml holds the default: only a value someone chose is refused)
+            problems.append(
+                f'model.num_labels: not used by model.task = "causal-lm" (it predicts the next token over the '
+                f"tokenizer's vocabulary; got {model.num_labels}): remove it"
+            )
         if bool(data.prompt_field) != bool(data.response_field):
             problems.append("data.prompt_field and data.response_field go together (the loss is on the response)")
         if data.messages_field and data.prompt_field:

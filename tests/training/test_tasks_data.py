@@ -143,6 +143,41 @@ def test_truncation_drops_examples_with_nothing_to_train_on(tiny_llama, tmp_path
         )
 
 
+def test_conversations_without_an_assistant_turn_are_named_as_the_reason_not_max_length(tiny_llama, tmp_path, capfd):
+    from transformers import AutoTokenizer
+
+    from training.data import DataError
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_llama))
+    no_answer = {"messages": [{"role": "user", "content": "the plot was dull"}]}
+    empty: dict = {"messages": []}
+    answered = {"messages": [{"role": "user", "content": "dull ?"}, {"role": "assistant", "content": "negative"}]}
+    with pytest.raises(DataError) as refused:
+        lm_data(tok, write_jsonl(tmp_path / "none.jsonl", [no_answer, empty, no_answer]), messages_field="messages")
+    assert str(refused.value) == (
+        "train data: no conversation has an assistant turn to train on (the loss is on the assistant's turns): "
+        "2 without an assistant turn and 1 with an empty 'messages'"
+    )
+    data = lm_data(tok, write_jsonl(tmp_path / "some.jsonl", [answered, no_answer]), messages_field="messages")
+    assert len(data.splits["train"]) == 1
+    assert (
+        "[orch] warning: train data: 1 of 2 conversations skipped (1 without an assistant turn): nothing to train on"
+        in capfd.readouterr().err
+    )
+
+
+def test_chat_data_without_a_template_says_it_writes_role_content_lines(tiny_llama, tmp_path, capfd):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_llama))
+    tok.chat_template = None
+    rows = [{"messages": [{"role": "user", "content": "dull ?"}, {"role": "assistant", "content": "negative"}]}]
+    example = lm_data(tok, write_jsonl(tmp_path / "plain.jsonl", rows), messages_field="messages").splits["train"][0]
+    assert tok.decode(example["input_ids"]) == "user: dull ?\nassistant: negative\n"
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "chat template" in line]
+    assert len(warnings) == 1 and "'role: content' lines" in warnings[0], warnings
+
+
 def test_packing_keeps_attention_within_each_example(tiny_llama, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

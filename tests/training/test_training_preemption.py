@@ -10,20 +10,35 @@ from benchmarks.preemption import SAVED_RE
 from training.checkpoints import list_checkpoints, step_of
 
 from conftest import assert_same_weights, final_weights, read_progress, read_result, wait_for
+from metrics_rows import assert_same_metrics, metric_rows, validation_rows
 
 pytestmark = pytest.mark.slow
 
 # 640 rows / batch 16 = 40 steps per epoch, 2 epochs; dropout on (BERT default), shuffle on, 2 workers.
-RESUME_JOB = dict(data={"num_workers": 2}, train={"max_epochs": 2}, checkpoint={"every_n_steps": 15, "keep": 2})
+# A validation after every step (on 16 rows: one batch), so whatever step the notice lands on has a
+# validation due at its end, which the notice used to drop (issue 31).
+RESUME_JOB = dict(
+    data={"num_workers": 2},
+    train={"max_epochs": 2, "val_check_interval": 1},
+    checkpoint={"every_n_steps": 15, "keep": 2},
+)
 STEPS_PER_EPOCH = 40
 
 
-def test_sigterm_mid_epoch_resumes_to_identical_weights(make_run_dir, start_job, run_job):
-    straight = make_run_dir("straight", **RESUME_JOB)
+@pytest.fixture(scope="module")
+def small_dev(tmp_path_factory):
+    from training.toy import sentiment_rows, write_jsonl
+
+    return write_jsonl(tmp_path_factory.mktemp("dev16") / "dev16.jsonl", sentiment_rows(16, seed=12))
+
+
+def test_sigterm_mid_epoch_resumes_to_identical_weights_and_metrics(make_run_dir, start_job, run_job, small_dev):
+    job = dict(RESUME_JOB, data={**RESUME_JOB["data"], "validation": str(small_dev)})
+    straight = make_run_dir("straight", **job)
     code, out = run_job(straight)
     assert code == 0, out
 
-    run = make_run_dir("interrupted", **RESUME_JOB)
+    run = make_run_dir("interrupted", **job)
     job = start_job(run, attempt=1, ORCH_PROGRESS_EVERY_S="0.1", ORCH_FAULT_SLOW_STEP_S="0.05")
     wait_for(lambda: (read_progress(run) or {}).get("step", 0) >= STEPS_PER_EPOCH + 7, 90, "step 47")
     job.signal_group(signal.SIGTERM)  # like the supervisor: the whole group, DataLoader workers included
@@ -44,6 +59,9 @@ def test_sigterm_mid_epoch_resumes_to_identical_weights(make_run_dir, start_job,
     result = read_result(run)
     assert result["steps"] == 2 * STEPS_PER_EPOCH
     assert_same_weights(final_weights(straight), final_weights(run))
+    # The metrics too, row for row: the validation due at the notice's step ran once, on resume.
+    assert len(validation_rows(metric_rows(straight))) == 2 * STEPS_PER_EPOCH
+    assert_same_metrics(straight, run)
 
 
 def test_sigterm_during_model_load_exits_75(make_run_dir, start_job):

@@ -1,6 +1,7 @@
 """Sweeps over the built-in tiny BERT, on real daemon ticks, supervisors and Lightning runs: the
 median pruner finds the same best learning rate as the full grid for at most 65 % of its steps,
-and a trial preempted mid-run resumes to weights torch.equal to the same trial run straight."""
+and a trial preempted mid-run resumes to weights torch.equal to the same trial run straight, with
+the same metrics.csv."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from orchestrator.sweeps.spec import SweepSection, load_sweep
 from orchestrator.sweeps.study import SweepStudy
 
 from conftest import assert_same_weights, final_weights, read_progress, wait_for
+from metrics_rows import assert_same_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -97,3 +99,4 @@ def test_a_preempted_trial_resumes_to_the_same_weights_as_the_trial_run_straight
     assert [a.outcome.value for a in attempts] == ["preempted", "succeeded"]
     assert attempts[1].resumed_from_step and attempts[1].resumed_from_step >= 25
     assert_same_weights(final_weights(run_straight), final_weights(run_preempted))
+    assert_same_metrics(run_straight, run_preempted)  # what the pruner read, row for row

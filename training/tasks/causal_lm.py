@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from ..data import DataError, TextClassificationData, load_split
-from ..rows import IGNORE, chat_segments, no_example_message, sft_tokenize  # noqa: F401 (chat_segments: importable from here as before)
+from ..job_plan import is_rank_zero, say
+from ..rows import IGNORE, chat_segments, sft_tokenize  # noqa: F401 (chat_segments: importable from here as before)
 
 LM_COLUMNS = ("input_ids", "labels", "position_ids")
 
@@ -33,6 +34,19 @@ def pack_rows(batch: dict[str, list], max_length: int) -> dict[str, list]:
         for k in out:
             out[k].append(row[k])
     return out
+
+
+def without_assistant(conversations: list, field: str) -> tuple[int, str]:
+    """Conversations with no token to train on whatever max_length is (the loss is on the
+    assistant's turns, and these have none): how many, and in words."""
+    empty = sum(1 for c in conversations if not c)
+    without = sum(
+        1 for c in conversations if c and not any(isinstance(m, dict) and m.get("role") == "assistant" for m in c)
+    )
+    parts = ([f"{without} without an assistant turn"] if without else []) + (
+        [f"{empty} with an empty {field!r}"] if empty else []
+    )
+    return empty + without, " and ".join(parts)
 
 
 class CausalLMData(TextClassificationData):
@@ -73,6 +87,11 @@ class CausalLMData(TextClassificationData):
             missing = [f for f in wanted if f not in ds.column_names]
             if missing:
                 raise DataError(f"{name} data has no column {missing[0]!r} (columns: {', '.join(ds.column_names)})")
+        if self.mode == "messages" and not getattr(self.tokenizer, "chat_template", None) and is_rank_zero():
+            say(
+                f"warning: the tokenizer of {getattr(self.tokenizer, 'name_or_path', '') or 'this model'!r} has no chat "
+                "template: each conversation is written as 'role: content' lines, the format the model learns"
+            )
         start = time.perf_counter()
         for name, ds in raw.items():
             kwargs = dict(tokenizer=self.tokenizer, mode=self.mode, fields=self.fields, max_length=self.max_length)
@@ -84,9 +103,23 @@ class CausalLMData(TextClassificationData):
                 LM_COLUMNS,
             )
             self.dropped[name] = len(ds) - len(out)
+            untrainable, why = 0, ""
+            if self.mode == "messages" and self.dropped[name]:
+                field = str(self.fields["messages"])
+                untrainable, why = without_assistant(ds[field], field)
             if len(out) == 0:
-                chats = ds[self.fields["messages"]] if self.mode == "messages" else None
-                raise DataError(no_example_message(name, self.mode, chats, self.max_length))
+                if untrainable == len(ds):  # the true reason, not max_length
+                    raise DataError(
+                        f"{name} data: no conversation has an assistant turn to train on (the loss is on the "
+                        f"assistant's turns): {why}"
+                    )
+                raise DataError(
+                    f"{name} data: no example has a token to train on within max_length = {self.max_length}"
+                )
+            if untrainable and is_rank_zero():
+                say(
+                    f"warning: {name} data: {untrainable} of {len(ds)} conversations skipped ({why}): nothing to train on"
+                )
             if self.packing:
                 out = self._pack(out)
             self.splits[name] = out
