@@ -30,6 +30,8 @@ from .sweep_step import advance_sweeps
 
 log = logging.getLogger("orch.daemon")
 
+STARTS_WORK = frozenset({"sweeps", "dispatch"})  # steps skipped while the daemon is stopping
+
 
 class Daemon:
     def __init__(
@@ -82,22 +84,39 @@ class Daemon:
         now = time.time() if now is None else now
         with self.lock:
             # Each step guarded (daemon/guard.py): an error in one is logged and the others run.
-            guard.step("refresh", lambda t: self.executor.refresh(self.store.jobs([JobState.RUNNING]), t), now)
-            guard.step("reap", self.reap, now)
-            guard.step("watchdog", lambda t: self.watchdog.check(self, t), now)  # hung jobs: stacks, SIGTERM, retry
-            for name, run in (
-                ("health", self.watch_health),
-                ("deadlines", self.watch_deadlines),
-                ("cancels", self.apply_cancels),
-                ("budgets", self.check_budgets),
-                ("escalate", self.escalate),
-            ):
+            for name, run in self.steps():
+                if self.stopping and name in STARTS_WORK:
+                    continue
                 guard.step(name, run, now)
-            if not self.stopping:
-                guard.step("sweeps", lambda t: advance_sweeps(self, t), now)  # prune, create trials (sweep_step.py)
-                guard.step("dispatch", self.dispatch, now)
-            guard.step("accrue", self.accrue, now)
-            guard.step("drained", self.notice_drained, now)
+
+    def steps(self) -> list[tuple[str, Callable[[float], object]]]:
+        """The tick's steps in order, each a method of this daemon taking `now`."""
+        return [
+            ("refresh", self.refresh_attempts),
+            ("reap", self.reap),
+            ("watchdog", self.watch_hangs),
+            ("health", self.watch_health),
+            ("deadlines", self.watch_deadlines),
+            ("cancels", self.apply_cancels),
+            ("budgets", self.check_budgets),
+            ("escalate", self.escalate),
+            ("sweeps", self.run_sweeps),
+            ("dispatch", self.dispatch),
+            ("accrue", self.accrue),
+            ("drained", self.notice_drained),
+        ]
+
+    def refresh_attempts(self, now: float) -> None:
+        """One look at every running attempt (a batched squeue on Slurm)."""
+        self.executor.refresh(self.store.jobs([JobState.RUNNING]), now)
+
+    def watch_hangs(self, now: float) -> None:
+        """Hung jobs: stacks dumped, the `hang` intent, SIGTERM (watchdog.py)."""
+        self.watchdog.check(self, now)
+
+    def run_sweeps(self, now: float) -> None:
+        """Running sweeps: prune, create trials (sweep_step.py)."""
+        advance_sweeps(self, now)
 
     def reap(self, now: float) -> None:
         reap.reap(self, now)
