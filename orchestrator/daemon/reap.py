@@ -46,7 +46,7 @@ def reap_one(d: StepContext, job: Job, now: float) -> None:
     else:
         settled = settle_attempt(d.store, d.config, d.home, job, exit_info, now)
     if settled is not None:
-        d.changed(job, settled.job, settled.decision.event, settled.job.reason)
+        d.announce(job, settled.job, settled.decision.event, settled.job.reason)
         for kind in settled.also:
             d.on_event(kind.value, settled.job)
 

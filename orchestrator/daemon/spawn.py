@@ -81,11 +81,11 @@ def start(d: StepContext, job: Job, gpu_ids: list[int], now: float) -> bool:
     if begun is None:
         return False
     if begun.launch is None:  # on_env_change = "stop": stopped before it trained
-        d.changed(job, begun.job, EventKind.STOPPED, begun.job.reason)
+        d.announce(job, begun.job, EventKind.STOPPED, begun.job.reason)
         for kind in begun.also:
             d.on_event(kind.value, begun.job)
         return False
-    d.changed(job, begun.job, EventKind.RESUMED if begun.resume_step is not None else EventKind.STARTED)
+    d.announce(job, begun.job, EventKind.RESUMED if begun.resume_step is not None else EventKind.STARTED)
     for kind in begun.also:
         d.on_event(kind.value, begun.job)
     try:

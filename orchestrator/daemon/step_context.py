@@ -23,10 +23,10 @@ class StepContext(Protocol):
     notice_active: bool  # a preemption notice is pending: nothing new starts
     on_event: Callable[[str, Optional[Job]], None]  # hooks, after a transition commits
 
-    def changed(self, job: Job, new: Optional[Job], kind: EventKind, reason: str = "") -> Optional[Job]:
+    def announce(self, job: Job, new: Optional[Job], kind: EventKind, reason: str = "") -> Optional[Job]:
         """Log a committed transition and run the hooks for it."""
         ...
 
     def change(self, job: Job, dst: JobState, kind: EventKind, now: float, **kw: Any) -> Optional[Job]:
-        """Apply a transition (compare-and-set on the job's current state), then `changed`."""
+        """Apply a transition (compare-and-set on the job's current state), then `announce` (log it, run its hooks)."""
         ...

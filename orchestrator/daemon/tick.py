@@ -147,7 +147,7 @@ class Daemon:
 
     # -- shared by the steps ---------------------------------------------------------------------
 
-    def changed(self, job: Job, new: Optional[Job], kind: EventKind, reason: str = "") -> Optional[Job]:
+    def announce(self, job: Job, new: Optional[Job], kind: EventKind, reason: str = "") -> Optional[Job]:
         """Log a committed transition and run the hooks for it."""
         if new is not None:
             log.info("job %s (%s): %s -> %s: %s", job.id, job.name, job.state.value, new.state.value, reason)
@@ -160,7 +160,7 @@ class Daemon:
         except InvalidTransition as exc:
             log.warning("job %s: %s", job.id, exc)
             return None
-        return self.changed(job, new, kind, kw.get("reason") or "")
+        return self.announce(job, new, kind, kw.get("reason") or "")
 
     def total_budget_reason(self) -> Optional[str]:
         return stop_requests.total_budget_reason(self)
