@@ -71,7 +71,7 @@ def test_lora_modules_the_model_lacks_end_the_attempt_with_78(make_run_dir, run_
     train = write_jsonl(tmp_path / "sft.jsonl", instruction_rows(20, seed=2))
     run_dir = make_run_dir(
         "lora",
-        model={"name_or_path": str(llama), "task": "causal-lm", "num_labels": 1},
+        model={"name_or_path": str(llama), "task": "causal-lm"},
         data={"train": str(train), "validation": None, "prompt_field": "prompt", "response_field": "response"},
         lora={"target_modules": ["qkv_proj", "c_attn"]},
     )

@@ -58,9 +58,6 @@ class ManifestWriter:
         provenance: Optional[list[str]] = None,
     ) -> None:
         job = self.store.get(job.id)  # the freshest state, cost and attempts
-        # A job that ended since the caller looked is final now: its last manifest releases the
-        # lease (else a heartbeat write racing the end would leave a finished job "held").
-        released = released or job.state in TERMINAL
         row = row or {"checkpoints": [], "doomed": [], "etag": None, "final": 0}
         if job.state in TERMINAL and not released:
             # The job ended after the caller read it (an upload's commit racing the reap): its last
