@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..contract import mtbf_choice, young_daly
-from ..cost.money import Pricing, format_duration, format_money, job_hourly_rates
-from ..model.clock import format_clock
+from ..views.estimate import estimate_text, sweep_text  # noqa: F401 (re-exported: the CLI prints them)
+from ..cost.money import Pricing, format_duration, job_hourly_rates
 from ..model.errors import OrchError
 from ..planning.forecast import History, history_of, queue_forecast
 from ..spec.jobspec import JobSpec, load_jobspec
 from ..jobs.lifecycle import check_gpus
-from ..planning.speed_range import load_model, loads_around, scale_parts
+from ..planning.speed_range import speed_range, sweep_bound  # noqa: F401 (sweep_bound: the CLI's)
 from ..home.paths import Home
 from ..model.states import JobState
 from ..store import Store
@@ -72,57 +72,6 @@ def mtbf_of(store: Store, spec: JobSpec) -> tuple[float, str]:
         return mtbf_choice(spec.checkpoint.mtbf_hours, None)
     why = f"this machine: {machine[1]} preemption(s) in {format_duration(uptime)} of daemon uptime"
     return mtbf_choice(spec.checkpoint.mtbf_hours, machine[0], why)
-
-
-# Without the probe's load figures (not Linux, an old probe), the range is this much around it.
-UNMEASURED_RANGE = (0.8, 1.6)
-
-
-def speed_range(
-    probe: dict[str, Any],
-    parts: dict[str, float],
-    load_averages: Sequence[float],
-    concurrent: int = 1,
-    *,
-    others: Optional[float] = None,
-) -> dict[str, Any]:
-    """The wall time (point, low, high) under the load this machine is likely to have, from the
-    probe's parts (measured under the probe's load) and its load figures (planning/speed_range.py).
-    `concurrent`: copies of the job running at once (a sweep's trials), each one more load;
-    `others`: the parts under exactly that many other runnable tasks instead of the typical load."""
-    model = load_model(probe)
-    probed = sum(parts.values())
-    if model is None:
-        if others is not None:
-            return {"wall_s": probed, "low": probed, "high": probed, "parts": dict(parts), "load": None}
-        return {
-            "wall_s": probed,
-            "low": probed * UNMEASURED_RANGE[0],
-            "high": probed * UNMEASURED_RANGE[1],
-            "parts": dict(parts),
-            "load": None,
-        }
-    low, typical, high = loads_around(model.others, load_averages, model.cpus)
-    neighbours = (concurrent - 1) * max(model.busy, model.threads * model.cpu_bound)
-    typical, high = typical + neighbours, high + neighbours
-    point = scale_parts(parts, model, typical if others is None else others)
-    return {
-        "wall_s": sum(point.values()),
-        "low": sum(scale_parts(parts, model, low).values()),
-        "high": sum(scale_parts(parts, model, high).values()),
-        "parts": point,
-        "load": {
-            "cpus": model.cpus,
-            "threads": model.threads,
-            "busy_cores": round(model.busy, 3),
-            "cpu_bound": round(model.cpu_bound, 3),
-            "others_in_probe": round(model.others, 2),
-            "load_averages": [round(a, 2) for a in load_averages],
-            "others_low": round(low, 2),
-            "others_typical": round(typical, 2),
-            "others_high": round(high, 2),
-        },
-    }
 
 
 def earliest_stop_share(spec: JobSpec, probe: dict[str, Any], evals: float) -> float:
@@ -376,65 +325,6 @@ def public(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if not k.startswith("_")}
 
 
-def sweep_bound(data: dict[str, Any], section: Any, config: Any) -> dict[str, Any]:
-    """A sweep's upper bound: every trial run to its end, as many at a time as both `parallel` and
-    this machine's slots allow, each at the slow end of the base job's range with the other
-    trials of its wave as more load (a probed job), or at the slowest of the trials and jobs seen
-    (a command), plus a tick of the daemon per wave to start it. Pruning can only make it cheaper;
-    the trials' parameters (a batch size, a step count) can make a trial slower than the base job
-    measured here, which no bound from the base job can know."""
-    from ..planning.capacity import gpu_slots
-
-    at_once = section.parallel
-    gpus = data.get("gpus") or 0
-    if config.executor.kind == "local":  # a cluster's capacity is the cluster's business
-        slots = config.daemon.cpu_slots if gpus == 0 else len(gpu_slots(config)) // gpus
-        at_once = max(1, min(at_once, slots))
-    waves = math.ceil(section.trials / at_once)
-    trial_high = data.get("wall_s_high")
-    probe = data.get("_probe")
-    if probe is not None and trial_high is not None:
-        parts = data.get("probed_parts_s") or {}
-        trial_high = speed_range(probe, parts, (data.get("load") or {}).get("load_averages") or (), at_once)["high"]
-    rate = data.get("hourly_rate")
-    wall = cost = None
-    if trial_high is not None and rate is not None:
-        wall = waves * (trial_high + config.daemon.tick_seconds)
-        cost = section.trials * trial_high / 3600.0 * rate
-        if gpus == 0:  # CPU trials share the instance price: together never more than it for the wall
-            cost = min(cost, wall / 3600.0 * rate)
-    return {
-        "trials": section.trials,
-        "parallel": section.parallel,
-        "at_once_here": at_once,
-        "trial_wall_s_at_most": None if trial_high is None else round(trial_high, 1),
-        "cost_at_most": None if cost is None else round(cost, 6),
-        "wall_s_at_most": None if wall is None else round(wall, 1),
-        "max_cost": section.max_cost,
-    }
-
-
-def sweep_text(d: dict[str, Any]) -> str:
-    s, cur = d["sweep"], d["currency"]
-    if s["cost_at_most"] is None:
-        return f"sweep of {s['trials']} trials: no bound without an estimate of its base job"
-    here = (
-        ""
-        if s["at_once_here"] == s["parallel"]
-        else f" (parallel = {s['parallel']}, but this machine's slots run {s['at_once_here']})"
-    )
-    lines = [
-        f"sweep of {s['trials']} trials, {s['at_once_here']} at a time{here}, each like the base job above "
-        "(its parameters may make a trial slower or faster):",
-        f"  at most:     {format_money(s['cost_at_most'], cur)} and {format_duration(s['wall_s_at_most'])} "
-        f"if no trial is pruned (each trial at most {format_duration(s['trial_wall_s_at_most'])}, "
-        "at the slow end of the range with the other trials of its wave running beside it)",
-    ]
-    if s["max_cost"] is not None:
-        lines.append(f"  budget:      max_cost = {format_money(s['max_cost'], cur)} stops the sweep there")
-    return "\n".join(lines)
-
-
 def ask_after(data: dict[str, Any], yes: bool) -> None:
     """`orch submit --estimate`: print the estimate, then queue only on a yes (or --yes); with no
     terminal to ask on, nothing is queued (exit 1)."""
@@ -449,78 +339,3 @@ def ask_after(data: dict[str, Any], yes: bool) -> None:
     if not typer.confirm("queue it?", default=False, err=True):
         print("not queued", file=sys.stderr)
         raise typer.Exit(1)
-
-
-def _range(d: dict[str, Any], key: str, fmt: Any) -> str:
-    """'5m 10s (4m 50s – 7m 20s)': the estimate and its range."""
-    low, high = d.get(f"{key}_low"), d.get(f"{key}_high")
-    if low is None or high is None or fmt(low) == fmt(high):
-        return fmt(d[key])
-    return f"{fmt(d[key])} (range {fmt(low)} – {fmt(high)})"
-
-
-def _load_line(load: Optional[dict[str, Any]]) -> str:
-    if not load:
-        return "not measured by the probe here: the range is a fixed -20 % / +60 %"
-    return (
-        f"the probe kept {load['busy_cores']:g} of {load['cpus']} cores busy beside {load['others_in_probe']:g} "
-        f"other runnable task(s); estimated at {load['others_typical']:g}, the range from {load['others_low']:g} "
-        f"(the quietest of the last 15 min, a third lower) to {load['others_high']:g} (the busiest, half again as "
-        "busy, and one more busy neighbour)"
-    )
-
-
-def estimate_text(d: dict[str, Any]) -> str:
-    cur = d["currency"]
-    lines = [
-        f"estimate for {d['job']} ({d['gpus']} GPU{'s' if d['gpus'] != 1 else ''}, "
-        f"{format_money(d['hourly_rate'], cur)}/h on this machine)"
-    ]
-    if d.get("cannot_estimate"):
-        lines.append(f"  cannot estimate: {d['cannot_estimate']}")
-    elif d["kind"] == "command":
-        lines.append(f"  wall time:   {_range(d, 'wall_s', format_duration)} ({d['basis']})")
-        lines.append(
-            f"  cost:        {_range(d, 'cost', lambda v: format_money(v, cur))}   gpu-hours: {d['gpu_hours']:.3f}"
-        )
-    else:
-        parts = d["parts_s"]
-        lines += [
-            f"  speed:       {d['steps_per_s']:.3g} steps/s (measured over {d['probe']['measured_steps']} steps after "
-            f"{d['probe']['warmup_steps']} warm-up)",
-            f"  steps:       {d['total_steps']}",
-            f"  wall time:   {_range(d, 'wall_s', format_duration)} (start-up {format_duration(parts['startup'])}, "
-            f"training {format_duration(parts['training'])}, {d['evals']:g} evaluations "
-            f"{format_duration(parts['eval'])}, {d['saves']} saves {parts['checkpoint']:.2f}s)"
-            + ("; early stopping may end it sooner" if d["early_stopping"] else ""),
-            f"  load:        {_load_line(d.get('load'))}",
-            f"  cost:        {_range(d, 'cost', lambda v: format_money(v, cur))}   gpu-hours: {d['gpu_hours']:.3f}",
-            f"  checkpoints: every {format_duration(d['checkpoint_interval_s'])} ({d['checkpoint_interval_why']}); "
-            f"each blocks the step {d['checkpoint_stall_s']:.3f}s",
-            f"  preemption:  expect {format_duration(d['preemption_waste_s'])} redone and restarting "
-            f"({format_money(d['preemption_waste_cost'], cur)}) at an MTBF of {format_duration(d['mtbf_s'])} ({d['mtbf_source']})",
-            f"  the probe:   {format_duration(d['probe']['seconds'])}, {format_money(d['probe']['cost'], cur)}",
-        ]
-    wait = d.get("queue_wait_s")
-    wait_text = (
-        "never on this machine (it asks for more than it has)"
-        if wait is None
-        else (
-            ("now" if wait == 0 else f"in {format_duration(wait)}")
-            # a job ahead with no ETA yet counts as ending now: the start is the earliest it can be
-            + (" or later (a job ahead has no ETA yet)" if d["queue_wait_is_lower_bound"] else "")
-        )
-    )
-    lines.append(
-        f"  starts:      {wait_text} ({d['queue_ahead']} job(s) queued or running)"
-        + ("" if d.get("daemon_running") else "; no daemon is running: `orch daemon start`")
-    )
-    if d.get("projected_finish"):
-        latest = d.get("projected_finish_latest")
-        lines.append(
-            f"  finishes:    {format_clock(d['projected_finish'])}"
-            + (f", at the latest {format_clock(latest)}" if latest and latest > d["projected_finish"] + 30 else "")
-        )
-    if d.get("sweep"):
-        lines.append(sweep_text(d))
-    return "\n".join(lines)

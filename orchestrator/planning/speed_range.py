@@ -81,3 +81,92 @@ def scale_parts(parts: Mapping[str, float], model: Optional[LoadModel], others: 
         return dict(parts)
     multi, single = model.factor(others), model.factor(others, single_thread=True)
     return {k: v * (single if k in ("startup", "end") else multi) for k, v in parts.items()}
+
+
+# Without the probe's load figures (not Linux, an old probe), the range is this much around it.
+UNMEASURED_RANGE = (0.8, 1.6)
+
+
+def speed_range(
+    probe: dict[str, Any],
+    parts: dict[str, float],
+    load_averages: Sequence[float],
+    concurrent: int = 1,
+    *,
+    others: Optional[float] = None,
+) -> dict[str, Any]:
+    """The wall time (point, low, high) under the load this machine is likely to have, from the
+    probe's parts (measured under the probe's load) and its load figures (planning/speed_range.py).
+    `concurrent`: copies of the job running at once (a sweep's trials), each one more load;
+    `others`: the parts under exactly that many other runnable tasks instead of the typical load."""
+    model = load_model(probe)
+    probed = sum(parts.values())
+    if model is None:
+        if others is not None:
+            return {"wall_s": probed, "low": probed, "high": probed, "parts": dict(parts), "load": None}
+        return {
+            "wall_s": probed,
+            "low": probed * UNMEASURED_RANGE[0],
+            "high": probed * UNMEASURED_RANGE[1],
+            "parts": dict(parts),
+            "load": None,
+        }
+    low, typical, high = loads_around(model.others, load_averages, model.cpus)
+    neighbours = (concurrent - 1) * max(model.busy, model.threads * model.cpu_bound)
+    typical, high = typical + neighbours, high + neighbours
+    point = scale_parts(parts, model, typical if others is None else others)
+    return {
+        "wall_s": sum(point.values()),
+        "low": sum(scale_parts(parts, model, low).values()),
+        "high": sum(scale_parts(parts, model, high).values()),
+        "parts": point,
+        "load": {
+            "cpus": model.cpus,
+            "threads": model.threads,
+            "busy_cores": round(model.busy, 3),
+            "cpu_bound": round(model.cpu_bound, 3),
+            "others_in_probe": round(model.others, 2),
+            "load_averages": [round(a, 2) for a in load_averages],
+            "others_low": round(low, 2),
+            "others_typical": round(typical, 2),
+            "others_high": round(high, 2),
+        },
+    }
+
+
+def sweep_bound(data: dict[str, Any], section: Any, config: Any) -> dict[str, Any]:
+    """A sweep's upper bound: every trial run to its end, as many at a time as both `parallel` and
+    this machine's slots allow, each at the slow end of the base job's range with the other
+    trials of its wave as more load (a probed job), or at the slowest of the trials and jobs seen
+    (a command), plus a tick of the daemon per wave to start it. Pruning can only make it cheaper;
+    the trials' parameters (a batch size, a step count) can make a trial slower than the base job
+    measured here, which no bound from the base job can know."""
+    from ..planning.capacity import gpu_slots
+
+    at_once = section.parallel
+    gpus = data.get("gpus") or 0
+    if config.executor.kind == "local":  # a cluster's capacity is the cluster's business
+        slots = config.daemon.cpu_slots if gpus == 0 else len(gpu_slots(config)) // gpus
+        at_once = max(1, min(at_once, slots))
+    waves = math.ceil(section.trials / at_once)
+    trial_high = data.get("wall_s_high")
+    probe = data.get("_probe")
+    if probe is not None and trial_high is not None:
+        parts = data.get("probed_parts_s") or {}
+        trial_high = speed_range(probe, parts, (data.get("load") or {}).get("load_averages") or (), at_once)["high"]
+    rate = data.get("hourly_rate")
+    wall = cost = None
+    if trial_high is not None and rate is not None:
+        wall = waves * (trial_high + config.daemon.tick_seconds)
+        cost = section.trials * trial_high / 3600.0 * rate
+        if gpus == 0:  # CPU trials share the instance price: together never more than it for the wall
+            cost = min(cost, wall / 3600.0 * rate)
+    return {
+        "trials": section.trials,
+        "parallel": section.parallel,
+        "at_once_here": at_once,
+        "trial_wall_s_at_most": None if trial_high is None else round(trial_high, 1),
+        "cost_at_most": None if cost is None else round(cost, 6),
+        "wall_s_at_most": None if wall is None else round(wall, 1),
+        "max_cost": section.max_cost,
+    }
