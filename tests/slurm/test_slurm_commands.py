@@ -80,7 +80,9 @@ def test_cancel_pending_slurm_job_is_at_once(slurm_home):
     try:
         job = h.submit("waits", hold="never")
         sid = slurm_id(h, job)
-        wait_for(lambda: "PENDING" in (h.job(job).executor_ref.get("where") or ""), 20, what="PENDING")
+        # Slurm gives a reason ("Resources", "Priority") at its scheduler's next pass; until then it
+        # reports "None" and orch shows a bare PENDING, so wait for the reason rather than race it
+        wait_for(lambda: "PENDING (" in (h.job(job).executor_ref.get("where") or ""), 60, what="PENDING (reason)")
         row = [r for r in json.loads(orch_cli(h, "status", "--json").stdout) if r["id"] == job][0]
         assert row["state"] == "running" and f"Slurm {sid}: PENDING (" in row["where"], row
         time.sleep(2)  # several ticks and polls while Slurm holds it PENDING: no runtime, no cost
