@@ -46,6 +46,10 @@ class GoodputMeter(pl.Callback):
         # does not move (CPU per step) and the load the probe ran under.
         self._cpu_marks = (0.0, 0.0)
         self._runnable: list[int] = []
+        # each steady batch's wall time, batch end to batch end (saves and evaluation left out):
+        # how far a few slow batches (page faults, a cold cache, a neighbour's burst) pulled the
+        # rate down from the probe's typical batch
+        self._steady_batch_s: list[float] = []
 
     # -- the step and the gap before it ----------------------------------------------------------
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -70,6 +74,9 @@ class GoodputMeter(pl.Callback):
                 self._cpu_marks = (time.process_time(), time.process_time())
             elif self.steady is not None:
                 self._cpu_marks = (self._cpu_marks[0], time.process_time())
+                if self.last_step is not None:
+                    prev = self.last_step
+                    self._steady_batch_s.append((now - prev[1]) - (mark[2] - prev[2]) - (mark[3] - prev[3]))
                 runnable = _runnable_now()
                 if runnable is not None:
                     self._runnable.append(runnable)
@@ -150,6 +157,7 @@ class GoodputMeter(pl.Callback):
                 "steady_steps_per_s": self.steady_rate(),
                 "steady_steps": (self.last_step[0] - self.steady[0]) if self.steady and self.last_step else 0,
                 "steady_cpu_per_wall": self.cpu_per_wall(),
+                "steady_typical_share": typical_share(self._steady_batch_s),
                 "others_runnable": (sum(self._runnable) / len(self._runnable)) if self._runnable else None,
                 "batches_per_epoch": self.batches_per_epoch,
                 "last_step_at": self.last_step_at,
@@ -159,6 +167,17 @@ class GoodputMeter(pl.Callback):
                 else 0.0,
             },
         )
+
+
+def typical_share(batch_s: list[float]) -> Optional[float]:
+    """The median batch's time ÷ the mean batch's: 1 when every batch took as long, less when a few
+    slow ones pulled the mean up. None under five batches (too few to tell)."""
+    times = sorted(t for t in batch_s if t > 0)
+    if len(times) < 5:
+        return None
+    mid = len(times) // 2
+    median = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+    return min(1.0, median / (sum(times) / len(times)))
 
 
 def _earlier_attempts(run_dir: Optional[Path], attempt: str) -> dict[str, Any]:

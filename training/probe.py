@@ -153,6 +153,7 @@ def probe(job_toml: Path, warmup: int, steps: int) -> dict[str, Any]:
         "world": world,
         # what load does not move, and the load it ran under (planning/speed_range.py)
         "cpu_per_wall": figures.get("steady_cpu_per_wall"),
+        "typical_share": figures.get("steady_typical_share"),
         "others_runnable": figures.get("others_runnable"),
         "threads": _threads(),
         "cpus": _cpus(),

@@ -22,7 +22,7 @@ from ..model.errors import OrchError
 from ..planning.forecast import History, history_of, queue_forecast
 from ..spec.jobspec import JobSpec, load_jobspec
 from ..jobs.lifecycle import check_gpus
-from ..planning.speed_range import speed_range, sweep_bound  # noqa: F401 (sweep_bound: the CLI's)
+from ..planning.speed_range import speed_range, sweep_bound, typical_share, with_run_to_run  # noqa: F401 (sweep_bound: the CLI's)
 from ..home.paths import Home
 from ..model.states import JobState
 from ..store import Store
@@ -122,7 +122,9 @@ def builtin_projection(
     if stop_share < 1.0:  # early stopping: the low end is its earliest stop, at the low end's load
         low_others = (ranged["load"] or {}).get("others_low")
         low_parts = speed_range(probe, probed_parts, load_averages, others=low_others)["parts"]
-        ranged["low"] = sum(v * (1.0 if k in ("startup", "end") else stop_share) for k, v in low_parts.items())
+        low_parts["training"] = low_parts.get("training", 0.0) * typical_share(probe)
+        earliest = sum(v * (1.0 if k in ("startup", "end") else stop_share) for k, v in low_parts.items())
+        ranged["low"] = with_run_to_run(earliest, earliest, earliest)[0]
     wall, parts = ranged["wall_s"], ranged["parts"]
     preemptions = wall / mtbf[0]
     per_preemption = (min(interval_s, wall) / 2.0) + startup  # half an interval redone, and a restart

@@ -83,8 +83,31 @@ def scale_parts(parts: Mapping[str, float], model: Optional[LoadModel], others: 
     return {k: v * (single if k in ("startup", "end") else multi) for k, v in parts.items()}
 
 
+def typical_share(probe: Mapping[str, Any]) -> float:
+    """The probe's median batch time ÷ its mean (training/goodput.py): a run whose batches all go
+    at the probe's typical pace trains this much faster than the probe's rate. A few slow batches
+    in a short probe (page faults, a cold cache) are not the run's fate. 1 when not measured."""
+    try:
+        share = float(probe.get("typical_share") or 1.0)
+    except (TypeError, ValueError):
+        return 1.0
+    return share if math.isfinite(share) and 0.0 < share <= 1.0 else 1.0
+
+
 # Without the probe's load figures (not Linux, an old probe), the range is this much around it.
 UNMEASURED_RANGE = (0.8, 1.6)
+
+# Two runs of the same job on the same idle machine differ by more than load explains: a few
+# seconds of start-up (imports from a cold or warm page cache), the CPU's clock, a short probe's
+# sampling. Measured (benchmarks/estimate.py, quiet machine): a run took 0.91-1.02 of its estimate.
+# The range is never narrower than this either way, whatever the load model says.
+RUN_TO_RUN = 0.15
+
+
+def with_run_to_run(point: float, low: float, high: float) -> tuple[float, float]:
+    """(low, high) at least RUN_TO_RUN around `point`: a real run within ±15 % of the estimate
+    (estimate ÷ real between 0.85 and 1.15) falls inside."""
+    return min(low, point / (1.0 + RUN_TO_RUN)), max(high, point / (1.0 - RUN_TO_RUN))
 
 
 def speed_range(
@@ -115,10 +138,14 @@ def speed_range(
     neighbours = (concurrent - 1) * max(model.busy, model.threads * model.cpu_bound)
     typical, high = typical + neighbours, high + neighbours
     point = scale_parts(parts, model, typical if others is None else others)
+    wall = sum(point.values())
+    fast = scale_parts(parts, model, low)
+    fast["training"] = fast.get("training", 0.0) * typical_share(probe)
+    low_s, high_s = with_run_to_run(wall, sum(fast.values()), sum(scale_parts(parts, model, high).values()))
     return {
-        "wall_s": sum(point.values()),
-        "low": sum(scale_parts(parts, model, low).values()),
-        "high": sum(scale_parts(parts, model, high).values()),
+        "wall_s": wall,
+        "low": low_s,
+        "high": high_s,
         "parts": point,
         "load": {
             "cpus": model.cpus,
