@@ -13,7 +13,6 @@ and a validation due at that step runs once, in the resumed attempt, before its 
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import sys
@@ -31,11 +30,10 @@ from orchestrator.contract import (
     ENV_PROGRESS_EVERY_S,
     ENV_RUN_DIR,
     EX_CHECKPOINTED,
-    PROGRESS,
 )
 
 from .checkpoints import notice_name
-from .progress import ProgressWriter, as_numbers
+from .lightning_progress import LightningProgress
 from .tracker_notes import ScriptRuns
 from .resume_state import (
     apply_pending_loader_state,
@@ -66,27 +64,6 @@ def _env_path(name: str) -> Optional[Path]:
     return Path(value) if value else None
 
 
-def _count(batch: Any) -> int:
-    """Rows in a batch of any common shape (tensor, dict, tuple/list)."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.ndim else 1
-    if isinstance(batch, dict):
-        for value in batch.values():
-            n = _count(value)
-            if n:
-                return n
-    if isinstance(batch, (list, tuple)) and batch:
-        return _count(batch[0])
-    return 0
-
-
-def _fmt_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
 class OrchCallback(pl.Callback):
     def __init__(
         self,
@@ -104,8 +81,9 @@ class OrchCallback(pl.Callback):
         self.tracker_runs = ScriptRuns(self.run_dir, enabled=script_trackers)
         self.ckpt_dir = Path(ckpt_dir) if ckpt_dir else _env_path(ENV_CKPT_DIR)
         # ORCH_PROGRESS_EVERY_S overrides the default 3 s (tests poll faster)
-        self.progress_every_s = progress_every_s or float(os.environ.get(ENV_PROGRESS_EVERY_S) or 3.0)
-        self.log_every_s = log_every_s
+        every_s = progress_every_s or float(os.environ.get(ENV_PROGRESS_EVERY_S) or 3.0)
+        self.heartbeat = LightningProgress(self.run_dir, every_s=every_s, log_every_s=log_every_s)
+        self.progress_extras = self.heartbeat.extras  # callables adding fields to progress.json (training/goodput.py)
         self.sigterm_received = False
         self.notice_checkpoint: Optional[str] = None
         self.handle_sigint = handle_sigint  # foreground runs: Ctrl-C checkpoints like SIGTERM
@@ -114,17 +92,6 @@ class OrchCallback(pl.Callback):
         self._pending_rng: Optional[dict[str, Any]] = None
         self._pending_rank_rng: Optional[dict[str, Any]] = None
         self._trainer: Optional[pl.Trainer] = None  # for the per-rank RNG gather in state_dict
-        self._last_write = 0.0
-        self._progress: Optional[ProgressWriter] = None
-        self._last_log = 0.0
-        self._window_start = time.monotonic()
-        self._window_samples = 0
-        self.samples_per_s: Optional[float] = None
-        self._train_start = time.monotonic()
-        self._start_step = 0
-        self.train_started_at: Optional[float] = None
-        self.first_step_at: Optional[float] = None  # end of this attempt's first batch (Unix s)
-        self.progress_extras: list[Any] = []  # callables adding fields to progress.json (training/goodput.py)
         # The notice waits for the end of the step (training/resume_state.py: "a checkpoint between
         # a step and its validation"): the step's end time while it waits, the hooked epoch loop,
         # what the notice checkpoint being written says, a resumed validation still to run, and
@@ -162,10 +129,7 @@ class OrchCallback(pl.Callback):
         self._prev_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
         if self.handle_sigint:
             self._prev_sigint = signal.signal(signal.SIGINT, self._on_sigint)
-        self._train_start = self._window_start = time.monotonic()
-        self._start_step = trainer.global_step
-        self.train_started_at = time.time()
-        self._write_progress(trainer, force=True)
+        self.heartbeat.started(trainer)
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -190,8 +154,7 @@ class OrchCallback(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         step_end = time.perf_counter()  # the optimizer step and the LR scheduler step are done
-        if self.first_step_at is None:
-            self.first_step_at = time.time()
+        self.heartbeat.batch_done(trainer, batch)
         # One collective per batch, at the same point on every rank (none in a single process).
         world = trainer.world_size
         stop = (
@@ -199,13 +162,12 @@ class OrchCallback(pl.Callback):
             if world > 1
             else self.sigterm_received
         )
-        self._window_samples += _count(batch) * world
         at_step_boundary = stop and (
             (batch_idx + 1) % trainer.accumulate_grad_batches == 0
             or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
         )
         if not at_step_boundary:
-            self._heartbeat(trainer)  # (mid-accumulation: finish the gradient accumulation first)
+            self.heartbeat.beat(trainer)  # (mid-accumulation: finish the gradient accumulation first)
             if trainer.global_rank == 0:
                 self.tracker_runs.step()
             return
@@ -220,7 +182,7 @@ class OrchCallback(pl.Callback):
         # The notice checkpoint first: nothing else (progress.json and its fsync, retention) sits
         # between the end of the step and the durable file.
         self.save_notice(trainer, step_end=step_end)
-        self._write_progress(trainer, force=True)
+        self.heartbeat.write(trainer, force=True)
         trainer.should_stop = True
         if trainer.global_rank == 0:
             self.tracker_runs.preempted()
@@ -300,13 +262,12 @@ class OrchCallback(pl.Callback):
         return path
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._write_progress(trainer, force=True)
+        self.heartbeat.write(trainer, force=True)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
             return
-        self._write_progress(trainer, force=True)
-        self._window_start, self._window_samples = time.monotonic(), 0  # validation time is not throughput
+        self.heartbeat.validation_ended(trainer)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self._hooked_loop is not None:
@@ -356,63 +317,3 @@ class OrchCallback(pl.Callback):
         self._pending_rank_rng = state_dict.get("rank_rng")
         self._validation_pending = bool(state_dict.get("validation_pending"))
         self._pending_metrics = state_dict.get("callback_metrics")
-
-    # -- progress ------------------------------------------------------------------------------
-    def _heartbeat(self, trainer: pl.Trainer) -> None:
-        now = time.monotonic()
-        if now - self._last_write >= self.progress_every_s:
-            elapsed = now - self._window_start
-            if elapsed > 0 and self._window_samples:
-                self.samples_per_s = self._window_samples / elapsed
-            self._window_start, self._window_samples = now, 0
-            self._write_progress(trainer)
-        if self.log_every_s and now - self._last_log >= self.log_every_s:
-            self._last_log = now
-            self._log_line(trainer)
-
-    def progress(self, trainer: pl.Trainer) -> dict[str, Any]:
-        """The progress.json snapshot; metric values stay as logged (tensors) until written."""
-        total = trainer.estimated_stepping_batches
-        extras: dict[str, Any] = {}
-        for extra in self.progress_extras:
-            extras.update(extra())
-        return {
-            **extras,
-            "step": int(trainer.global_step),
-            "total_steps": int(total) if total is not None and math.isfinite(total) else None,
-            "epoch": int(trainer.current_epoch),
-            "metrics": dict(trainer.callback_metrics),
-            "samples_per_s": round(self.samples_per_s, 2) if self.samples_per_s else None,
-            "updated_at": time.time(),
-            "train_started_at": self.train_started_at,
-            "first_step_at": self.first_step_at,
-        }
-
-    def _write_progress(self, trainer: pl.Trainer, force: bool = False) -> None:
-        """A heartbeat goes to the writer thread; `force` (start, end, validation, a notice) is on
-        disk when this returns."""
-        self._last_write = time.monotonic()
-        if self.run_dir is None or trainer.global_rank != 0:
-            return
-        if self._progress is None:
-            self._progress = ProgressWriter(self.run_dir / PROGRESS)
-        snapshot = self.progress(trainer)
-        if force:
-            self._progress.write_now(snapshot)
-        else:
-            self._progress.submit(snapshot)
-
-    def _log_line(self, trainer: pl.Trainer) -> None:
-        if trainer.global_rank != 0:
-            return
-        p = self.progress(trainer)
-        p["metrics"] = as_numbers(p["metrics"])
-        parts = [f"step {p['step']}" + (f"/{p['total_steps']}" if p["total_steps"] else ""), f"epoch {p['epoch']}"]
-        parts += [f"{k} {v:.4g}" for k, v in sorted(p["metrics"].items())]
-        if p["samples_per_s"]:
-            parts.append(f"{p['samples_per_s']:.1f} samples/s")
-        done = p["step"] - self._start_step
-        if p["total_steps"] and done > 0:
-            rate = done / (time.monotonic() - self._train_start)
-            parts.append("ETA " + _fmt_duration((p["total_steps"] - p["step"]) / rate))
-        print("[orch] " + " | ".join(parts), flush=True)

@@ -1,8 +1,8 @@
 """The built-in runner's metric logs: metrics.csv and TensorBoard event files (tensorboardX) in
 the run folder, both continued across attempts, plus the learning rate and samples/s logged
 beside the loss. Off the step where it can be: metrics.csv is written at most every
-FLUSH_EVERY_S (a validation row at once), TensorBoard events by tensorboardX's own thread, and both are flushed before
-every checkpoint (so a resumed attempt finds every row from before its step) and at the end.
+FLUSH_EVERY_S (a validation row at once), TensorBoard events by their own thread
+(training/tensorboard_log.py), and both are flushed before every checkpoint (so a resumed attempt finds every row from before its step) and at the end.
 
 Lightning's CSVLogger deletes an existing metrics.csv when a new process starts, so a resumed
 attempt used to wipe its predecessors' curve. Here each attempt keeps the rows logged before the
@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import csv
 import os
-import queue
-import sys
-import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -30,8 +27,8 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from orchestrator.contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_TENSORBOARD_DIR, METRICS_CSV, TENSORBOARD, atomic_file
 
-NOT_METRICS = frozenset({"epoch", "step"})  # columns Lightning adds to every row
-FLUSH_EVERY_S = 5.0  # metrics.csv and TensorBoard lag training by at most this (and the log interval)
+from .metric_rows import FLUSH_EVERY_S, StepExtras, is_validation, row_step
+from .tensorboard_log import TensorBoardEvents, link_tensorboard
 
 
 def keep_rows_before(path: Path, purge_step: int, *, validation_at: Optional[int] = None) -> list[str]:
@@ -44,9 +41,9 @@ def keep_rows_before(path: Path, purge_step: int, *, validation_at: Optional[int
             rows = [
                 r
                 for r in reader
-                if _step(r) is not None
-                and _step(r) < purge_step  # type: ignore[operator]
-                and not (_step(r) == validation_at and _is_validation(r))
+                if row_step(r) is not None
+                and row_step(r) < purge_step  # type: ignore[operator]
+                and not (row_step(r) == validation_at and is_validation(r))
             ]
     except FileNotFoundError:
         return []
@@ -55,17 +52,6 @@ def keep_rows_before(path: Path, purge_step: int, *, validation_at: Optional[int
         writer.writeheader()
         writer.writerows(rows)
     return header
-
-
-def _is_validation(row: dict[str, Any]) -> bool:
-    return any(k.startswith("val_") and v not in (None, "") for k, v in row.items() if k)
-
-
-def _step(row: dict[str, Any]) -> Optional[int]:
-    try:
-        return int(float(row.get("step") or ""))
-    except ValueError:
-        return None
 
 
 class _ContinuingWriter(ExperimentWriter):
@@ -78,25 +64,6 @@ class _ContinuingWriter(ExperimentWriter):
         # Lightning's version deletes metrics.csv; keep what earlier attempts logged before the cut.
         header = keep_rows_before(Path(self.metrics_file_path), self.purge_step, validation_at=self.validation_at)
         self.metrics_keys = sorted(k for k in header if k)
-
-
-class StepExtras:
-    """Values added to the next train-step row of each of the run's loggers (lr, samples/s), set by
-    RateAndLR without LightningModule.log: a log call runs a torchmetrics update per value, and
-    was the largest single cost orch added to a step (benchmarks/callbacks.py)."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, float] = {}
-        self.generation = 0
-
-    def set(self, values: dict[str, float]) -> None:
-        self.values, self.generation = values, self.generation + 1
-
-    def merge_into(self, metrics: dict[str, Any], seen: int) -> tuple[dict[str, Any], int]:
-        """(metrics plus the values a logger has not had yet, the generation it has now seen)."""
-        if self.generation == seen or not self.values:
-            return metrics, self.generation
-        return {**metrics, **self.values}, self.generation
 
 
 class ContinuingCSVLogger(CSVLogger):
@@ -154,203 +121,6 @@ class ContinuingCSVLogger(CSVLogger):
         self.flush()
 
 
-class EventsThread:
-    """tensorboardX's EventsWriter (the record framing, its CRC and the protobufs) fed by one
-    thread, so building and writing events happens off the step; `flush` returns once every event
-    handed in is in the file. (tensorboardX's SummaryWriter does this too, but its flush() skips
-    its queue, and only close() drains it.)"""
-
-    def __init__(self, folder: Path, *, purge_step: Optional[int], suffix: str, flush_every_s: float):
-        from tensorboardX.event_file_writer import EventsWriter
-        from tensorboardX.proto.event_pb2 import Event, SessionLog
-
-        self._event = Event
-        self._writer = EventsWriter(str(folder / "events"), suffix)  # writes its file_version event
-        if purge_step is not None:  # TensorBoard drops what earlier files hold from this step on
-            self._writer.write_event(
-                Event(wall_time=time.time(), step=purge_step, session_log=SessionLog(status=SessionLog.START))
-            )
-        self._writer.flush()
-        self.path = Path(self._writer._file_name)
-        self.flush_every_s = flush_every_s
-        self._queue: queue.Queue[Optional[tuple[float, int, Optional[dict[str, float]]]]] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="orch-tensorboard", daemon=True)
-        self._thread.start()
-
-    def add_scalars(self, scalars: dict[str, float], step: int) -> None:
-        self._queue.put((time.time(), step, scalars))
-
-    def restart_at(self, step: int) -> None:
-        """A SessionLog START at `step`: TensorBoard drops what it read before with step >= `step`."""
-        self._queue.put((time.time(), step, None))
-
-    def _run(self) -> None:
-        from tensorboardX.proto.event_pb2 import SessionLog
-        from tensorboardX.proto.summary_pb2 import Summary
-
-        last_flush = time.monotonic()
-        while True:
-            try:
-                item = self._queue.get(timeout=self.flush_every_s)
-            except queue.Empty:
-                item = ()
-            try:
-                if item is None:
-                    self._writer.close()
-                    return
-                if item:
-                    wall_time, step, scalars = item
-                    if scalars is None:  # restart_at
-                        start = SessionLog(status=SessionLog.START)
-                        self._writer.write_event(self._event(wall_time=wall_time, step=step, session_log=start))
-                    else:
-                        values = [Summary.Value(tag=tag, simple_value=v) for tag, v in scalars.items()]
-                        summary = Summary(value=values)
-                        self._writer.write_event(self._event(wall_time=wall_time, step=step, summary=summary))
-                if time.monotonic() - last_flush >= self.flush_every_s:
-                    self._writer.flush()
-                    last_flush = time.monotonic()
-            except OSError as exc:  # a full disk must not kill training
-                print(f"[orch] could not write {self.path.name}: {exc}", file=sys.stderr, flush=True)
-            finally:
-                if item != ():
-                    self._queue.task_done()
-
-    def flush(self) -> None:
-        self._queue.join()
-        self._writer.flush()
-
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-
-
-class TensorBoardEvents(Logger):
-    """Every logged metric as a TensorBoard scalar, tag = the metrics.csv column name. One events
-    file per attempt under RUN_DIR/tensorboard/, starting with a SessionLog START at the step the
-    attempt resumes from (TensorBoard then drops what earlier attempts logged from that step on);
-    `link_dir` also shows them under a folder named after the job (config [logging]
-    tensorboard_dir, e.g. AutoDL's /root/tf-logs)."""
-
-    def __init__(
-        self,
-        folder: str | Path,
-        *,
-        purge_step: int,
-        attempt: str = "",
-        link_dir: Optional[str] = None,
-        link_name: str = "",
-        flush_every_s: float = FLUSH_EVERY_S,
-    ):
-        super().__init__()
-        self.folder = Path(folder)
-        self.purge_step = purge_step
-        self.attempt = attempt
-        self.link_dir = link_dir
-        self.link_name = link_name
-        self.flush_every_s = flush_every_s
-        self._writer: Optional[EventsThread] = None
-        self.extras: Optional[StepExtras] = None  # RateAndLR hands its own in at train start
-        self._extras_seen = 0
-
-    @property
-    def name(self) -> str:
-        return "tensorboard"
-
-    @property
-    def version(self) -> str:
-        return ""
-
-    @property
-    def writer(self) -> EventsThread:
-        if self._writer is None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self._writer = EventsThread(
-                self.folder,
-                purge_step=self.purge_step,
-                flush_every_s=self.flush_every_s,
-                suffix=f".attempt-{self.attempt}" if self.attempt else "",
-            )
-            if self.link_dir:
-                link_tensorboard(self.folder, Path(self.link_dir), self.link_name)
-        return self._writer
-
-    @rank_zero_only
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    @rank_zero_only
-    def drop_validation_at(self, step: int) -> None:
-        """As ContinuingCSVLogger's: the validation of `step` runs again. TensorBoard drops by step,
-        all tags at once, so the cut moves to `step` and the step's other rows (its train row,
-        which is not logged again) are written again from metrics.csv."""
-        rows = []
-        try:
-            with open(self.folder.parent / METRICS_CSV, newline="", encoding="utf-8") as fh:
-                rows = [r for r in csv.DictReader(fh) if _step(r) == step and not _is_validation(r)]
-        except OSError:
-            pass
-        self.writer.restart_at(step)
-        for row in rows:
-            scalars = {}
-            for key, value in row.items():
-                if key and key not in NOT_METRICS and value not in (None, ""):
-                    try:
-                        scalars[key] = float(value)
-                    except ValueError:
-                        continue
-            if scalars:
-                self.writer.add_scalars(scalars, step)
-
-    @rank_zero_only
-    def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
-        if self.extras is not None:
-            metrics, self._extras_seen = self.extras.merge_into(metrics, self._extras_seen)
-        scalars = {}
-        for tag, value in metrics.items():
-            if tag not in NOT_METRICS:
-                try:
-                    scalars[str(tag)] = float(value)
-                except (TypeError, ValueError):
-                    continue
-        if scalars:
-            self.writer.add_scalars(scalars, int(step or 0))
-
-    @rank_zero_only
-    def save(self) -> None:
-        pass  # the writer thread flushes every flush_every_s
-
-    @rank_zero_only
-    def flush(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
-
-    @rank_zero_only
-    def finalize(self, status: str) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-
-def link_tensorboard(folder: Path, link_dir: Path, name: str) -> Optional[Path]:
-    """<link_dir>/<name> -> the run's TensorBoard folder (a symlink; TensorBoard follows it).
-    A failure is a warning, never the job's end."""
-    link = link_dir / name
-    try:
-        link_dir.mkdir(parents=True, exist_ok=True)
-        if link.is_symlink() and Path(os.readlink(link)) == folder.resolve():
-            return link
-        if link.is_symlink():
-            link.unlink()
-        link.symlink_to(folder.resolve(), target_is_directory=True)
-        return link
-    except OSError as exc:
-        import sys
-
-        print(f"[orch] warning: could not link {link} -> {folder}: {exc}", file=sys.stderr, flush=True)
-        return None
-
-
 class RateAndLR(pl.Callback):
     """`lr` (the first parameter group's) and `samples_per_s` (over the last `window` batches, all
     ranks) in the run's loggers' train-step rows, computed only on the steps the loggers write
@@ -379,9 +149,9 @@ class RateAndLR(pl.Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        from .callbacks import _count
+        from .lightning_progress import count_rows
 
-        self._samples += _count(batch) * trainer.world_size
+        self._samples += count_rows(batch) * trainer.world_size
         now = time.monotonic()
         self._times.append((now, self._samples))
         if not _loggers_write_now(trainer):

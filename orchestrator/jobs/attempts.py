@@ -315,7 +315,39 @@ def settle_attempt(
         tail = log_tail(run_dir, job.attempt, 10)
         if tail:
             detail += "\nlast log lines:\n" + tail
-    also = _also(job, d, report)
+    return _record(
+        store,
+        config,
+        home,
+        job,
+        d,
+        now,
+        end,
+        detail=detail,
+        reason=reason,
+        updates=updates,
+        with_log=d.state is JobState.FAILED,
+        also=_also(job, d, report),
+    )
+
+
+def _record(
+    store: Store,
+    config: Config,
+    home: Home,
+    job: Job,
+    d: Decision,
+    now: float,
+    end: AttemptEnd,
+    *,
+    detail: str,
+    reason: Optional[str],
+    updates: dict[str, Any],
+    with_log: bool = False,
+    also: Sequence[tuple[EventKind, str]] = (),
+) -> Optional[Settled]:
+    """The decision as the job's transition from running, with the attempt's end; None when the
+    job was no longer running (someone else settled it)."""
     try:
         new = change_state(
             store,
@@ -330,7 +362,7 @@ def settle_attempt(
             expect=[JobState.RUNNING],
             updates=updates,
             end_attempt=end,
-            with_log=d.state is JobState.FAILED,
+            with_log=with_log,
             also=also,
         )
     except InvalidTransition:
@@ -368,21 +400,4 @@ def lose_attempt(store: Store, config: Config, home: Home, job: Job, now: float)
             updates["retry_after"] = now + retry_backoff_s(config, job.failures)
     reason = d.reason or job.reason
     end = AttemptEnd(ended_at=now, outcome=d.outcome, step_reached=report.step_reached)
-    try:
-        new = change_state(
-            store,
-            config,
-            home,
-            job,
-            d.state,
-            d.event,
-            now,
-            detail=reason,
-            reason=reason,
-            expect=[JobState.RUNNING],
-            end_attempt=end,
-            updates=updates,
-        )
-    except InvalidTransition:
-        return None
-    return Settled(new, d)
+    return _record(store, config, home, job, d, now, end, detail=reason, reason=reason, updates=updates)

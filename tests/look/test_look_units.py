@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import tb_reader as tb
-from training.run_logs import TensorBoardEvents
+from training.tensorboard_log import TensorBoardEvents
 
 
 def test_events_read_back_by_tensorboard_and_a_resumed_attempt_cuts_from_its_step(tmp_path):
