@@ -160,3 +160,30 @@ def test_a_daemon_leaves_alone_a_job_orch_run_is_starting(orch_home):
     job = h.job(job_id)
     assert job.state is JobState.RUNNING and job.run_seconds == charged  # orch run accrues it, not the daemon
     assert h.store.ledger()["uptime_s"] > 0  # the daemon did accrue its own uptime meanwhile
+
+
+def test_a_lone_orch_run_stops_its_job_at_the_budget_and_a_bigger_one_finishes_it(orch_home):
+    """No daemon to apply [budget]: `orch run` applies the daemon's rule itself. At 1.0 a second,
+    max_cost = 2 stops a 30 s job after about 2 s of running (a checkpoint, then `stopped`)."""
+    h = orch_home()
+    _priced(h)
+    path = h.job_file("capped", sleep=30.0, on_term=75, notice_ckpt=4, per_attempt={"2": {"sleep": 0.5}})
+    path.write_text(path.read_text() + "\n[budget]\nmax_cost = 2.0\n")
+    t0 = time.monotonic()
+    res = h.cli("run", str(path))
+    took = time.monotonic() - t0
+    assert res.returncode == 75, res.stderr  # the job's own exit after its checkpoint
+    job = h.job(1)
+    assert job.state is JobState.STOPPED and job.reason.startswith("budget: spent"), job.reason
+    assert 2.0 <= job.cost < 4.5, job.cost  # stopped within an accrual interval (1 s) and the grace of a SIGTERM
+    assert took < 20, (took, res.stderr)  # not the job's 30 s
+    assert h.records("capped", "sigterm"), "the job was told to checkpoint, not killed"
+    assert "orch retry 1 --budget N" in res.stderr and "orch run --resume 1" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    # a bigger budget: it resumes from its checkpoint and finishes
+    assert h.cli("retry", "1", "--budget", "100").returncode == 0
+    again = h.cli("run", "--resume", "1")
+    assert again.returncode == 0, again.stderr
+    assert h.job(1).state is JobState.SUCCEEDED
+    resumed = h.records("capped", "start")[-1]
+    assert resumed["attempt"] == 2 and resumed["env"]["ORCH_RESUME_FROM"].endswith("notice-step-00000004.ckpt")

@@ -80,7 +80,7 @@ def _refused(ran, *words: str) -> list[str]:
     ],
     ids=["zero-bytes", "blank-lines"],
 )
-@pytest.mark.parametrize("verb", ["submit", "estimate"])
+@pytest.mark.parametrize("verb", ["submit", "estimate", "run"])
 def test_an_empty_data_file_is_refused_naming_file_and_field(tmp_path, home, cli, assets, content, words, verb):
     job = _job(tmp_path / "w", assets)
     (tmp_path / "w" / "data" / "train.jsonl").write_text(content)
@@ -217,6 +217,10 @@ def test_lora_modules_the_model_lacks_are_refused_at_submit(tmp_path, home, orch
     )
     lines = _refused(orch("submit", job, timeout=300), f"{job}: lora.target_modules:", "not found in the base model")
     assert len(lines) == 1, lines
+    _nothing_queued(home)
+    # `orch run` (the foreground) checks the same before it records the job or starts the runner
+    lines = _refused(orch("run", job, timeout=300), f"{job}: lora.target_modules:", "not found in the base model")
+    assert len(lines) == 1, lines  # the one line: no "recorded job ...", no runner started
     _nothing_queued(home)
 
 

@@ -23,7 +23,7 @@ from ..jobs.attempts import Begun, Settled, begin_attempt, settle_attempt
 from ..spec.config import Config
 from ..contract import attempt_exit, attempt_log, exit_record, write_json_atomic
 from ..model.errors import InvalidTransition
-from ..cost.money import Pricing, split_interval
+from ..cost.money import Pricing, budget_exceeded, split_interval, total_budget_exceeded
 from ..jobs.lifecycle import cancel_job, retry_job, submit_job
 from ..planning.capacity import machine_gpus
 from ..home.paths import Home
@@ -185,6 +185,25 @@ class _Foreground:
             cost = job.gpus * self.pricing.gpu_hour * seconds / 3600.0
         self.store.charge_job(job.id, seconds, cost, job.gpus * seconds)
 
+    def _check_budget(self, job_id: int, now: float) -> None:
+        """The daemon's budget rule (its [budget] and config.toml's total) for the job this process
+        runs: a lone `orch run` has no daemon to apply it. The job checkpoints and ends `stopped`."""
+        job, proc = self.store.get(job_id), self.proc
+        if proc is None or job.intent is not Intent.NONE:
+            return
+        currency = self.config.pricing.currency
+        reason = total_budget_exceeded(self.store.total_cost(), self.config.budget.total, currency) or budget_exceeded(
+            job.cost, job.run_seconds / 3600, job.max_cost, job.max_hours, currency=currency
+        )
+        if reason is None or not self.store.set_intent_once(job.id, Intent.BUDGET.value, now):
+            return
+        self.store.update(job.id, now, only_if_state=[JobState.RUNNING], signalled_at=now, reason=reason)
+        print(f"\n{reason}: checkpointing and stopping", file=sys.stderr)
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
     def _one_attempt(self, job: Job) -> Optional[Settled]:
         begun = self._begin(job)
         if begun is None:
@@ -229,6 +248,7 @@ class _Foreground:
                 now = time.time()
                 self._accrue(begun.job, now - accrued, now)
                 accrued = now
+                self._check_budget(job.id, now)
         self.proc = None
         code, sig = (rc, None) if rc >= 0 else (None, -rc)
         ended = time.time()
@@ -248,6 +268,12 @@ class _Foreground:
             return 0
         if job.state is JobState.CANCELLED:
             print(f"\njob {job.id} stopped; continue it with:  orch run --resume {job.id}", file=sys.stderr)
+        elif job.state is JobState.STOPPED and (job.reason or "").startswith("budget"):
+            print(
+                f"job {job.id} stopped at its budget ({job.reason}); it checkpointed. To go on, raise the budget and "
+                f"resume: `orch retry {job.id} --budget N` (or `--hours N`), then `orch run --resume {job.id}`",
+                file=sys.stderr,
+            )
         else:
             print(
                 f"job {job.id} {job.state.value}: {settled.decision.reason or job.reason}; after fixing, continue with "
