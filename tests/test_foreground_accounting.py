@@ -187,3 +187,19 @@ def test_a_lone_orch_run_stops_its_job_at_the_budget_and_a_bigger_one_finishes_i
     assert h.job(1).state is JobState.SUCCEEDED
     resumed = h.records("capped", "start")[-1]
     assert resumed["attempt"] == 2 and resumed["env"]["ORCH_RESUME_FROM"].endswith("notice-step-00000004.ckpt")
+
+
+def test_orch_run_starts_nothing_while_the_total_budget_is_spent(orch_home):
+    """config.toml's [budget] total: the first job spends it (and is stopped there), after which
+    `orch run` records and starts nothing, as a daemon would hold the queue."""
+    h = orch_home()
+    h.configure({**PER_SECOND, "budget": {"total": 1.5}})
+    first = h.cli("run", str(h.job_file("spends", sleep=20.0, on_term=75)))
+    assert first.returncode == 75 and h.job(1).state is JobState.STOPPED, first.stderr
+    assert "[budget] total is 1.50" in h.job(1).reason
+    for args in (["run", str(h.job_file("next", sleep=0.1))], ["run", "--resume", "1"]):
+        res = h.cli(*args)
+        assert res.returncode == 1 and "nothing was started" in res.stderr and "[budget] total" in res.stderr, res
+        assert "Traceback" not in res.stderr
+    assert [j.id for j in h.store.jobs()] == [1] and not h.records("next")
+    assert len(h.store.attempts(1)) == 1

@@ -152,8 +152,23 @@ def run(
         raise typer.BadParameter("give a job file or --resume ID (one of them)")
     if job_toml is not None:  # the same checks as submit, before anything is recorded; it runs here
         _preflight(job_toml, time.time(), len(machine_gpus(ctx.config())), "local")
+    _refuse_when_the_total_budget_is_spent()
     code = run_foreground(ctx.home.ensure(), ctx.store(), ctx.config(), job_toml=job_toml, resume_id=resume)
     raise typer.Exit(code)
+
+
+def _refuse_when_the_total_budget_is_spent() -> None:
+    """What a daemon does to queued jobs while config.toml's [budget] total is spent (it holds
+    them), `orch run` does before it records or starts one: nothing runs, exit 1."""
+    from ..cost.money import total_budget_exceeded
+
+    config = ctx.config()
+    if config.budget.total is None:
+        return
+    reason = total_budget_exceeded(ctx.store().total_cost(), config.budget.total, config.pricing.currency)
+    if reason:
+        err(f"orch run: {reason}; nothing was started. Raise [budget] total in config.toml to go on")
+        raise typer.Exit(1)
 
 
 # -- looking at jobs --------------------------------------------------------------------
