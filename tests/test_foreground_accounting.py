@@ -197,6 +197,7 @@ def test_orch_run_starts_nothing_while_the_total_budget_is_spent(orch_home):
     first = h.cli("run", str(h.job_file("spends", sleep=20.0, on_term=75)))
     assert first.returncode == 75 and h.job(1).state is JobState.STOPPED, first.stderr
     assert "[budget] total is 1.50" in h.job(1).reason
+    assert "raise [budget] total in config.toml, then `orch run --resume 1`" in first.stderr, first.stderr
     for args in (["run", str(h.job_file("next", sleep=0.1))], ["run", "--resume", "1"]):
         res = h.cli(*args)
         assert res.returncode == 1 and "nothing was started" in res.stderr and "[budget] total" in res.stderr, res

@@ -269,9 +269,14 @@ class _Foreground:
         if job.state is JobState.CANCELLED:
             print(f"\njob {job.id} stopped; continue it with:  orch run --resume {job.id}", file=sys.stderr)
         elif job.state is JobState.STOPPED and (job.reason or "").startswith("budget"):
+            raise_it = (
+                "raise [budget] total in config.toml"
+                if "[budget] total" in (job.reason or "")
+                else f"`orch retry {job.id} --budget N` (or `--hours N`)"
+            )
             print(
-                f"job {job.id} stopped at its budget ({job.reason}); it checkpointed. To go on, raise the budget and "
-                f"resume: `orch retry {job.id} --budget N` (or `--hours N`), then `orch run --resume {job.id}`",
+                f"job {job.id} stopped at its budget ({job.reason}). To go on: {raise_it}, then "
+                f"`orch run --resume {job.id}` (it resumes from its latest checkpoint)",
                 file=sys.stderr,
             )
         else:
