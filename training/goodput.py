@@ -7,6 +7,7 @@ of its last heartbeat and the next attempt carries them forward."""
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -172,12 +173,10 @@ class GoodputMeter(pl.Callback):
 def typical_share(batch_s: list[float]) -> Optional[float]:
     """The median batch's time ÷ the mean batch's: 1 when every batch took as long, less when a few
     slow ones pulled the mean up. None under five batches (too few to tell)."""
-    times = sorted(t for t in batch_s if t > 0)
+    times = [t for t in batch_s if t > 0]
     if len(times) < 5:
         return None
-    mid = len(times) // 2
-    median = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
-    return min(1.0, median / (sum(times) / len(times)))
+    return min(1.0, statistics.median(times) / statistics.fmean(times))
 
 
 def _earlier_attempts(run_dir: Optional[Path], attempt: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from ..jobs.attempts import Begun, Settled, begin_attempt, settle_attempt
 from ..spec.config import Config
 from ..contract import attempt_exit, attempt_log, exit_record, write_json_atomic
 from ..model.errors import InvalidTransition
-from ..cost.money import Pricing, budget_exceeded, split_interval, total_budget_exceeded
+from ..cost.money import Pricing, running_job_budget_exceeded, split_interval, total_budget_exceeded
 from ..jobs.lifecycle import cancel_job, retry_job, submit_job
 from ..planning.capacity import machine_gpus
 from ..home.paths import Home
@@ -192,8 +192,9 @@ class _Foreground:
         if proc is None or job.intent is not Intent.NONE:
             return
         currency = self.config.pricing.currency
-        reason = total_budget_exceeded(self.store.total_cost(), self.config.budget.total, currency) or budget_exceeded(
-            job.cost, job.run_seconds / 3600, job.max_cost, job.max_hours, currency=currency
+        total_reason = total_budget_exceeded(self.store.total_cost(), self.config.budget.total, currency)
+        reason = running_job_budget_exceeded(
+            job.cost, job.run_seconds / 3600, job.max_cost, job.max_hours, total_reason, currency
         )
         if reason is None or not self.store.set_intent_once(job.id, Intent.BUDGET.value, now):
             return

@@ -187,6 +187,20 @@ def budget_exceeded(
     return None
 
 
+def running_job_budget_exceeded(
+    job_cost: float,
+    job_hours: float,
+    max_cost: float | None,
+    max_hours: float | None,
+    total_reason: str | None,
+    currency: str = "",
+) -> str | None:
+    """Why a running job must stop for a budget: config.toml's total spent (`total_reason`, from
+    total_budget_exceeded), else its own [budget]. The one rule the daemon and a lone `orch run`
+    apply."""
+    return total_reason or budget_exceeded(job_cost, job_hours, max_cost, max_hours, currency=currency)
+
+
 def total_budget_exceeded(total_spent: float, total: float | None, currency: str = "") -> str | None:
     """Why nothing more may run under config.toml [budget] total, or None."""
     if total is not None and total_spent >= total:

@@ -9,7 +9,7 @@ from typing import Optional
 
 from ..jobs.attempts import grace_for
 from ..jobs.lifecycle import outgoing_for, payload_for
-from ..cost.money import budget_exceeded, format_money, total_budget_exceeded
+from ..cost.money import format_money, running_job_budget_exceeded, total_budget_exceeded
 from ..model.records import Job
 from ..model.states import EventKind, Intent, JobState
 from .step_context import StepContext
@@ -56,8 +56,8 @@ def check_budgets(d: StepContext, now: float) -> None:
     for job in d.store.jobs([JobState.RUNNING]):
         if job.intent is not Intent.NONE:
             continue
-        reason = total_reason or budget_exceeded(
-            job.cost, job.run_seconds / 3600, job.max_cost, job.max_hours, currency=d.config.pricing.currency
+        reason = running_job_budget_exceeded(
+            job.cost, job.run_seconds / 3600, job.max_cost, job.max_hours, total_reason, d.config.pricing.currency
         )
         if reason:
             signal_job(d, job, Intent.BUDGET, now, reason)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from .backoff import backoff_s
+from .backoff import retry_backoff_s
 from ..spec.config import Config
 from ..contract import (
     CHECKPOINTS,
@@ -379,11 +379,6 @@ def _also(job: Job, d: Decision, report: RunReport) -> list[tuple[EventKind, str
     if report.disk_full is not None:
         return [(EventKind.DISK_FULL, disk_full_text(report.disk_full))]
     return []
-
-
-def retry_backoff_s(config: Config, tries: int) -> float:
-    """How long a failing job waits before its next attempt, after `tries` charged ones."""
-    return backoff_s(tries, config.daemon.retry_backoff_seconds, config.daemon.max_retry_backoff_seconds)
 
 
 def lose_attempt(store: Store, config: Config, home: Home, job: Job, now: float) -> Optional[Settled]:
