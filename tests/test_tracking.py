@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -106,13 +107,16 @@ class Recorder(Backend):
 
     name = "wandb"
 
-    def __init__(self, job: JobInfo, *, fail_in: Optional[str] = None, stall_s: float = 0.0):
+    def __init__(
+        self, job: JobInfo, *, fail_in: Optional[str] = None, stall_until: Optional[threading.Event] = None
+    ):
         super().__init__(job)
-        self.fail_in, self.stall_s = fail_in, stall_s
+        self.fail_in, self.stall_until = fail_in, stall_until
         self.calls: list[tuple[str, Any]] = []
 
     def _do(self, what: str, *args: Any) -> None:
-        time.sleep(self.stall_s)
+        if self.stall_until is not None:  # a hung server: nothing returns until the test says so
+            self.stall_until.wait()
         if what == self.fail_in:
             raise ConnectionError(f"{what}: 401 for https://u:s3cret@api.example (api_key=XYZSECRET)")
         self.calls.append((what, args))
@@ -162,15 +166,23 @@ def test_a_tracker_that_fails_stops_with_one_warning_and_no_secret(tmp_path, mon
 
 def test_a_stalled_tracker_never_slows_the_step_and_the_close_is_bounded(tmp_path, monkeypatch):
     monkeypatch.setattr("training.trackers.CLOSE_WAIT_S", {"finished": 0.5, "failed": 0.5, "paused": 0.5})
-    trackers, _ = start(tmp_path, monkeypatch, stall_s=2.0)
+    hung = threading.Event()
+    trackers, backend = start(tmp_path, monkeypatch, stall_until=hung)
     logger = trackers.loggers[0]
-    began = time.perf_counter()
-    for step in range(2000):
-        logger.log_metrics({"train_loss": 1.0}, step)
-    assert time.perf_counter() - began < 0.5  # 2000 rows queued: the step never waited on the tracker
-    began = time.perf_counter()
-    trackers.close("finished")
-    assert time.perf_counter() - began < 1.5
+    try:
+        # The tracker answers nothing until `hung` is set, so a step that waited on it would
+        # never finish: 2000 steps that finish while it hangs never waited.
+        steps = threading.Thread(target=lambda: [logger.log_metrics({"train_loss": 1.0}, s) for s in range(2000)])
+        steps.start()
+        steps.join(60)
+        assert not steps.is_alive(), "a step waited on a hung tracker"
+        closer = threading.Thread(target=trackers.close, args=("finished",))
+        closer.start()
+        closer.join(60)
+        assert not closer.is_alive(), "close waited on a hung tracker past CLOSE_WAIT_S"
+        assert backend.calls == []  # it really was hung all along
+    finally:
+        hung.set()
     note = json.loads((tmp_path / TRACKING).read_text())["backends"]["wandb"]
     assert "did not finish within" in note["warning"]
 
@@ -202,7 +214,7 @@ def test_mlflow_at_a_dead_server_costs_the_job_nothing_but_a_warning(tmp_path, m
     began = time.perf_counter()
     for step in range(500):
         logger.log_metrics({"train_loss": 0.5}, step)
-    assert time.perf_counter() - began < 0.5
+    assert time.perf_counter() - began < 10  # not 500 tries at a dead server (or retries) on the step
     trackers.close("finished")
     note = json.loads((tmp_path / TRACKING).read_text())["backends"]["mlflow"]
     assert note["warning"].startswith("could not start"), note

@@ -73,6 +73,10 @@ def batch(args: argparse.Namespace, command: list[str]) -> int:
             "started_at": started_at,
         },
     )
+    # Files' times come from the filesystem's clock (coarse, and on NFS the server's), not from
+    # time.time(): a notice saved a moment after the start can read older than started_at. The
+    # record just written is this attempt's start on that same clock.
+    since = mtime_or(run_dir / attempt_slurm_info(n), started_at)
     print(
         f"[orch] attempt {n} started {time.strftime('%Y-%m-%d %H:%M:%S')} as Slurm job {job_id} on "
         f"{os.environ.get('SLURM_JOB_NODELIST', '?')}: {' '.join(command)}",
@@ -117,12 +121,12 @@ def batch(args: argparse.Namespace, command: list[str]) -> int:
             print(f"[orch] cannot start srun: {exc}", flush=True)
             code = 127
     ended_at = time.time()
-    if sig == signal.SIGTERM and finished_before(run_dir, started_at):
+    if sig == signal.SIGTERM and finished_before(run_dir, since):
         # A walltime warning or preemption that lands after the job wrote result.json (its last
         # act) can only hit the interpreter's shutdown: the work is complete and durable.
         print("[orch] SIGTERM came after the job wrote result.json: it had finished", flush=True)
         code, sig = 0, None
-    elif sig in (signal.SIGTERM, signal.SIGKILL) and (notice := notice_saved_since(run_dir, started_at)):
+    elif sig in (signal.SIGTERM, signal.SIGKILL) and (notice := notice_saved_since(run_dir, since)):
         # Every rank passed the save's barrier before rank 0 exits 75; srun (--kill-on-bad-exit)
         # then stops the ranks still shutting down, and a rank killed there loses nothing. srun
         # reports that kill (128+sig outranks 75), but the attempt ended checkpointed.
@@ -135,6 +139,13 @@ def batch(args: argparse.Namespace, command: list[str]) -> int:
     print(f"[orch] attempt {n} ended after {ended_at - started_at:.1f}s: {how}", flush=True)
     write_exit_record(run_dir, n, code, sig, started_at, ended_at, slurm_job_id=job_id)
     return 0
+
+
+def mtime_or(path: Path, default: float) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return default
 
 
 def finished_before(run_dir: Path, started_at: float) -> bool:
