@@ -107,9 +107,7 @@ class Recorder(Backend):
 
     name = "wandb"
 
-    def __init__(
-        self, job: JobInfo, *, fail_in: Optional[str] = None, stall_until: Optional[threading.Event] = None
-    ):
+    def __init__(self, job: JobInfo, *, fail_in: Optional[str] = None, stall_until: Optional[threading.Event] = None):
         super().__init__(job)
         self.fail_in, self.stall_until = fail_in, stall_until
         self.calls: list[tuple[str, Any]] = []
