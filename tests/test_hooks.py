@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -154,11 +155,18 @@ def test_shell_syntax_in_argv_is_passed_verbatim(tmp_path: Path):
 
 def test_runner_submit_does_not_wait_for_the_hook(tmp_path: Path):
     runner = HookRunner(log=LOG)
-    started = time.monotonic()
-    future = runner.submit([PY, "-c", "import time; time.sleep(1)"], "succeeded", JOB)
-    assert time.monotonic() - started < 0.5 and not future.done()
+    go = tmp_path / "go"  # the hook runs until the test creates this: a submit that waited never returns
+    hook = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.02)"
+    box: list = []
+    submitted = threading.Thread(target=lambda: box.append(runner.submit([PY, "-c", hook], "succeeded", JOB)))
+    submitted.start()
+    submitted.join(30)
+    assert not submitted.is_alive(), "submit waited for the hook"
+    future = box[0]
+    assert not future.done()
     assert not runner.wait_idle(0.05)
-    assert runner.wait_idle(10)
+    go.touch()
+    assert runner.wait_idle(30)
     assert future.result().ok
     assert runner.close(5)
 
