@@ -11,15 +11,16 @@ records the attempt, so the daemon and `orch run` never share one."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 from pathlib import Path
 
-from ..jobs.attempts import Begun, Settled, begin_attempt, settle_attempt
+from ..jobs.attempts import Begun, Settled, begin_attempt, lose_attempt, settle_attempt
 from ..spec.config import Config
 from ..contract import attempt_exit, attempt_log, exit_record, write_json_atomic
 from ..model.errors import InvalidTransition
@@ -27,11 +28,13 @@ from ..cost.money import Pricing, running_job_budget_exceeded, split_interval, t
 from ..jobs.lifecycle import cancel_job, retry_job, submit_job
 from ..planning.capacity import machine_gpus
 from ..home.paths import Home
-from ..host.procs import start_time
+from ..host.procs import is_alive, start_time
 from ..model.records import FOREGROUND_PID, FOREGROUND_START, Job
 from ..jobs.outcome import Decision
 from ..model.states import RETRYABLE, AttemptOutcome, EventKind, Intent, JobState
 from ..store import Store
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def run_foreground(
@@ -43,6 +46,11 @@ def run_foreground(
         print(f"recorded job {job.id} ({job.name}); running it here (Ctrl-C checkpoints and stops)", file=sys.stderr)
     else:
         job = store.get(resume_id)  # type: ignore[arg-type]
+        if job.state is JobState.RUNNING:
+            settled = settle_a_runnerless_attempt(home, store, config, job)
+            if settled is None:
+                return 1
+            job = settled
         if job.state not in RETRYABLE and job.state is not JobState.QUEUED:
             raise InvalidTransition(
                 job.id, job.state.value, "running", "only a queued, failed, cancelled or stopped job can be resumed"
@@ -62,6 +70,85 @@ def run_foreground(
     )
     job = store.get(job.id)
     return _Foreground(home, store, config, managed).run(job)
+
+
+def own_group_dying_with_parent() -> Callable[[], None]:
+    """A preexec_fn: the child gets its own process group, and SIGTERM when this process dies
+    (Linux's PR_SET_PDEATHSIG; elsewhere only the process group)."""
+    parent = os.getpid()
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
+    except (OSError, AttributeError):
+        prctl = None
+
+    def setup() -> None:
+        os.setpgrp()
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent:  # it died before the request took
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    return setup
+
+
+def settle_a_runnerless_attempt(home: Home, store: Store, config: Config, job: Job) -> Optional[Job]:
+    """`orch run --resume` of a job still recorded running. If what ran its attempt (an `orch run`,
+    or a daemon's supervisor) is gone and no daemon is here to notice, the attempt is settled here
+    the way the daemon would (its exit record, else lost: its strays stopped, a notice checkpoint
+    kept), and the job can resume. Otherwise it says who has the job and returns None."""
+    from ..executors import build_local_executor
+    from .context import daemon_pid
+
+    ref = job.executor_ref or {}
+    daemon = daemon_pid(home)
+    if job.executor != "local" and not job.in_foreground:
+        print(
+            f"job {job.id} runs on {job.executor}; "
+            + ("the daemon settles and resumes it" if daemon else "`orch daemon start` settles and resumes it")
+            + f": follow it with `orch logs -f {job.id}`",
+            file=sys.stderr,
+        )
+        return None
+    executor = build_local_executor(home)
+    if not job.supervisor_pid and not ref and job.attempt and daemon is None:
+        # a daemon that died between starting an attempt and recording its handle
+        handle = executor.adopt(job)
+        if handle:
+            store.update(job.id, time.time(), only_if_state=[JobState.RUNNING], **handle)
+            job = store.get(job.id)
+    runner = job.supervisor_pid or ref.get(FOREGROUND_PID)
+    alive = executor.alive(job) or (
+        not job.supervisor_pid and is_alive(ref.get(FOREGROUND_PID), ref.get(FOREGROUND_START))
+    )
+    who = "an `orch run`" if job.in_foreground else "the daemon's supervisor"
+    if alive:
+        print(
+            f"job {job.id} is running under {who} (pid {runner}); follow it with `orch logs -f {job.id}`, "
+            f"stop it with `orch cancel {job.id}`",
+            file=sys.stderr,
+        )
+        return None
+    if daemon is not None:
+        print(
+            f"job {job.id}'s attempt lost its runner (pid {runner}); the daemon (pid {daemon}) settles it on its "
+            f"next tick and resumes it: follow it with `orch logs -f {job.id}`",
+            file=sys.stderr,
+        )
+        return None
+    now = time.time()
+    exit_info = executor.exit(job)
+    if exit_info is not None:
+        settled = settle_attempt(store, config, home, job, exit_info, now)
+    else:
+        executor.clear_lost(job)  # nothing of the old attempt may run beside the new one
+        settled = lose_attempt(store, config, home, job, now)
+    job = settled.job if settled is not None else store.get(job.id)
+    print(
+        f"job {job.id}: attempt {job.attempt} lost its runner (pid {runner}); settled here: {job.state.value}"
+        + (f" ({job.reason})" if job.reason else ""),
+        file=sys.stderr,
+    )
+    return job
 
 
 class _Foreground:
@@ -236,7 +323,9 @@ class _Foreground:
         started = time.time()
         self.job = self.store.get(job.id)
         # The job has its own process group so only we see the terminal's Ctrl-C; we pass it on.
-        self.proc = subprocess.Popen(argv, cwd=launch.cwd, env=launch.env, preexec_fn=os.setpgrp)
+        # It also gets a SIGTERM when this process dies (kill -9, the OOM killer): it checkpoints
+        # and exits 75 instead of training on with no one to record it.
+        self.proc = subprocess.Popen(argv, cwd=launch.cwd, env=launch.env, preexec_fn=own_group_dying_with_parent())
         if self.interrupts:
             self.interrupts = 0
             self.on_signal(signal.SIGINT, None)

@@ -20,3 +20,10 @@ def build_executor(config: "Config", home: "Home") -> "Executor":
     from .local import LocalExecutor
 
     return LocalExecutor(home)
+
+
+def build_local_executor(home: "Home") -> "Executor":
+    """The local executor whatever config.toml says: `orch run` runs its attempts on this machine."""
+    from .local import LocalExecutor
+
+    return LocalExecutor(home)
