@@ -11,13 +11,12 @@ records the attempt, so the daemon and `orch run` never share one."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 from pathlib import Path
 
 from ..jobs.attempts import Begun, Settled, begin_attempt, lose_attempt, settle_attempt
@@ -28,13 +27,11 @@ from ..cost.money import Pricing, running_job_budget_exceeded, split_interval, t
 from ..jobs.lifecycle import cancel_job, retry_job, submit_job
 from ..planning.capacity import machine_gpus
 from ..home.paths import Home
-from ..host.procs import is_alive, start_time
+from ..host.procs import is_alive, own_group_dying_with_parent, start_time
 from ..model.records import FOREGROUND_PID, FOREGROUND_START, Job
 from ..jobs.outcome import Decision
 from ..model.states import RETRYABLE, AttemptOutcome, EventKind, Intent, JobState
 from ..store import Store
-
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def run_foreground(
@@ -70,25 +67,6 @@ def run_foreground(
     )
     job = store.get(job.id)
     return _Foreground(home, store, config, managed).run(job)
-
-
-def own_group_dying_with_parent() -> Callable[[], None]:
-    """A preexec_fn: the child gets its own process group, and SIGTERM when this process dies
-    (Linux's PR_SET_PDEATHSIG; elsewhere only the process group)."""
-    parent = os.getpid()
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
-    except (OSError, AttributeError):
-        prctl = None
-
-    def setup() -> None:
-        os.setpgrp()
-        if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-            if os.getppid() != parent:  # it died before the request took
-                os.kill(os.getpid(), signal.SIGTERM)
-
-    return setup
 
 
 def settle_a_runnerless_attempt(home: Home, store: Store, config: Config, job: Job) -> Optional[Job]:

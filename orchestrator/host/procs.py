@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 
 # Indices into stat_fields(): /proc/PID/stat after the command name.
@@ -114,3 +114,27 @@ def _members(index: int, value: Optional[int]) -> list[int]:
         if fields is not None and fields[index] == str(value):
             out.append(pid)
     return out
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def own_group_dying_with_parent() -> Callable[[], None]:
+    """A preexec_fn: the child gets its own process group, and SIGTERM when this process dies
+    (Linux's PR_SET_PDEATHSIG; elsewhere only the process group)."""
+    import ctypes  # only here: most commands never start a job
+
+    parent = os.getpid()
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
+    except (OSError, AttributeError):
+        prctl = None
+
+    def setup() -> None:
+        os.setpgrp()
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent:  # it died before the request took
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    return setup
