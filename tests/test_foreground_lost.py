@@ -55,6 +55,7 @@ def start_then_kill_orch_run(tmp_path: Path, deaf: bool) -> tuple[Path, int]:
     try:
         wait_for(pid_file.exists, 60, "the job to start")
         job_pid = int(pid_file.read_text())
+        assert "nothing runs it" not in orch(home, "status").stderr  # its orch run is alive
         busy = orch(home, "run", "--resume", "1")
         assert busy.returncode == 1, busy.stderr
         assert f"job 1 is running under an `orch run` (pid {proc.pid})" in busy.stderr, busy.stderr
@@ -74,6 +75,9 @@ def test_a_killed_orch_run_stops_its_job_and_resume_settles_and_continues_it(tmp
     wait_for(lambda: not is_alive(job_pid, None), 30, "the job to stop after its orch run died")
     assert (home / "runs" / "1" / "got-sigterm").exists()
     assert json.loads(orch(home, "show", "1", "--json").stdout)["state"] == "running"  # nobody recorded it
+    status = orch(home, "status")
+    assert "job 1 is recorded running but nothing runs it (its `orch run` is gone)" in status.stderr, status.stderr
+    assert "orch run --resume 1" in status.stderr
 
     res = orch(home, "run", "--resume", "1")
     assert res.returncode == 0, res.stderr

@@ -69,6 +69,25 @@ def run_foreground(
     return _Foreground(home, store, config, managed).run(job)
 
 
+def runner_alive(job: Job) -> bool:
+    """What runs this local job's attempt is alive: its supervisor or `orch run` (pid and start
+    time), or the `orch run` that claimed it and is about to record itself."""
+    ref = job.executor_ref or {}
+    if job.supervisor_pid:
+        return is_alive(job.supervisor_pid, job.supervisor_start)
+    return is_alive(ref.get(FOREGROUND_PID), ref.get(FOREGROUND_START))
+
+
+def runnerless_jobs(store: Store) -> list[Job]:
+    """Local jobs recorded running with nothing running them (an `orch run` or a supervisor that
+    was killed): only a daemon, or `orch run --resume`, settles them."""
+    return [
+        j
+        for j in store.jobs([JobState.RUNNING])
+        if (j.executor == "local" or j.in_foreground) and (j.supervisor_pid or j.executor_ref) and not runner_alive(j)
+    ]
+
+
 def settle_a_runnerless_attempt(home: Home, store: Store, config: Config, job: Job) -> Optional[Job]:
     """`orch run --resume` of a job still recorded running. If what ran its attempt (an `orch run`,
     or a daemon's supervisor) is gone and no daemon is here to notice, the attempt is settled here
@@ -95,9 +114,7 @@ def settle_a_runnerless_attempt(home: Home, store: Store, config: Config, job: J
             store.update(job.id, time.time(), only_if_state=[JobState.RUNNING], **handle)
             job = store.get(job.id)
     runner = job.supervisor_pid or ref.get(FOREGROUND_PID)
-    alive = executor.alive(job) or (
-        not job.supervisor_pid and is_alive(ref.get(FOREGROUND_PID), ref.get(FOREGROUND_START))
-    )
+    alive = runner_alive(job)
     who = "an `orch run`" if job.in_foreground else "the daemon's supervisor"
     if alive:
         print(

@@ -214,6 +214,14 @@ def status(
     print(grouped_table(store, rows, lambda some: status_table(some, cur, color=color, width=width)))
     if daemon_pid(home) is None and any(r["state"] in ("queued", "running") for r in rows):
         err("note: no daemon is running; `orch daemon start` runs the queue")
+        from .foreground import runnerless_jobs
+
+        for job in runnerless_jobs(store):
+            err(
+                f"note: job {job.id} is recorded running but nothing runs it (its "
+                + ("`orch run`" if job.in_foreground else "supervisor")
+                + f" is gone): `orch run --resume {job.id}` continues it here, or `orch daemon start`"
+            )
     status_note(store)
     _say_draining(home)
 
