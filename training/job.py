@@ -125,6 +125,7 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
     from .run_logs import RateAndLR, run_loggers
     from .checkpoints import AtomicCheckpointIO
     from .data import DataError
+    from .rows import max_length_note
     from .tasks import export, make_data, make_module
     from .resize import record_shrink, shrink
 
@@ -151,6 +152,9 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
         tokenizer = AutoTokenizer.from_pretrained(spec.model.name_or_path)
     except OSError as exc:
         raise load_error("the tokenizer of", spec.model.name_or_path, exc) from None
+    cut = max_length_note(spec.data.max_length, tokenizer)
+    if rank0 and cut:
+        say(f"warning: {cut}")
     data = make_data(spec, tokenizer, batch_size)
     try:
         data.prepare()

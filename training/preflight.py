@@ -29,7 +29,7 @@ from orchestrator.spec.jobspec import (
 )
 
 from .preflight_rows import Findings, row_checks
-from .rows import DataError, align_tokenize, sft_tokenize, tokenize_batch
+from .rows import DataError, align_tokenize, max_length_note, sft_tokenize, tokenize_batch, usable_max_length
 from .samples import Sample, SampleError, read_sample
 
 BATCH_ROWS = 64  # the batch tokenized at submit: the job's batch size, at most this
@@ -75,6 +75,9 @@ def check(
     if tokenizer is not None and task == TASK_TOKENS and not getattr(tokenizer, "is_fast", False):
         problems.append(f"{label}: model.name_or_path: token-classification needs a fast tokenizer (word ids)")
     elif tokenizer is not None and "train" in samples and not problems:
+        cut = max_length_note(spec.data.max_length, tokenizer)
+        if cut:
+            notes.append(f"{label}: {cut}")
         problem = _tokenize_one_batch(spec, tokenizer, samples["train"], found)
         if problem:
             problems.append(f"{label}: data.train: {problem}")
@@ -150,11 +153,12 @@ def _tokenize_one_batch(spec: JobSpec, tokenizer: Any, sample: Sample, found: Fi
     """The runner's own map function on the first batch: the error the job would hit, or None."""
     assert spec.model is not None and spec.data is not None and spec.train is not None
     d, task = spec.data, spec.model.task
+    max_length = usable_max_length(d.max_length, tokenizer)
     rows = sample.rows[: max(1, min(spec.train.batch_size, BATCH_ROWS))]
     batch = _columns(rows)
     try:
         if task == TASK_TOKENS:
-            align_tokenize(batch, tokenizer, d.tokens_field, d.tags_field, d.max_length, found.tag2id)
+            align_tokenize(batch, tokenizer, d.tokens_field, d.tags_field, max_length, found.tag2id)
         elif task == TASK_CAUSAL_LM:
             mode = "messages" if d.messages_field else "prompt" if d.prompt_field else "text"
             fields = {
@@ -163,14 +167,12 @@ def _tokenize_one_batch(spec: JobSpec, tokenizer: Any, sample: Sample, found: Fi
                 "response": d.response_field,
                 "messages": d.messages_field,
             }
-            out = sft_tokenize(batch, tokenizer, mode, fields, d.max_length)
+            out = sft_tokenize(batch, tokenizer, mode, fields, max_length)
             if not out["input_ids"] and len(rows) == len(sample.rows) and sample.complete:
-                return f"no example has a token to train on within data.max_length = {d.max_length}"
+                return f"no example has a token to train on within {max_length} tokens (data.max_length = {d.max_length})"
         else:
             batch[d.label_field] = found.labels_as_loaded(batch.get(d.label_field, []))
-            tokenize_batch(
-                batch, tokenizer, d.text_field, d.text_pair_field, d.max_length, d.label_field, found.label2id
-            )
+            tokenize_batch(batch, tokenizer, d.text_field, d.text_pair_field, max_length, d.label_field, found.label2id)
     except DataError as exc:
         return str(exc)
     except Exception as exc:  # the tokenizer's own complaint about a value (None, a number)

@@ -14,6 +14,30 @@ class DataError(ValueError):
     """The data does not fit the job spec (missing column, unknown label, ...)."""
 
 
+# A tokenizer saved without a length says so with a huge sentinel (transformers' VERY_LARGE_INTEGER).
+NO_LIMIT = 1_000_000
+
+
+def usable_max_length(max_length: int, tokenizer) -> int:
+    """data.max_length, cut to what the model takes (its tokenizer's model_max_length), as
+    transformers' own examples do: a longer row would index past the position embeddings and
+    crash the run at whatever step it is drawn."""
+    limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(limit, int) and 0 < limit < NO_LIMIT:
+        return min(max_length, limit)
+    return max_length
+
+
+def max_length_note(max_length: int, tokenizer) -> Optional[str]:
+    usable = usable_max_length(max_length, tokenizer)
+    if usable == max_length:
+        return None
+    return (
+        f"data.max_length = {max_length} is more than this model takes ({usable} tokens, its tokenizer's "
+        f"model_max_length): rows are cut at {usable}"
+    )
+
+
 def tokenize_batch(
     batch: dict[str, list],
     tokenizer,

@@ -221,3 +221,32 @@ def test_the_sample_is_bounded(tmp_path: Path) -> None:
     small = write_jsonl(tmp_path / "small.jsonl", sentiment_rows(MAX_ROWS, seed=1))
     sample = read_sample(small)
     assert sample is not None and len(sample.rows) == MAX_ROWS and sample.complete
+
+
+def test_a_max_length_past_the_model_is_cut_to_it_with_a_note_and_a_long_row_trains(tmp_path, tiny_bert) -> None:
+    """data.max_length = 4096 on a 64-position BERT: without the cut, the one long row would
+    index past the position embeddings and crash the run at whatever step draws it."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from orchestrator.spec.jobspec import spec_from_dict
+    from training.tasks import make_data
+
+    rows = sentiment_rows(30, seed=4) + [{"text": " ".join(["good"] * 300), "label": 1}]
+    train = _jsonl(tmp_path, "long.jsonl", rows)
+    spec = _spec(tiny_bert, CLS, train, data={"max_length": 4096, "num_workers": 0})
+    answer = run({"checks": [{"label": "job.toml", "spec": spec}]})
+    assert answer["problems"] == []
+    assert (
+        "job.toml: data.max_length = 4096 is more than this model takes (64 tokens, its tokenizer's "
+        "model_max_length): rows are cut at 64" in answer["notes"]
+    ), answer["notes"]
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    data = make_data(spec_from_dict(spec, "job.toml"), tokenizer, 8)
+    data.prepare()
+    lengths = [len(ids) for ids in data.splits["train"]["input_ids"]]
+    assert max(lengths) == 64  # the long row, cut
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=2)
+    longest = torch.tensor([data.splits["train"]["input_ids"][lengths.index(64)]])
+    assert model(input_ids=longest).logits.shape == (1, 2)

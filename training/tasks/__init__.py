@@ -8,6 +8,8 @@ from typing import Any
 
 from orchestrator.spec.jobspec import TASK_CAUSAL_LM, TASK_CLASSIFY, TASK_TOKENS, JobSpec
 
+from ..rows import usable_max_length
+
 # best.ckpt's monitor when there is no [early_stopping]: what each task's validation is judged by.
 DEFAULT_MONITOR = {
     TASK_CLASSIFY: ("val_acc", "max"),
@@ -24,7 +26,7 @@ def make_data(spec: JobSpec, tokenizer: Any, batch_size: int) -> Any:
         train=d.train,
         validation=d.validation,
         text_field=d.text_field,
-        max_length=d.max_length,
+        max_length=usable_max_length(d.max_length, tokenizer),
         batch_size=batch_size,
         num_workers=d.num_workers,
         shuffle=d.shuffle,
