@@ -169,7 +169,9 @@ def _tokenize_one_batch(spec: JobSpec, tokenizer: Any, sample: Sample, found: Fi
             }
             out = sft_tokenize(batch, tokenizer, mode, fields, max_length)
             if not out["input_ids"] and len(rows) == len(sample.rows) and sample.complete:
-                return f"no example has a token to train on within {max_length} tokens (data.max_length = {d.max_length})"
+                return (
+                    f"no example has a token to train on within {max_length} tokens (data.max_length = {d.max_length})"
+                )
         else:
             batch[d.label_field] = found.labels_as_loaded(batch.get(d.label_field, []))
             tokenize_batch(batch, tokenizer, d.text_field, d.text_pair_field, max_length, d.label_field, found.label2id)
