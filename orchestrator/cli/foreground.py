@@ -96,7 +96,6 @@ def settle_a_runnerless_attempt(home: Home, store: Store, config: Config, job: J
     from ..executors import build_local_executor
     from .context import daemon_pid
 
-    ref = job.executor_ref or {}
     daemon = daemon_pid(home)
     if job.executor != "local" and not job.in_foreground:
         print(
@@ -107,16 +106,15 @@ def settle_a_runnerless_attempt(home: Home, store: Store, config: Config, job: J
         )
         return None
     executor = build_local_executor(home)
-    if not job.supervisor_pid and not ref and job.attempt and daemon is None:
+    if not job.supervisor_pid and not job.executor_ref and job.attempt and daemon is None:
         # a daemon that died between starting an attempt and recording its handle
         handle = executor.adopt(job)
         if handle:
             store.update(job.id, time.time(), only_if_state=[JobState.RUNNING], **handle)
             job = store.get(job.id)
-    runner = job.supervisor_pid or ref.get(FOREGROUND_PID)
-    alive = runner_alive(job)
-    who = "an `orch run`" if job.in_foreground else "the daemon's supervisor"
-    if alive:
+    runner = job.supervisor_pid or (job.executor_ref or {}).get(FOREGROUND_PID)
+    if runner_alive(job):
+        who = "an `orch run`" if job.in_foreground else "the daemon's supervisor"
         print(
             f"job {job.id} is running under {who} (pid {runner}); follow it with `orch logs -f {job.id}`, "
             f"stop it with `orch cancel {job.id}`",

@@ -17,9 +17,7 @@ def build_executor(config: "Config", home: "Home") -> "Executor":
         from .slurm import SlurmExecutor
 
         return SlurmExecutor(home, config.slurm)
-    from .local import LocalExecutor
-
-    return LocalExecutor(home)
+    return build_local_executor(home)
 
 
 def build_local_executor(home: "Home") -> "Executor":
