@@ -1,16 +1,15 @@
 """Preemption sources against real loopback HTTP servers that speak each provider's format
-(AWS IMDSv2, GCP metadata, Azure Scheduled Events), plus the sentinel file and the watcher."""
+(AWS IMDSv2, GCP metadata, Azure Scheduled Events). The sentinel file, the watcher over all the
+sources and building them from config are in test_notice_watcher.py."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
-from pathlib import Path
 
 import pytest
 
-from orchestrator.model.errors import ConfigError
 from orchestrator.daemon.notice_watch import NoticeWatcher
 from orchestrator.daemon.preemption import (
     MAINTENANCE,
@@ -18,11 +17,9 @@ from orchestrator.daemon.preemption import (
     REBALANCE,
     AwsSource,
     AzureSource,
-    FileSource,
     GcpSource,
     Notice,
     SourceUnavailable,
-    build_sources,
     parse_iso_utc,
 )
 
@@ -302,101 +299,3 @@ def test_the_proxy_environment_is_ignored_for_metadata(serve, monkeypatch):
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
     fake.preempted = "TRUE"
     assert GcpSource(url, timeout_s=TIMEOUT_S).poll(NOW).kind == PREEMPT
-
-
-# --- file and signal sources -------------------------------------------------------------
-
-
-@pytest.mark.parametrize("content, deadline", [(None, None), ("", None), ("90", NOW + 90), ("soon", None)])
-def test_file_source_existence_is_a_notice(tmp_path: Path, content, deadline):
-    path = tmp_path / "preempt-notice"
-    source = FileSource(path)
-    assert source.poll(NOW) is None
-    path.write_text(content or "")
-    notice = source.poll(NOW)
-    assert (notice.source, notice.kind, notice.deadline) == ("file", PREEMPT, deadline)
-    path.unlink()
-    assert source.poll(NOW) is None
-
-
-# --- the watcher -------------------------------------------------------------------------
-
-
-def test_watcher_reports_a_notice_once_and_holds_dispatch_until_it_clears(tmp_path: Path):
-    path = tmp_path / "notice"
-    watcher = NoticeWatcher([FileSource(path)])
-    assert watcher.poll_all(NOW) == [] and not watcher.notice_active
-    path.write_text("")
-    [notice] = watcher.poll_all(NOW)
-    assert notice.kind == PREEMPT and watcher.notice_active
-    assert watcher.poll_all(NOW + 5) == [] and watcher.notice_active
-    path.unlink()
-    assert watcher.poll_all(NOW + 10) == [] and not watcher.notice_active
-
-
-def test_watcher_rebalance_is_reported_but_does_not_hold_dispatch(serve):
-    fake = FakeAws()
-    fake.rebalance = (200, json.dumps({"noticeTime": "2026-09-18T08:17:00Z"}))
-    watcher = NoticeWatcher([AwsSource(serve(fake), timeout_s=TIMEOUT_S)])
-    [notice] = watcher.poll_all(NOW)
-    assert notice.kind == REBALANCE and not watcher.notice_active
-
-
-def test_watcher_keeps_a_notice_while_its_source_goes_silent(serve):
-    """Right after a preemption notice the metadata server may vanish; that is not an all-clear."""
-    fake = FakeGcp()
-    fake.preempted = "TRUE"
-    watcher = NoticeWatcher([GcpSource(serve(fake), timeout_s=TIMEOUT_S)])
-    assert len(watcher.poll_all(NOW)) == 1
-    fake.preempted = "garbage"
-    assert watcher.poll_all(NOW + 5) == [] and watcher.notice_active
-
-
-def test_watcher_logs_one_warning_per_error_streak(closed_port_url, tmp_path, caplog):
-    watcher = NoticeWatcher([AwsSource(closed_port_url, timeout_s=TIMEOUT_S), FileSource(tmp_path / "n")])
-    with caplog.at_level(logging.DEBUG, logger="orch.preemption"):
-        for i in range(4):
-            watcher.poll_all(NOW + i)
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "aws" in warnings[0].getMessage()
-
-
-def test_watcher_survives_a_source_that_raises_anything():
-    class Broken:
-        name = "broken"
-
-        def poll(self, now):
-            raise RuntimeError("bug")
-
-    assert NoticeWatcher([Broken()]).poll_all(NOW) == []
-
-
-# --- building from config ----------------------------------------------------------------
-
-
-def test_build_sources_from_config_names(tmp_path: Path):
-    sources = build_sources(["aws", "gcp", "azure", "file"], file_path=tmp_path / "n", timeout_s=0.3)
-    assert [s.name for s in sources] == ["aws", "gcp", "azure", "file"]
-    assert sources[0].endpoint == "http://169.254.169.254"
-    assert sources[1].endpoint == "http://metadata.google.internal"
-    NoticeWatcher(sources).close()
-
-
-@pytest.mark.parametrize("names, file_path", [(["ec2"], None), (["file"], None)])
-def test_build_sources_rejects_bad_config(names, file_path):
-    with pytest.raises(ConfigError):
-        build_sources(names, file_path=file_path)
-
-
-def test_daemon_side_modules_stay_light():
-    """preemption, cost and hooks run inside the daemon: no ML stack may come in with them."""
-    import subprocess
-    import sys
-
-    heavy = ("torch", "lightning", "pytorch_lightning", "transformers", "datasets")
-    code = (
-        "import sys, orchestrator.daemon.preemption, orchestrator.cost.money, orchestrator.daemon.hooks; "
-        f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == ""
