@@ -39,7 +39,6 @@ import os
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,8 +47,11 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or imported by the tests
+from preemption_bare import Bare, sync, warm_up_disk  # noqa: E402
+from preemption_report import GOAL_RATIO, render, summarise  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
-GOAL_RATIO = 1.5
 SAVED_RE = re.compile(
     r"SIGTERM: saved (?P<path>\S+) at step (?P<step>\d+) in (?P<took>[\d.]+) s"
     r"(?: \((?P<mb>\d+) MB; write (?P<write>[\d.]+) s, fsync (?P<fsync>[\d.]+) s, "
@@ -92,90 +94,6 @@ def write_job(run_dir: Path, model: Path, train: Path, batch: int, seq: int) -> 
     }
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "job.toml").write_bytes(tomli_w.dumps(spec).encode())
-
-
-def sync() -> None:
-    """Flush every dirty page on the machine, so an arm does not pay for the writes before it."""
-    os.sync()
-
-
-def warm_up_disk(folder: Path, size: int = 1_300_000_000, times: int = 2) -> list[float]:
-    """Checkpoint-sized writes + fsync before anything is measured (a cold disk's first big write
-    can take several times as long as the next)."""
-    block = b"\x5a" * (16 << 20)
-    took = []
-    for i in range(times):
-        path = folder / f"warm-up-{i}.bin"
-        sync()
-        start = time.perf_counter()
-        with open(path, "wb") as fh:
-            for _ in range(size // len(block)):
-                fh.write(block)
-            fh.flush()
-            os.fsync(fh.fileno())
-        took.append(time.perf_counter() - start)
-        path.unlink()
-    return took
-
-
-# -- the bare arm --------------------------------------------------------------------------------
-
-
-class Bare:
-    """BERT-base + AdamW in this process, grouped like the runner's (decay / no decay), so its
-    state dicts have the same tensors as the job's and the job's checkpoint loads into it."""
-
-    def __init__(self, batch: int, seq: int):
-        import torch
-        from transformers import BertConfig, BertForSequenceClassification
-
-        self.torch = torch
-        torch.manual_seed(0)
-        self.model = BertForSequenceClassification(BertConfig(num_labels=2))
-        self.model.train()
-        decay, no_decay = [], []
-        for name, param in self.model.named_parameters():
-            (no_decay if param.ndim < 2 or "LayerNorm" in name else decay).append(param)
-        self.opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=2e-5
-        )
-        self.ids = torch.randint(5, 400, (batch, seq))
-        self.labels = torch.zeros(batch, dtype=torch.long)
-
-    def save(self, folder: Path, n: int) -> dict[str, float]:
-        """One training step, then state dicts -> torch.save -> fsync of a new file, timed from the
-        end of the step."""
-        torch = self.torch
-        loss = self.model(input_ids=self.ids, labels=self.labels).loss
-        loss.backward()
-        self.opt.step()
-        self.opt.zero_grad()
-        path = folder / f"bare-{n}.ckpt"
-        sync()
-        start = time.perf_counter()  # the end of the step
-        with open(path, "wb") as fh:
-            torch.save({"state_dict": self.model.state_dict(), "optimizer_states": [self.opt.state_dict()]}, fh)
-            fh.flush()
-            written = time.perf_counter()
-            os.fsync(fh.fileno())
-        end = time.perf_counter()
-        size = path.stat().st_size
-        path.unlink()
-        return {"save_s": end - start, "write_s": written - start, "fsync_s": end - written, "bytes": size}
-
-    def load(self, path: Path) -> dict[str, float]:
-        """Read and load a checkpoint of the job into this model and optimizer, as Lightning's
-        restore does (a full torch.load, then load_state_dict)."""
-        torch = self.torch
-        sync()
-        start = time.perf_counter()
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        read = time.perf_counter()
-        self.model.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()})
-        self.opt.load_state_dict(ckpt["optimizer_states"][0])
-        end = time.perf_counter()
-        del ckpt
-        return {"load_s": end - start, "read_s": read - start, "load_state_dict_s": end - read}
 
 
 # -- orch's arm: real job processes ----------------------------------------------------------------
@@ -396,86 +314,6 @@ def _clean(att: dict[str, Any]) -> dict[str, Any]:
     att = dict(att, orch=dict(att["orch"]))
     att["orch"]["path"] = str(att["orch"]["path"])
     return att
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    values = sorted(values)
-    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
-    return {"median": statistics.median(values), "min": values[0], "max": values[-1], "q1": q[0], "q3": q[2]}
-
-
-def summarise(raw: dict[str, Any], batch: int, seq: int) -> dict[str, Any]:
-    pairs, starts = raw["pairs"], raw["starts"]
-    med = lambda xs: statistics.median(xs)  # noqa: E731
-    return {
-        "model": "BertForSequenceClassification(BertConfig()) + AdamW, random init, CPU",
-        "batch": batch,
-        "seq": seq,
-        "goal_ratio": GOAL_RATIO,
-        "pairs_n": len(pairs),
-        "ratio": spread([p["ratio"] for p in pairs]),
-        "orch_save_s": spread([p["orch"]["save_s"] for p in pairs]),
-        "bare_save_s": spread([p["bare"]["save_s"] for p in pairs]),
-        "orch_parts_median_s": {k: med([p["orch"][k] for p in pairs]) for k in ("write_s", "fsync_s", "rename_s")},
-        "bare_parts_median_s": {k: med([p["bare"][k] for p in pairs]) for k in ("write_s", "fsync_s")},
-        "orch_mb": pairs[0]["orch"]["bytes"] / 1e6,
-        "bare_mb": pairs[0]["bare"]["bytes"] / 1e6,
-        "steps_lost": [p["orch"]["steps_lost"] for p in pairs],
-        "step_in_flight_s": spread([p["orch"]["step_in_flight_s"] for p in pairs]),
-        "sigterm_to_exit_s": spread([p["orch"]["sigterm_to_exit_s"] for p in pairs]),
-        "after_save_s": spread([p["orch"]["after_save_s"] for p in pairs]),
-        "cold_first_step_s": [s["cold_first_step_s"] for s in starts],
-        "resumed_first_step_s": [s["resumed_first_step_s"] for s in starts],
-        "resumed_minus_cold_s": spread([s["resumed_minus_cold_s"] for s in starts]),
-        "checkpoint_load_alone_s": spread([s["load_s"] for s in starts]),
-        "resume_overhead_beyond_load_s": spread([s["resumed_minus_cold_s"] - s["load_s"] for s in starts]),
-        "start_up_resumed_minus_cold_s": spread([s["start_up_resumed_minus_cold_s"] for s in starts]),
-        "start_up_overhead_beyond_load_s": spread([s["start_up_resumed_minus_cold_s"] - s["load_s"] for s in starts]),
-        "first_batch_resumed_minus_cold_s": spread([s["first_batch_resumed_minus_cold_s"] for s in starts]),
-        "raw": raw,
-    }
-
-
-def render(rep: dict[str, Any]) -> None:
-    def fmt(s: dict[str, float], digits: int = 2) -> str:
-        return (
-            f"median {s['median']:.{digits}f} (quartiles {s['q1']:.{digits}f}-{s['q3']:.{digits}f}, "
-            f"range {s['min']:.{digits}f}-{s['max']:.{digits}f})"
-        )
-
-    pairs = rep["raw"]["pairs"]
-    print(f"BERT-base + AdamW, batch {rep['batch']} x seq {rep['seq']}, CPU; {rep['pairs_n']} pairs, arms alternated")
-    print(
-        f"  checkpoint: orch {rep['orch_mb']:.0f} MB (Lightning: weights, AdamW, loops, RNG, ...), "
-        f"bare {rep['bare_mb']:.0f} MB"
-    )
-    print("  per pair, end of step -> durable file (s):")
-    for p in pairs:
-        o, b = p["orch"], p["bare"]
-        print(
-            f"    attempt {p['attempt']} ({p['order']}): orch {o['save_s']:.2f} (write {o['write_s']:.2f}, fsync "
-            f"{o['fsync_s']:.2f}, rename {o['rename_s']:.2f}) | bare {b['save_s']:.2f} (write {b['write_s']:.2f}, "
-            f"fsync {b['fsync_s']:.2f}) | ratio {p['ratio']:.2f}"
-        )
-    print(f"  ratio orch/bare per pair: {fmt(rep['ratio'])}  (goal <= {GOAL_RATIO})")
-    print(f"  orch save s: {fmt(rep['orch_save_s'])}")
-    print(f"  bare save s: {fmt(rep['bare_save_s'])}")
-    print(f"  SIGTERM -> end of the step in flight (s): {fmt(rep['step_in_flight_s'])}")
-    print(f"  SIGTERM -> exit 75 (s): {fmt(rep['sigterm_to_exit_s'])}")
-    print(f"  'saved' line -> process gone (s): {fmt(rep['after_save_s'])}")
-    print(f"  steps lost: {rep['steps_lost']} (goal 0)")
-    print(
-        "  time to first step, cold / resumed (s): "
-        + ", ".join(f"{c:.1f} / {r:.1f}" for c, r in zip(rep["cold_first_step_s"], rep["resumed_first_step_s"]))
-    )
-    print(f"  resumed - cold (s): {fmt(rep['resumed_minus_cold_s'])}")
-    print(f"  reading + loading the checkpoint alone (s): {fmt(rep['checkpoint_load_alone_s'])}")
-    print(f"  resumed - cold - load alone (s): {fmt(rep['resume_overhead_beyond_load_s'])}")
-    print(
-        f"    of which launch -> training starts, resumed - cold (s): {fmt(rep['start_up_resumed_minus_cold_s'])}; "
-        f"minus load alone: {fmt(rep['start_up_overhead_beyond_load_s'])}"
-    )
-    print(f"    and the first batch itself, resumed - cold (s): {fmt(rep['first_batch_resumed_minus_cold_s'])}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
