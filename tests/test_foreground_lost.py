@@ -24,6 +24,7 @@ if attempt != "1":
     print("attempt", attempt, "finishes", flush=True)
     sys.exit(0)
 def on_term(signum, frame):
+    time.sleep(float(os.environ.get("SAVE_S", "0")))  # a checkpoint that takes this long to save
     open(os.path.join(run_dir, "got-sigterm"), "w").close()
     sys.exit(75)
 signal.signal(signal.SIGTERM, signal.SIG_IGN if os.environ.get("DEAF") else on_term)
@@ -39,15 +40,17 @@ def orch(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedPro
     return subprocess.run([*ORCH, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def start_then_kill_orch_run(tmp_path: Path, deaf: bool) -> tuple[Path, int]:
+def start_then_kill_orch_run(tmp_path: Path, env_table: str = "", grace_s: int = 25) -> tuple[Path, int]:
     """`orch run` a job, check a second `orch run --resume` refuses while it lives, SIGKILL it;
     returns the home and the job's pid."""
     home = tmp_path / "home"
     script = tmp_path / "job.py"
     script.write_text(JOB_SCRIPT)
-    env_line = '[env]\nDEAF = "1"\n' if deaf else ""
     job = tmp_path / "job.toml"
-    job.write_text(f'gpus = 0\nretries = 0\ncommand = ["{sys.executable}", "{script}"]\n{env_line}')
+    job.write_text(
+        f'gpus = 0\nretries = 0\ngrace_seconds = {grace_s}\ncommand = ["{sys.executable}", "{script}"]\n'
+        f"[env]\n{env_table}"
+    )
     env = {**os.environ, "ORCH_HOME": str(home)}
     # not pipes: a job that outlives its orch run would hold them open
     proc = subprocess.Popen([*ORCH, "run", str(job)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -70,7 +73,7 @@ def start_then_kill_orch_run(tmp_path: Path, deaf: bool) -> tuple[Path, int]:
 
 
 def test_a_killed_orch_run_stops_its_job_and_resume_settles_and_continues_it(tmp_path):
-    home, job_pid = start_then_kill_orch_run(tmp_path, deaf=False)
+    home, job_pid = start_then_kill_orch_run(tmp_path)
     # the job heard its parent die: it stopped (here: exit 75, as a checkpointing job does)
     wait_for(lambda: not is_alive(job_pid, None), 30, "the job to stop after its orch run died")
     assert (home / "runs" / "1" / "got-sigterm").exists()
@@ -88,13 +91,26 @@ def test_a_killed_orch_run_stops_its_job_and_resume_settles_and_continues_it(tmp
 
 
 def test_resume_stops_an_orphan_that_ignores_sigterm_before_the_next_attempt(tmp_path):
-    home, job_pid = start_then_kill_orch_run(tmp_path, deaf=True)
+    home, job_pid = start_then_kill_orch_run(tmp_path, 'DEAF = "1"\n', grace_s=2)
     os.kill(job_pid, 0)  # it ignored the SIGTERM and runs on, unrecorded
     assert not (home / "runs" / "1" / "got-sigterm").exists()
 
     res = orch(home, "run", "--resume", "1")
     assert res.returncode == 0, res.stderr
+    assert "giving it up to 2 s to save its checkpoint" in res.stderr, res.stderr  # its grace, then SIGKILL
     assert not is_alive(job_pid, None)  # stopped before attempt 2 began: never two at once
     shown = json.loads(orch(home, "show", "1", "--json").stdout)
     assert shown["state"] == "succeeded"
     assert [a["n"] for a in shown["attempts"]] == [1, 2]
+
+
+def test_resume_right_after_the_kill_lets_the_job_finish_saving_its_checkpoint(tmp_path):
+    """`orch run --resume` typed while the killed run's job is still saving (3 s here): it waits
+    for the save within the job's grace instead of killing it halfway."""
+    home, job_pid = start_then_kill_orch_run(tmp_path, 'SAVE_S = "3"\n')
+    res = orch(home, "run", "--resume", "1")
+    assert res.returncode == 0, res.stderr
+    assert "attempt 1 still runs" in res.stderr, res.stderr
+    assert (home / "runs" / "1" / "got-sigterm").exists()  # the save finished: it was not SIGKILLed
+    shown = json.loads(orch(home, "show", "1", "--json").stdout)
+    assert shown["state"] == "succeeded" and [a["n"] for a in shown["attempts"]] == [1, 2]

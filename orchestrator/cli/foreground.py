@@ -19,7 +19,7 @@ import time
 from typing import Any, Optional
 from pathlib import Path
 
-from ..jobs.attempts import Begun, Settled, begin_attempt, lose_attempt, settle_attempt
+from ..jobs.attempts import Begun, Settled, begin_attempt, grace_for, lose_attempt, settle_attempt
 from ..spec.config import Config
 from ..contract import attempt_exit, attempt_log, exit_record, write_json_atomic
 from ..model.errors import InvalidTransition
@@ -133,8 +133,16 @@ def settle_a_runnerless_attempt(home: Home, store: Store, config: Config, job: J
     if exit_info is not None:
         settled = settle_attempt(store, config, home, job, exit_info, now)
     else:
+        if strays := executor.strays(job):
+            grace = grace_for(job, config)
+            print(
+                f"job {job.id}: attempt {job.attempt} still runs (pid {strays[0]}); giving it up to {grace:.0f} s "
+                "to save its checkpoint and exit",
+                file=sys.stderr,
+            )
+            executor.wind_down(job, grace)
         executor.clear_lost(job)  # nothing of the old attempt may run beside the new one
-        settled = lose_attempt(store, config, home, job, now)
+        settled = lose_attempt(store, config, home, job, time.time())
     job = settled.job if settled is not None else store.get(job.id)
     print(
         f"job {job.id}: attempt {job.attempt} lost its runner (pid {runner}); settled here: {job.state.value}"

@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from ..spec.config import Config
     from ..home.paths import Home
     from .base import Executor
+    from .local import LocalExecutor
 
 
 def build_executor(config: "Config", home: "Home") -> "Executor":
@@ -20,7 +21,7 @@ def build_executor(config: "Config", home: "Home") -> "Executor":
     return build_local_executor(home)
 
 
-def build_local_executor(home: "Home") -> "Executor":
+def build_local_executor(home: "Home") -> "LocalExecutor":
     """The local executor whatever config.toml says: `orch run` runs its attempts on this machine."""
     from .local import LocalExecutor
 

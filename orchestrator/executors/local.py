@@ -150,12 +150,30 @@ class LocalExecutor:
                 time.monotonic() - waited,
             )
 
+    def strays(self, job: Job) -> list[int]:
+        """The current attempt's processes that still run, found by their environment."""
+        return attempt_processes(str(self.home.run_dir(job.id)), job.attempt)
+
+    def wind_down(self, job: Job, grace_s: float) -> None:
+        """Before clear_lost, where nothing else waits on it (`orch run --resume`, not the daemon's
+        tick): a lost attempt's strays (the job of an `orch run` that was killed, saving its notice
+        checkpoint) get SIGTERM and up to grace_s to checkpoint and exit by themselves."""
+        strays = self.strays(job)
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGTERM)  # the runner takes a repeated SIGTERM as the same request
+            except OSError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while strays and time.monotonic() < deadline:
+            time.sleep(0.1)
+            strays = self.strays(job)
+
     def _clear_by_environment(self, job: Job, deadline: float) -> None:
         """Processes of this attempt found by their environment (ORCH_RUN_DIR and ORCH_ATTEMPT):
         the supervisor may have died before it wrote attempt-<n>.pid, or a job may have moved a
         child out of its process group. SIGKILL them and wait, bounded like the group."""
-        run_dir = str(self.home.run_dir(job.id))
-        strays = attempt_processes(run_dir, job.attempt)
+        strays = self.strays(job)
         if not strays:
             return
         log.warning(
@@ -172,7 +190,7 @@ class LocalExecutor:
                 except OSError:
                     pass
             time.sleep(0.05)
-            strays = attempt_processes(run_dir, job.attempt)
+            strays = self.strays(job)
 
     def _kill_job_group(self, job: Job) -> bool:
         info = self._pid_file(job)
