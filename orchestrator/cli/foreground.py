@@ -4,6 +4,12 @@ run folder and steps the daemon uses: `attempts.begin_attempt` starts each attem
 OOM). Ctrl-C records a cancel and asks the job to checkpoint (SIGTERM), then prints the command
 that continues it; during a retry's backoff or while waiting for a GPU it cancels the queued job.
 
+Signals as the supervisor hears them (executors/supervisor.py): SIGINT, SIGTERM and SIGHUP mean
+"checkpoint and stop" (a second one kills), SIGUSR1 is the daemon's backstop, "kill the job now".
+The handlers only count: a handler runs between any two bytecodes of this process, inside a
+store transaction too, so every store write and signal to the job happens in the loop
+(`_act_on_signals`), woken at once through a self-pipe (signal.set_wakeup_fd).
+
 This process accrues its job's time and cost (the same formula as the daemon, cost/money.py); a
 daemon beside it counts the job's share as busy but charges it nothing (docs/cost.md). Its GPUs
 are chosen among those no running job holds and reserved by the store in the transition that
@@ -12,11 +18,13 @@ records the attempt, so the daemon and `orch run` never share one."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
-from typing import Any, Optional
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
 from pathlib import Path
 
 from ..jobs.attempts import Begun, Settled, begin_attempt, grace_for, lose_attempt, settle_attempt
@@ -38,6 +46,21 @@ def run_foreground(
     home: Home, store: Store, config: Config, *, job_toml: Optional[Path], resume_id: Optional[int]
 ) -> int:
     managed = machine_gpus(config)  # the job runs here, whatever executor the daemon uses
+    foreground = _Foreground(home, store, config, managed)
+    # The handlers from the first write on: a Ctrl-C while the job is recorded is one more
+    # "stop" the loop acts on, never a KeyboardInterrupt between two writes.
+    with foreground.signals():
+        job = _record(home, store, config, managed, job_toml=job_toml, resume_id=resume_id)
+        if job is None:
+            return 1
+        return foreground.run(job)
+
+
+def _record(
+    home: Home, store: Store, config: Config, managed: list[int], *, job_toml: Optional[Path], resume_id: Optional[int]
+) -> Optional[Job]:
+    """The job `orch run` runs, recorded (submitted, or settled and retried for --resume) and
+    claimed for this process; None when another runner has it (said on stderr)."""
     if job_toml is not None:
         job = submit_job(store, config, home, job_toml, now=time.time(), machine_gpus=len(managed))
         print(f"recorded job {job.id} ({job.name}); running it here (Ctrl-C checkpoints and stops)", file=sys.stderr)
@@ -46,7 +69,7 @@ def run_foreground(
         if job.state is JobState.RUNNING:
             settled = settle_a_runnerless_attempt(home, store, config, job)
             if settled is None:
-                return 1
+                return None
             job = settled
         if job.state not in RETRYABLE and job.state is not JobState.QUEUED:
             raise InvalidTransition(
@@ -65,8 +88,7 @@ def run_foreground(
         only_if_state=[JobState.QUEUED],
         executor_ref={FOREGROUND_PID: pid, FOREGROUND_START: start_time(pid)},
     )
-    job = store.get(job.id)
-    return _Foreground(home, store, config, managed).run(job)
+    return store.get(job.id)
 
 
 def runner_alive(job: Job) -> bool:
@@ -160,54 +182,113 @@ class _Foreground:
         self.accrue_every_s = max(1.0, config.daemon.tick_seconds)
         self.proc: Optional[subprocess.Popen] = None
         self.job: Optional[Job] = None
-        self.interrupts = 0
+        self.interrupts = 0  # stop signals received (handler), in all
+        self.acted = 0  # of those, the ones the loop has acted on for the running attempt
+        self.kill_now = False  # SIGUSR1 received, not yet acted on
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            os.set_blocking(fd, False)
 
     def on_signal(self, _signum: int, _frame: Any) -> None:
         """Ctrl-C, a closed terminal, or the daemon acting on `orch cancel` (it signals the
         process it knows for the attempt: this one) all mean "checkpoint and stop"; the job runs
-        in its own process group, so it hears it only from us."""
+        in its own process group, so it hears it only from us. Only counted here."""
         self.interrupts += 1
+
+    def on_kill_signal(self, _signum: int, _frame: Any) -> None:
+        """SIGUSR1: the daemon's backstop for a job past its grace (LocalExecutor.kill), as the
+        supervisor takes it: the job's group is killed, this process carries on and records it."""
+        self.kill_now = True
+
+    def _act_on_signals(self) -> None:
+        """What the handlers counted, done outside them: the intent recorded before the job is
+        signalled (the outcome table decides with it), then SIGTERM; SIGKILL for a second stop
+        signal or a SIGUSR1."""
         proc, job = self.proc, self.job
         if proc is None:
             return
-        if self.interrupts == 1:
+        kill = self.kill_now or (self.interrupts > self.acted and self.interrupts >= 2)
+        if self.interrupts > self.acted and self.acted == 0:
             if job is not None:  # the daemon may have recorded its own intent already; keep it
                 self.store.set_intent_once(job.id, Intent.CANCEL.value, time.time())
             print("\ncheckpointing... (Ctrl-C again to kill without saving)", file=sys.stderr)
+            self._signal_job(proc, signal.SIGTERM)
+        self.acted, self.kill_now = self.interrupts, False
+        if kill:
+            self._signal_job(proc, signal.SIGKILL)
+
+    @staticmethod
+    def _signal_job(proc: subprocess.Popen, sig: int) -> None:
         try:
-            os.killpg(proc.pid, signal.SIGTERM if self.interrupts == 1 else signal.SIGKILL)
+            os.killpg(proc.pid, sig)
         except ProcessLookupError:
             pass
 
-    def run(self, job: Job) -> int:
-        previous = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    def _wait_for_wake(self, seconds: float) -> None:
+        """Up to `seconds`, ended early by any signal (its handler wrote to the self-pipe)."""
         try:
-            while True:
-                if job.retry_after and job.retry_after > time.time() and not self.interrupts:
-                    wait = job.retry_after - time.time()
-                    print(f"retrying in {wait:.0f}s ({job.reason})", file=sys.stderr)
-                    self._sleep(wait)
-                if self.interrupts:
-                    return self._stop_queued(job)
-                settled = self._one_attempt(job)
-                if self.interrupts and settled is None and self.store.get(job.id).state is JobState.QUEUED:
-                    return self._stop_queued(job)  # Ctrl-C while waiting for a GPU
-                if settled is None:
-                    return 0  # a daemon took the job first
-                job, d = settled.job, settled.decision
-                if d.state is JobState.QUEUED:
-                    print(f"job {job.id}: {d.reason}; running it again here", file=sys.stderr)
-                    continue
-                return self._report(job, settled)
+            readable, _, _ = select.select([self._wake_r], [], [], max(0.0, seconds))
+        except InterruptedError:  # pragma: no cover (PEP 475 retries; kept for other platforms)
+            return
+        if readable:
+            try:
+                while os.read(self._wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+
+    @contextmanager
+    def signals(self) -> Iterator[None]:
+        stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {s: signal.signal(s, self.on_signal) for s in stops}
+        previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self.on_kill_signal)
+        previous_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        try:
+            yield
         finally:
+            signal.set_wakeup_fd(previous_wakeup)
             for s, handler in previous.items():
                 signal.signal(s, handler)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def run(self, job: Job) -> int:
+        while True:
+            if job.retry_after and job.retry_after > time.time() and not self.interrupts:
+                wait = job.retry_after - time.time()
+                print(f"retrying in {wait:.0f}s ({job.reason})", file=sys.stderr)
+                self._sleep(wait)
+            if self.interrupts:
+                return self._stop_queued(job)
+            settled = self._one_attempt(job)
+            if self.interrupts and settled is None and self.store.get(job.id).state is JobState.QUEUED:
+                return self._stop_queued(job)  # Ctrl-C while waiting for a GPU
+            if settled is None:
+                return 0  # a daemon took the job first
+            job, d = settled.job, settled.decision
+            if d.state is JobState.QUEUED and d.event is EventKind.PREEMPTED:
+                return self._preempted(job, d)
+            if d.state is JobState.QUEUED:
+                print(f"job {job.id}: {d.reason}; running it again here", file=sys.stderr)
+                continue
+            return self._report(job, settled)
 
     def _sleep(self, seconds: float) -> None:
-        """Sleep that Ctrl-C ends: time.sleep resumes after a signal handler that returns."""
+        """Sleep that Ctrl-C ends at once (the self-pipe wakes it)."""
         until = time.monotonic() + seconds
         while not self.interrupts and time.monotonic() < until:
-            time.sleep(min(0.1, max(0.0, until - time.monotonic())))
+            self._wait_for_wake(until - time.monotonic())
+
+    def _preempted(self, job: Job, d: Decision) -> int:
+        """A preemption notice reached the daemon beside us (the machine is going away): the job
+        checkpointed and is queued to resume, as the outcome table says. Not run again here, nor
+        cancelled: the daemon resumes it once this process is gone, or `orch run --resume` does."""
+        print(
+            f"\njob {job.id} was preempted ({job.reason or d.reason}); it is queued and resumes from its checkpoint "
+            f"when the daemon runs again, or here with:  orch run --resume {job.id}",
+            file=sys.stderr,
+        )
+        return 75
 
     def _stop_queued(self, job: Job) -> int:
         """Ctrl-C between attempts: the queued job is cancelled (no daemon starts it behind the
@@ -327,19 +408,24 @@ class _Foreground:
         # It also gets a SIGTERM when this process dies (kill -9, the OOM killer): it checkpoints
         # and exits 75 instead of training on with no one to record it.
         self.proc = subprocess.Popen(argv, cwd=launch.cwd, env=launch.env, preexec_fn=own_group_dying_with_parent())
-        if self.interrupts:
-            self.interrupts = 0
-            self.on_signal(signal.SIGINT, None)
+        # A Ctrl-C that came while the attempt was being recorded: one "checkpoint and stop".
+        self.acted, self.interrupts = 0, min(self.interrupts, 1)
         accrued = started
+        next_accrual = time.monotonic() + self.accrue_every_s
         while True:
-            try:
-                rc = self.proc.wait(timeout=self.accrue_every_s)
+            self._act_on_signals()
+            rc = self.proc.poll()
+            if rc is not None:
                 break
-            except subprocess.TimeoutExpired:
+            if time.monotonic() >= next_accrual:
                 now = time.time()
                 self._accrue(begun.job, now - accrued, now)
                 accrued = now
                 self._check_budget(job.id, now)
+                next_accrual = time.monotonic() + self.accrue_every_s
+                continue
+            # woken by a signal at once; a job's exit is seen within 0.1 s
+            self._wait_for_wake(min(0.1, next_accrual - time.monotonic()))
         self.proc = None
         code, sig = (rc, None) if rc >= 0 else (None, -rc)
         ended = time.time()

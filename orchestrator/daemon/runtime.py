@@ -255,7 +255,7 @@ class DaemonRuntime:
         signalled = d.preempt_all(time.time(), "the daemon is stopping", notice=False)
         # A job's own grace_seconds may be longer than the config's: wait for the longest.
         grace = max(
-            [grace_for(j, self.config) for j in d.store.jobs([JobState.RUNNING])],
+            [grace_for(j, self.config) for j in d.store.jobs([JobState.RUNNING]) if not j.in_foreground],
             default=self.config.daemon.grace_seconds,
         )
         if signalled:
@@ -263,7 +263,7 @@ class DaemonRuntime:
         deadline = time.monotonic() + grace + 5
         while time.monotonic() < deadline:
             d.tick(time.time())
-            if d.running_count() == 0:
+            if d.running_count(own_only=True) == 0:  # `orch run`'s jobs go on (preempt_all)
                 break
             time.sleep(0.1)
         d.tick(time.time())

@@ -211,16 +211,21 @@ class Daemon:
     def preempt_all(self, now: float, reason: str, *, notice: bool = True) -> list[int]:
         """SIGTERM every running job (it checkpoints and is requeued). For a preemption notice,
         dispatch is held in the same critical section: a tick that takes the lock next must not
-        start work on a machine about to be reclaimed (the watcher clears it with the notice)."""
+        start work on a machine about to be reclaimed (the watcher clears it with the notice).
+        The daemon stopping (`notice=False`) leaves alone the jobs `orch run` runs in a terminal:
+        they are the user's, not the daemon's; a notice reaches them too (the machine goes away)."""
         with self.lock:
             if notice:
                 self.notice_active = True
             signalled = []
             for job in self.store.jobs([JobState.RUNNING]):
+                if job.in_foreground and not notice:
+                    continue
                 if job.intent is Intent.NONE:
                     stop_requests.signal_job(self, job, Intent.PREEMPT, now, reason)
                     signalled.append(job.id)
             return signalled
 
-    def running_count(self) -> int:
-        return len(self.store.jobs([JobState.RUNNING]))
+    def running_count(self, *, own_only: bool = False) -> int:
+        """Running jobs; `own_only`: not those an `orch run` runs beside the daemon."""
+        return sum(1 for j in self.store.jobs([JobState.RUNNING]) if not (own_only and j.in_foreground))
