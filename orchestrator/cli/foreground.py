@@ -27,7 +27,8 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Optional
 from pathlib import Path
 
-from ..jobs.attempts import Begun, Settled, begin_attempt, grace_for, lose_attempt, settle_attempt
+from ..jobs.attempts import Begun, Settled, begin_attempt, settle_attempt
+from ..jobs.runners import settle_a_runnerless_attempt
 from ..spec.config import Config
 from ..contract import attempt_exit, attempt_log, exit_record, write_json_atomic
 from ..model.errors import InvalidTransition
@@ -35,7 +36,7 @@ from ..cost.money import Pricing, running_job_budget_exceeded, split_interval, t
 from ..jobs.lifecycle import cancel_job, retry_job, submit_job
 from ..planning.capacity import machine_gpus
 from ..home.paths import Home
-from ..host.procs import is_alive, own_group_dying_with_parent, start_time
+from ..host.procs import own_group_dying_with_parent, start_time
 from ..model.records import FOREGROUND_PID, FOREGROUND_START, Job
 from ..jobs.outcome import Decision
 from ..model.states import RETRYABLE, AttemptOutcome, EventKind, Intent, JobState
@@ -89,89 +90,6 @@ def _record(
         executor_ref={FOREGROUND_PID: pid, FOREGROUND_START: start_time(pid)},
     )
     return store.get(job.id)
-
-
-def runner_alive(job: Job) -> bool:
-    """What runs this local job's attempt is alive: its supervisor or `orch run` (pid and start
-    time), or the `orch run` that claimed it and is about to record itself."""
-    ref = job.executor_ref or {}
-    if job.supervisor_pid:
-        return is_alive(job.supervisor_pid, job.supervisor_start)
-    return is_alive(ref.get(FOREGROUND_PID), ref.get(FOREGROUND_START))
-
-
-def runnerless_jobs(store: Store) -> list[Job]:
-    """Local jobs recorded running with nothing running them (an `orch run` or a supervisor that
-    was killed): only a daemon, or `orch run --resume`, settles them."""
-    return [
-        j
-        for j in store.jobs([JobState.RUNNING])
-        if (j.executor == "local" or j.in_foreground) and (j.supervisor_pid or j.executor_ref) and not runner_alive(j)
-    ]
-
-
-def settle_a_runnerless_attempt(home: Home, store: Store, config: Config, job: Job) -> Optional[Job]:
-    """`orch run --resume` of a job still recorded running. If what ran its attempt (an `orch run`,
-    or a daemon's supervisor) is gone and no daemon is here to notice, the attempt is settled here
-    the way the daemon would (its exit record, else lost: its strays stopped, a notice checkpoint
-    kept), and the job can resume. Otherwise it says who has the job and returns None."""
-    from ..executors import build_local_executor
-    from .context import daemon_pid
-
-    daemon = daemon_pid(home)
-    if job.executor != "local" and not job.in_foreground:
-        print(
-            f"job {job.id} runs on {job.executor}; "
-            + ("the daemon settles and resumes it" if daemon else "`orch daemon start` settles and resumes it")
-            + f": follow it with `orch logs -f {job.id}`",
-            file=sys.stderr,
-        )
-        return None
-    executor = build_local_executor(home)
-    if not job.supervisor_pid and not job.executor_ref and job.attempt and daemon is None:
-        # a daemon that died between starting an attempt and recording its handle
-        handle = executor.adopt(job)
-        if handle:
-            store.update(job.id, time.time(), only_if_state=[JobState.RUNNING], **handle)
-            job = store.get(job.id)
-    runner = job.supervisor_pid or (job.executor_ref or {}).get(FOREGROUND_PID)
-    if runner_alive(job):
-        who = "an `orch run`" if job.in_foreground else "the daemon's supervisor"
-        print(
-            f"job {job.id} is running under {who} (pid {runner}); follow it with `orch logs -f {job.id}`, "
-            f"stop it with `orch cancel {job.id}`",
-            file=sys.stderr,
-        )
-        return None
-    if daemon is not None:
-        print(
-            f"job {job.id}'s attempt lost its runner (pid {runner}); the daemon (pid {daemon}) settles it on its "
-            f"next tick and resumes it: follow it with `orch logs -f {job.id}`",
-            file=sys.stderr,
-        )
-        return None
-    now = time.time()
-    exit_info = executor.exit(job)
-    if exit_info is not None:
-        settled = settle_attempt(store, config, home, job, exit_info, now)
-    else:
-        if strays := executor.strays(job):
-            grace = grace_for(job, config)
-            print(
-                f"job {job.id}: attempt {job.attempt} still runs (pid {strays[0]}); giving it up to {grace:.0f} s "
-                "to save its checkpoint and exit",
-                file=sys.stderr,
-            )
-            executor.wind_down(job, grace)
-        executor.clear_lost(job)  # nothing of the old attempt may run beside the new one
-        settled = lose_attempt(store, config, home, job, time.time())
-    job = settled.job if settled is not None else store.get(job.id)
-    print(
-        f"job {job.id}: attempt {job.attempt} lost its runner (pid {runner}); settled here: {job.state.value}"
-        + (f" ({job.reason})" if job.reason else ""),
-        file=sys.stderr,
-    )
-    return job
 
 
 class _Foreground:

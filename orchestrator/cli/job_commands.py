@@ -214,7 +214,7 @@ def status(
     print(grouped_table(store, rows, lambda some: status_table(some, cur, color=color, width=width)))
     if daemon_pid(home) is None and any(r["state"] in ("queued", "running") for r in rows):
         err("note: no daemon is running; `orch daemon start` runs the queue")
-        from .foreground import runnerless_jobs
+        from ..jobs.runners import runnerless_jobs
 
         for job in runnerless_jobs(store):
             err(
