@@ -68,7 +68,12 @@ def _record(
     else:
         job = store.get(resume_id)  # type: ignore[arg-type]
         if job.state is JobState.RUNNING:
-            settled = settle_a_runnerless_attempt(home, store, config, job)
+            from ..executors import build_local_executor
+            from .context import daemon_pid
+
+            settled = settle_a_runnerless_attempt(
+                home, store, config, job, executor=build_local_executor(home), daemon=daemon_pid(home)
+            )
             if settled is None:
                 return None
             job = settled

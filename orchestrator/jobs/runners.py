@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Optional
+from typing import Any, Optional, Protocol
 
 from ..jobs.attempts import grace_for, lose_attempt, settle_attempt
 from ..spec.config import Config
@@ -36,15 +36,25 @@ def runnerless_jobs(store: Store) -> list[Job]:
     ]
 
 
-def settle_a_runnerless_attempt(home: Home, store: Store, config: Config, job: Job) -> Optional[Job]:
-    """`orch run --resume` of a job still recorded running. If what ran its attempt (an `orch run`,
-    or a daemon's supervisor) is gone and no daemon is here to notice, the attempt is settled here
-    the way the daemon would (its exit record, else lost: its strays stopped, a notice checkpoint
-    kept), and the job can resume. Otherwise it says who has the job and returns None."""
-    from ..executors import build_local_executor
-    from .context import daemon_pid
+class LocalAttempts(Protocol):
+    """What settling needs of the local executor (executors/local.py): the floor below cannot
+    import it, so the caller hands it in."""
 
-    daemon = daemon_pid(home)
+    def adopt(self, job: Job) -> Optional[dict[str, Any]]: ...
+    def exit(self, job: Job) -> Optional[dict[str, Any]]: ...
+    def strays(self, job: Job) -> list[int]: ...
+    def wind_down(self, job: Job, grace_s: float) -> None: ...
+    def clear_lost(self, job: Job) -> None: ...
+
+
+def settle_a_runnerless_attempt(
+    home: Home, store: Store, config: Config, job: Job, *, executor: LocalAttempts, daemon: Optional[int]
+) -> Optional[Job]:
+    """`orch run --resume` of a job still recorded running. If what ran its attempt (an `orch run`,
+    or a daemon's supervisor) is gone and no daemon (`daemon`: its pid) is here to notice, the
+    attempt is settled here the way the daemon would (its exit record, else lost: its strays
+    stopped, a notice checkpoint kept), and the job can resume. Otherwise it says who has the job
+    and returns None."""
     if job.executor != "local" and not job.in_foreground:
         print(
             f"job {job.id} runs on {job.executor}; "
@@ -53,7 +63,6 @@ def settle_a_runnerless_attempt(home: Home, store: Store, config: Config, job: J
             file=sys.stderr,
         )
         return None
-    executor = build_local_executor(home)
     if not job.supervisor_pid and not job.executor_ref and job.attempt and daemon is None:
         # a daemon that died between starting an attempt and recording its handle
         handle = executor.adopt(job)
