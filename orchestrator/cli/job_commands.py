@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
@@ -180,19 +180,11 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="A JSON list, one object per job."),
 ) -> None:
     """The queue: id, name, state, attempt, progress, ETA, runtime, cost."""
-    from ..views.jobs import status_rows
-
-    from ..views.mirror import add_lag_notes
+    from ..views.queue_view import queue_view
 
     home = ctx.home
     store = ctx.store()
-    rows = status_rows(store, home, time.time(), include_all=show_all)
-    add_lag_notes(store, rows)  # [storage]: a note when the mirror lags
-    from ..views.deadlines import add_deadline_notes
-    from ..views.sweeps import grouped_table, mark_trials
-
-    add_deadline_notes(store, home, _config_or_none, rows, time.time())  # deadline jobs only
-    mark_trials(store, rows)  # "sweep": the sweep a trial belongs to
+    rows = queue_view(store, home, time.time(), include_all=show_all, config=_config_once())
     if as_json:
         emit_json(rows)
         return
@@ -207,6 +199,7 @@ def status(
     import shutil
 
     from ..views.render import status_table
+    from ..views.sweeps import grouped_table
 
     tty = sys.stdout.isatty()
     cur, color = currency(), tty and not os.environ.get("NO_COLOR")
@@ -240,26 +233,14 @@ def show(
     reveal: bool = typer.Option(False, "--reveal", help="Show [env] values (masked as *** otherwise)."),
 ) -> None:
     """A job's spec, state, provenance, attempts, checkpoints, cost and event history."""
+    from ..views.job_view import job_view
     from ..views.render import show_text
-    from ..views.jobs import show_data
 
-    store = ctx.store()
-    data = show_data(store, ctx.home, job_id, reveal=reveal)
-    from ..views.deadlines import add_deadline_notes
-
-    add_deadline_notes(store, ctx.home, _config_or_none, [data], time.time())
-    data["mirror"] = _mirror_view(store, job_id)
-    from ..contract import CHECKPOINT_INTERVAL, TRACKING, read_json
-
-    data["checkpoint_interval"] = read_json(ctx.home.run_dir(job_id) / CHECKPOINT_INTERVAL)  # every = "auto"
-    data["tracking"] = read_json(ctx.home.run_dir(job_id) / TRACKING)  # training/tracker_notes.py
-    from ..views.bill import job_bill
-
-    data["bill"] = job_bill(store, ctx.home, store.get(job_id), time.time(), currency())
+    data = job_view(ctx.store(), ctx.home, job_id, time.time(), config=_config_once(), reveal=reveal)
     if as_json:
         emit_json(data)
     else:
-        print(show_text(data, currency()))
+        print(show_text(data, data["currency"]))
 
 
 @app.command()
@@ -375,22 +356,20 @@ def cost(
         print(cost_table(data))
 
 
-def _config_or_none() -> Any:
-    if ctx.config_arg is None and not ctx.config_path.exists():
-        return None
-    try:
-        return ctx.config()
-    except OrchError:
-        return None
+def _config_once() -> Callable[[], Any]:
+    """config.toml, or None when there is none or it does not load (`orch status` and `orch show`
+    still work): read at most once per command, and only when first asked for."""
+    cache: list[Any] = []
 
+    def config() -> Any:
+        if not cache:
+            value = None
+            if ctx.config_arg is not None or ctx.config_path.exists():
+                try:
+                    value = ctx.config()
+                except OrchError:
+                    value = None
+            cache.append(value)
+        return cache[0]
 
-def _mirror_view(store: Any, job_id: int) -> Optional[dict]:
-    if ctx.config_arg is None and not ctx.config_path.exists():
-        return None
-    try:
-        config = ctx.config()
-    except OrchError:
-        return None
-    from ..views.mirror import mirror_view
-
-    return mirror_view(store, config, store.get(job_id))
+    return config

@@ -1,5 +1,5 @@
-"""What the dashboard shows, as JSON-ready dicts built from the same functions as `orch status`,
-`orch show` and `orch cost` (views.status_rows, views.show_data, cost_report.cost_data), read
+"""What the dashboard shows, as JSON-ready dicts built by the same views as `orch status`,
+`orch show` and `orch cost` (views/queue_view.py, views/job_view.py, cost_report.cost_data), read
 through a store that cannot write: the SQLite file is opened read-only (mode=ro), so the page can
 never change a job nor take the write lock the daemon needs."""
 
@@ -17,7 +17,8 @@ from ..home.daemon_lock import running_pid
 from ..home.paths import Home
 from ..store import Store
 from ..views.cost_report import cost_data
-from ..views.jobs import show_data, status_rows
+from ..views.job_view import job_view
+from ..views.queue_view import queue_view
 
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 32768
@@ -29,7 +30,7 @@ def daemon_pid(home: Home) -> Optional[int]:
 
 
 def queue(store: Store, home: Home, config: Config, now: float) -> dict[str, Any]:
-    rows = status_rows(store, home, now, include_all=True)
+    rows = queue_view(store, home, now, include_all=True, config=lambda: config)
     active = [r for r in rows if r["state"] in ("queued", "running")]
     done = sorted((r for r in rows if r["state"] not in ("queued", "running")), key=lambda r: -r["id"])
     return {
@@ -116,9 +117,8 @@ def markers(attempts: list[dict[str, Any]], health: dict[str, Any]) -> list[dict
 
 
 def job(store: Store, home: Home, config: Config, job_id: int, now: float) -> dict[str, Any]:
-    data = show_data(store, home, job_id, now)
+    data = job_view(store, home, job_id, now, config=lambda: config)
     run_dir = home.run_dir(job_id)
-    data["currency"] = config.pricing.currency
     data["metrics"] = read_metrics(run_dir / METRICS_CSV)
     health = read_json(run_dir / HEALTH) or {}
     data["health"] = health
@@ -126,6 +126,8 @@ def job(store: Store, home: Home, config: Config, job_id: int, now: float) -> di
     data["log_tail"] = log_tail(run_dir, data["attempt"]) if data.get("attempt") else ""
     for e in data["events"]:
         e["detail"] = _redact(e["detail"])
+    data["tracking"] = _redact_strings(data.get("tracking"))  # a tracker URL may carry a password
+    data["mirror"] = _redact_strings(data.get("mirror"))
     return data
 
 
@@ -133,6 +135,16 @@ def _redact(text: str) -> str:
     from notifiers.redaction import redact
 
     return redact(text or "")
+
+
+def _redact_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return _redact(value)
+    if isinstance(value, dict):
+        return {k: _redact_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_strings(v) for v in value]
+    return value
 
 
 def timeline(

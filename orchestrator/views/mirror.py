@@ -25,8 +25,9 @@ def mirror_view(store: Any, config: Any, job: Any) -> Optional[dict[str, Any]]:
     }
 
 
-def lag_notes(store: Any) -> dict[int, str]:
+def lag_notes(store: Any, now: Optional[float] = None) -> dict[int, str]:
     """job id -> a short note for `orch status` when its mirror lags (uploads waiting or the store down)."""
+    now = time.time() if now is None else now
     notes: dict[int, str] = {}
     pending: dict[int, int] = {}
     for row in store.uploads_pending():
@@ -35,7 +36,7 @@ def lag_notes(store: Any) -> dict[int, str]:
         if row["lost"]:
             notes[job_id] = f"mirror: adopted by {row['lost']}"
         elif row["error"]:
-            since = time.time() - (row["error_since"] or time.time())
+            since = now - (row["error_since"] or now)
             notes[job_id] = (
                 f"mirror lagging {since:.0f}s ({pending.get(job_id, 0)} upload(s) waiting; store unreachable)"
             )
@@ -44,9 +45,9 @@ def lag_notes(store: Any) -> dict[int, str]:
     return notes
 
 
-def add_lag_notes(store: Any, rows: list[dict[str, Any]]) -> None:
+def add_lag_notes(store: Any, rows: list[dict[str, Any]], now: Optional[float] = None) -> None:
     """Append the mirror's lag to each lagging job's NOTE in `orch status` (and `"mirror_lag"` in --json)."""
-    notes = lag_notes(store)
+    notes = lag_notes(store, now)
     for row in rows:
         note = notes.get(row["id"])
         row["mirror_lag"] = note

@@ -103,7 +103,7 @@
         h("td", { class: "num", text: dur(r.runtime_s) }),
         h("td", { class: "num", text: money(r.cost, cur) }),
         h("td", { class: "num", text: projected }),
-        h("td", { class: "reason", text: r.state === "queued" || r.state === "failed" || r.state === "stopped" ? (r.reason || "") : "" }));
+        h("td", { class: "reason", text: r.state === "succeeded" ? (r.mirror_lag || "") : (r.reason || "") }));
       return tr;
     });
     const table = h("table", { id: "queue" },
@@ -182,9 +182,25 @@
       h("tbody", {}, ...d.checkpoints.map((c) => h("tr", {}, h("td", { text: c.path.split("/").pop() }),
         h("td", { class: "num", text: c.step === null ? "—" : String(c.step) }), h("td", { class: "num", text: (c.bytes / 1e6).toFixed(1) })))));
     const progress = d.step === null || d.step === undefined ? "—" : `${d.step}${d.total_steps ? " / " + d.total_steps : ""}`;
+    // What `orch show` says beside the numbers (views/job_view.py): the deadline, the bill, trackers, the mirror.
+    const deadline = d.deadline ? h("p", { class: d.deadline_at_risk ? "reason late" : "reason", id: "deadline",
+      text: `deadline ${d.deadline}; projected finish ${d.projected_finish ? when(d.projected_finish) : "—"}` +
+        (d.projected_finish_is_lower_bound ? " or later" : "") + (d.deadline_at_risk ? " (late)" : "") }) : null;
+    const bill = d.bill && d.bill.billed_s > 0 ? h("table", { id: "job-bill" },
+      h("thead", {}, h("tr", {}, ...["part", "cost", "time"].map((t) => h("th", { text: t })))),
+      h("tbody", {}, ...Object.keys(d.bill.money).map((part) => h("tr", { "data-part": part },
+        h("td", { text: part }), h("td", { class: "num", text: money(d.bill.money[part], cur) }),
+        h("td", { class: "num", text: dur(d.bill.seconds[part]) }))))) : h("p", { class: "muted", text: "nothing billed yet" });
+    const advice = ((d.bill && d.bill.advice) || []).map((line) => h("p", { class: "reason", text: line }));
+    const trackers = Object.entries((d.tracking && d.tracking.backends) || {}).map(([name, run]) =>
+      h("p", { class: "tracker", text: `${name}: run ${run.run_id || "—"} ${[run.project, run.mode, run.url].filter(Boolean).join(" ")}` +
+        (run.warning ? ` — not logging: ${run.warning}` : "") }));
+    const mirror = d.mirror ? h("p", { id: "mirror", text: `mirror ${d.mirror.url}: step ${d.mirror.step === null ? "—" : d.mirror.step}, ` +
+      `${d.mirror.pending} upload(s) waiting` + (d.mirror.error ? `; ERROR ${d.mirror.error}` : "") }) : null;
     put(
       h("h1", {}, `Job ${d.id} · ${d.name} `, stateBadge(d.state)),
       d.reason ? h("p", { class: "reason", text: d.reason }) : null,
+      deadline, mirror,
       h("div", { class: "grid" }, kv("attempt", String(d.attempt || "—")), kv("progress", progress),
         kv("ETA", d.eta_s === null ? "—" : dur(d.eta_s)), kv("cost so far", money(d.cost, cur)),
         kv("projected", d.projected_cost === null ? "—" : money(d.projected_cost, cur)),
@@ -192,6 +208,8 @@
         kv("GPU-hours", d.gpu_hours.toFixed(3))),
       h("h2", { text: "Curves" }),
       d.metrics.rows ? charts : h("p", { class: "muted", id: "charts", "data-rows": 0, text: "No metrics.csv rows yet (the built-in runner logs every 10 steps)." }),
+      h("h2", { text: "Bill" }), bill, ...advice,
+      trackers.length ? h("h2", { text: "Trackers" }) : null, ...trackers,
       h("h2", { text: "Attempts" }), attempts,
       h("h2", { text: "Events" }), events,
       h("h2", { text: "Checkpoints" }), d.checkpoints.length ? ckpts : h("p", { class: "muted", text: "none" }),
