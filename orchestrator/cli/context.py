@@ -148,9 +148,8 @@ def poke(home: Home) -> bool:
 
 
 def currency() -> str:
-    if ctx.config_arg is None and not ctx.config_path.exists():
-        return ""  # no config: skip building the config models (part of `orch status`'s budget)
-    try:
-        return ctx.config().pricing.currency
-    except OrchError:
-        return ""
+    """The config's currency, peeked at without building the config models (part of `orch
+    status`'s budget: spec/currency.py)."""
+    from ..spec.currency import configured_currency
+
+    return configured_currency(ctx.config_path)

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
-from ..jobs.attempts import grace_for, lose_attempt, settle_attempt
-from ..spec.config import Config
 from ..home.paths import Home
 from ..host.procs import is_alive
 from ..model.records import FOREGROUND_PID, FOREGROUND_START, Job
 from ..model.states import JobState
 from ..store import Store
+
+if TYPE_CHECKING:  # `orch status` imports this module: no pydantic (spec/config.py) on its path
+    from ..spec.config import Config
 
 
 def runner_alive(job: Job) -> bool:
@@ -55,6 +56,8 @@ def settle_a_runnerless_attempt(
     attempt is settled here the way the daemon would (its exit record, else lost: its strays
     stopped, a notice checkpoint kept), and the job can resume. Otherwise it says who has the job
     and returns None."""
+    from .attempts import grace_for, lose_attempt, settle_attempt
+
     if job.executor != "local" and not job.in_foreground:
         print(
             f"job {job.id} runs on {job.executor}; "

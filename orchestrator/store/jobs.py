@@ -215,6 +215,18 @@ class JobRows(StoreConnection):
     def attempts(self, job_id: int) -> list[Attempt]:
         return attempts_of(self.db, job_id)
 
+    def latest_attempts(self, job_ids: Iterable[int]) -> dict[int, Attempt]:
+        """job id -> its newest attempt, for many jobs in one query (`orch status`: no query per job)."""
+        ids = sorted(set(job_ids))
+        if not ids:
+            return {}
+        rows = self.db.execute(
+            "SELECT a.* FROM attempts a JOIN (SELECT job_id, MAX(n) AS n FROM attempts WHERE job_id IN "
+            "(SELECT value FROM json_each(?)) GROUP BY job_id) m ON a.job_id = m.job_id AND a.n = m.n",
+            (json.dumps(ids),),
+        ).fetchall()
+        return {r["job_id"]: Attempt.from_row(r) for r in rows}
+
     def record_event(
         self,
         job_id: Optional[int],

@@ -90,14 +90,8 @@ def status_rows(store: Store, home: Home, now: float, *, include_all: bool = Fal
     jobs = store.jobs() if include_all else store.jobs([JobState.QUEUED, JobState.RUNNING])
     deps = {d for j in jobs if j.state is JobState.QUEUED for d in j.after_ids}
     dep_states = store.states_of(deps)
-    rows = []
-    for job in jobs:
-        attempt = None
-        if job.state is JobState.RUNNING and job.attempt:
-            attempts = store.attempts(job.id)
-            attempt = attempts[-1] if attempts else None
-        rows.append(status_row(job, home, now, dep_states=dep_states, attempt=attempt))
-    return rows
+    latest = store.latest_attempts(j.id for j in jobs if j.state is JobState.RUNNING and j.attempt)
+    return [status_row(job, home, now, dep_states=dep_states, attempt=latest.get(job.id)) for job in jobs]
 
 
 def list_checkpoints(run_dir: Path) -> list[dict[str, Any]]:
