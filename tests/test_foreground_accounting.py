@@ -95,6 +95,35 @@ def test_orch_run_waits_for_a_gpu_the_daemon_holds(orch_home):
     assert h.records("fg-job", "start")[0]["t"] >= h.records("daemon-job", "end")[0]["t"]
 
 
+def test_a_gpu_free_orch_run_waits_for_a_cpu_slot_the_daemon_holds(orch_home):
+    """[daemon] cpu_slots bounds GPU-free jobs for the daemon and `orch run` alike (one choice,
+    planning/dispatch.py): with the one slot taken by a daemon's job, `orch run` of a gpus = 0
+    job says it waits and starts only when that job ends."""
+    h = orch_home()
+    _priced(h, cpu_slots=1)
+    h.start_daemon()
+    held = h.submit("daemon-cpu-job", gpus=0, hold="slot")
+    h.wait_record("daemon-cpu-job")
+    fg_err = h.tmp / "fg.err"
+    fg = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "--home", str(h.root), "run", str(h.job_file("fg-cpu", gpus=0))],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(fg_err, "w"),
+        env=h.env(),
+    )
+    try:
+        wait_for(lambda: "waiting for a free CPU slot" in _read(fg_err), 30, what="orch run to say it waits")
+        assert h.records("fg-cpu", "start") == [], "orch run started a GPU-free job past [daemon] cpu_slots"
+        h.release("slot")
+        assert fg.wait(timeout=60) == 0, _read(fg_err)
+    finally:
+        if fg.poll() is None:
+            fg.kill()
+    assert h.wait_state(held, JobState.SUCCEEDED)
+    assert h.records("fg-cpu", "start")[0]["t"] >= h.records("daemon-cpu-job", "end")[0]["t"]
+
+
 def test_the_store_refuses_to_start_two_attempts_on_one_gpu(orch_home):
     h = orch_home(gpus=[0, 1])
     a, b = h.submit("a", gpus=1), h.submit("b", gpus=1)

@@ -35,6 +35,7 @@ from ..model.errors import InvalidTransition
 from ..cost.money import Pricing, running_job_budget_exceeded, split_interval, total_budget_exceeded
 from ..jobs.lifecycle import cancel_job, retry_job, submit_job
 from ..planning.capacity import machine_gpus
+from ..planning.dispatch import choose_slot, free_slots
 from ..home.paths import Home
 from ..host.procs import own_group_dying_with_parent, start_time
 from ..model.records import FOREGROUND_PID, FOREGROUND_START, Job
@@ -229,24 +230,24 @@ class _Foreground:
             print(f"\njob {job.id} is no longer waiting here; see `orch show {job.id}`", file=sys.stderr)
         return 130
 
-    def _free_gpus(self) -> list[int]:
-        held = {g for j in self.store.jobs([JobState.RUNNING]) for g in j.gpu_ids}
-        return [g for g in self.managed if g not in held]
-
     def _begin(self, job: Job) -> Optional[Begun]:
-        """Begin the next attempt on GPUs no running job holds, waiting (Ctrl-C ends it) while a
-        daemon's jobs hold them. None: the job left the queue meanwhile (a daemon started it), or
-        the user pressed Ctrl-C."""
+        """Begin the next attempt where the daemon would start it (planning/dispatch.py's one
+        choice): on GPUs no running job holds, or, for a GPU-free job, in a free CPU slot
+        ([daemon] cpu_slots, shared with the daemon's jobs). Waits (Ctrl-C ends it) while none is
+        free. None: the job left the queue meanwhile (a daemon started it), or Ctrl-C."""
         said = False
         while not self.interrupts:
-            free = self._free_gpus()
-            if len(free) >= job.gpus:
+            free_gpus, free_cpu = free_slots(
+                self.store.jobs([JobState.RUNNING]), self.managed, self.config.daemon.cpu_slots
+            )
+            gpu_ids = choose_slot(job, free_gpus, free_cpu)
+            if gpu_ids is not None:
                 begun = begin_attempt(
                     self.store,
                     self.config,
                     self.home,
                     job,
-                    sorted(free)[: job.gpus],
+                    gpu_ids,
                     time.time(),
                     environ=os.environ,
                     where=" in the foreground (orch run)",
@@ -257,7 +258,12 @@ class _Foreground:
             if job.state is not JobState.QUEUED:
                 return None
             if not said:
-                print(f"job {job.id}: waiting for {job.gpus} free GPU(s) (Ctrl-C cancels)", file=sys.stderr)
+                what = (
+                    f"{job.gpus} free GPU(s)"
+                    if job.gpus
+                    else f"a free CPU slot ([daemon] cpu_slots = {self.config.daemon.cpu_slots}, all taken)"
+                )
+                print(f"job {job.id}: waiting for {what} (Ctrl-C cancels)", file=sys.stderr)
                 said = True
             self._sleep(1.0)
         return None

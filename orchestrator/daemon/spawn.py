@@ -8,7 +8,7 @@ import sqlite3
 
 from ..jobs.attempts import begin_attempt
 from ..contract import attempt_log, write_exit_record
-from ..planning.dispatch import edf_order, fits, hold_reason
+from ..planning.dispatch import choose_slot, edf_order, free_slots, hold_reason
 from ..host.procs import is_alive
 from ..model.records import FOREGROUND_PID, FOREGROUND_START, AttemptLaunch, Job
 from ..model.states import EventKind, JobState
@@ -29,10 +29,7 @@ def dispatch(d: StepContext, now: float) -> list[int]:
     queue = edf_order(d.store.queue_order())
     if not queue:
         return []
-    running = d.store.jobs([JobState.RUNNING])
-    used = {g for j in running for g in j.gpu_ids}
-    free_gpus = [g for g in d.managed if g not in used]
-    free_cpu = d.config.daemon.cpu_slots - sum(1 for j in running if j.gpus == 0)
+    free_gpus, free_cpu = free_slots(d.store.jobs([JobState.RUNNING]), d.managed, d.config.daemon.cpu_slots)
     dep_states = d.store.states_of({dep for j in queue for dep in j.after_ids})
     budget_reason = total_budget_hold(d)
     started = []
@@ -59,10 +56,10 @@ def dispatch(d: StepContext, now: float) -> list[int]:
             continue
         if job.gpus > 0 and gpus_reserved:
             continue  # GPUs freed meanwhile are kept for it, or it could starve behind later jobs
-        if not fits(job, free_gpus, free_cpu):
+        gpu_ids = choose_slot(job, free_gpus, free_cpu)
+        if gpu_ids is None:
             gpus_reserved = gpus_reserved or 0 < job.gpus <= len(d.managed)
             continue
-        gpu_ids = sorted(free_gpus)[: job.gpus]
         if start(d, job, gpu_ids, now):
             started.append(job.id)
             free_gpus = [g for g in free_gpus if g not in gpu_ids]

@@ -67,3 +67,19 @@ def edf_order(queue: Sequence[Job]) -> list[Job]:
 
 def fits(job: Job, free_gpus: Sequence[int], free_cpu_slots: int) -> bool:
     return len(free_gpus) >= job.gpus if job.gpus > 0 else free_cpu_slots > 0
+
+
+def free_slots(running: Sequence[Job], managed: Sequence[int], cpu_slots: int) -> tuple[list[int], int]:
+    """The managed GPUs no running job holds, and the CPU slots ([daemon] cpu_slots) no running
+    GPU-free job takes: what the daemon's dispatch and `orch run` both start attempts into,
+    counting each other's jobs."""
+    held = {g for j in running for g in j.gpu_ids}
+    return [g for g in managed if g not in held], cpu_slots - sum(1 for j in running if j.gpus == 0)
+
+
+def choose_slot(job: Job, free_gpus: Sequence[int], free_cpu_slots: int) -> Optional[list[int]]:
+    """The GPUs to start `job` on (the lowest free ones; [] for a GPU-free job in a free CPU
+    slot), or None while it does not fit."""
+    if not fits(job, free_gpus, free_cpu_slots):
+        return None
+    return sorted(free_gpus)[: job.gpus]
