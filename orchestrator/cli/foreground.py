@@ -32,7 +32,9 @@ from ..jobs.runners import settle_a_runnerless_attempt
 from ..spec.config import Config
 from ..contract import attempt_exit, attempt_log, exit_record, write_json_atomic
 from ..model.errors import InvalidTransition
-from ..cost.money import Pricing, running_job_budget_exceeded, split_interval, total_budget_exceeded
+from ..cost.money import Pricing
+from ..cost.own_share import own_share
+from ..jobs.budget_stop import budget_reason, record_stop, total_budget_reason
 from ..jobs.lifecycle import cancel_job, retry_job, submit_job
 from ..planning.capacity import machine_gpus
 from ..planning.dispatch import choose_slot, free_slots
@@ -269,39 +271,24 @@ class _Foreground:
         return None
 
     def _accrue(self, job: Job, seconds: float, now: float) -> None:
-        """Charge this job one interval by the daemon's formula: its share of the machine among
-        the jobs running now (the same split the daemon makes, cost/money.py)."""
+        """Charge this job one interval by the daemon's formula (cost/own_share.py)."""
         if seconds <= 0:
             return
         running = [(j.id, j.gpus) for j in self.store.jobs([JobState.RUNNING])]
-        if job.id not in {i for i, _ in running}:
-            running.append((job.id, job.gpus))
-        try:
-            costs, _ = split_interval(seconds, running, len(self.managed), self.pricing)
-            cost = costs.get(job.id, 0.0)
-        except ValueError:  # more GPUs held than managed (a config changed): its own GPUs only
-            cost = job.gpus * self.pricing.gpu_hour * seconds / 3600.0
+        cost = own_share(seconds, job.id, job.gpus, running, len(self.managed), self.pricing)
         self.store.charge_job(job.id, seconds, cost, job.gpus * seconds)
 
     def _check_budget(self, job_id: int, now: float) -> None:
-        """The daemon's budget rule (its [budget] and config.toml's total) for the job this process
-        runs: a lone `orch run` has no daemon to apply it. The job checkpoints and ends `stopped`."""
+        """The daemon's budget stop (jobs/budget_stop.py) for the job this process runs: a lone
+        `orch run` has no daemon to apply it. The job checkpoints and ends `stopped`."""
         job, proc = self.store.get(job_id), self.proc
-        if proc is None or job.intent is not Intent.NONE:
+        if proc is None:
             return
-        currency = self.config.pricing.currency
-        total_reason = total_budget_exceeded(self.store.total_cost(), self.config.budget.total, currency)
-        reason = running_job_budget_exceeded(
-            job.cost, job.run_seconds / 3600, job.max_cost, job.max_hours, total_reason, currency
-        )
-        if reason is None or not self.store.set_intent_once(job.id, Intent.BUDGET.value, now):
+        reason = budget_reason(job, self.config, total_budget_reason(self.store, self.config))
+        if reason is None or not record_stop(self.store, job, Intent.BUDGET, now, reason):
             return
-        self.store.update(job.id, now, only_if_state=[JobState.RUNNING], signalled_at=now, reason=reason)
         print(f"\n{reason}: checkpointing and stopping", file=sys.stderr)
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        self._signal_job(proc, signal.SIGTERM)
 
     def _one_attempt(self, job: Job) -> Optional[Settled]:
         begun = self._begin(job)

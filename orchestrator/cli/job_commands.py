@@ -160,12 +160,9 @@ def run(
 def _refuse_when_the_total_budget_is_spent() -> None:
     """What a daemon does to queued jobs while config.toml's [budget] total is spent (it holds
     them), `orch run` does before it records or starts one: nothing runs, exit 1."""
-    from ..cost.money import total_budget_exceeded
+    from ..jobs.budget_stop import total_budget_reason
 
-    config = ctx.config()
-    if config.budget.total is None:
-        return
-    reason = total_budget_exceeded(ctx.store().total_cost(), config.budget.total, config.pricing.currency)
+    reason = total_budget_reason(ctx.store(), ctx.config())
     if reason:
         err(f"orch run: {reason}; nothing was started. Raise [budget] total in config.toml to go on")
         raise typer.Exit(1)

@@ -9,7 +9,9 @@ from typing import Optional
 
 from ..jobs.attempts import grace_for
 from ..jobs.lifecycle import outgoing_for, payload_for
-from ..cost.money import format_money, running_job_budget_exceeded, total_budget_exceeded
+from ..cost.money import format_money
+from ..jobs import budget_stop
+from ..jobs.budget_stop import budget_reason, record_stop
 from ..model.records import Job
 from ..model.states import EventKind, Intent, JobState
 from .step_context import StepContext
@@ -18,8 +20,7 @@ log = logging.getLogger("orch.daemon")
 
 
 def signal_job(d: StepContext, job: Job, intent: Intent, now: float, reason: str) -> None:
-    if d.store.set_intent_once(job.id, intent.value, now):
-        d.store.update(job.id, now, only_if_state=[JobState.RUNNING], signalled_at=now, reason=reason)
+    if record_stop(d.store, job, intent, now, reason):
         log.info("job %s: SIGTERM (%s): %s", job.id, intent.value, reason)
         d.executor.terminate(job)
 
@@ -54,19 +55,13 @@ def apply_cancels(d: StepContext, now: float) -> None:
 def check_budgets(d: StepContext, now: float) -> None:
     total_reason = total_budget_reason(d)
     for job in d.store.jobs([JobState.RUNNING]):
-        if job.intent is not Intent.NONE:
-            continue
-        reason = running_job_budget_exceeded(
-            job.cost, job.run_seconds / 3600, job.max_cost, job.max_hours, total_reason, d.config.pricing.currency
-        )
+        reason = budget_reason(job, d.config, total_reason)  # the one rule, `orch run`'s too
         if reason:
             signal_job(d, job, Intent.BUDGET, now, reason)
 
 
 def total_budget_reason(d: StepContext) -> Optional[str]:
-    if d.config.budget.total is None:
-        return None
-    return total_budget_exceeded(d.store.total_cost(), d.config.budget.total, currency=d.config.pricing.currency)
+    return budget_stop.total_budget_reason(d.store, d.config)
 
 
 def total_budget_hold(d: StepContext) -> Optional[str]:
