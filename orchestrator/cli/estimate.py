@@ -21,7 +21,7 @@ from ..cost.money import Pricing, format_duration, job_hourly_rates
 from ..model.errors import OrchError
 from ..planning.forecast import History, history_of, queue_forecast
 from ..spec.jobspec import JobSpec, load_jobspec
-from ..jobs.lifecycle import check_gpus
+from ..jobs.admission import check_gpus
 from ..planning.speed_range import speed_range, sweep_bound, typical_share, with_run_to_run  # noqa: F401 (sweep_bound: the CLI's)
 from ..home.paths import Home
 from ..model.states import JobState

@@ -78,7 +78,7 @@ def _preflight(job_toml: Path, now: float, machine_gpus: int, executor: str) -> 
     """Everything a job file can be refused for, before it is queued or a probe is paid for: the
     file's own checks (instant), then the built-in job's pre-flight (its data, tokenizer, model
     configuration, LoRA modules and metrics, in a subprocess: a few seconds)."""
-    from ..jobs.lifecycle import check_gpus, check_nodes
+    from ..jobs.admission import check_gpus, check_nodes
     from ..jobs.preflight import Check, preflight
     from ..spec.jobspec import check_deadline, load_jobspec
     from ..sweeps.spec import placeholder_problems

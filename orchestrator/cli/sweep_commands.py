@@ -30,7 +30,7 @@ def submit_sweep(
 ) -> None:
     from ..model.errors import UsageError
     from ..planning.capacity import gpu_slots
-    from ..jobs.lifecycle import check_gpus, check_nodes
+    from ..jobs.admission import check_gpus, check_nodes
     from ..sweeps.spec import load_sweep
 
     unused = [flag for flag, given in (("--after", bool(after)), ("--at", at is not None)) if given]

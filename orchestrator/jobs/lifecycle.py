@@ -11,8 +11,9 @@ from typing import Any, Iterable, Optional, Sequence
 import tomli_w
 
 from ..spec.config import Config
-from ..model.errors import HomeError, InvalidTransition, SpecError
+from ..model.errors import HomeError, InvalidTransition
 from ..spec.jobspec import JobSpec, check_deadline, load_jobspec
+from .admission import check_gpus, check_nodes
 from ..home.paths import Home
 from ..contract import JOB_TOML, RESULT, atomic_file, attempt_log, read_json
 from ..host.provenance import git_snapshot, write_diff
@@ -101,27 +102,6 @@ def write_run_spec(home: Home, job_id: int, spec: dict[str, Any]) -> Path:
     with atomic_file(target, "w") as fh:
         fh.write(tomli_w.dumps(spec))
     return target
-
-
-def check_gpus(spec: JobSpec, label: str, machine_gpus: int) -> None:
-    if spec.gpus > machine_gpus:
-        raise SpecError(
-            [
-                f"{label}: gpus: asks for {spec.gpus} GPU{'s' if spec.gpus != 1 else ''} but this machine has "
-                f"{machine_gpus} (config [daemon] gpus, else nvidia-smi); use gpus = 0 to run on the CPU"
-            ]
-        )
-
-
-def check_nodes(spec: JobSpec, label: str, executor: str) -> None:
-    """Several nodes need a cluster executor: on one machine the job would silently run on one."""
-    if spec.nodes > 1 and executor == "local":
-        raise SpecError(
-            [
-                f"{label}: nodes: asks for {spec.nodes} nodes but this orch runs jobs on this one machine; set "
-                f'[executor] kind = "slurm" in config.toml to run it on a cluster, or remove `nodes`'
-            ]
-        )
 
 
 def submit_job(
