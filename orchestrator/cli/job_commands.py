@@ -9,7 +9,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from ..model.errors import OrchError, SpecError
+from ..model.errors import OrchError
 from ..home.paths import Home
 from .context import app, ctx, currency, daemon_pid, emit_json, err, poke
 
@@ -75,23 +75,25 @@ def submit(
 
 
 def _preflight(job_toml: Path, now: float, machine_gpus: int, executor: str) -> None:
-    """Everything a job file can be refused for, before it is queued or a probe is paid for: the
-    file's own checks (instant), then the built-in job's pre-flight (its data, tokenizer, model
-    configuration, LoRA modules and metrics, in a subprocess: a few seconds)."""
-    from ..jobs.admission import check_gpus, check_nodes
-    from ..jobs.preflight import Check, preflight
-    from ..spec.jobspec import check_deadline, load_jobspec
+    """Everything a job file can be refused for, before it is queued or a probe is paid for:
+    jobs/admission.py's one check (the file's own checks, then the built-in job's pre-flight)."""
+    from ..jobs.admission import admit
+    from ..jobs.preflight import Check
+    from ..spec.jobspec import load_jobspec
     from ..sweeps.spec import placeholder_problems
 
     spec = load_jobspec(job_toml)
     label = str(job_toml)
-    check_deadline(spec, label, now)
-    check_gpus(spec, label, machine_gpus)
-    check_nodes(spec, label, executor)
-    problems = placeholder_problems(spec, label)
-    if problems:
-        raise SpecError(problems)
-    preflight([Check(label, spec.to_toml_dict())], note=err)
+    admit(
+        spec,
+        label,
+        machine_gpus=machine_gpus,
+        executor=executor,
+        now=now,
+        also=placeholder_problems(spec, label),
+        preflight_checks=[Check(label, spec.to_toml_dict())],
+        note=err,
+    )
 
 
 @app.command()

@@ -30,7 +30,6 @@ def submit_sweep(
 ) -> None:
     from ..model.errors import UsageError
     from ..planning.capacity import gpu_slots
-    from ..jobs.admission import check_gpus, check_nodes
     from ..sweeps.spec import load_sweep
 
     unused = [flag for flag, given in (("--after", bool(after)), ("--at", at is not None)) if given]
@@ -43,13 +42,18 @@ def submit_sweep(
     if priority is not None:  # every trial's priority
         base = base.model_copy(update={"priority": priority})
     config = ctx.config()
-    machine_gpus = len(gpu_slots(config))
-    check_gpus(base, section.job, machine_gpus)
-    check_nodes(base, section.job, config.executor.kind)
-    from ..jobs.preflight import preflight
+    from ..jobs.admission import admit
     from ..sweeps.spec import preflight_checks
 
-    preflight(preflight_checks(section, base, str(path)), note=err)
+    admit(  # the one admission check; no deadline check: the trials start later
+        base,
+        section.job,
+        machine_gpus=len(gpu_slots(config)),
+        executor=config.executor.kind,
+        now=None,
+        preflight_checks=preflight_checks(section, base, str(path)),
+        note=err,
+    )
     if estimate:
         from .estimate import ask_after, estimate_data, sweep_bound
 

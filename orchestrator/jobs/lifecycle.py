@@ -12,8 +12,8 @@ import tomli_w
 
 from ..spec.config import Config
 from ..model.errors import HomeError, InvalidTransition
-from ..spec.jobspec import JobSpec, check_deadline, load_jobspec
-from .admission import check_gpus, check_nodes
+from ..spec.jobspec import JobSpec, load_jobspec
+from .admission import admit
 from ..home.paths import Home
 from ..contract import JOB_TOML, RESULT, atomic_file, attempt_log, read_json
 from ..host.provenance import git_snapshot, write_diff
@@ -117,9 +117,8 @@ def submit_job(
     not_before: Optional[float] = None,
 ) -> Job:
     spec = load_jobspec(toml_path)
-    check_gpus(spec, str(toml_path), machine_gpus)
-    check_deadline(spec, str(toml_path), now)
-    check_nodes(spec, str(toml_path), config.executor.kind)
+    # the instant checks again (cheap): whoever calls submit_job, nothing unadmitted is recorded
+    admit(spec, str(toml_path), machine_gpus=machine_gpus, executor=config.executor.kind, now=now)
     folder = Path(spec.workdir) if spec.is_command and spec.workdir else toml_path.resolve().parent
     snap = git_snapshot(folder)
     data = spec.to_toml_dict()
