@@ -20,7 +20,8 @@ from orchestrator.cost.advice import (
     redone_advice,
     startup_advice,
 )
-from orchestrator.cli.estimate import builtin_projection, checkpoint_plan, command_projection, hourly_rate
+from orchestrator.cli.estimate import hourly_rate
+from orchestrator.planning.projection import builtin_projection, checkpoint_plan, command_projection
 from orchestrator.contract import young_daly
 from orchestrator.cost.money import Pricing
 from orchestrator.planning.forecast import History, history_of, simulate

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.cli.estimate import builtin_projection, command_projection, speed_range, sweep_bound
+from orchestrator.planning.projection import builtin_projection, command_projection
+from orchestrator.planning.speed_range import speed_range, sweep_bound
 from orchestrator.spec.config import Config
 from orchestrator.planning.forecast import history_of, trial_name
 from orchestrator.spec.jobspec import JobSpec
