@@ -1,6 +1,6 @@
 """The one budget stop and `orch run`'s own share, as pure calls on a real store (no daemon, no
 job process): jobs/budget_stop.py decides for the daemon's tick and a lone `orch run` alike;
-cost/own_share.py charges by SPEC.md's one formula."""
+cost/own_share.py charges by the one cost formula (docs/cost.md)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from orchestrator.store import Store
 PRICING = Pricing(currency="CNY", gpu_hour=2.0, instance_hour=0.5)
 
 
-def test_own_share_is_spec_md_s_worked_example():
-    # 2 managed GPUs, gpu_hour 2.0, instance_hour 0.5: a 1-GPU job alone for an hour costs 2.25
+def test_own_share_is_the_worked_example_of_the_one_formula():
+    # 2 managed GPUs, gpu_hour 2.0, instance_hour 0.5: a 1-GPU job alone for an hour costs 2.25 (docs/cost.md)
     assert own_share(3600, 7, 1, [], 2, PRICING) == pytest.approx(2.25)
     # beside another 1-GPU job it still takes its own share, not half the machine
     assert own_share(3600, 7, 1, [(7, 1), (8, 1)], 2, PRICING) == pytest.approx(2.25)

@@ -125,7 +125,7 @@ def test_show_and_the_dashboard_job_page_are_one_view(busy_home):
     finally:
         server.close()
     assert isinstance(cli, dict)
-    # SPEC.md's keys, unchanged
+    # the documented --json keys, unchanged
     for key in ("id", "name", "state", "attempt", "gpus", "step", "total_steps", "eta_s", "runtime_s", "cost"):
         assert key in cli and cli[key] == page[key], key
     for key in ("spec", "events", "attempts", "checkpoints", "result"):

@@ -30,7 +30,7 @@ from pathlib import Path
 from ..jobs.attempts import Begun, Settled, begin_attempt, settle_attempt
 from ..jobs.runners import settle_a_runnerless_attempt
 from ..spec.config import Config
-from ..contract import attempt_exit, attempt_log, exit_record, write_json_atomic
+from ..contract import EX_CHECKPOINTED, attempt_exit, attempt_log, exit_record, write_json_atomic
 from ..model.errors import InvalidTransition
 from ..cost.money import Pricing
 from ..cost.own_share import own_share
@@ -214,7 +214,7 @@ class _Foreground:
             f"when the daemon runs again, or here with:  orch run --resume {job.id}",
             file=sys.stderr,
         )
-        return 75
+        return EX_CHECKPOINTED
 
     def _stop_queued(self, job: Job) -> int:
         """Ctrl-C between attempts: the queued job is cancelled (no daemon starts it behind the

@@ -17,7 +17,7 @@ from .sweeps import mark_trials
 def queue_view(
     store: Store, home: Home, now: float, *, include_all: bool, config: Callable[[], Optional[Any]]
 ) -> list[dict[str, Any]]:
-    """One dict per job (SPEC.md's `status --json` keys and more). `config` is called, and
+    """One dict per job (the documented `status --json` keys, docs/commands.md, and more). `config` is called, and
     config.toml read, only when a row has a deadline to project (`orch status` stays fast)."""
     rows = status_rows(store, home, now, include_all=include_all)
     add_lag_notes(store, rows, now)  # [storage]: a note when the mirror lags
