@@ -10,7 +10,7 @@ start. The store is cli_latency.py's (10,000 jobs, 50 recorded running, no daemo
 notifiers | tar -x -C /tmp/before`); each arm runs `python -m orchestrator.cli` with PYTHONPATH
 set to its tree. Bytecode is written on the warm-up run (PYTHONDONTWRITEBYTECODE is dropped), as
 an installed orch has it. `--config` measures with a config.toml (ORCH_CONFIG); `--daemon` with a
-daemon running on a copy of the store (its [budget] total at 0, so it starts nothing).
+daemon running on a copy of the store (its [budget] total already spent, so it starts nothing).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def main() -> int:
         if opts.daemon:  # a copy: the daemon settles the jobs recorded running
             copy = tmp / "daemon-home"
             shutil.copytree(root, copy)
-            (copy / "config.toml").write_text("[budget]\ntotal = 0.0\n")
+            (copy / "config.toml").write_text("[budget]\ntotal = 0.001\n")  # spent: nothing starts
             root = copy
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "ORCH_CONFIG")}
         env["ORCH_HOME"] = str(root)
