@@ -184,7 +184,8 @@ def main() -> int:
         job_toml = tmp / "job.toml"
         job_toml.write_text('name = "bench-submit"\ngpus = 0\ncommand = ["python", "-c", "pass"]\n')
 
-        env = {k: v for k, v in os.environ.items() if k not in ("ORCH_CONFIG",)}
+        # PYTHONDONTWRITEBYTECODE dropped: an installed orch has its bytecode; without it every run compiles
+        env = {k: v for k, v in os.environ.items() if k not in ("ORCH_CONFIG", "PYTHONDONTWRITEBYTECODE")}
         env["ORCH_HOME"] = str(home.root)
         orch = orch_exe()
         commands = {
