@@ -109,7 +109,7 @@ def assert_consistent_and_resumable(home: Path, stderr: str) -> None:
         ("transition", 1),  # ... that begins its attempt
         ("charge_job", 1),  # inside the per-tick cost write's transaction, first tick
         ("charge_job", 2),  # ... and the second
-        ("total_cost", 1),  # the budget check after a tick's write
+        ("jobs", 4),  # a read of the running jobs (the slot choice, a tick's share)
     ],
 )
 def test_ctrl_c_at_any_store_statement_leaves_a_resumable_job(tmp_path, where, k):

@@ -4,27 +4,17 @@ run folder and steps the daemon uses: `attempts.begin_attempt` starts each attem
 OOM). Ctrl-C records a cancel and asks the job to checkpoint (SIGTERM), then prints the command
 that continues it; during a retry's backoff or while waiting for a GPU it cancels the queued job.
 
-Signals as the supervisor hears them (executors/supervisor.py): SIGINT, SIGTERM and SIGHUP mean
-"checkpoint and stop" (a second one kills), SIGUSR1 is the daemon's backstop, "kill the job now".
-The handlers only count: a handler runs between any two bytecodes of this process, inside a
-store transaction too, so every store write and signal to the job happens in the loop
-(`_act_on_signals`), woken at once through a self-pipe (signal.set_wakeup_fd).
-
-This process accrues its job's time and cost (the same formula as the daemon, cost/money.py); a
-daemon beside it counts the job's share as busy but charges it nothing (docs/cost.md). Its GPUs
-are chosen among those no running job holds and reserved by the store in the transition that
-records the attempt, so the daemon and `orch run` never share one."""
+Its signals are the supervisor's (cli/run_signals.py): the handlers only count; this loop writes.
+"""
 
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Optional
 from pathlib import Path
 
 from ..jobs.attempts import Begun, Settled, begin_attempt, settle_attempt
@@ -44,6 +34,7 @@ from ..model.records import FOREGROUND_PID, FOREGROUND_START, Job
 from ..jobs.outcome import Decision
 from ..model.states import RETRYABLE, AttemptOutcome, EventKind, Intent, JobState
 from ..store import Store
+from .run_signals import RunSignals
 
 
 def run_foreground(
@@ -53,7 +44,7 @@ def run_foreground(
     foreground = _Foreground(home, store, config, managed)
     # The handlers from the first write on: a Ctrl-C while the job is recorded is one more
     # "stop" the loop acts on, never a KeyboardInterrupt between two writes.
-    with foreground.signals():
+    with foreground.sig.installed():
         job = _record(home, store, config, managed, job_toml=job_toml, resume_id=resume_id)
         if job is None:
             return 1
@@ -108,23 +99,8 @@ class _Foreground:
         self.accrue_every_s = max(1.0, config.daemon.tick_seconds)
         self.proc: Optional[subprocess.Popen] = None
         self.job: Optional[Job] = None
-        self.interrupts = 0  # stop signals received (handler), in all
-        self.acted = 0  # of those, the ones the loop has acted on for the running attempt
-        self.kill_now = False  # SIGUSR1 received, not yet acted on
-        self._wake_r, self._wake_w = os.pipe()
-        for fd in (self._wake_r, self._wake_w):
-            os.set_blocking(fd, False)
-
-    def on_signal(self, _signum: int, _frame: Any) -> None:
-        """Ctrl-C, a closed terminal, or the daemon acting on `orch cancel` (it signals the
-        process it knows for the attempt: this one) all mean "checkpoint and stop"; the job runs
-        in its own process group, so it hears it only from us. Only counted here."""
-        self.interrupts += 1
-
-    def on_kill_signal(self, _signum: int, _frame: Any) -> None:
-        """SIGUSR1: the daemon's backstop for a job past its grace (LocalExecutor.kill), as the
-        supervisor takes it: the job's group is killed, this process carries on and records it."""
-        self.kill_now = True
+        self.sig = RunSignals()  # what the handlers counted (cli/run_signals.py)
+        self.acted = 0  # of the stop signals, the ones the loop has acted on for the running attempt
 
     def _act_on_signals(self) -> None:
         """What the handlers counted, done outside them: the intent recorded before the job is
@@ -133,13 +109,13 @@ class _Foreground:
         proc, job = self.proc, self.job
         if proc is None:
             return
-        kill = self.kill_now or (self.interrupts > self.acted and self.interrupts >= 2)
-        if self.interrupts > self.acted and self.acted == 0:
+        kill = self.sig.kill_now or (self.sig.stops > self.acted and self.sig.stops >= 2)
+        if self.sig.stops > self.acted and self.acted == 0:
             if job is not None:  # the daemon may have recorded its own intent already; keep it
                 self.store.set_intent_once(job.id, Intent.CANCEL.value, time.time())
             print("\ncheckpointing... (Ctrl-C again to kill without saving)", file=sys.stderr)
             self._signal_job(proc, signal.SIGTERM)
-        self.acted, self.kill_now = self.interrupts, False
+        self.acted, self.sig.kill_now = self.sig.stops, False
         if kill:
             self._signal_job(proc, signal.SIGKILL)
 
@@ -150,44 +126,16 @@ class _Foreground:
         except ProcessLookupError:
             pass
 
-    def _wait_for_wake(self, seconds: float) -> None:
-        """Up to `seconds`, ended early by any signal (its handler wrote to the self-pipe)."""
-        try:
-            readable, _, _ = select.select([self._wake_r], [], [], max(0.0, seconds))
-        except InterruptedError:  # pragma: no cover (PEP 475 retries; kept for other platforms)
-            return
-        if readable:
-            try:
-                while os.read(self._wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
-
-    @contextmanager
-    def signals(self) -> Iterator[None]:
-        stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        previous = {s: signal.signal(s, self.on_signal) for s in stops}
-        previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self.on_kill_signal)
-        previous_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
-        try:
-            yield
-        finally:
-            signal.set_wakeup_fd(previous_wakeup)
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-            os.close(self._wake_r)
-            os.close(self._wake_w)
-
     def run(self, job: Job) -> int:
         while True:
-            if job.retry_after and job.retry_after > time.time() and not self.interrupts:
+            if job.retry_after and job.retry_after > time.time() and not self.sig.stops:
                 wait = job.retry_after - time.time()
                 print(f"retrying in {wait:.0f}s ({job.reason})", file=sys.stderr)
                 self._sleep(wait)
-            if self.interrupts:
+            if self.sig.stops:
                 return self._stop_queued(job)
             settled = self._one_attempt(job)
-            if self.interrupts and settled is None and self.store.get(job.id).state is JobState.QUEUED:
+            if self.sig.stops and settled is None and self.store.get(job.id).state is JobState.QUEUED:
                 return self._stop_queued(job)  # Ctrl-C while waiting for a GPU
             if settled is None:
                 return 0  # a daemon took the job first
@@ -202,8 +150,8 @@ class _Foreground:
     def _sleep(self, seconds: float) -> None:
         """Sleep that Ctrl-C ends at once (the self-pipe wakes it)."""
         until = time.monotonic() + seconds
-        while not self.interrupts and time.monotonic() < until:
-            self._wait_for_wake(until - time.monotonic())
+        while not self.sig.stops and time.monotonic() < until:
+            self.sig.wait(until - time.monotonic())
 
     def _preempted(self, job: Job, d: Decision) -> int:
         """A preemption notice reached the daemon beside us (the machine is going away): the job
@@ -238,7 +186,7 @@ class _Foreground:
         ([daemon] cpu_slots, shared with the daemon's jobs). Waits (Ctrl-C ends it) while none is
         free. None: the job left the queue meanwhile (a daemon started it), or Ctrl-C."""
         said = False
-        while not self.interrupts:
+        while not self.sig.stops:
             free_gpus, free_cpu = free_slots(
                 self.store.jobs([JobState.RUNNING]), self.managed, self.config.daemon.cpu_slots
             )
@@ -293,7 +241,7 @@ class _Foreground:
     def _one_attempt(self, job: Job) -> Optional[Settled]:
         begun = self._begin(job)
         if begun is None:
-            if self.interrupts:
+            if self.sig.stops:
                 return None
             print(
                 f"job {job.id} was started by a running daemon; follow it with `orch logs -f {job.id}`", file=sys.stderr
@@ -325,7 +273,8 @@ class _Foreground:
         # and exits 75 instead of training on with no one to record it.
         self.proc = subprocess.Popen(argv, cwd=launch.cwd, env=launch.env, preexec_fn=own_group_dying_with_parent())
         # A Ctrl-C that came while the attempt was being recorded: one "checkpoint and stop".
-        self.acted, self.interrupts = 0, min(self.interrupts, 1)
+        # A SIGUSR1 was meant for an earlier attempt: it never kills this one.
+        self.acted, self.sig.stops, self.sig.kill_now = 0, min(self.sig.stops, 1), False
         accrued = started
         next_accrual = time.monotonic() + self.accrue_every_s
         while True:
@@ -341,7 +290,7 @@ class _Foreground:
                 next_accrual = time.monotonic() + self.accrue_every_s
                 continue
             # woken by a signal at once; a job's exit is seen within 0.1 s
-            self._wait_for_wake(min(0.1, next_accrual - time.monotonic()))
+            self.sig.wait(min(0.1, next_accrual - time.monotonic()))
         self.proc = None
         code, sig = (rc, None) if rc >= 0 else (None, -rc)
         ended = time.time()
