@@ -13,7 +13,6 @@ from .base import DEFAULT_EVENTS, EVENT_KINDS, Message, Notifier, NotifierConfig
 from .channel import Channel
 from .config import validate_config
 from .email import EmailNotifier
-from .redaction import redact
 from .webhook import DingTalkNotifier, FeishuNotifier, WebhookNotifier
 from .wechat import PushPlusNotifier, ServerChanNotifier, WeComNotifier
 
@@ -40,7 +39,6 @@ __all__ = [
     "NotifierConfigError",
     "NotifyError",
     "build_notifiers",
-    "redact",
 ]
 
 

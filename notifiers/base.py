@@ -12,7 +12,7 @@ from orchestrator.cost.money import format_duration
 from orchestrator.model.errors import ConfigError, OrchError
 from orchestrator.model.states import DEFAULT_NOTIFY_EVENTS, SUBSCRIBABLE
 
-from .redaction import redact
+from orchestrator.redaction import redact
 
 # The event kinds a notifier may subscribe to, and its default: the daemon's vocabulary, one source.
 EVENT_KINDS = SUBSCRIBABLE

@@ -11,6 +11,7 @@ import time
 from typing import Any, Optional
 
 from ..model.errors import ConfigError
+from ..redaction import redact
 
 
 def waiting_line(row: dict[str, Any], now: float) -> str:
@@ -31,8 +32,6 @@ def waiting_line(row: dict[str, Any], now: float) -> str:
 
 
 def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool) -> int:
-    from notifiers import redact
-
     from ..adopt.plan import storage_for
     from ..jobs.notify import build_channels
     from ..daemon.outbox import OutboxSender

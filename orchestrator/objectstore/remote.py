@@ -16,7 +16,6 @@ import builtins
 import fcntl
 import hashlib
 import os
-import re
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -25,9 +24,9 @@ from typing import Any, Iterator, Mapping, Optional
 from ..model.errors import OrchError
 from ..spec.storage_url import StorageURL, parse_storage_url
 from ..contract import atomic_file
+from ..redaction import redact
 
 LOCKS = ".orch-locks"  # file:// only: lock files for conditional writes (never listed as objects)
-_SECRETY = re.compile(r"(?i)(signature|credential|x-amz-security-token|sig|token|key)=[^&\s\"']+")
 
 
 class TooLarge(OrchError, ValueError):
@@ -50,7 +49,7 @@ class Conflict(StorageError):
 def _short(exc: BaseException) -> str:
     """One line of a store error, with anything that looks like a signature or token masked."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return _SECRETY.sub(r"\1=***", text)[:300]
+    return redact(text)[:300]
 
 
 def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> tuple[str, int]:
