@@ -27,6 +27,16 @@ EX_CONFIG = 78  # EX_CONFIG: a data or configuration error the runner found; the
 
 ENV_JOB_ID = "ORCH_JOB_ID"
 ENV_JOB_UID = "ORCH_JOB_UID"  # the job's global id: the same on every attempt and every machine that adopts it
+# What a job uid may be: it names the job's folder in the mirror and goes into a boot script and
+# instance tags, so nothing else (orch makes uuid4 hex; an imported job keeps its manifest's).
+JOB_UID_PATTERN = r"^[0-9A-Za-z_-]{1,64}$"
+
+
+def is_job_uid(text: str) -> bool:
+    """Whether `text` is a job uid (the whole of it: a trailing newline is not)."""
+    return re.fullmatch(JOB_UID_PATTERN, text) is not None
+
+
 ENV_ATTEMPT = "ORCH_ATTEMPT"  # 1-based, never reset
 ENV_RUN_DIR = "ORCH_RUN_DIR"
 ENV_CKPT_DIR = "ORCH_CKPT_DIR"

@@ -19,10 +19,9 @@ import os
 import socket
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ..contract import PROVENANCE, checkpoint_dir
+from ..contract import PROVENANCE
 from ..home.paths import Home
 
 VERSION = 1
@@ -225,7 +224,3 @@ def dump(manifest: dict[str, Any]) -> bytes:
 def newest_step(manifest: dict[str, Any]) -> Optional[int]:
     ck = manifest.get("checkpoints") or []
     return ck[0].get("step") if ck else None
-
-
-def local_checkpoint_path(run_dir: Path, record: dict[str, Any]) -> Path:
-    return checkpoint_dir(run_dir) / record["name"]

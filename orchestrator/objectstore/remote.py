@@ -393,7 +393,3 @@ class Remote:
             "UnknownConfigurationKeyError",
         )
         return StorageError(f"cannot {what} {self.where(key)}: {_short(exc)}", retryable=not permanent)
-
-
-def build_remote(storage: Any, env: Optional[Mapping[str, str]] = None) -> Remote:
-    return Remote(storage, env)
