@@ -58,11 +58,15 @@ def test_cancel_escalates_to_sigkill_after_the_grace(orch_home):
     assert h.exit_record(job_id, 1)["signal"] == signal.SIGKILL
 
 
+# The tests below need the daemon's steps, not its process: an in-process daemon (real supervisors
+# and jobs) ticked by the test. The ones above and below them signal or restart the daemon itself.
+
+
 def test_retries_then_failure_names_the_exit_code_and_keeps_the_log_tail(orch_home):
     h = orch_home()
-    h.start_daemon()
+    d = h.local_daemon()
     job_id = h.submit("flaky", retries=2, exit=3, print=["the last words of the job"])
-    job = h.wait_state(job_id, JobState.FAILED, timeout=20)
+    job = h.tick_state(d, job_id, JobState.FAILED)
     attempts = h.store.attempts(job_id)
     assert [a.n for a in attempts] == [1, 2, 3] and [a.exit_code for a in attempts] == [3, 3, 3]
     assert job.failures == 3 and job.attempt == 3
@@ -78,9 +82,9 @@ def test_retries_then_failure_names_the_exit_code_and_keeps_the_log_tail(orch_ho
 
 def test_exit_75_requeues_uncharged_and_the_next_attempt_resumes_from_the_checkpoint(orch_home):
     h = orch_home()
-    h.start_daemon()
+    d = h.local_daemon()
     job_id = h.submit("ckpt", retries=0, per_attempt={"1": {"ckpt": 10, "exit": 75}, "2": {"exit": 0}})
-    job = h.wait_state(job_id, JobState.SUCCEEDED)
+    job = h.tick_state(d, job_id, JobState.SUCCEEDED)
     assert job.failures == 0 and job.attempt == 2
     first, second = h.records("ckpt", "start")
     assert first["env"]["ORCH_RESUME_FROM"] == ""
@@ -94,9 +98,9 @@ def test_exit_75_requeues_uncharged_and_the_next_attempt_resumes_from_the_checkp
 
 def test_job_env_contract(orch_home):
     h = orch_home()
-    h.start_daemon()
+    d = h.local_daemon()
     job_id = h.submit("envy", env={"MY_SETTING": "42", "HF_ENDPOINT": "https://hf-mirror.com"})
-    h.wait_state(job_id, JobState.SUCCEEDED)
+    h.tick_state(d, job_id, JobState.SUCCEEDED)
     rec = h.wait_record("envy")
     run_dir = h.run_dir(job_id)
     assert rec["env"] == {
@@ -115,13 +119,13 @@ def test_job_env_contract(orch_home):
 
 def test_attempt_exit_and_log_files(orch_home):
     h = orch_home()
-    h.start_daemon()
+    d = h.local_daemon()
     ok = h.submit("ok", exit=0)
     killed = h.submit("killed", self_signal=int(signal.SIGKILL), retries=0)
     missing = h.submit("missing", command=[str(h.tmp / "no-such-program")], retries=0)
-    h.wait_state(ok, JobState.SUCCEEDED)
-    h.wait_state(killed, JobState.FAILED)
-    h.wait_state(missing, JobState.FAILED)
+    h.tick_state(d, ok, JobState.SUCCEEDED)
+    h.tick_state(d, killed, JobState.FAILED)
+    h.tick_state(d, missing, JobState.FAILED)
     assert h.exit_record(missing, 1)["code"] == 127 and "exit code 127" in h.job(missing).reason
     assert "cannot start the job" in (h.run_dir(missing) / "attempt-1.log").read_text()
     exit_ok = h.exit_record(ok, 1)
