@@ -97,6 +97,17 @@ def test_redact_hides_url_credentials_key_values_and_secret_variables():
     assert "https://***@mlflow.lab/api" in text
 
 
+def test_tracker_messages_are_masked_by_the_one_redaction_rule():
+    """What the notifiers, the object store and the mirror mask, a tracker's warning masks too:
+    the one rule (orchestrator/redaction.py), kept to one line of 300 characters."""
+    from orchestrator.redaction import redact as the_rule
+
+    raw = "401 Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.abc for key AKIAIOSFODNN7EXAMPLE\nsecond line"
+    text = redact(raw, {})
+    assert "eyJhbGciOiJIUzI1NiJ9" not in text and "AKIAIOSFODNN7EXAMPLE" not in text, text
+    assert text == " ".join(the_rule(raw).split())
+
+
 # -- the tracker threads ------------------------------------------------------------------------
 
 

@@ -7,7 +7,6 @@ machine. Standard library only. Nothing written here or printed may hold a secre
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 import time
@@ -15,33 +14,16 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrator.contract import ENV_JOB_UID, EX_CHECKPOINTED, TRACKING, read_json, write_json_atomic
-
-# Variables whose values are credentials: replaced by *** wherever a tracker's message echoes them.
-SECRET_ENV = (
-    "WANDB_API_KEY",
-    "SWANLAB_API_KEY",
-    "MLFLOW_TRACKING_PASSWORD",
-    "MLFLOW_TRACKING_TOKEN",
-    "MLFLOW_TRACKING_CLIENT_CERT_PATH",
-    "DATABRICKS_TOKEN",
-    "AWS_SECRET_ACCESS_KEY",
-    "AZURE_STORAGE_ACCESS_KEY",
-)
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
-_KEYLIKE = re.compile(r"(?i)((?:api[_-]?key|token|password|secret)[\"']?\s*[:=]\s*[\"']?)[^\s\"',;&]+")
+from orchestrator.redaction import environ_secrets
+from orchestrator.redaction import redact as mask
 
 
 def redact(text: str, environ: Optional[dict[str, str]] = None) -> str:
-    """`text` without URL credentials (user:pass@), key=value secrets, or the value of any
-    SECRET_ENV variable; one line, at most 300 characters."""
+    """`text` masked by the one redaction rule (orchestrator/redaction.py: URL credentials,
+    key=value secrets, the values of the credential variables in `environ`), on one line of at
+    most 300 characters, as tracking.json and a warning line hold it."""
     env = os.environ if environ is None else environ
-    out = _USERINFO.sub(r"\g<scheme>***@", str(text))
-    out = _KEYLIKE.sub(r"\1***", out)
-    for name in SECRET_ENV:
-        value = env.get(name)
-        if value and len(value) >= 4:
-            out = out.replace(value, "***")
-    out = " ".join(out.split())
+    out = " ".join(mask(str(text), environ_secrets(env)).split())
     return out if len(out) <= 300 else out[:297] + "..."
 
 
