@@ -82,14 +82,14 @@ def command_job(h, name: str, mode: str, retries: int = 1) -> int:
 def test_command_jobs_that_stop_advancing_or_never_start_are_stopped_and_retried(orch_home):
     h = orch_home(cpu_slots=2, grace_seconds=2)
     with_hang_notifier(h)
-    h.start_daemon()
+    d = h.local_daemon()  # the watchdog is a step of the tick: an in-process daemon, ticked here
     stuck = command_job(h, "stuck", "advance")
     silent = command_job(h, "silent", "silent")
     for job_id in (stuck, silent):
-        h.wait_state(job_id, JobState.SUCCEEDED, timeout=60)
+        h.tick_state(d, job_id, JobState.SUCCEEDED, timeout=90)
     # A hung attempt that exits 75 on SIGTERM is charged all the same: with no retry left, failed.
     silent75 = command_job(h, "silent75", "silent75", retries=0)
-    job = h.wait_state(silent75, JobState.FAILED, timeout=60)
+    job = h.tick_state(d, silent75, JobState.FAILED, timeout=90)
     assert "hung and stopped by the watchdog (exit code 75)" in job.reason and job.failures == 1, job.reason
     assert [a.outcome for a in h.store.attempts(silent75)] == ["failed"]
     for job_id, where in ((stuck, "stuck at step 3"), (silent, "stuck before its first step")):
