@@ -5,6 +5,7 @@ instance price is not ours to pay."""
 from __future__ import annotations
 
 import time
+import typing
 
 import pytest
 
@@ -12,11 +13,11 @@ from daemon_harness import orch_home  # noqa: F401  (fixture)
 from orchestrator.cli.estimate import estimate_data
 from orchestrator.cost.money import ALLOCATION_BILLED, Pricing
 from orchestrator.daemon.accounting import accrue_interval
-from orchestrator.executors.local import LocalExecutor
-from orchestrator.executors.slurm import SlurmExecutor
+from orchestrator.executors import build_executor
 from orchestrator.jobs.lifecycle import submit_job
 from orchestrator.model.records import AttemptEnd, AttemptStart
 from orchestrator.model.states import AttemptOutcome, EventKind, JobState
+from orchestrator.spec.config import ExecutorSection
 
 PRICES = {"currency": "USD", "gpu_hour": 2.0, "instance_hour": 10.0, "spot": True, "on_demand_gpu_hour": 6.0}
 SLURM = {"executor": {"kind": "slurm"}, "slurm": {"max_gpus": 4}, "pricing": PRICES}
@@ -37,9 +38,17 @@ def test_on_slurm_the_instance_price_is_dropped(orch_home):
     assert (pricing.gpu_hour, pricing.instance_hour, pricing.on_demand_gpu_hour) == (2.0, 0.0, 6.0)
 
 
-def test_the_executors_that_bill_by_allocation_are_the_ones_pricing_names():
-    assert {"slurm"} == set(ALLOCATION_BILLED)
-    assert SlurmExecutor.bills_by_allocation and not LocalExecutor.bills_by_allocation
+def test_the_executors_that_bill_by_allocation_are_the_ones_pricing_names(orch_home):
+    """Every [executor] kind config.toml accepts: the executor built for it bills by allocation
+    exactly when Pricing.from_config drops the instance price (a new kind must say which it is)."""
+    h = orch_home()
+    kinds = typing.get_args(ExecutorSection.model_fields["kind"].annotation)
+    assert "local" in kinds and "slurm" in kinds
+    for kind in kinds:
+        h.configure({"executor": {"kind": kind}, "pricing": PRICES})
+        executor = build_executor(h.config, h.home)
+        assert executor.bills_by_allocation == (kind in ALLOCATION_BILLED), kind
+        assert (Pricing.from_config(h.config).instance_hour == 0.0) == executor.bills_by_allocation, kind
 
 
 def test_estimate_on_slurm_quotes_what_the_daemon_bills(orch_home):
