@@ -3,7 +3,7 @@ Protocol, so the steps do not import `Daemon` (tick.py imports them) and say wha
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from ..spec.config import Config
 from ..executors.base import Executor
@@ -11,6 +11,9 @@ from ..home.paths import Home
 from ..model.records import Job
 from ..model.states import EventKind, JobState
 from ..store import Store
+
+if TYPE_CHECKING:
+    from .prestart import Prestart
 
 
 class StepContext(Protocol):
@@ -22,6 +25,7 @@ class StepContext(Protocol):
     managed: list[int]  # the GPU ids this daemon hands out
     notice_active: bool  # a preemption notice is pending: nothing new starts
     on_event: Callable[[str, Optional[Job]], None]  # hooks, after a transition commits
+    prestart: "Prestart"  # what the next dispatch may start, its environment learnt off the lock
 
     def announce(self, job: Job, new: Optional[Job], kind: EventKind, reason: str = "") -> Optional[Job]:
         """Log a committed transition and run the hooks for it."""
