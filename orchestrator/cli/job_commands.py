@@ -43,7 +43,7 @@ def submit(
         return submit_sweep(job_toml, as_json, priority=priority, after=after, at=at, estimate=estimate_first, yes=yes)
     now = time.time()
     not_before = parse_at(at, now) if at else None
-    config = ctx.config()
+    config = ctx.config(build_notifiers=True)  # the checks `config check` and the daemon's start make
     store = ctx.store()
     machine_gpus = len(gpu_slots(config))  # the one GPU capacity (planning/capacity.py)
     _preflight(job_toml, now, machine_gpus, config.executor.kind)
