@@ -70,6 +70,12 @@ def submit(
         emit_json({"id": job.id, "name": job.name, "state": job.state.value})
     else:
         print(f"submitted job {job.id} ({job.name})")
+    from ..jobs.repeat import repeat_note
+    from ..model.states import JobState
+
+    repeated = repeat_note(job, store.jobs([JobState.QUEUED, JobState.RUNNING]), time.time())
+    if repeated:
+        err(repeated)
     if not running:
         err("note: no daemon is running; start one with `orch daemon start` (or run it now with `orch run`)")
 
