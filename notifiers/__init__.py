@@ -96,8 +96,8 @@ def _unknown_type(kind: object, table: Mapping[str, Any]) -> str:
         # `kind = "wecom"`, `typ = ...`: a key near "type", or one whose value names a channel
         near_keys = difflib.get_close_matches("type", [k for k in table if isinstance(k, str)], n=1, cutoff=0.6)
         named = [k for k, v in table.items() if isinstance(v, str) and v in CHANNELS and k != "name"]
-        guess = (near_keys or named or [None])[0]
-        if guess is not None:
+        guess = (near_keys or named or [""])[0]
+        if guess:
             return f"type: is required; {guess} = {table[guess]!r}: did you mean 'type'? (one of {known})"
         return f"type: is required (one of {known})"
     near = difflib.get_close_matches(str(kind), list(CHANNELS), n=1, cutoff=0.6) if isinstance(kind, str) else []

@@ -231,7 +231,8 @@ def furthest_step(manifest: dict[str, Any]) -> Optional[int]:
     """The furthest step the owner's running attempt is known to have reached: its mirrored
     progress, its attempt record, or its newest mirrored checkpoint (a checkpoint proves its step).
     The adopted attempt and the closed machine entry both say this one number."""
-    progress = manifest.get("progress") if isinstance(manifest.get("progress"), dict) else {}
+    progress = manifest.get("progress")
+    progress = progress if isinstance(progress, dict) else {}
     attempts = manifest.get("attempts") or []
     last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
     steps = [
