@@ -7,6 +7,7 @@ notice, real jobs, and a job interpreter that really stalls when asked for its p
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -61,3 +62,26 @@ def test_a_notice_reaches_the_running_job_while_another_job_is_starting(orch_hom
     assert h.state(slow) is JobState.QUEUED
     (h.root / "preempt-notice").unlink()
     h.wait_record("slow", "start", timeout=90)
+
+
+def test_stopping_the_daemon_reaches_the_running_job_while_another_job_is_starting(orch_home):
+    """`orch daemon stop` (or the machine's shutdown sending the daemon SIGTERM) tells the running
+    jobs at once, not after the scheduler's tick finishes a job start's probes."""
+    h = orch_home(cpu_slots=2, grace_seconds=10)
+    daemon = h.start_daemon()
+    h.submit("steady", hold="never", on_term=75)
+    h.wait_record("steady", "start", timeout=60)
+    slow_python = stalling_python(h.tmp)
+    behaviour = {"name": "slow", "dir": str(h.tmp), "hold": "never", "on_term": 75}
+    slow = h.submit(h.job_file("slow", command=[str(slow_python), str(h.script), json.dumps(behaviour)]))
+    wait_for(lambda: (h.tmp / "probe-asked").exists(), 60, what="the daemon to ask the slow job's Python")
+
+    daemon.send_signal(signal.SIGTERM)
+    h.wait_record("steady", "sigterm", timeout=90)
+    # Told while the slow start was still in its probe (before, the stop waited for the tick: the
+    # probe timed out, the slow job was started, and only then were the jobs told).
+    slow_job = h.job(slow)
+    assert (slow_job.state, slow_job.attempt) == (JobState.QUEUED, 0), slow_job
+    h.release("probe")
+    assert daemon.wait(90) == 0
+    assert h.state(slow) is JobState.QUEUED and h.records("slow", "start") == []
