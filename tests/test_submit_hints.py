@@ -51,3 +51,18 @@ def test_a_semicolon_separated_csv_is_named_as_such(tmp_path: Path):
     assert out.returncode == 2, (out.stdout, out.stderr)
     line = next(line for line in out.stderr.splitlines() if "'text'" in line)
     assert "text;label" in line and "it looks ';'-separated" in line, out.stderr
+
+
+def test_the_preflight_names_a_semicolon_separated_csv_for_a_classifier(tmp_path: Path):
+    """The classifier's fields are checked by the pre-flight on the sampled rows (training/ahead/):
+    a ';'-separated file gives one column named "text;label", and the problem says why."""
+    (tmp_path / "train.csv").write_text("text;label\nthe film is great;1\nawful;0\n")
+    job = tmp_path / "job.toml"
+    job.write_text(
+        'name = "cls"\ngpus = 0\n[model]\nname_or_path = "bert-base-uncased"\nnum_labels = 2\n'
+        '[data]\ntrain = "./train.csv"\ntext_field = "text"\nlabel_field = "label"\n'
+    )
+    out = orch(tmp_path / "home", "submit", str(job), cwd=tmp_path)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    line = next(line for line in out.stderr.splitlines() if "has no 'text'" in line)
+    assert "it has: text;label" in line and "it looks ';'-separated" in line, out.stderr
