@@ -73,7 +73,7 @@ def build_notifiers(
             seen.setdefault(name, index)
         cls = CHANNELS.get(kind) if isinstance(kind, str) else None
         if cls is None:
-            problems.append(f"{where}: {_unknown_type(kind)}")
+            problems.append(f"{where}: {_unknown_type(kind, table)}")
             continue
         if cls is AppriseNotifier and not apprise_installed():
             problems.append(f"{where}: type 'apprise' needs the apprise package: pip install 'orch[apprise]'")
@@ -88,9 +88,15 @@ def build_notifiers(
     return built
 
 
-def _unknown_type(kind: object) -> str:
+def _unknown_type(kind: object, table: Mapping[str, Any]) -> str:
     known = ", ".join(sorted(CHANNELS))
     if kind is None:
+        # `kind = "wecom"`, `typ = ...`: a key near "type", or one whose value names a channel
+        near_keys = difflib.get_close_matches("type", [k for k in table if isinstance(k, str)], n=1, cutoff=0.6)
+        named = [k for k, v in table.items() if isinstance(v, str) and v in CHANNELS and k != "name"]
+        guess = (near_keys or named or [""])[0]
+        if guess:
+            return f"type: is required; {guess} = {table[guess]!r}: did you mean 'type'? (one of {known})"
         return f"type: is required (one of {known})"
     near = difflib.get_close_matches(str(kind), list(CHANNELS), n=1, cutoff=0.6) if isinstance(kind, str) else []
     hint = f"did you mean '{near[0]}'? " if near else ""

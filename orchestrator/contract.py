@@ -155,7 +155,8 @@ def attempt_exit(n: int) -> str:
 
 
 def attempt_pid(n: int) -> str:
-    """`{"supervisor_pid", "supervisor_start", "job_pid", "job_start", "started_at"}`."""
+    """`{"supervisor_pid", "supervisor_start", "job_pid", "job_start", "boot_id", "started_at"}`
+    (the job's pid is its process group's id; boot_id says under which boot the numbers hold)."""
     return f"attempt-{n}.pid"
 
 

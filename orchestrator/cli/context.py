@@ -104,7 +104,9 @@ class Ctx:
 
     def config(self, *, build_notifiers: bool = False):
         required = self.config_arg is not None
-        if build_notifiers:  # every channel built and every secret resolved: the daemon's and the checks' view
+        # every channel built and every secret resolved: the one check (jobs/notify.load_config_checked)
+        # that `orch submit`, `orch config check` and the daemon's start all make
+        if build_notifiers:
             from ..jobs.notify import load_config_checked
 
             return load_config_checked(self.config_path, required=required)

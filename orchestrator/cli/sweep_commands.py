@@ -42,7 +42,7 @@ def submit_sweep(
     section, base = load_sweep(path)
     if priority is not None:  # every trial's priority
         base = base.model_copy(update={"priority": priority})
-    config = ctx.config()
+    config = ctx.config(build_notifiers=True)  # the checks `config check` and the daemon's start make
     machine_gpus = len(gpu_slots(config))
     check_gpus(base, section.job, machine_gpus)
     check_nodes(base, section.job, config.executor.kind)

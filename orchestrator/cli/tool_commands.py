@@ -49,7 +49,7 @@ def dashboard(
     """A read-only local web page: the queue, each job's curves and events, the bill."""
     from ..dashboard.server import serve
 
-    serve(ctx.home, ctx.config(), host=host, port=port)
+    serve(ctx.home.ensure(), ctx.config(), host=host, port=port)  # an unusable home: one line, exit 2
 
 
 # -- storage / adopt --------------------------------------------------------------------

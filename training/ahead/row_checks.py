@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from orchestrator.spec.jobspec import TASK_CAUSAL_LM, TASK_TOKENS, JobSpec
+from orchestrator.spec.jobspec import TASK_CAUSAL_LM, TASK_TOKENS, JobSpec, separator_hint
 
 from training.builtin.rows import conversation_problem
 from training.ahead.samples import Sample
@@ -58,7 +58,10 @@ def _missing(spec: JobSpec, samples: dict[str, Sample], sources: dict[str, str],
             for i, row in enumerate(sample.rows):
                 if key not in row:
                     has = ", ".join(list(row)[:8]) or "no fields"
-                    problems.append(f"{_where(split, sources[split], i)} has no {key!r} (data.{field}; it has: {has})")
+                    problems.append(
+                        f"{_where(split, sources[split], i)} has no {key!r} (data.{field}; it has: {has})"
+                        + separator_hint(list(row))
+                    )
                     break
     return problems
 
