@@ -60,3 +60,25 @@ def test_submit_config_check_and_daemon_start_refuse_the_same_config_with_the_sa
         said[verb[0]] = lines[0]
     assert len(set(said.values())) == 1, said
     assert queued_jobs(home) == 0
+
+
+def test_a_secret_only_the_daemons_boot_env_holds_lets_submit_queue(tmp_path: Path):
+    """`orch daemon install` starts the daemon with $ORCH_HOME/boot.env: a secret kept there and not
+    in the submitting shell is the daemon's, so submit and config check accept it; without the
+    file, both refuse with the variable's name."""
+    home, config, job = tmp_path / "home", tmp_path / "config.toml", tmp_path / "job.toml"
+    config.write_text(
+        '[[notifiers]]\ntype = "email"\nhost = "127.0.0.1"\nport = 2525\nusername = "me@example.com"\n'
+        'password_env = "ORCH_TEST_BOOT_ONLY_PASSWORD"\nto = ["me@example.com"]\n'
+    )
+    job.write_text('name = "x"\ngpus = 0\ncommand = ["true"]\n')
+    refused = orch(home, config, "submit", str(job))
+    assert refused.returncode == 2 and "ORCH_TEST_BOOT_ONLY_PASSWORD is not set" in refused.stderr
+    assert queued_jobs(home) == 0
+    home.mkdir(mode=0o700, exist_ok=True)
+    (home / "boot.env").write_text("# written by hand\nexport ORCH_TEST_BOOT_ONLY_PASSWORD='s3cret-value'\n")
+    for verb in (["config", "check"], ["submit", str(job)]):
+        out = orch(home, config, *verb)
+        assert out.returncode == 0, (verb, out.stderr)
+        assert "s3cret-value" not in out.stdout + out.stderr
+    assert queued_jobs(home) == 1

@@ -4,6 +4,7 @@ error-to-exit-code group, and small output helpers. The verb modules import this
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -109,6 +110,9 @@ class Ctx:
         if build_notifiers:
             from ..jobs.notify import load_config_checked
 
+            # boot.env's secrets count as set: they are the daemon's environment (`orch daemon
+            # install`), and the daemon, `notify test` and `watch` started here build with them
+            os.environ.update(self.home.daemon_environ())
             return load_config_checked(self.config_path, required=required)
         from ..spec.config import load_config
 

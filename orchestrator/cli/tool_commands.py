@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 from typing import List, Optional
 
@@ -34,6 +36,7 @@ def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (
             raise ConfigError([f"{target}: no such file"])
         print(f"no config at {target}; the defaults apply (CPU slots 1, GPUs discovered, no pricing, no notifiers)")
         return
+    os.environ.update(ctx.home.daemon_environ())  # the daemon's environment (see Ctx.config)
     config = load_config_checked(target, required=True)
     names = [n for n, _ in config.routes()]
     print(f"{target}: ok" + (f" (notifiers: {', '.join(names)})" if names else ""))

@@ -156,6 +156,29 @@ class Home:
         the secrets config.toml names with *_env, which no shell environment provides then."""
         return self.root / BOOT_ENV
 
+    def daemon_environ(self, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+        """The environment a daemon of this home sees: `environ` plus boot.env's KEY=value lines
+        (what `orch daemon install` starts it with). Checks of the secrets config.toml names by
+        *_env use this, so a shell without them can still submit to a daemon that has them."""
+        merged = dict(environ)
+        try:
+            text = self.boot_env.read_text(errors="replace")
+        except OSError:
+            return merged
+        for raw in text.splitlines():
+            line = raw.strip()
+            if line.startswith("export "):
+                line = line[len("export ") :].lstrip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            key, value = line.split("=", 1)
+            key, value = key.strip(), value.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            if key and key not in merged:
+                merged[key] = value
+        return merged
+
     def config_path(self, explicit: Optional[str | Path] = None, env: Mapping[str, str] = os.environ) -> Path:
         value = explicit or env.get(ENV_CONFIG)
         return Path(os.path.expanduser(str(value))).resolve() if value else self.root / "config.toml"
