@@ -78,7 +78,7 @@ def build_notifiers(
             problems.append(f"{where}: {_unknown_type(kind)}")
             continue
         if cls is AppriseNotifier and not apprise_installed():
-            problems.append(f"{where}: type 'apprise' needs the apprise package: pip install 'orch[apprise]'")
+            problems.append(f"{where}: type 'apprise' needs the apprise package: pip install 'orch-gpu[apprise]'")
             continue
         config, found = validate_config(cls.Config, table, cls.secret_keys, env, where)
         problems += found
