@@ -25,6 +25,7 @@ from typing import Any, Iterator, Mapping, Optional
 from ..model.errors import OrchError
 from ..spec.storage_url import StorageURL, parse_storage_url
 from ..contract import atomic_file
+from .stall import MIN_UPLOAD_BYTES_PER_S, READ_TIMEOUT_S, RETRY_WINDOW_S
 
 LOCKS = ".orch-locks"  # file:// only: lock files for conditional writes (never listed as objects)
 _SECRETY = re.compile(r"(?i)(signature|credential|x-amz-security-token|sig|token|key)=[^&\s\"']+")
@@ -88,10 +89,14 @@ class Remote:
     def _build(self, storage: Any, env: Mapping[str, str]) -> Any:
         from obstore.store import from_url
 
-        client: dict[str, Any] = {"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=600)}
+        client: dict[str, Any] = {
+            "connect_timeout": timedelta(seconds=5),
+            "read_timeout": timedelta(seconds=READ_TIMEOUT_S),
+            "timeout": timedelta(seconds=max(60.0, self.part_size / MIN_UPLOAD_BYTES_PER_S)),
+        }
         retry: dict[str, Any] = {
             "max_retries": 2,
-            "retry_timeout": timedelta(seconds=20),
+            "retry_timeout": timedelta(seconds=RETRY_WINDOW_S),
             "backoff": {"init_backoff": timedelta(milliseconds=200), "max_backoff": timedelta(seconds=5), "base": 2},
         }
         if self.url.scheme == "file":

@@ -33,3 +33,50 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class FreezableS3Server:
+    """The same moto server in a process of its own, so it can be frozen: SIGSTOP leaves its socket
+    listening (the kernel still accepts connections and takes bytes) but nothing answers, as a hung
+    endpoint does, unlike a stopped server whose refused connections fail at once. SIGCONT thaws it."""
+
+    def __init__(self) -> None:
+        import os
+        import signal
+        import subprocess
+        import sys
+        import time
+
+        self._signal = signal
+        port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+        deadline = time.monotonic() + 60
+        while True:  # until it answers (a busy machine imports moto slowly)
+            try:
+                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2).read()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"moto server did not start (exit {self.proc.poll()})") from None
+                time.sleep(0.2)
+
+    bucket = S3Server.bucket
+
+    def freeze(self) -> None:
+        self.proc.send_signal(self._signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.proc.send_signal(self._signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(self._signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(10)
