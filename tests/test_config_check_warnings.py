@@ -4,6 +4,9 @@ GPUs this machine does not have (item 5). Through the real `orch` command."""
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 MAIL = """
@@ -56,3 +59,39 @@ def test_secrets_kept_in_the_environment_pass_without_a_warning(orch, tmp_path, 
     path.write_text(table)
     ran = orch("config", "check", path, env={"ORCH_MAIL_PASSWORD": "from-the-environment"}).assert_ok()
     assert "warning" not in ran.err, ran.err
+
+
+def _nvidia_smi(folder, *gpus: str):
+    """An nvidia-smi first on PATH answering as a machine with these GPUs would (none: no line)."""
+    folder.mkdir(exist_ok=True)
+    exe = folder / "nvidia-smi"
+    lines = "".join(f"echo '{g}'\n" for g in gpus)
+    exe.write_text(f"#!/bin/sh\n{lines}")
+    exe.chmod(0o755)
+    return {"PATH": f"{folder}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize(
+    "gpus, listed, found",
+    [
+        ((), "GPU 0, 1", "nvidia-smi finds no GPU here"),
+        (("0, NVIDIA H200, 143771",), "GPU 1", "nvidia-smi finds only GPU 0"),
+    ],
+)
+def test_listed_gpus_this_machine_lacks_are_named_by_config_check_and_doctor(orch, tmp_path, gpus, listed, found):
+    path = tmp_path / "config.toml"
+    path.write_text("[daemon]\ngpus = [0, 1]\n")
+    env = _nvidia_smi(tmp_path / "bin", *gpus)
+    checked = orch("config", "check", path, env=env).assert_ok()
+    said = " ".join(checked.err.split())
+    assert f"[daemon] gpus lists {listed}, which this machine does not have ({found})" in said, checked.err
+    doctor = orch("--config", path, "doctor", "--json", env=env)
+    findings = [f for f in json.loads(doctor.out) if f["area"] == "gpus"]
+    assert findings and findings[0]["level"] == "problem" and f"lists {listed}" in findings[0]["text"], doctor
+
+
+def test_listed_gpus_that_exist_pass_quietly(orch, tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text("[daemon]\ngpus = [0]\n")
+    env = _nvidia_smi(tmp_path / "bin", "0, NVIDIA H200, 143771")
+    assert "gpus" not in orch("config", "check", path, env=env).assert_ok().err

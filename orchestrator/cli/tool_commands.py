@@ -41,6 +41,12 @@ def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (
 
     for warning in secrets_in_the_file(config.notifiers, label=str(target)):
         err(f"warning: {warning}")
+    if config.executor.kind != "slurm":  # on Slurm the GPUs are the cluster's, not this login node's
+        from ..host.gpus import absent_gpus_problem, discover
+
+        gpus = absent_gpus_problem(config.daemon.gpus, discover())
+        if gpus:
+            err(f"warning: {target}: {gpus}")
 
 
 @app.command()
