@@ -107,7 +107,8 @@ def secrets_in_the_file(raw: list[dict[str, Any]], label: str = "config.toml") -
     docs promise secrets never go there. A URL counts only when it carries a credential."""
     warnings: list[str] = []
     for index, table in enumerate(raw if isinstance(raw, list) else []):
-        cls = CHANNELS.get(table.get("type")) if isinstance(table, dict) else None
+        kind = table.get("type") if isinstance(table, dict) else None
+        cls = CHANNELS.get(kind) if isinstance(kind, str) else None
         if cls is None:
             continue
         name = table.get("name") if isinstance(table.get("name"), str) else cls.type
