@@ -80,3 +80,51 @@ class FreezableS3Server:
             self.proc.send_signal(self._signal.SIGCONT)
             self.proc.kill()
             self.proc.wait(10)
+
+
+class ThrottledProxy:
+    """A loopback TCP proxy in front of a server that passes what the client sends at `rate`
+    bytes/s (answers at full speed): a slow uplink, as a far-away bucket gives a cheap machine."""
+
+    def __init__(self, target_endpoint: str, rate: float) -> None:
+        import threading
+
+        self.target_port = int(target_endpoint.rsplit(":", 1)[1])
+        self.rate = rate
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            threading.Thread(target=_pipe, args=(client, server, self.rate), daemon=True).start()
+            threading.Thread(target=_pipe, args=(server, client, 0.0), daemon=True).start()
+
+    def stop(self) -> None:
+        self.listener.close()
+
+
+def _pipe(src: socket.socket, dst: socket.socket, rate: float) -> None:
+    import time
+
+    try:
+        while data := src.recv(16384):
+            dst.sendall(data)
+            if rate:
+                time.sleep(len(data) / rate)
+    except OSError:
+        pass
+    finally:
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
