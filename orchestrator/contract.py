@@ -243,7 +243,7 @@ def parse_checkpoint_name(name: str | Path) -> Optional[CheckpointName]:
 def step_checkpoints(ckpt_dir: Path) -> list[tuple[Path, CheckpointName]]:
     """Periodic and notice checkpoints in a folder, newest first (by name, never mtime). An entry
     may be a file (Lightning, OrchLoop) or a relative link to a folder (a transformers.Trainer
-    `checkpoint-N/`, see training/hf_trainer.py): whoever copies or measures one must handle both."""
+    `checkpoint-N/`, see training/scripts/hf_trainer.py): whoever copies or measures one must handle both."""
     found = []
     try:
         entries = list(Path(ckpt_dir).iterdir())

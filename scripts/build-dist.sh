@@ -35,7 +35,8 @@ wheels, sdists = sorted(out.glob("orch_gpu-*.whl")), sorted(out.glob("orch_gpu-*
 if len(wheels) != 1 or len(sdists) != 1:
     sys.exit(f"build-dist: expected one wheel and one sdist in {out}, found {[p.name for p in out.iterdir()]}")
 names = set(zipfile.ZipFile(wheels[0]).namelist())
-needed = ["orchestrator/cli/__init__.py", "training/run.py", "notifiers/base.py",
+needed = ["orchestrator/cli/__init__.py", "training/run.py", "training/builtin/run.py",
+          "training/builtin/tasks/lora.py", "training/resume/checkpoints.py", "notifiers/base.py",
           "orchestrator/dashboard/static/index.html", "/share/orch-gpu/examples/quickstart/job.toml",
           "/share/orch-gpu/examples/hf-trainer/train.py", "entry_points.txt"]
 missing = [n for n in needed if not any(name.endswith(n) for name in names)]

@@ -1,6 +1,6 @@
 """The hang watchdog through the real daemon: a command job that writes progress and then stops
 advancing, a command job that never reports a first step, and a built-in job whose training step
-blocks (ORCH_FAULT_HANG_AT_STEP, a test-only seam in training/module.py). Each gets its stacks
+blocks (ORCH_FAULT_HANG_AT_STEP, a test-only seam in training/builtin/module.py). Each gets its stacks
 dumped into its log (built-in: faulthandler on SIGUSR1), a `hang` event and notification naming
 the step, SIGTERM, the grace, SIGKILL, and a retry that finishes."""
 
@@ -163,7 +163,7 @@ def test_a_builtin_job_whose_step_blocks_gets_its_stacks_dumped_and_resumes(orch
         f"attempt 1 ended {attempts[0].ended_at - hangs[0].at:.1f}s after the hang event"
     )
     # faulthandler's dump: the blocked frame, in the runner's training step.
-    assert "in training_step" in log1 and "training/module.py" in log1, log1[-3000:]
+    assert "in training_step" in log1 and "training/builtin/module.py" in log1, log1[-3000:]
     attempts = h.store.attempts(job_id)
     assert attempts[0].outcome == "failed" and attempts[0].exit_signal == 9, attempts[0]  # the step ignored SIGTERM
     assert attempts[1].resumed_from_step == 2 and attempts[1].outcome == "succeeded", attempts

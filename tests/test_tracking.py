@@ -17,8 +17,8 @@ import pytest
 from orchestrator.jobs.attempts import job_env
 from orchestrator.contract import TRACKING, tracker_env, tracker_run_id
 from orchestrator.spec.jobspec import SpecError, spec_from_dict
-from training.tracker_notes import TrackingNotes, redact
-from training.trackers import Backend, JobInfo, TrackerLogger, TrackerWorker, open_trackers
+from training.tracking.notes import TrackingNotes, redact
+from training.tracking.trackers import Backend, JobInfo, TrackerLogger, TrackerWorker, open_trackers
 
 COMMAND = {"command": ["python", "train.py"], "gpus": 0}
 
@@ -163,7 +163,7 @@ def test_a_tracker_that_fails_stops_with_one_warning_and_no_secret(tmp_path, mon
 
 
 def test_a_stalled_tracker_never_slows_the_step_and_the_close_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr("training.trackers.CLOSE_WAIT_S", {"finished": 0.5, "failed": 0.5, "paused": 0.5})
+    monkeypatch.setattr("training.tracking.trackers.CLOSE_WAIT_S", {"finished": 0.5, "failed": 0.5, "paused": 0.5})
     hung = threading.Event()
     trackers, backend = start(tmp_path, monkeypatch, stall_until=hung)
     logger = trackers.loggers[0]

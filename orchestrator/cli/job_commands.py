@@ -252,7 +252,7 @@ def show(
     from ..contract import CHECKPOINT_INTERVAL, TRACKING, read_json
 
     data["checkpoint_interval"] = read_json(ctx.home.run_dir(job_id) / CHECKPOINT_INTERVAL)  # every = "auto"
-    data["tracking"] = read_json(ctx.home.run_dir(job_id) / TRACKING)  # training/tracker_notes.py
+    data["tracking"] = read_json(ctx.home.run_dir(job_id) / TRACKING)  # training/tracking/notes.py
     from ..views.bill import job_bill
 
     data["bill"] = job_bill(store, ctx.home, store.get(job_id), time.time(), currency())

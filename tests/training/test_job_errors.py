@@ -13,7 +13,7 @@ from daemon_harness import orch_home  # noqa: F401  (fixture)
 
 from orchestrator.contract import EX_CONFIG, EX_FAIL, JOB_ERROR
 from training.toy import write_jsonl
-from training.toy_tasks import build_tiny_llama, instruction_rows, ner_rows
+from training.toys.lm_and_ner import build_tiny_llama, instruction_rows, ner_rows
 
 
 def _job_error(run_dir: Path) -> dict:
@@ -98,7 +98,7 @@ def test_a_true_crash_still_exits_1_with_no_job_error(make_run_dir, run_job, tmp
     ],
 )
 def test_the_loader_names_an_unusable_file_as_a_data_error(tmp_path, name, content, words):
-    from training.data import DataError, load_split
+    from training.builtin.data import DataError, load_split
 
     path = tmp_path / name
     path.write_text(content)

@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from benchmarks.preemption import SAVED_RE
-from training.checkpoints import list_checkpoints, step_of
+from training.resume.checkpoints import list_checkpoints, step_of
 
 from conftest import assert_same_weights, final_weights, read_progress, read_result, wait_for
 from metrics_rows import assert_same_metrics, metric_rows, validation_rows
