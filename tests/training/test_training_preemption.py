@@ -80,7 +80,8 @@ def test_ddp_two_cpu_processes_sigterm_checkpoints_exits_75_and_resumes(make_run
     run = make_run_dir("ddp", gpus=2, train={"max_epochs": 2}, checkpoint={"every_n_steps": 50})
     cpu = {"ORCH_CPU_FOR_GPUS": "1", "CUDA_VISIBLE_DEVICES": ""}
     job = start_job(run, attempt=1, ORCH_PROGRESS_EVERY_S="0.1", ORCH_FAULT_SLOW_STEP_S="0.1", **cpu)
-    wait_for(lambda: (read_progress(run) or {}).get("step", 0) >= 12, 120, "step 12")
+    # two ranks start slowly on a busy machine: a generous wait
+    wait_for(lambda: (read_progress(run) or {}).get("step", 0) >= 12, 300, "step 12")
     job.signal_group(signal.SIGTERM)
     code = job.wait(timeout=25)  # the grace: a hang fails the test
     assert code == 75, job.output()
