@@ -123,7 +123,7 @@ def main() -> None:
     config = Config(storage=storage)
     home, store, job, run_ckpts = home_with_a_job(tmp / "home", "bench")
     mirror = Mirror(home, config, store)
-    bare = mirror.remote.store
+    bare = mirror.remote.uploads  # the client the mirror uploads with
     split = _instrument(mirror)
     splits: list[dict[str, float]] = []
     import hashlib

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
+
+from orchestrator.redaction import redact
 
 from .apprise_channel import AppriseNotifier, apprise_installed
 from .base import DEFAULT_EVENTS, EVENT_KINDS, Message, Notifier, NotifierConfigError, NotifyError
@@ -39,6 +42,7 @@ __all__ = [
     "NotifierConfigError",
     "NotifyError",
     "build_notifiers",
+    "secrets_in_the_file",
 ]
 
 
@@ -76,7 +80,7 @@ def build_notifiers(
             problems.append(f"{where}: {_unknown_type(kind, table)}")
             continue
         if cls is AppriseNotifier and not apprise_installed():
-            problems.append(f"{where}: type 'apprise' needs the apprise package: pip install 'orch[apprise]'")
+            problems.append(f"{where}: type 'apprise' needs the apprise package: pip install 'orch-gpu[apprise]'")
             continue
         config, found = validate_config(cls.Config, table, cls.secret_keys, env, where)
         problems += found
@@ -101,3 +105,32 @@ def _unknown_type(kind: object, table: Mapping[str, Any]) -> str:
     near = difflib.get_close_matches(str(kind), list(CHANNELS), n=1, cutoff=0.6) if isinstance(kind, str) else []
     hint = f"did you mean '{near[0]}'? " if near else ""
     return f"type: unknown notifier type {kind!r} ({hint}known types: {known})"
+
+
+def secrets_in_the_file(raw: list[dict[str, Any]], label: str = "config.toml") -> list[str]:
+    """A warning per secret written into config.toml itself (`password = "…"`), naming the `*_env`
+    form and a variable to export instead: the file is read by backups, editors and `cat`, and the
+    docs promise secrets never go there. A URL counts only when it carries a credential."""
+    warnings: list[str] = []
+    for index, table in enumerate(raw if isinstance(raw, list) else []):
+        kind = table.get("type") if isinstance(table, dict) else None
+        cls = CHANNELS.get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            continue
+        name = table.get("name") if isinstance(table.get("name"), str) else cls.type
+        for key in cls.secret_keys:
+            value = table.get(key)
+            if not value:
+                continue
+            if key in ("url", "urls") and all(redact(str(v)) == str(v) for v in _as_list(value)):
+                continue  # a plain https://example.com/hook: nothing secret in it
+            var = "ORCH_" + re.sub(r"[^A-Z0-9]+", "_", f"{name}_{key}".upper()).strip("_")
+            warnings.append(
+                f"{label}: notifiers[{index}] ({name}): {key} is written in the file; secrets belong in the "
+                f'environment: replace it with {key}_env = "{var}" and `export {var}=...` where the daemon runs'
+            )
+    return warnings
+
+
+def _as_list(value: object) -> list[object]:
+    return list(value) if isinstance(value, list) else [value]

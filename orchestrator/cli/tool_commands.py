@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from .context import app, config_app, ctx, notify_app, storage_app
+from .context import app, config_app, ctx, err, notify_app, storage_app
 
 
 # -- notify / config --------------------------------------------------------------------
@@ -40,6 +40,16 @@ def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (
     config = load_config_checked(target, required=True)
     names = [n for n, _ in config.routes()]
     print(f"{target}: ok" + (f" (notifiers: {', '.join(names)})" if names else ""))
+    from notifiers import secrets_in_the_file
+
+    for warning in secrets_in_the_file(config.notifiers, label=str(target)):
+        err(f"warning: {warning}")
+    if config.executor.kind != "slurm":  # on Slurm the GPUs are the cluster's, not this login node's
+        from ..host.gpus import absent_gpus_problem, discover
+
+        gpus = absent_gpus_problem(config.daemon.gpus, discover())
+        if gpus:
+            err(f"warning: {target}: {gpus}")
 
 
 @app.command()

@@ -208,6 +208,7 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
         lines.append(
             f"  mirror:    {mirror['url']}   step {mirror['step'] if mirror['step'] is not None else '-'}"
             f"   pending {mirror['pending']}   uploaded {clock(mirror.get('uploaded_at'))}"
+            + (f"   mirror lagging {mirror['lag_s']:.0f}s" if _lagging(mirror) else "")
             + (f"   ERROR {mirror['error']}" if mirror.get("error") else "")
             + (f"   adopted by {mirror['lease_lost_to']}" if mirror.get("lease_lost_to") else "")
         )
@@ -246,3 +247,11 @@ def lost_attempt_lines(attempts: list[dict[str, Any]]) -> list[str]:
             "and not counted"
         )
     return out
+
+
+def _lagging(mirror: dict[str, Any]) -> bool:
+    """Behind by more than a stall, or the store down with a checkpoint waiting (views/mirror.py)."""
+    from ..objectstore.stall import STALL_S
+
+    lag = mirror.get("lag_s")
+    return lag is not None and (lag >= STALL_S or bool(mirror.get("error")))

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrator.contract import ENV_RESUME_CHECKED, ENV_RESUME_FROM
+from orchestrator.contract import ENV_CPU_FOR_GPUS, ENV_RESUME_CHECKED, ENV_RESUME_FROM
 from orchestrator.spec.jobspec import JobSpec
 
 RESUME_CHECKED_ENV = ENV_RESUME_CHECKED
@@ -46,10 +46,11 @@ def plan_devices(spec: JobSpec) -> dict[str, Any]:
     assert train is not None
     cuda = torch.cuda.is_available()
     precision = train.precision
+    _require_the_gpus(spec.gpus, torch.cuda.device_count() if cuda else 0, cuda)
     if cuda and spec.gpus > 0:
         plan = {"accelerator": "gpu", "devices": spec.gpus}
     else:
-        # gpus > 1 without CUDA runs that many CPU processes (gloo): how DDP is tested on CPU.
+        # gpus > 1 without CUDA only with ENV_CPU_FOR_GPUS (tests): that many CPU processes (gloo).
         plan = {"accelerator": "cpu", "devices": max(1, spec.gpus)}
         if spec.gpus > 0 and not cuda:
             notes.append(f"no CUDA GPU visible: running on the CPU ({plan['devices']} process(es))")
@@ -66,6 +67,24 @@ def plan_devices(spec: JobSpec) -> dict[str, Any]:
     plan["strategy"] = "ddp" if plan["world"] > 1 else "auto"
     plan["notes"] = notes
     return plan
+
+
+def _require_the_gpus(asked: int, visible: int, cuda: bool) -> None:
+    """A job that asks for GPUs and finds fewer ends at once (exit 78): run on the CPU instead, it
+    would "succeed" hours later, billed as GPU time. Under srun each rank sees its own GPU."""
+    needed = min(asked, 1) if under_srun() else asked
+    if visible >= needed or os.environ.get(ENV_CPU_FOR_GPUS) == "1":
+        return
+    from training.exits import ConfigError
+
+    seen = "no GPU is visible" if visible == 0 else f"only {visible} GPU(s) are visible"
+    why = "CUDA is unavailable" if not cuda else "too few devices"
+    shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+    raise ConfigError(
+        f"the job asks for {asked} GPU(s) but {seen} here ({why}; CUDA_VISIBLE_DEVICES="
+        f"{shown if shown is not None else 'unset'}): run it on a machine with the GPUs, or set gpus = 0 "
+        "to train on the CPU"
+    )
 
 
 def resolve_sizes(spec: JobSpec, run_dir: Path) -> tuple[int, int]:
