@@ -11,7 +11,7 @@ cost is not hidden under the model's. Three arms, alternated, `--reps` runs each
            FinalCheckpoint, HealthCallback, RateAndLR, GoodputMeter (where the tree has it), and
            its loggers (metrics.csv, TensorBoard);
   wandb, swanlab, mlflow (with --trackers)   the runner's set plus that experiment tracker
-           ([tracking], training/trackers.py), offline / MLflow on a file store, opened before
+           ([tracking], training/tracking/trackers.py), offline / MLflow on a file store, opened before
            the clock starts. `<tracker> - runner` is its cost per step; CPU time counts its
            worker thread too (W&B's wandb-core process is outside this process's clock).
 
@@ -64,7 +64,7 @@ def open_tracker(name: str, run_dir: Path):
     before the clock does."""
     from types import SimpleNamespace
 
-    from training.trackers import open_trackers
+    from training.tracking.trackers import open_trackers
 
     os.environ["ORCH_JOB_UID"] = "bench-" + "".join(c for c in run_dir.name if c.isalnum())[-16:]
     os.environ.update(WANDB_SILENT="true", WANDB_MODE="offline", MLFLOW_ALLOW_FILE_STORE="true")
@@ -123,9 +123,9 @@ def build(arm: str, run_dir: Path, steps: int):
         from pytorch_lightning.callbacks import ModelCheckpoint
 
         from training.callbacks import OrchCallback
-        from training.health import HealthCallback
-        from training.job import FinalCheckpoint
-        from training.run_logs import RateAndLR, run_loggers
+        from training.heartbeat.health import HealthCallback
+        from training.builtin.job import FinalCheckpoint
+        from training.logs.run_logs import RateAndLR, run_loggers
 
         ckpt_dir = run_dir / "checkpoints"
         ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -142,7 +142,7 @@ def build(arm: str, run_dir: Path, steps: int):
             RateAndLR(),
         ]
         try:
-            from training.goodput import GoodputMeter  # the goodput ledger's meter, where the tree has it
+            from training.heartbeat.goodput import GoodputMeter  # the goodput ledger's meter, where the tree has it
         except ImportError:
             pass
         else:

@@ -18,7 +18,7 @@ put of the same file to the same server at the same concurrency, arms alternated
 Those two on the training step (mirror_step.py):
 
 - periodic checkpoint blocking time (`--blocking`): how long the training step is held by a
-  periodic save written in the background (training/snapshot.py: the snapshot) vs today's
+  periodic save written in the background (training/resume/snapshot.py: the snapshot) vs today's
   synchronous save (serialise + fsync + rename), same state, arms alternated (goal <= 0.25).
 
     python benchmarks/mirror.py [--reps 2] [--concurrency 4] [--part-mb 16] [--ckpt PATH | --size-mb N]
@@ -123,7 +123,7 @@ def main() -> None:
     config = Config(storage=storage)
     home, store, job, run_ckpts = home_with_a_job(tmp / "home", "bench")
     mirror = Mirror(home, config, store)
-    bare = mirror.remote.store
+    bare = mirror.remote.uploads  # the client the mirror uploads with
     split = _instrument(mirror)
     splits: list[dict[str, float]] = []
     import hashlib

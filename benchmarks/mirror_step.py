@@ -21,8 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 def blocking(ckpt: Path, reps: int) -> None:
     import torch
 
-    from training.checkpoints import AtomicCheckpointIO
-    from training.snapshot import BackgroundCheckpointIO
+    from training.resume.checkpoints import AtomicCheckpointIO
+    from training.resume.snapshot import BackgroundCheckpointIO
 
     state = torch.load(ckpt, map_location="cpu", weights_only=True)  # the live state of a training job
     out = Path(tempfile.mkdtemp(prefix="orch-bench-blocking-"))

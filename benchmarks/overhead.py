@@ -95,7 +95,7 @@ RUNNER = (
     CLOCK
     + r"""
 import sys
-import training.job as job
+import training.builtin.job as job
 
 _build = job.build_callbacks
 
@@ -196,7 +196,7 @@ def tokenization(rows: int, workdir: Path, model: Path) -> dict:
     data = write_jsonl(workdir / "big.jsonl", sentiment_rows(rows, seed=9))
     cache = workdir / "tok-cache"
     code = (
-        "import sys, json; from transformers import AutoTokenizer; from training.data import TextClassificationData as D;"
+        "import sys, json; from transformers import AutoTokenizer; from training.builtin.data import TextClassificationData as D;"
         f"d = D(tokenizer=AutoTokenizer.from_pretrained({str(model)!r}), train={str(data)!r}, validation=None);"
         "d.prepare(); print(json.dumps(d.tokenize_seconds))"
     )

@@ -4,7 +4,7 @@ BertForSequenceClassification) with AdamW state, measured so that a noisy, share
 cancel out of the headline figure:
 
 - save, per pair: orch's notice checkpoint (a real `python -m training.run` attempt that gets
-  SIGTERM; Lightning's save_checkpoint through training/checkpoints.py's AtomicCheckpointIO) and
+  SIGTERM; Lightning's save_checkpoint through training/resume/checkpoints.py's AtomicCheckpointIO) and
   a bare `torch.save` of the same model and AdamW state dicts + fsync in this process (the floor no
   checkpointing scheme can beat), one right after the other, the order alternating from pair to
   pair, `sync` before each arm. Both arms are timed in their own process from the end of the step

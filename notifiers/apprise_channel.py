@@ -13,7 +13,7 @@ from pydantic import Field, SecretStr, field_validator
 from .base import Message
 from .channel import Channel
 from .config import ChannelConfig
-from .redaction import redact
+from orchestrator.redaction import redact
 
 
 def apprise_installed() -> bool:

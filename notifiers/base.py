@@ -12,7 +12,7 @@ from orchestrator.cost.money import format_duration
 from orchestrator.model.errors import ConfigError, OrchError
 from orchestrator.model.states import DEFAULT_NOTIFY_EVENTS, SUBSCRIBABLE
 
-from .redaction import redact
+from orchestrator.redaction import redact
 
 # The event kinds a notifier may subscribe to, and its default: the daemon's vocabulary, one source.
 EVENT_KINDS = SUBSCRIBABLE
@@ -119,6 +119,8 @@ class Message:
         headline = _HEADLINE.get(self.event, self.event.replace("_", " "))
         if self.job_id is not None:
             subject = f"job {self.job_id} {self.job_name}".rstrip()
+        elif self.job_name:  # a job seen in the mirror (`orch watch`): no local id, its name says which
+            subject = f"job {self.job_name}"
         else:
             subject = f"orch on {self.host}" if self.host else "orch"
         return f"[orch] {subject} {headline}"
@@ -128,6 +130,8 @@ class Message:
         rows: list[tuple[str, str]] = []
         if self.job_id is not None:
             rows.append(("Job", f"{self.job_id} ({self.job_name})" if self.job_name else str(self.job_id)))
+        elif self.job_name:
+            rows.append(("Job", self.job_name))
         rows += [("Event", self.event), ("State", self.state), ("Reason", self.reason)]
         if self.attempt is not None:
             rows.append(("Attempt", str(self.attempt)))

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from .base import Message, NotifyError
 from .config import ChannelConfig
-from .redaction import scrub
+from orchestrator.redaction import redact
 
 
 class Channel:
@@ -47,7 +47,7 @@ class Channel:
         return values
 
     def scrub(self, text: str) -> str:
-        return scrub(text, self._secret_values())
+        return redact(text, self._secret_values())
 
     def error(
         self,

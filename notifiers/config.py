@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from orchestrator.spec.problems import problems_from
 
 from .base import DEFAULT_EVENTS, EVENT_KINDS
-from .redaction import redact
+from orchestrator.redaction import redact
 
 EventName = Literal[EVENT_KINDS]  # type: ignore[valid-type]
 

@@ -16,7 +16,7 @@ from pydantic import Field, SecretStr, field_validator
 from .base import Message, truncate_utf8
 from .channel import HttpChannel
 from .config import ChannelConfig, check_http_url, query_param, secret
-from .redaction import redact
+from orchestrator.redaction import redact
 from .wechat import check_errcode
 
 # ---- signatures (both documented as HMAC-SHA256 over "timestamp\nsecret", base64) -------

@@ -14,7 +14,7 @@ from pydantic import Field, SecretStr, field_validator
 from .base import Message, NotifyError, truncate_utf8
 from .channel import HttpChannel
 from .config import ChannelConfig, check_http_url, query_param, secret
-from .redaction import redact
+from orchestrator.redaction import redact
 
 # ---- ServerChan ------------------------------------------------------------------------
 

@@ -27,6 +27,16 @@ EX_CONFIG = 78  # EX_CONFIG: a data or configuration error the runner found; the
 
 ENV_JOB_ID = "ORCH_JOB_ID"
 ENV_JOB_UID = "ORCH_JOB_UID"  # the job's global id: the same on every attempt and every machine that adopts it
+# What a job uid may be: it names the job's folder in the mirror and goes into a boot script and
+# instance tags, so nothing else (orch makes uuid4 hex; an imported job keeps its manifest's).
+JOB_UID_PATTERN = r"^[0-9A-Za-z_-]{1,64}$"
+
+
+def is_job_uid(text: str) -> bool:
+    """Whether `text` is a job uid (the whole of it: a trailing newline is not)."""
+    return re.fullmatch(JOB_UID_PATTERN, text) is not None
+
+
 ENV_ATTEMPT = "ORCH_ATTEMPT"  # 1-based, never reset
 ENV_RUN_DIR = "ORCH_RUN_DIR"
 ENV_CKPT_DIR = "ORCH_CKPT_DIR"
@@ -42,6 +52,9 @@ ENV_FAULT_OOM_AT_STEP = "ORCH_FAULT_OOM_AT_STEP"  # an OOM at this step
 ENV_FAULT_SLOW_STEP_S = "ORCH_FAULT_SLOW_STEP_S"  # a sleep per training step: gives signal tests a window
 ENV_FAULT_HANG_AT_STEP = "ORCH_FAULT_HANG_AT_STEP"  # attempt 1 blocks forever at this step (hang watchdog)
 ENV_FAULT_SLOW_SAVE_S = "ORCH_FAULT_SLOW_SAVE_S"  # a sleep between a checkpoint's temp write and its rename
+# Tests only: a built-in job with gpus = N and fewer GPUs visible runs N CPU processes (DDP over
+# gloo) instead of ending with exit 78 (how DDP is tested on a machine without GPUs).
+ENV_CPU_FOR_GPUS = "ORCH_CPU_FOR_GPUS"
 ENV_TRACE_SAMPLES = "ORCH_TRACE_SAMPLES"  # a file: one JSON line per trained micro-batch (sample accounting)
 ENV_PROBE_WARMUP = "ORCH_PROBE_WARMUP"  # `orch estimate`'s probe: the step its steady-state clock starts at
 ENV_PARAM_PREFIX = "ORCH_PARAM_"  # a sweep trial's parameters, as environment variables of a command job
@@ -145,7 +158,8 @@ def attempt_exit(n: int) -> str:
 
 
 def attempt_pid(n: int) -> str:
-    """`{"supervisor_pid", "supervisor_start", "job_pid", "job_start", "started_at"}`."""
+    """`{"supervisor_pid", "supervisor_start", "job_pid", "job_start", "boot_id", "started_at"}`
+    (the job's pid is its process group's id; boot_id says under which boot the numbers hold)."""
     return f"attempt-{n}.pid"
 
 
@@ -243,7 +257,7 @@ def parse_checkpoint_name(name: str | Path) -> Optional[CheckpointName]:
 def step_checkpoints(ckpt_dir: Path) -> list[tuple[Path, CheckpointName]]:
     """Periodic and notice checkpoints in a folder, newest first (by name, never mtime). An entry
     may be a file (Lightning, OrchLoop) or a relative link to a folder (a transformers.Trainer
-    `checkpoint-N/`, see training/hf_trainer.py): whoever copies or measures one must handle both."""
+    `checkpoint-N/`, see training/scripts/hf_trainer.py): whoever copies or measures one must handle both."""
     found = []
     try:
         entries = list(Path(ckpt_dir).iterdir())

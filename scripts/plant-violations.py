@@ -15,11 +15,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # contract id -> (file to plant in, the line planted, the contract's name as lint-imports prints it)
 PLANTS = {
     "layers": ("orchestrator/host/gpus.py", "from ..spec import bounds  # planted", "The core's floors"),
+    "training-layers": ("training/resume/rng.py", "from training.builtin import rows  # planted", "training's floors"),
     "acyclic": ("orchestrator/spec/bounds.py", "from . import config  # planted", "No import circle"),
     "light-core": ("orchestrator/views/render.py", "import torch  # planted", "never import the training stack"),
     "optuna-in-sweeps-only": ("orchestrator/sweeps/summary.py", "import optuna  # planted", "Only the sweep study"),
     "training-sees-the-contract": (
-        "training/probe.py",
+        "training/ahead/probe.py",
         "import orchestrator.store  # planted",
         "training imports only",
     ),

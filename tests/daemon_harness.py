@@ -248,7 +248,9 @@ class OrchHome:
         d.recover(time.time())
         return d
 
-    def tick_until(self, d: "Daemon", predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
+    def tick_until(
+        self, d: "Daemon", predicate: Callable[[], Any], timeout: float = 30.0, what: "str | Callable[[], str]" = ""
+    ) -> Any:
         """Tick `d` until `predicate` holds (what the daemon's loop does, without its clock)."""
 
         def ticked() -> Any:
@@ -256,6 +258,16 @@ class OrchHome:
             return predicate()
 
         return wait_for(ticked, timeout, what=what, interval=0.1)
+
+    def tick_state(self, d: "Daemon", job_id: int, *states: JobState, timeout: float = 60.0) -> Job:
+        """Tick `d` until the job is in one of `states` (wait_state for an in-process daemon)."""
+        self.tick_until(
+            d,
+            lambda: self.state(job_id) in states,
+            timeout,
+            what=lambda: f"job {job_id} to become {'/'.join(s.value for s in states)}{self.diagnostics(job_id)}",
+        )
+        return self.job(job_id)
 
     def start_daemon(self, timeout: float = 20.0) -> subprocess.Popen:
         """`orch --home H daemon run` as a subprocess; returns once it has recovered and ticks."""

@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import pytest
 
@@ -18,12 +18,15 @@ Reply = tuple[int, str]  # status, body
 
 class Fake:
     """A provider's metadata server: `reply(method, path, headers, body)` -> (status, body).
-    `delay_s` makes every answer slow; `requests` records (method, path, headers)."""
+    `delay_s` makes every answer slow; `hold` (an Event) keeps every answer until the test sets
+    it; `requests` records (method, path, headers), `answered` counts the answers sent."""
 
     delay_s = 0.0
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.hold: Optional[threading.Event] = None
+        self.answered = 0
 
     def reply(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
         raise NotImplementedError
@@ -110,7 +113,10 @@ def _handler_for(fake: Fake) -> type[BaseHTTPRequestHandler]:
             fake.requests.append((self.command, self.path, headers))
             if fake.delay_s:
                 time.sleep(fake.delay_s)
+            if fake.hold is not None:
+                fake.hold.wait(60)
             status, text = fake.reply(self.command, self.path, headers, body)
+            fake.answered += 1
             data = text.encode()
             try:
                 self.send_response(status)

@@ -138,12 +138,14 @@ def make_orch(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_kill9_daemon_bills_the_attempt_within_a_second_of_its_own_timestamps(make_orch):
+def test_a_kill9_daemon_bills_the_rest_of_the_attempt_from_its_own_timestamps(make_orch):
     o = make_orch({"pricing": {"currency": "CNY", "instance_hour": 3.6}})
     daemon = o.start_daemon()
     job = o.submit(o.command_job("clocked", sleep=4))
     wait_for(lambda: o.job(job).run_seconds > 0.5, 20, "the job to be billed for a while")
+    killed_at = time.time()
     o.kill9(daemon)  # SIGKILL: nothing of the daemon's is left to count the rest of the attempt
+    billed_by_the_dead_daemon = o.job(job).run_seconds
     record = wait_for(lambda: o.exit_record(job, 1), 20, "the supervisor's exit record")
     assert o.job(job).state is JobState.RUNNING
     o.stop_daemon(o.start_daemon())  # restarted after the job ended, then stopped
@@ -151,7 +153,12 @@ def test_a_kill9_daemon_bills_the_attempt_within_a_second_of_its_own_timestamps(
     assert j.state is JobState.SUCCEEDED
     own = record["ended_at"] - record["started_at"]
     assert own > 3.5
-    assert abs(j.run_seconds - own) < 1.0, (j.run_seconds, own)
+    # Everything the job ran after the SIGKILL (by its supervisor's own clock) is billed by the
+    # restarted daemon, and nothing twice: at most from the attempt row's start to the job's end.
+    (attempt,) = o.store.attempts(job)
+    ran_after_the_kill = record["ended_at"] - max(killed_at, record["started_at"])
+    assert j.run_seconds - billed_by_the_dead_daemon >= ran_after_the_kill - 1e-6, (j.run_seconds, record, killed_at)
+    assert j.run_seconds <= record["ended_at"] - attempt.started_at, (j.run_seconds, record, attempt.started_at)
     assert j.cost == pytest.approx(j.run_seconds * 3.6 / HOUR, rel=1e-6)
     data = o.cli_json("cost")
     assert data["total"] == pytest.approx(data["uptime_s"] * 3.6 / HOUR, rel=1e-3, abs=1e-4)

@@ -29,7 +29,7 @@ from orchestrator.spec.jobspec import JobSpec
 from orchestrator.cost.ledger import PARTS, Ledger, job_ledger, sum_ledgers
 from orchestrator.model.records import Attempt, Job
 from orchestrator.model.states import AttemptOutcome, Intent, JobState
-from training.probe import evals_per_epoch, probe_spec
+from training.ahead.probe import evals_per_epoch, probe_spec
 
 
 def make_job(**kw: Any) -> Job:

@@ -1,5 +1,6 @@
-"""What ends an attempt, through a real daemon: cancel, retries, exit 75, signals; the
-job-process contract (env, attempt-<n>.exit, attempt-<n>.log) and `orch logs -f`."""
+"""What ends an attempt, through the daemon's steps with real supervisors and jobs: cancel, retries,
+exit 75, signals; the job-process contract (env, attempt-<n>.exit, attempt-<n>.log) and `orch logs
+-f`. Most tests tick an in-process daemon; the daemon's own process where stopping it is the point."""
 
 from __future__ import annotations
 
@@ -16,17 +17,22 @@ from orchestrator.model.states import JobState
 pytestmark = pytest.mark.slow
 
 
+# These tests need the daemon's steps, not its process: an in-process daemon (real supervisors and
+# jobs, `orch cancel` a real CLI) that the test ticks. The ones that stop, kill or restart the
+# daemon itself start its process.
+
+
 def test_cancel_a_queued_job_is_immediate(orch_home):
     h = orch_home()
-    h.start_daemon()
+    d = h.local_daemon()
     blocker = h.submit("blocker", hold="blocker")
-    h.wait_state(blocker, JobState.RUNNING)
+    h.tick_state(d, blocker, JobState.RUNNING)
     waiting = h.submit("waiting")
     result = h.cli("cancel", str(waiting))
     assert result.returncode == 0 and f"cancelled job {waiting}" in result.stdout
     assert h.state(waiting) is JobState.CANCELLED
     h.release("blocker")
-    h.wait_state(blocker, JobState.SUCCEEDED)
+    h.tick_state(d, blocker, JobState.SUCCEEDED)
     assert h.state(waiting) is JobState.CANCELLED and not h.records("waiting")
     again = h.cli("cancel", str(waiting))
     assert again.returncode == 1 and "cannot become cancelled" in again.stderr
@@ -34,12 +40,12 @@ def test_cancel_a_queued_job_is_immediate(orch_home):
 
 def test_cancel_a_running_job_sigterms_it_and_it_ends_cancelled(orch_home):
     h = orch_home()
-    h.start_daemon()
+    d = h.local_daemon()
     job_id = h.submit("victim", hold="never", on_term=0)
-    h.wait_record("victim")
+    h.tick_until(d, lambda: h.records("victim"), what="the job to start")
     result = h.cli("cancel", str(job_id))
     assert result.returncode == 0 and "SIGTERM" in result.stdout
-    job = h.wait_state(job_id, JobState.CANCELLED, timeout=10)
+    job = h.tick_state(d, job_id, JobState.CANCELLED)
     assert (h.tmp / "term-victim#1").exists()  # the job's own SIGTERM handler ran
     assert job.failures == 0 and job.reason.startswith("cancelled by the user")
     assert h.store.attempts(job_id)[0].outcome == "cancelled"
@@ -49,20 +55,20 @@ def test_cancel_a_running_job_sigterms_it_and_it_ends_cancelled(orch_home):
 
 def test_cancel_escalates_to_sigkill_after_the_grace(orch_home):
     h = orch_home(grace_seconds=1)
-    h.start_daemon()
+    d = h.local_daemon()
     job_id = h.submit("stubborn", hold="never", on_term=None)  # traps SIGTERM and goes on
-    h.wait_record("stubborn")
+    h.tick_until(d, lambda: h.records("stubborn"), what="the job to start")
     assert h.cli("cancel", str(job_id)).returncode == 0
-    h.wait_state(job_id, JobState.CANCELLED, timeout=10)
+    h.tick_state(d, job_id, JobState.CANCELLED)
     assert (h.tmp / "term-stubborn#1").exists()
     assert h.exit_record(job_id, 1)["signal"] == signal.SIGKILL
 
 
 def test_retries_then_failure_names_the_exit_code_and_keeps_the_log_tail(orch_home):
     h = orch_home()
-    h.start_daemon()
+    d = h.local_daemon()
     job_id = h.submit("flaky", retries=2, exit=3, print=["the last words of the job"])
-    job = h.wait_state(job_id, JobState.FAILED, timeout=20)
+    job = h.tick_state(d, job_id, JobState.FAILED)
     attempts = h.store.attempts(job_id)
     assert [a.n for a in attempts] == [1, 2, 3] and [a.exit_code for a in attempts] == [3, 3, 3]
     assert job.failures == 3 and job.attempt == 3
@@ -78,9 +84,9 @@ def test_retries_then_failure_names_the_exit_code_and_keeps_the_log_tail(orch_ho
 
 def test_exit_75_requeues_uncharged_and_the_next_attempt_resumes_from_the_checkpoint(orch_home):
     h = orch_home()
-    h.start_daemon()
+    d = h.local_daemon()
     job_id = h.submit("ckpt", retries=0, per_attempt={"1": {"ckpt": 10, "exit": 75}, "2": {"exit": 0}})
-    job = h.wait_state(job_id, JobState.SUCCEEDED)
+    job = h.tick_state(d, job_id, JobState.SUCCEEDED)
     assert job.failures == 0 and job.attempt == 2
     first, second = h.records("ckpt", "start")
     assert first["env"]["ORCH_RESUME_FROM"] == ""
@@ -94,9 +100,9 @@ def test_exit_75_requeues_uncharged_and_the_next_attempt_resumes_from_the_checkp
 
 def test_job_env_contract(orch_home):
     h = orch_home()
-    h.start_daemon()
+    d = h.local_daemon()
     job_id = h.submit("envy", env={"MY_SETTING": "42", "HF_ENDPOINT": "https://hf-mirror.com"})
-    h.wait_state(job_id, JobState.SUCCEEDED)
+    h.tick_state(d, job_id, JobState.SUCCEEDED)
     rec = h.wait_record("envy")
     run_dir = h.run_dir(job_id)
     assert rec["env"] == {
@@ -115,13 +121,13 @@ def test_job_env_contract(orch_home):
 
 def test_attempt_exit_and_log_files(orch_home):
     h = orch_home()
-    h.start_daemon()
+    d = h.local_daemon()
     ok = h.submit("ok", exit=0)
     killed = h.submit("killed", self_signal=int(signal.SIGKILL), retries=0)
     missing = h.submit("missing", command=[str(h.tmp / "no-such-program")], retries=0)
-    h.wait_state(ok, JobState.SUCCEEDED)
-    h.wait_state(killed, JobState.FAILED)
-    h.wait_state(missing, JobState.FAILED)
+    h.tick_state(d, ok, JobState.SUCCEEDED)
+    h.tick_state(d, killed, JobState.FAILED)
+    h.tick_state(d, missing, JobState.FAILED)
     assert h.exit_record(missing, 1)["code"] == 127 and "exit code 127" in h.job(missing).reason
     assert "cannot start the job" in (h.run_dir(missing) / "attempt-1.log").read_text()
     exit_ok = h.exit_record(ok, 1)

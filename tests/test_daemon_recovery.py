@@ -3,6 +3,7 @@ adopts (or requeues when their processes died too), one daemon per home, stop wi
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -33,10 +34,11 @@ def test_daemon_sigterm_requeues_running_jobs_uncharged_and_they_resume_later(or
         assert h.store.attempts(job_id)[0].outcome == "preempted"
         assert h.event_kinds(job_id)[-1] == "preempted"
     assert "daemon stopped" in h.log_tail()
-    # A new daemon runs them again; the one that saved a notice checkpoint resumes from it.
-    h.start_daemon()
-    h.wait_state(saves, JobState.SUCCEEDED)
-    h.wait_state(quits, JobState.SUCCEEDED)
+    # A new daemon (its steps, in this process) runs them again; the one that saved a notice
+    # checkpoint resumes from it.
+    d = h.local_daemon()
+    h.tick_state(d, saves, JobState.SUCCEEDED)
+    h.tick_state(d, quits, JobState.SUCCEEDED)
     resumed = h.wait_record("saves", attempt=2)["env"]["ORCH_RESUME_FROM"]
     assert resumed == str(h.run_dir(saves) / "checkpoints" / "notice-step-00000007.ckpt")
     assert h.wait_record("quits", attempt=2)["env"]["ORCH_RESUME_FROM"] == ""
@@ -87,7 +89,7 @@ def test_the_daemon_never_loads_torch(orch_home):
     assert "torch" not in maps and "lightning" not in maps
 
 
-def test_kill9_daemon_then_a_new_daemon_adopts_running_jobs_and_records_their_real_exit(orch_home):
+def test_kill9_daemon_then_a_new_daemon_adopts_running_jobs_and_records_their_real_exit(orch_home, caplog):
     h = orch_home(cpu_slots=2)
     daemon = h.start_daemon()
     early = h.submit("early", hold="early", exit=0)  # ends while no daemon runs
@@ -102,15 +104,17 @@ def test_kill9_daemon_then_a_new_daemon_adopts_running_jobs_and_records_their_re
     h.release("early")
     wait_for(lambda: h.exit_record(early, 1), 10, what="the early job's exit record, written with no daemon")
     assert h.state(early) is JobState.RUNNING  # nobody has read it yet
-    h.start_daemon()
-    job = h.wait_state(early, JobState.SUCCEEDED)
+    with caplog.at_level(logging.INFO, logger="orch.daemon"):
+        d = h.local_daemon()  # the new daemon: its recovery and steps, in this process
+    job = h.tick_state(d, early, JobState.SUCCEEDED)
     assert job.attempt == 1
-    assert "adopted its running attempt" in h.log_tail(40)
-    time.sleep(1.0)  # the new daemon ticks with the late job still running: it must leave it be
+    assert "adopted its running attempt" in caplog.text
+    for _ in range(5):  # the new daemon ticks with the late job still running: it must leave it be
+        d.tick()
     assert h.state(late) is JobState.RUNNING and h.job(late).attempt == 1
     assert is_alive(pids[late]["job_pid"], pids[late]["job_start"])
     h.release("late")
-    job = h.wait_state(late, JobState.FAILED)
+    job = h.tick_state(d, late, JobState.FAILED)
     assert "exit code 3" in job.reason
     assert [a.exit_code for a in h.store.attempts(late)] == [3]
     assert len(h.records("late", "start")) == 1 and len(h.records("early", "start")) == 1
@@ -130,8 +134,8 @@ def test_kill9_daemon_and_the_job_session_requeues_the_job_and_it_runs_again(orc
         os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not session_members(sid), 5, what="the job's session to die")
     assert h.exit_record(job_id, 1) is None  # the supervisor died before it could write one
-    h.start_daemon()
-    job = h.wait_state(job_id, JobState.SUCCEEDED)
+    d = h.local_daemon()  # the next daemon, in this process
+    job = h.tick_state(d, job_id, JobState.SUCCEEDED)
     assert job.attempt == 2 and job.failures == 0
     first = h.store.attempts(job_id)[0]
     assert first.outcome == "lost"
@@ -143,12 +147,12 @@ def test_kill9_daemon_and_the_job_session_requeues_the_job_and_it_runs_again(orc
 
 def test_a_killed_supervisor_takes_its_orphaned_job_down_before_the_job_runs_again(orch_home):
     h = orch_home()
-    h.start_daemon()
+    d = h.local_daemon()  # the daemon's steps in this process: the supervisor is what is killed
     job_id = h.submit("orphan", per_attempt={"1": {"hold": "never"}, "2": {}})
-    h.wait_record("orphan", attempt=1)
+    h.tick_until(d, lambda: h.records("orphan"), what="the first attempt to start")
     info = h.attempt_pids(job_id, 1)
     os.kill(info["supervisor_pid"], signal.SIGKILL)  # only the supervisor: the job lives on
-    job = h.wait_state(job_id, JobState.SUCCEEDED)
+    job = h.tick_state(d, job_id, JobState.SUCCEEDED)
     assert job.attempt == 2
     assert not is_alive(info["job_pid"], info["job_start"])
     assert h.store.attempts(job_id)[0].outcome == "lost"
@@ -166,8 +170,8 @@ def test_a_cancel_requested_while_no_daemon_runs_is_applied_by_the_next_one(orch
     h.kill9(daemon)
     result = h.cli("cancel", str(job_id))
     assert result.returncode == 0 and "no daemon is running" in result.stderr
-    h.start_daemon()
-    job = h.wait_state(job_id, JobState.CANCELLED, timeout=10)
+    d = h.local_daemon()  # the next daemon (its recovery and ticks, in this process)
+    job = h.tick_state(d, job_id, JobState.CANCELLED)
     assert (h.tmp / "term-later#1").exists() and job.attempt == 1
 
 

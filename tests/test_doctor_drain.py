@@ -82,8 +82,10 @@ def test_drain_finishes_running_jobs_starts_nothing_new_then_exits(orch_home):
     first = h.submit("first", hold="first")
     second = h.submit("second")
     h.wait_record("first")
-    drained = h.cli("daemon", "drain")
-    assert drained.returncode == 0 and "draining" in drained.stdout, drained.stderr
+    # --wait gives up after its timeout while the held job runs (the drain stays requested)
+    drained = h.cli("daemon", "drain", "--wait", "--timeout", "1")
+    assert drained.returncode != 0 and "draining" in drained.stdout, drained
+    assert "is still draining after 1s" in drained.stderr and "Traceback" not in drained.stderr, drained.stderr
     status = h.cli("status")
     assert "the daemon is draining" in status.stderr, status
     wait_for(lambda: "drain requested" in h.log_tail(), 10, what="the daemon to see the drain")
@@ -95,3 +97,5 @@ def test_drain_finishes_running_jobs_starts_nothing_new_then_exits(orch_home):
     assert "drained: no job is running; exiting" in h.log_tail()
     h.start_daemon()  # a new daemon runs the queue again
     h.wait_state(second, JobState.SUCCEEDED)
+    waited = h.cli("daemon", "drain", "--wait")  # nothing runs: it drains, exits, and --wait sees it
+    assert waited.returncode == 0 and "drained and exited" in waited.stdout, waited

@@ -124,7 +124,7 @@ def test_with_early_stopping_the_low_end_is_its_earliest_stop():
 def test_a_probe_whose_few_slow_batches_pulled_its_rate_down_has_a_faster_low_end():
     """A short probe on a cold machine: most batches at one pace, a few slow ones (page faults).
     The low end trains at the typical batch's pace; the estimate keeps the probe's rate."""
-    from training.goodput import typical_share
+    from training.heartbeat.goodput import typical_share
 
     share = typical_share([0.01] * 8 + [0.05, 0.05])  # mean 0.018, median 0.01
     assert share == pytest.approx(0.01 / 0.018)

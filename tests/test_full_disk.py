@@ -71,7 +71,7 @@ def fill(folder: Path, leave: int) -> Path:
 
 
 def test_a_checkpoint_that_does_not_fit_fails_cleanly_and_the_previous_one_resumes(small_fs, orch_home, tmp_path):
-    from training.checkpoints import checkpoint_problem
+    from training.resume.checkpoints import checkpoint_problem
     from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 
     mnt = small_fs("8m")

@@ -1,6 +1,6 @@
 """The hang watchdog through the real daemon: a command job that writes progress and then stops
 advancing, a command job that never reports a first step, and a built-in job whose training step
-blocks (ORCH_FAULT_HANG_AT_STEP, a test-only seam in training/module.py). Each gets its stacks
+blocks (ORCH_FAULT_HANG_AT_STEP, a test-only seam in training/builtin/module.py). Each gets its stacks
 dumped into its log (built-in: faulthandler on SIGUSR1), a `hang` event and notification naming
 the step, SIGTERM, the grace, SIGKILL, and a retry that finishes."""
 
@@ -82,14 +82,14 @@ def command_job(h, name: str, mode: str, retries: int = 1) -> int:
 def test_command_jobs_that_stop_advancing_or_never_start_are_stopped_and_retried(orch_home):
     h = orch_home(cpu_slots=2, grace_seconds=2)
     with_hang_notifier(h)
-    h.start_daemon()
+    d = h.local_daemon()  # the watchdog is a step of the tick: an in-process daemon, ticked here
     stuck = command_job(h, "stuck", "advance")
     silent = command_job(h, "silent", "silent")
     for job_id in (stuck, silent):
-        h.wait_state(job_id, JobState.SUCCEEDED, timeout=60)
+        h.tick_state(d, job_id, JobState.SUCCEEDED, timeout=90)
     # A hung attempt that exits 75 on SIGTERM is charged all the same: with no retry left, failed.
     silent75 = command_job(h, "silent75", "silent75", retries=0)
-    job = h.wait_state(silent75, JobState.FAILED, timeout=60)
+    job = h.tick_state(d, silent75, JobState.FAILED, timeout=90)
     assert "hung and stopped by the watchdog (exit code 75)" in job.reason and job.failures == 1, job.reason
     assert [a.outcome for a in h.store.attempts(silent75)] == ["failed"]
     for job_id, where in ((stuck, "stuck at step 3"), (silent, "stuck before its first step")):
@@ -163,7 +163,7 @@ def test_a_builtin_job_whose_step_blocks_gets_its_stacks_dumped_and_resumes(orch
         f"attempt 1 ended {attempts[0].ended_at - hangs[0].at:.1f}s after the hang event"
     )
     # faulthandler's dump: the blocked frame, in the runner's training step.
-    assert "in training_step" in log1 and "training/module.py" in log1, log1[-3000:]
+    assert "in training_step" in log1 and "training/builtin/module.py" in log1, log1[-3000:]
     attempts = h.store.attempts(job_id)
     assert attempts[0].outcome == "failed" and attempts[0].exit_signal == 9, attempts[0]  # the step ignored SIGTERM
     assert attempts[1].resumed_from_step == 2 and attempts[1].outcome == "succeeded", attempts

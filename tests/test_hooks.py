@@ -107,22 +107,25 @@ def test_a_file_that_is_not_executable_is_a_failed_result(tmp_path: Path):
     assert not result.ok and "Permission denied" in result.error
 
 
+# The grandchild leaves a mark if it lives to its natural end (120 s): a run_hook that waited for
+# it (its inherited pipes) instead of killing it would return only then, with the mark written.
 GRANDCHILD_THEN_HANG = """
 import subprocess, sys, time
-child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
+mark = "import sys, time; time.sleep(120); open(sys.argv[1], 'w').write('lived')"
+child = subprocess.Popen([sys.executable, '-c', mark, sys.argv[2]])
 open(sys.argv[1], 'w').write(str(child.pid))
-time.sleep(60)
+time.sleep(120)
 """
 
 
 def test_a_hanging_hook_is_killed_with_its_whole_process_group(tmp_path: Path):
-    pid_file = tmp_path / "grandchild.pid"
-    started = time.monotonic()
-    result = run_hook([PY, "-c", GRANDCHILD_THEN_HANG, str(pid_file)], "succeeded", JOB, log=LOG, timeout_s=1.0)
+    pid_file, lived = tmp_path / "grandchild.pid", tmp_path / "lived"
+    argv = [PY, "-c", GRANDCHILD_THEN_HANG, str(pid_file), str(lived)]
+    result = run_hook(argv, "succeeded", JOB, log=LOG, timeout_s=3.0)  # time for two Pythons to start
     assert result.timed_out and not result.ok
-    assert time.monotonic() - started < 5
     grandchild = int(pid_file.read_text())
-    assert _wait_until(lambda: not _alive(grandchild))
+    assert _wait_until(lambda: not _alive(grandchild), timeout=30)
+    assert not lived.exists()  # killed, not waited for
 
 
 def test_a_hook_that_ignores_sigterm_is_killed(tmp_path: Path):

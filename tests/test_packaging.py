@@ -4,6 +4,7 @@ the example table; tests/test_wheel.py installs the real wheel)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +51,13 @@ def test_orch_example_writes_an_example_with_what_it_uses_beside_it_and_never_ov
         text=True,
     )
     assert again.returncode == 2 and "exists already" in again.stderr
+
+
+def test_orch_example_help_and_output_say_the_example_lands_in_its_own_folder_inside_dir(tmp_path: Path):
+    orch = [sys.executable, "-m", "orchestrator.cli", "example"]
+    shown = subprocess.run([*orch, "--help"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert shown.returncode == 0 and "DIR/quickstart/" in " ".join(shown.stdout.split()), shown.stdout
+    ran = subprocess.run([*orch, "quickstart", str(tmp_path / "mine")], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert (tmp_path / "mine" / "quickstart" / "job.toml").is_file()  # where --help said
+    assert f"{tmp_path / 'mine' / 'quickstart'}/" in ran.stdout  # and the output names that folder

@@ -16,7 +16,7 @@ import tomli_w
 
 from orchestrator.store import Store
 from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
-from training.toy_tasks import build_tiny_llama, instruction_rows
+from training.toys.lm_and_ner import build_tiny_llama, instruction_rows
 
 
 @pytest.fixture(scope="module")

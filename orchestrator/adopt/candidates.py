@@ -3,13 +3,13 @@ jobs `--job`/`--all` ask for chosen among them, and the refusals an adoption can
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..model.errors import OrchError, UsageError
 from ..objectstore import manifest as mf
-from ..objectstore.manifest_model import MAX_MANIFEST_BYTES, UID_PATTERN, ManifestError
+from ..contract import is_job_uid
+from ..objectstore.manifest_model import MAX_MANIFEST_BYTES, ManifestError
 from ..objectstore.manifest_model import parse as parse_manifest
 from ..objectstore.remote import Remote, TooLarge
 
@@ -41,7 +41,7 @@ class Candidate:
 
 def read_candidate(remote: Remote, uid: str) -> Optional[Candidate]:
     """One job's manifest, checked; None when none was ever committed."""
-    if not re.fullmatch(UID_PATTERN, uid):
+    if not is_job_uid(uid):
         return Candidate(uid, None, None, f"job {uid[:40]!r}: not a job folder orch writes (its name); skipped")
     key = mf.manifest_key(uid)
     try:

@@ -203,12 +203,7 @@ def _attempts(m: dict[str, Any], now: float) -> list[dict[str, Any]]:
     if out and out[-1].get("ended_at") is None:
         last = out[-1]
         progress = m.get("progress") or {}
-        steps = [
-            s
-            for s in (progress.get("step"), last.get("step_reached"), mf.newest_step(m))
-            if isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63
-        ]
-        last["step_reached"] = max(steps) if steps else None
+        last["step_reached"] = mf.furthest_step(m)  # the closed machine entry says the same (machines.py)
         ended = progress.get("updated_at")
         ok = isinstance(ended, (int, float)) and not isinstance(ended, bool) and 0 <= ended < 1e11
         last["ended_at"] = float(ended if ok and ended is not None else m.get("written_at") or now)

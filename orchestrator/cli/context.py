@@ -4,10 +4,12 @@ error-to-exit-code group, and small output helpers. The verb modules import this
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
+import click
 import typer
 from typer.core import TyperGroup
 
@@ -27,8 +29,10 @@ class OrchGroup(TyperGroup):
             print(text if exc.exit_code == 2 else f"orch: {text}", file=sys.stderr)
             raise typer.Exit(exc.exit_code) from None
         except Exception as exc:
+            if isinstance(exc, (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort)):
+                raise  # click's own endings (usage errors, --help, typer.Exit) print themselves
             if not _disk_full(exc):
-                raise
+                _unexpected(exc)
             # SQLite rolls the transaction back: the store is as it was, only this request failed.
             root = _state_root()
             print(
@@ -37,6 +41,19 @@ class OrchGroup(TyperGroup):
                 file=sys.stderr,
             )
             raise typer.Exit(1) from None
+
+
+def _unexpected(exc: Exception) -> NoReturn:
+    """One line and a private report file, never a traceback (its locals can hold secrets)."""
+    from .crash_report import one_line, report_text, write_report
+
+    try:
+        root: Optional[Path] = _state_root()
+    except Exception:  # noqa: BLE001 - the home may be the very thing that is broken
+        root = None
+    report, home_problem = write_report(report_text(exc, sys.argv[1:]), root)
+    print(one_line(exc, report, home_problem), file=sys.stderr)
+    raise typer.Exit(1) from None
 
 
 def _state_root() -> Path:
@@ -68,6 +85,7 @@ def _disk_full(exc: Optional[BaseException]) -> bool:
 
 app = typer.Typer(
     cls=OrchGroup,
+    pretty_exceptions_show_locals=False,  # the group catches everything; this is the second lock
     add_completion=False,
     no_args_is_help=True,
     rich_markup_mode=None,
@@ -104,9 +122,14 @@ class Ctx:
 
     def config(self, *, build_notifiers: bool = False):
         required = self.config_arg is not None
-        if build_notifiers:  # every channel built and every secret resolved: the daemon's and the checks' view
+        # every channel built and every secret resolved: the one check (jobs/notify.load_config_checked)
+        # that `orch submit`, `orch config check` and the daemon's start all make
+        if build_notifiers:
             from ..jobs.notify import load_config_checked
 
+            # boot.env's secrets count as set: they are the daemon's environment (`orch daemon
+            # install`), and the daemon, `notify test` and `watch` started here build with them
+            os.environ.update(self.home.daemon_environ())
             return load_config_checked(self.config_path, required=required)
         from ..spec.config import load_config
 
@@ -125,11 +148,22 @@ def emit_json(data: Any) -> None:
     print(json.dumps(data, indent=2 if sys.stdout.isatty() else None, default=str))
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        print(f"orch {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(
     home: Optional[str] = typer.Option(None, "--home", help="State folder (default $ORCH_HOME or ~/.orch)."),
     config: Optional[str] = typer.Option(
         None, "--config", help="config.toml (default $ORCH_CONFIG or $ORCH_HOME/config.toml)."
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print orch's version and exit."
     ),
 ) -> None:
     ctx.home_arg, ctx.config_arg = home, config

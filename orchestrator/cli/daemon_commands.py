@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import math
 from pathlib import Path
 
 import typer
@@ -71,6 +71,7 @@ def daemon_drain(
     """Finish the running jobs, start nothing new, then exit (maintenance, moving to another machine)."""
     from ..home.daemon_lock import running_pid
     from ..home.drain import request
+    from ..host.polling import poll
     from ..model.errors import DaemonError
 
     home = ctx.home
@@ -84,11 +85,8 @@ def daemon_drain(
         " (`orch daemon start` runs the queue again)"
     )
     if wait:
-        deadline = time.monotonic() + timeout if timeout > 0 else None
-        while running_pid(home) is not None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise DaemonError(f"the daemon (pid {pid}) is still draining after {timeout:g}s")
-            time.sleep(0.2)
+        if not poll(lambda: running_pid(home) is None, timeout if timeout > 0 else math.inf, 0.2):
+            raise DaemonError(f"the daemon (pid {pid}) is still draining after {timeout:g}s")
         print(f"daemon (pid {pid}) drained and exited")
 
 

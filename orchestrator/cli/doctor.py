@@ -22,6 +22,9 @@ from .doctor_jobs import check_jobs, check_orphans
 def run_checks(home: Home, config_path: Path, config_required: bool, *, now: Optional[float] = None) -> list[Finding]:
     now = time.time() if now is None else now
     out: list[Finding] = []
+    unusable = home.unusable()
+    if unusable:  # nothing else can be looked at
+        return [Finding("home", BAD, f"orch's home: {unusable}", "set ORCH_HOME (or --home) to a folder you can write")]
     daemon_pid = check_daemon(home, out)
     jobs = check_store(home, out, now)
     if daemon_pid is None and jobs:

@@ -29,6 +29,12 @@ def check_config(path: Path, required: bool, out: list[Finding]) -> Any:
         out.append(Finding("config", BAD, first + more, f"orch config check {path}"))
         return None
     out.append(Finding("config", OK, f"{path} is valid"))
+    if config.executor.kind != "slurm":  # on Slurm the GPUs are the cluster's, not this login node's
+        from ..host.gpus import absent_gpus_problem, discover
+
+        gpus = absent_gpus_problem(config.daemon.gpus, discover())
+        if gpus:
+            out.append(Finding("gpus", BAD, gpus, f'gpus = "auto" in the [daemon] table of {path}'))
     return config
 
 

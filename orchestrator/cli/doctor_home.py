@@ -123,7 +123,7 @@ def check_store(home: Home, out: list[Finding], now: float) -> list[Job]:
             fix = (
                 "orch status  # opening the store migrates it"
                 if checked.version < SCHEMA_VERSION
-                else "pip install -U orch  # this store was written by a newer orch"
+                else "pip install -U orch-gpu  # this store was written by a newer orch"
             )
             problems.append(
                 Finding("store", BAD, f"schema version {checked.version}, this orch expects {SCHEMA_VERSION}", fix)

@@ -140,10 +140,7 @@ def estimate_data(
 
     spec = load_jobspec(job_toml)
     managed = len(gpu_slots(config))
-    p = config.pricing
-    rate = hourly_rate(
-        Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour), spec.gpus, managed
-    )
+    rate = hourly_rate(Pricing.from_config(config), spec.gpus, managed)
     if spec.is_command:
         history = history_of(store.jobs([JobState.SUCCEEDED]), spec.name or "", sweep=sweep)
         data = command_projection(spec, history, rate, sweep)
@@ -170,7 +167,7 @@ def estimate_data(
         {
             "job": spec.name,
             "gpus": spec.gpus,
-            "currency": p.currency,
+            "currency": config.pricing.currency,
             "hourly_rate": round(rate, 6),
             "queue_wait_s": None if wait is None else round(wait, 1),
             "queue_wait_is_lower_bound": forecast.lower_bound,

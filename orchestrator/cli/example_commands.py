@@ -114,17 +114,29 @@ def write_example(name: str, target: Path, root: Path) -> list[Path]:
     return written
 
 
+def _top_paths(name: str, target: Path, root: Path) -> list[str]:
+    """What appeared in DIR (DIR/quickstart/, DIR/bert-base.toml): where the user looks next."""
+    tops = {Path(rel).parts[0] for rel in EXAMPLES[name][1]}
+    return sorted(f"{target / top}/" if (root / top).is_dir() else str(target / top) for top in tops)
+
+
 @app.command()
 def example(
     name: Optional[str] = typer.Argument(None, help="Which example (omit it to list them)."),
-    folder: Path = typer.Argument(Path("."), help="Where to write it (default: here)."),
+    folder: Path = typer.Argument(
+        Path("."),
+        help="The folder to write it in (default: here). The example gets its own folder inside DIR: "
+        "orch example quickstart DIR writes DIR/quickstart/.",
+    ),
 ) -> None:
-    """Write one of orch's examples into a folder (no checkout needed), or list them."""
+    """Write one of orch's examples (no checkout needed), or list them. The example lands in its own
+    folder inside DIR, as in the repository's examples/: `orch example quickstart DIR` writes
+    DIR/quickstart/ (minilm also writes DIR/quickstart/, which it uses)."""
     if name is None:
         width = max(map(len, EXAMPLES))
         for key, (what, _, _) in EXAMPLES.items():
             print(f"{key:<{width}}  {what}")
-        print("\nwrite one with: orch example NAME DIR")
+        print("\nwrite one with: orch example NAME DIR  (quickstart lands in DIR/quickstart/)")
         return
     if name not in EXAMPLES:
         raise BadInput(f"orch example: no example {name!r}; the examples are: {', '.join(EXAMPLES)}")
@@ -133,5 +145,5 @@ def example(
         raise OrchError(f"the examples are not installed with this orch (no {SHARE} in the {DIST} distribution)")
     target = folder.expanduser().resolve()
     written = write_example(name, target, root)
-    print(f"wrote {len(written)} files of the {name} example under {target}")
+    print(f"wrote {len(written)} files of the {name} example: {', '.join(_top_paths(name, target, root))}")
     print("next: " + EXAMPLES[name][2].format(d=target))

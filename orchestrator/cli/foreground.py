@@ -94,8 +94,7 @@ def _record(
 class _Foreground:
     def __init__(self, home: Home, store: Store, config: Config, managed: list[int]):
         self.home, self.store, self.config, self.managed = home, store, config, managed
-        p = config.pricing
-        self.pricing = Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=p.instance_hour)
+        self.pricing = Pricing.from_config(config)
         self.accrue_every_s = max(1.0, config.daemon.tick_seconds)
         self.proc: Optional[subprocess.Popen] = None
         self.job: Optional[Job] = None

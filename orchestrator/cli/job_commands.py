@@ -43,7 +43,7 @@ def submit(
         return submit_sweep(job_toml, as_json, priority=priority, after=after, at=at, estimate=estimate_first, yes=yes)
     now = time.time()
     not_before = parse_at(at, now) if at else None
-    config = ctx.config()
+    config = ctx.config(build_notifiers=True)  # the checks `config check` and the daemon's start make
     store = ctx.store()
     machine_gpus = len(gpu_slots(config))  # the one GPU capacity (planning/capacity.py)
     _preflight(job_toml, now, machine_gpus, config.executor.kind)
@@ -70,6 +70,12 @@ def submit(
         emit_json({"id": job.id, "name": job.name, "state": job.state.value})
     else:
         print(f"submitted job {job.id} ({job.name})")
+    from ..jobs.repeat import repeat_note
+    from ..model.states import JobState
+
+    repeated = repeat_note(job, store.jobs([JobState.QUEUED, JobState.RUNNING]), time.time())
+    if repeated:
+        err(repeated)
     if not running:
         err("note: no daemon is running; start one with `orch daemon start` (or run it now with `orch run`)")
 

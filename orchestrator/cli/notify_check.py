@@ -10,10 +10,11 @@ from typing import Optional
 from ..jobs.notify import build_channels
 from ..spec.config import Config
 from ..model.errors import UsageError
+from ..redaction import redact
 
 
 def send_test(config: Config, channel: Optional[str] = None) -> int:
-    from notifiers import Message, NotifyError, redact
+    from notifiers import Message, NotifyError
 
     channels = build_channels(config)
     if channel is not None:

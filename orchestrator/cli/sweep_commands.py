@@ -41,7 +41,7 @@ def submit_sweep(
     section, base = load_sweep(path)
     if priority is not None:  # every trial's priority
         base = base.model_copy(update={"priority": priority})
-    config = ctx.config()
+    config = ctx.config(build_notifiers=True)  # the checks `config check` and the daemon's start make
     from ..jobs.admission import admit
     from ..sweeps.spec import preflight_checks
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from .context import app, config_app, ctx, notify_app, storage_app
+from .context import app, config_app, ctx, err, notify_app, storage_app
 
 
 # -- notify / config --------------------------------------------------------------------
@@ -34,9 +36,20 @@ def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (
             raise ConfigError([f"{target}: no such file"])
         print(f"no config at {target}; the defaults apply (CPU slots 1, GPUs discovered, no pricing, no notifiers)")
         return
+    os.environ.update(ctx.home.daemon_environ())  # the daemon's environment (see Ctx.config)
     config = load_config_checked(target, required=True)
     names = [n for n, _ in config.routes()]
     print(f"{target}: ok" + (f" (notifiers: {', '.join(names)})" if names else ""))
+    from notifiers import secrets_in_the_file
+
+    for warning in secrets_in_the_file(config.notifiers, label=str(target)):
+        err(f"warning: {warning}")
+    if config.executor.kind != "slurm":  # on Slurm the GPUs are the cluster's, not this login node's
+        from ..host.gpus import absent_gpus_problem, discover
+
+        gpus = absent_gpus_problem(config.daemon.gpus, discover())
+        if gpus:
+            err(f"warning: {target}: {gpus}")
 
 
 @app.command()
@@ -49,7 +62,7 @@ def dashboard(
     """A read-only local web page: the queue, each job's curves and events, the bill."""
     from ..dashboard.server import serve
 
-    serve(ctx.home, ctx.config(), host=host, port=port)
+    serve(ctx.home.ensure(), ctx.config(), host=host, port=port)  # an unusable home: one line, exit 2
 
 
 # -- storage / adopt --------------------------------------------------------------------

@@ -11,6 +11,7 @@ import time
 from typing import Any, Optional
 
 from ..model.errors import ConfigError
+from ..redaction import redact
 
 
 def waiting_line(row: dict[str, Any], now: float) -> str:
@@ -31,8 +32,6 @@ def waiting_line(row: dict[str, Any], now: float) -> str:
 
 
 def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool) -> int:
-    from notifiers import redact
-
     from ..adopt.plan import storage_for
     from ..jobs.notify import build_channels
     from ..daemon.outbox import OutboxSender
@@ -47,6 +46,7 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
             [f"{where}: recovery: no [recovery] table; `orch watch` needs one (provider, launch: docs/recovery.md)"]
         )
     section = storage_for(config, url)
+    _refuse_a_missing_folder(section.url)
     remote = Remote(section)
     provider = build_provider(config.recovery)
     sender = OutboxSender(
@@ -85,6 +85,8 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
         sender.deliver_due(time.time())
         now = time.time()
         for row in store.recovery_rows():
+            if row["url"] != remote.url.raw:
+                continue  # a job this home watched in another mirror: not this one's
             line = waiting_line(row, now)
             key = f"{row['state']}|{row['note']}|{row['launches']}"
             if once:
@@ -99,6 +101,22 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
         if stop.wait(config.recovery.poll_seconds):
             say("stopped")
             return 0
+
+
+def _refuse_a_missing_folder(url: str) -> None:
+    """A file:// mirror is read, never made, here: a folder that is not there is a typo or a disk
+    not mounted, and watching it would say "no jobs" while the real mirror's machines go unwatched."""
+    from pathlib import Path
+
+    from ..model.errors import BadInput
+    from ..spec.storage_url import parse_storage_url
+
+    parsed = parse_storage_url(url)
+    if parsed.scheme == "file" and not Path(parsed.prefix).is_dir():
+        raise BadInput(
+            f"orch watch: the mirror folder {parsed.prefix} ({url}) does not exist: check the path, or mount "
+            "the disk that holds it"
+        )
 
 
 def status_note(store: Any, out: Optional[Any] = None) -> None:

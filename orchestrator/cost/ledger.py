@@ -1,7 +1,7 @@
 """A job's goodput ledger: where its billed seconds and money went — redone steps, checkpoint stall,
 start-up and restore, data wait, evaluation, and the useful training that is left. Pure: the
 caller passes the job, its attempts and the runner's figures (progress.json "goodput", written by
-training/goodput.py); the same parts feed `orch show`, `orch cost --breakdown` and the dashboard.
+training/heartbeat/goodput.py); the same parts feed `orch show`, `orch cost --breakdown` and the dashboard.
 
 Like Google's ML goodput, the wasted parts are measured and useful training is the rest of what
 was billed, so the parts add up to the bill by construction; what the figures can be trusted for

@@ -7,9 +7,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Hashable, Sequence
+from typing import TYPE_CHECKING, Hashable, Sequence
+
+if TYPE_CHECKING:  # only for the annotation: money.py stays importable without the config's pydantic
+    from ..spec.config import Config
 
 JobId = Hashable
+
+# The executors whose jobs are billed by allocation (a cluster's GPUs while allocated), with no
+# machine of ours: the executors' own `bills_by_allocation` says the same (a test holds them equal).
+ALLOCATION_BILLED = frozenset({"slurm"})
 
 
 @dataclass(frozen=True)
@@ -22,6 +29,21 @@ class Pricing:
     instance_hour: float = 0.0
     spot: bool = False
     on_demand_gpu_hour: float | None = None
+
+    @classmethod
+    def from_config(cls, config: "Config") -> "Pricing":
+        """The one price of an hour built from config.toml, for every process that quotes or bills
+        one (the daemon, `orch run`, `orch estimate`, the reports): on a cluster executor the
+        instance price is not ours to pay, so it is dropped here rather than at each caller."""
+        p = config.pricing
+        by_allocation = config.executor.kind in ALLOCATION_BILLED
+        return cls(
+            currency=p.currency,
+            gpu_hour=p.gpu_hour,
+            instance_hour=0.0 if by_allocation else p.instance_hour,
+            spot=p.spot,
+            on_demand_gpu_hour=p.on_demand_gpu_hour,
+        )
 
     def machine_hour(self, managed_gpus: int) -> float:
         """What one hour of daemon uptime costs, busy or not."""

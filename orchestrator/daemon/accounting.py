@@ -20,13 +20,8 @@ from ..store import Store
 log = logging.getLogger("orch.daemon")
 
 
-def _pricing(config: Config, cluster: bool) -> Pricing:
-    p = config.pricing
-    return Pricing(currency=p.currency, gpu_hour=p.gpu_hour, instance_hour=0.0 if cluster else p.instance_hour)
-
-
 def _write(store: Store, config: Config, lo: float, hi: float, spans: list[Span], managed: int, cluster: bool) -> None:
-    bill = split_spans(lo, hi, spans, managed, _pricing(config, cluster), jobs_are_machine=cluster)
+    bill = split_spans(lo, hi, spans, managed, Pricing.from_config(config), jobs_are_machine=cluster)
     # A job `orch run` runs in the foreground holds its share of the machine (so that share is not
     # idle), but that process charges it: exactly one process accrues a job's time (docs/cost.md).
     foreground = {j.id for j in store.jobs([JobState.RUNNING]) if j.in_foreground}

@@ -1,5 +1,5 @@
 """The daemon's mean time between preemptions on this machine, handed to jobs it starts as
-ORCH_MTBF_S: `[checkpoint] every = "auto"` (training/autointerval.py) chooses its interval from it."""
+ORCH_MTBF_S: `[checkpoint] every = "auto"` (training/resume/autointerval.py) chooses its interval from it."""
 
 from __future__ import annotations
 

@@ -11,10 +11,11 @@ from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, Optional
 
-from notifiers import Message, Notifier, NotifyError, redact
+from notifiers import Message, Notifier, NotifyError
 
 from ..jobs.backoff import backoff_s
 from ..contract import METRICS_CSV
+from ..redaction import redact
 from ..cost.money import format_duration
 from ..reports.metrics import read_metrics
 from ..home.paths import Home

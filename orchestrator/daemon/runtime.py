@@ -229,6 +229,9 @@ class DaemonRuntime:
         )
         while not self.stop_event.wait(0.5):
             pass
+        # The jobs are told at once: the scheduler's shutdown waits for a tick that may be deep in
+        # a job start's probes (prestart.py), and a machine going down does not wait for it.
+        self.signal_stop()
         sched.shutdown(wait=True)
         self.shutdown()
         sock.close()
@@ -244,15 +247,21 @@ class DaemonRuntime:
                 return
             self.poke()
 
+    def signal_stop(self) -> list[int]:
+        """Nothing new starts; every running job gets SIGTERM (once: a second call signals none
+        again) and the mirror goes urgent. The running jobs' ids."""
+        self.daemon.stopping = True
+        if self.mirror is not None:
+            self.mirror.on_notice()
+        self.daemon.preempt_all(time.time(), "the daemon is stopping", notice=False)
+        return [j.id for j in self.daemon.store.jobs([JobState.RUNNING])]
+
     def shutdown(self) -> None:
         """SIGTERM every job, wait up to the grace for their checkpoints, record them queued for
         resume. A job still running after that is adopted or requeued by the next daemon."""
         d = self.daemon
-        d.stopping = True
         began = time.monotonic()
-        if self.mirror is not None:
-            self.mirror.on_notice()
-        signalled = d.preempt_all(time.time(), "the daemon is stopping", notice=False)
+        signalled = self.signal_stop()
         # A job's own grace_seconds may be longer than the config's: wait for the longest.
         grace = max(
             [grace_for(j, self.config) for j in d.store.jobs([JobState.RUNNING]) if not j.in_foreground],

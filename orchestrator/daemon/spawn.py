@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from typing import Optional
 
 from ..jobs.attempts import begin_attempt
 from ..contract import attempt_log, write_exit_record
 from ..planning.dispatch import choose_slot, edf_order, free_slots, hold_reason
+from ..host.env_observe import Observed
 from ..host.procs import is_alive
 from ..model.records import FOREGROUND_PID, FOREGROUND_START, AttemptLaunch, Job
 from ..model.states import EventKind, JobState
@@ -60,16 +62,23 @@ def dispatch(d: StepContext, now: float) -> list[int]:
         if gpu_ids is None:
             gpus_reserved = gpus_reserved or 0 < job.gpus <= len(d.managed)
             continue
-        if start(d, job, gpu_ids, now):
+        observed = d.prestart.take(job)
+        if observed is None:
+            # Queued after this tick's prestart looked: its environment is learnt, off the lock,
+            # at the top of the next tick. Its slot is kept for it meanwhile.
+            gpus_reserved = gpus_reserved or job.gpus > 0
+            free_cpu -= 1 if job.gpus == 0 else 0
+            continue
+        if start(d, job, gpu_ids, now, observed):
             started.append(job.id)
             free_gpus = [g for g in free_gpus if g not in gpu_ids]
             free_cpu -= 1 if job.gpus == 0 else 0
     return started
 
 
-def start(d: StepContext, job: Job, gpu_ids: list[int], now: float) -> bool:
+def start(d: StepContext, job: Job, gpu_ids: list[int], now: float, observed: Optional[Observed] = None) -> bool:
     try:
-        begun = begin_attempt(d.store, d.config, d.home, job, gpu_ids, now, environ=d.environ)
+        begun = begin_attempt(d.store, d.config, d.home, job, gpu_ids, now, environ=d.environ, observed=observed)
     except sqlite3.Error:
         raise  # the store, not this job
     except Exception as exc:  # e.g. a link planted at its run folder: this job ends, the queue goes on

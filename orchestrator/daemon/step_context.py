@@ -11,6 +11,13 @@ from ..home.paths import Home
 from ..model.records import Job
 from ..model.states import EventKind, JobState
 from ..store import Store
+from ..host.env_observe import Observed
+
+
+class StartObservations(Protocol):
+    """What dispatch sees of prestart.Prestart: the environment learnt for a job, off the lock."""
+
+    def take(self, job: Job) -> Optional[Observed]: ...
 
 
 class StepContext(Protocol):
@@ -22,6 +29,11 @@ class StepContext(Protocol):
     managed: list[int]  # the GPU ids this daemon hands out
     notice_active: bool  # a preemption notice is pending: nothing new starts
     on_event: Callable[[str, Optional[Job]], None]  # hooks, after a transition commits
+
+    @property
+    def prestart(self) -> StartObservations:
+        """What the next dispatch may start, its environment learnt off the lock (prestart.py)."""
+        ...
 
     def announce(self, job: Job, new: Optional[Job], kind: EventKind, reason: str = "") -> Optional[Job]:
         """Log a committed transition and run the hooks for it."""

@@ -26,6 +26,7 @@ from ..store import Store
 from . import guard, reap, spawn, stop_requests, watchdog
 from .accounting import accrue_interval, bill_missed
 from .health_watch import LossFlatWatch
+from .prestart import Prestart
 from .sweep_step import advance_sweeps
 
 log = logging.getLogger("orch.daemon")
@@ -51,6 +52,8 @@ class Daemon:
         self.managed = gpu_slots(config) if gpu_ids is None else list(gpu_ids)  # as the CLI counts them
         self.on_event = on_event or (lambda kind, job: None)  # hooks, after the transition commits
         self.lock = threading.RLock()  # tick, the preemption watcher and shutdown take turns
+        self.ticking = threading.Lock()  # one tick at a time, its slow half (prestart) included
+        self.prestart = Prestart()  # what a job start needs that is slow to learn, learnt off the lock
         self.notice_active = False
         self.stopping = False
         self.last_accrual: Optional[float] = None
@@ -82,12 +85,20 @@ class Daemon:
 
     def tick(self, now: Optional[float] = None) -> None:
         now = time.time() if now is None else now
-        with self.lock:
-            # Each step guarded (daemon/guard.py): an error in one is logged and the others run.
-            for name, run in self.steps():
-                if self.stopping and name in STARTS_WORK:
-                    continue
-                guard.step(name, run, now)
+        with self.ticking:
+            # The job interpreter's packages and nvidia-smi, for the jobs dispatch may start: learnt
+            # before the lock, which a preemption notice needs at once (prestart.py).
+            if not self.stopping:
+                guard.step("prestart", self.learn_starts, now)
+            with self.lock:
+                # Each step guarded (daemon/guard.py): an error in one is logged and the others run.
+                for name, run in self.steps():
+                    if self.stopping and name in STARTS_WORK:
+                        continue
+                    guard.step(name, run, now)
+
+    def learn_starts(self, now: float) -> None:
+        self.prestart.learn(self, now)
 
     def steps(self) -> list[tuple[str, Callable[[float], object]]]:
         """The tick's steps in order, each a method of this daemon taking `now`."""

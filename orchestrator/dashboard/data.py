@@ -15,6 +15,7 @@ from ..contract import HEALTH, METRICS_CSV, attempt_log, read_json
 from ..reports.metrics import read_metrics
 from ..home.daemon_lock import running_pid
 from ..home.paths import Home
+from ..redaction import redact
 from ..store import Store
 from ..views.cost_report import cost_data
 from ..views.job_view import job_view
@@ -53,8 +54,6 @@ def waiting_for_machines(store: Store) -> list[dict[str, Any]]:
 
 
 def log_tail(run_dir: Path, attempt: int) -> str:
-    from notifiers.redaction import redact
-
     try:
         with open(run_dir / attempt_log(attempt), "rb") as fh:
             fh.seek(0, 2)
@@ -132,8 +131,6 @@ def job(store: Store, home: Home, config: Config, job_id: int, now: float) -> di
 
 
 def _redact(text: str) -> str:
-    from notifiers.redaction import redact
-
     return redact(text or "")
 
 

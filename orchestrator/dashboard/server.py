@@ -22,6 +22,7 @@ from ..spec.config import Config
 from ..contract import PROVENANCE_FILES, provenance_dir
 from ..model.errors import JobNotFound, OrchError
 from ..home.paths import Home
+from ..redaction import redact
 from ..store import Store
 from ..store.sweeps import SweepNotFound
 from . import data, sweep_data
@@ -115,8 +116,6 @@ def _provenance_file(home: Home, job_id: int, name: str) -> Optional[bytes]:
         raw = (provenance_dir(home.run_dir(job_id)) / name).read_bytes()
     except OSError:
         return None
-    from notifiers.redaction import redact
-
     return redact(raw.decode("utf-8", "replace")).encode()
 
 

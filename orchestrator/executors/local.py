@@ -16,7 +16,15 @@ from typing import Any, Optional, Sequence
 
 from ..home.paths import Home
 from ..contract import attempt_exit, attempt_log, attempt_pid, checkpoint_dir, read_json
-from ..host.procs import group_members, is_alive, signal_group, signal_process, start_time, with_environment
+from ..host.procs import (
+    boot_id,
+    group_members,
+    is_alive,
+    signal_group,
+    signal_process,
+    start_time,
+    with_environment,
+)
 from ..model.records import AttemptLaunch, Job
 from .base import SUPERVISOR_MODULE
 
@@ -116,20 +124,25 @@ class LocalExecutor:
 
     def clear_lost(self, job: Job) -> None:
         """The supervisor is gone but the job may not be (someone killed only the supervisor):
-        kill the job's process group, identified by pid and start time, and wait until every
-        member has exited, so the next attempt never runs beside the old one."""
+        kill the attempt's processes and wait until every one has exited, so the next attempt
+        never runs beside the old one. They are found by what a stranger cannot share: their
+        environment (ORCH_RUN_DIR and ORCH_ATTEMPT), and the job's process group only while it is
+        provably still the attempt's (attempt_group) — never by the recorded number alone, which
+        after a reboot or pid reuse may be anyone's group."""
         if not job.attempt:
             return
-        info = self._pid_file(job)
-        pgid, started = info.get("job_pid"), info.get("job_start")
+        pgid = self.attempt_group(job)  # proved before the environment's processes are killed
         deadline = time.monotonic() + GROUP_EXIT_WAIT_S
         self._clear_by_environment(job, deadline)
-        if not pgid:
+        if pgid is None:
             return
-        if is_alive(pgid, started):
-            signal_group(pgid, signal.SIGKILL)
+        known: set[tuple[int, Optional[str]]] = set()
         waited = time.monotonic()
-        while group_members(pgid):
+        while True:
+            members = {(pid, start_time(pid)) for pid in group_members(pgid)}
+            if not members or (known and not members & known):
+                break  # emptied: whatever holds the number from now on is not this attempt's
+            known |= members
             if time.monotonic() > deadline:
                 log.warning(
                     "job %s: attempt %s's processes (group %s) still exist after %.0fs of SIGKILL; "
@@ -149,6 +162,36 @@ class LocalExecutor:
                 job.attempt,
                 time.monotonic() - waited,
             )
+
+    def attempt_group(self, job: Job) -> Optional[int]:
+        """The job's process group as attempt-<n>.pid recorded it, while it is provably still the
+        attempt's: recorded under this boot with its leader still the recorded process (pid and
+        start time), or with a member carrying the attempt's environment. A group id is not handed
+        out again while any member lives, so one proof holds for the whole group; None otherwise
+        (a stranger holding the number is left alone, with a line in the log)."""
+        info = self._pid_file(job)
+        pgid = info.get("job_pid")
+        members = group_members(pgid) if isinstance(pgid, int) else []
+        if not members:
+            return None
+        if (
+            info.get("boot_id") is not None
+            and info.get("boot_id") == boot_id()
+            and is_alive(pgid, info.get("job_start"))
+        ):
+            return pgid
+        ours = set(self.strays(job))
+        if any(pid in ours for pid in members):
+            return pgid
+        log.warning(
+            "job %s: attempt %s's recorded process group %s is held by processes that are not this "
+            "attempt's (%s; a reboot or pid reuse): left alone",
+            job.id,
+            job.attempt,
+            pgid,
+            " ".join(map(str, members[:8])),
+        )
+        return None
 
     def strays(self, job: Job) -> list[int]:
         """The current attempt's processes that still run, found by their environment."""
@@ -193,9 +236,8 @@ class LocalExecutor:
             strays = self.strays(job)
 
     def _kill_job_group(self, job: Job) -> bool:
-        info = self._pid_file(job)
-        pid, started = info.get("job_pid"), info.get("job_start")
-        return bool(pid and is_alive(pid, started) and signal_group(pid, signal.SIGKILL))
+        pgid = self.attempt_group(job)
+        return bool(pgid and signal_group(pgid, signal.SIGKILL))
 
     def dump_stacks(self, job: Job) -> str:
         """Built-in runner: SIGUSR1 to the job's main process (faulthandler writes every thread's

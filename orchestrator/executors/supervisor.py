@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contract import attempt_pid, write_exit_record, write_json_atomic
-from ..host.procs import group_members, signal_group, start_time
+from ..host.procs import boot_id, group_members, signal_group, start_time
 from ..home.wake import poke
 
 # How long the job's leftover processes may take to die after the SIGKILL (as local.py).
@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 "supervisor_start": start_time(os.getpid()),
                 "job_pid": job.pid,
                 "job_start": start_time(job.pid),
+                "boot_id": boot_id(),
                 "started_at": started_at,
             },
         )

@@ -27,7 +27,7 @@ class Home:
         return cls(Path(os.path.expanduser(str(value))).resolve())
 
     def ensure(self) -> "Home":
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._make(self.root)
         self._check_private(self.root)
         runs = self.runs
         if runs.is_symlink():
@@ -41,9 +41,40 @@ class Home:
                 )
             self._check_private(runs.resolve())
             return self
-        runs.mkdir(exist_ok=True, mode=0o700)
+        self._make(runs)
         self._check_private(runs)
         return self
+
+    def unusable(self) -> Optional[str]:
+        """Why this home could not be made or used, looked at without creating anything (for
+        `orch doctor`, which only reads): a file where it should be, or a missing folder whose
+        nearest existing parent is not a folder this user may write. None when it looks usable."""
+        if self.root.exists():
+            return None if self.root.is_dir() else f"{self.root} is a file, not a folder"
+        parent = self.root.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            return f"{self.root} cannot be created: {parent} is not a folder you can write"
+        return None
+
+    def _make(self, folder: Path) -> None:
+        """The folder, made 0700 if missing; one line naming it when it cannot be (a file stands
+        there, a parent is read-only or not a real filesystem, like /proc)."""
+        from ..model.errors import HomeError
+
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except FileExistsError:
+            raise HomeError(
+                f"orch's home {self.root}: {folder} is a file, not a folder; remove it, or set ORCH_HOME "
+                "(or --home) to another path"
+            ) from None
+        except OSError as exc:
+            raise HomeError(
+                f"orch's home {self.root}: cannot create {folder} ({exc.strerror or exc}); set ORCH_HOME "
+                "(or --home) to a folder you can write"
+            ) from None
 
     @staticmethod
     def _check_private(folder: Path) -> None:
@@ -124,6 +155,29 @@ class Home:
         """KEY=value lines for a daemon started at boot (`orch daemon install`, a recovery bootstrap):
         the secrets config.toml names with *_env, which no shell environment provides then."""
         return self.root / BOOT_ENV
+
+    def daemon_environ(self, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+        """The environment a daemon of this home sees: `environ` plus boot.env's KEY=value lines
+        (what `orch daemon install` starts it with). Checks of the secrets config.toml names by
+        *_env use this, so a shell without them can still submit to a daemon that has them."""
+        merged = dict(environ)
+        try:
+            text = self.boot_env.read_text(errors="replace")
+        except OSError:
+            return merged
+        for raw in text.splitlines():
+            line = raw.strip()
+            if line.startswith("export "):
+                line = line[len("export ") :].lstrip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            key, value = line.split("=", 1)
+            key, value = key.strip(), value.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            if key and key not in merged:
+                merged[key] = value
+        return merged
 
     def config_path(self, explicit: Optional[str | Path] = None, env: Mapping[str, str] = os.environ) -> Path:
         value = explicit or env.get(ENV_CONFIG)

@@ -5,9 +5,7 @@ adopted the job, is compared with it before the job starts."""
 from __future__ import annotations
 
 import platform
-import shutil
 import socket
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
@@ -21,6 +19,7 @@ from ..contract import (
     read_json,
     write_json_atomic,
 )
+from .env_observe import Observed, driver_and_gpus
 from .interpreter import Probe, job_interpreter, probe
 from .packages import Change, changes, describe, packages_text, parse_packages
 
@@ -36,29 +35,13 @@ class EnvCheck:
         return any(c.breaking for c in self.changed)
 
 
-def driver_and_gpus(timeout_s: float = 10.0) -> tuple[Optional[str], list[str]]:
-    """The NVIDIA driver and the machine's GPU names from nvidia-smi; (None, []) without one."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None, []
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None, []
-    rows = [line.rsplit(",", 1) for line in out.stdout.splitlines() if "," in line] if out.returncode == 0 else []
-    return (rows[0][1].strip() if rows else None), [name.strip() for name, _ in rows]
-
-
-def system_facts(found: Probe, attempt: int, now: float) -> dict[str, Any]:
+def system_facts(
+    found: Probe, attempt: int, now: float, machine: Optional[tuple[Optional[str], list[str]]] = None
+) -> dict[str, Any]:
     """What orch can know from outside the job: its interpreter, the OS, the driver and GPUs, and
     torch's version as installed; the built-in runner adds torch's own CUDA, cuDNN, NCCL and the
-    devices it sees (`"runtime"`)."""
-    driver, gpus = driver_and_gpus()
+    devices it sees (`"runtime"`). `machine`: nvidia-smi's answer when it is known already."""
+    driver, gpus = machine if machine is not None else driver_and_gpus()
     torch = next((v for k, v in found.packages.items() if k.lower() == "torch"), None)
     return {
         "attempt": attempt,
@@ -81,15 +64,25 @@ def system_facts(found: Probe, attempt: int, now: float) -> dict[str, Any]:
 
 
 def check_environment(
-    run_dir: Path, argv: Sequence[str], env: Mapping[str, str], cwd: Optional[str], attempt: int, now: float
+    run_dir: Path,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Optional[str],
+    attempt: int,
+    now: float,
+    observed: Optional[Observed] = None,
 ) -> EnvCheck:
-    """Probe the job's interpreter; write the baseline when there is none yet, else compare."""
+    """Probe the job's interpreter (or take what `observed` learnt for this very launch, off the
+    daemon's lock); write the baseline when there is none yet, else compare."""
     folder = provenance_dir(run_dir)
-    found = probe(job_interpreter(argv, env, cwd), env, cwd)
+    if observed is not None and not observed.fits(argv, env, cwd):
+        observed = None
+    found = observed.found if observed is not None else probe(job_interpreter(argv, env, cwd), env, cwd)
+    machine = observed.machine if observed is not None else None
     baseline = folder / PACKAGES_TXT
     if found.error:
         if not (folder / SYSTEM_JSON).exists():
-            write_json_atomic(folder / SYSTEM_JSON, system_facts(found, attempt, now))
+            write_json_atomic(folder / SYSTEM_JSON, system_facts(found, attempt, now, machine))
         return EnvCheck(error=found.error)
     text = packages_text(found.python, found.packages)
     try:
@@ -98,7 +91,7 @@ def check_environment(
         folder.mkdir(parents=True, exist_ok=True)
         with atomic_file(baseline, "w") as fh:
             fh.write(text)
-        write_json_atomic(folder / SYSTEM_JSON, system_facts(found, attempt, now))
+        write_json_atomic(folder / SYSTEM_JSON, system_facts(found, attempt, now, machine))
         return EnvCheck()
     except OSError as exc:
         return EnvCheck(error=f"cannot read {baseline}: {exc.strerror or exc}")

@@ -50,3 +50,29 @@ def managed_gpus(setting: Union[str, Sequence[int]], discovered: Optional[Iterab
 def visible_devices(gpu_ids: Sequence[int]) -> str:
     # An empty value hides every GPU from a gpus=0 job, so it cannot grab one by accident.
     return ",".join(str(i) for i in gpu_ids)
+
+
+def absent_gpus(setting: Union[str, Sequence[int]], discovered: Iterable[GpuInfo]) -> list[int]:
+    """The GPUs `[daemon] gpus` lists that this machine does not have (none for "auto")."""
+    if setting == "auto":
+        return []
+    have = {g.index for g in discovered}
+    return [i for i in sorted(set(int(i) for i in setting)) if i not in have]
+
+
+def absent_gpus_problem(setting: Union[str, Sequence[int]], discovered: Sequence[GpuInfo]) -> Optional[str]:
+    """One line when `[daemon] gpus` names GPUs nvidia-smi does not show: orch would hand them to
+    jobs, which would find no GPU (a config copied from another machine, a GPU-less image)."""
+    missing = absent_gpus(setting, discovered)
+    if not missing:
+        return None
+    found = (
+        "nvidia-smi finds no GPU here"
+        if not discovered
+        else "nvidia-smi finds only GPU " + ", ".join(str(g.index) for g in discovered)
+    )
+    listed = ", ".join(str(i) for i in missing)
+    return (
+        f"[daemon] gpus lists GPU {listed}, which this machine does not have ({found}): a job asking for GPUs "
+        'would get none; set gpus = "auto", or list only the GPUs nvidia-smi shows'
+    )

@@ -51,7 +51,15 @@ class Probe:
 # folders: installing or removing a distribution changes its folder's, so an unchanged stamp means
 # an unchanged list, and the next attempt (or the next job) costs a few stat() calls, not a Python.
 _CACHE: dict[tuple[Optional[str], ...], tuple[tuple[Optional[int], ...], Probe]] = {}
-_ENV_KEYS = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "HOME", "VIRTUAL_ENV")
+ENV_KEYS = (  # the variables that change what a Python finds installed
+    "PATH",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONNOUSERSITE",
+    "PYTHONUSERBASE",
+    "HOME",
+    "VIRTUAL_ENV",
+)
 
 
 def _stamp(interp: str, paths: Sequence[str], cwd: Optional[str]) -> tuple[Optional[int], ...]:
@@ -116,7 +124,7 @@ def probe(interp: Interpreter, env: Mapping[str, str], cwd: Optional[str], timeo
     environment (PYTHONPATH included). Never raises: a failure is in `error`."""
     if interp.path is None:
         return Probe(interp, error=interp.how)
-    key = (interp.path, cwd, *(env.get(k) for k in _ENV_KEYS))
+    key = (interp.path, cwd, *(env.get(k) for k in ENV_KEYS))
     cached = _CACHE.get(key)
     if cached is not None and _stamp(interp.path, cached[1].path, cwd) == cached[0]:
         return cached[1]

@@ -54,6 +54,15 @@ def start_time(pid: int) -> Optional[str]:
     return fields[STARTTIME] if fields else None
 
 
+def boot_id() -> Optional[str]:
+    """This boot's id (/proc/sys/kernel/random/boot_id): a pid and a start time recorded under
+    another boot name nothing that runs now (after a reboot the same numbers come round again)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def is_alive(pid: Optional[int], started: Optional[str]) -> bool:
     if not pid:
         return False

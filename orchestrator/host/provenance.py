@@ -55,12 +55,6 @@ def git_snapshot(folder: Path, timeout_s: float = 5.0) -> GitSnapshot:
     return GitSnapshot(commit.strip(), dirty, root.strip(), untracked, diff)
 
 
-def git_state(folder: Path, timeout_s: float = 5.0) -> tuple[Optional[str], Optional[bool]]:
-    """(commit, dirty) of the checkout containing `folder`, or (None, None) outside git."""
-    snap = git_snapshot(folder, timeout_s)
-    return snap.commit, snap.dirty
-
-
 def patch_text(snap: GitSnapshot, max_bytes: int = DIFF_MAX_BYTES) -> str:
     """diff.patch: a header of `#` lines (git apply skips them) naming the checkout, the commit and
     the untracked files, then the diff, cut at max_bytes with a note."""

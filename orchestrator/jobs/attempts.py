@@ -36,6 +36,7 @@ from ..host.gpus import visible_devices
 from ..reports.disk_full import disk_full_text
 from ..reports.health import diverged_text
 from ..reports.run_report import RunReport, read_run_report
+from ..host.env_observe import MachineFacts, Observed, observe
 from ..host.env_record import EnvCheck, check_environment
 from .lifecycle import change_state, log_tail, write_run_spec
 from .outcome import Decision, Exit, Retries, decide, describe_exit
@@ -89,6 +90,48 @@ def grace_for(job: Job, config: Config) -> float:
     return float(job.spec.get("grace_seconds") or config.daemon.grace_seconds)
 
 
+@dataclass(frozen=True)
+class Command:
+    """What an attempt runs, and with which environment."""
+
+    argv: list[str]
+    cwd: Optional[str]
+    env: dict[str, str]
+    resume_path: Optional[Path]
+    resume_step: Optional[int]
+
+
+def attempt_command(run_dir: Path, job: Job, n: int, gpu_ids: Sequence[int], environ: Mapping[str, str]) -> Command:
+    """Attempt n's command and contract environment (no side effects: observe_start builds it too)."""
+    resume_path, resume_step = newest_checkpoint(run_dir / CHECKPOINTS)
+    argv, cwd = job_argv(job.spec, run_dir)
+    env = job_env(
+        environ,
+        job_id=job.id,
+        attempt=n,
+        run_dir=run_dir,
+        gpu_ids=gpu_ids,
+        resume_from=resume_path,
+        extra=job.spec.get("env") or {},
+        trackers=tracker_env(job.uid, job.spec.get("tracking"), job.name, read_json(run_dir / TRACKING)),
+    )
+    return Command(argv, cwd, env, resume_path, resume_step)
+
+
+def observe_start(
+    home: Home,
+    job: Job,
+    environ: Mapping[str, str],
+    *,
+    machine: Optional[MachineFacts] = None,
+    previous: Optional[Observed] = None,
+) -> Observed:
+    """The slow half of begin_attempt's environment check for this queued job's next attempt,
+    learnt without touching the store (the daemon runs it before it takes its lock)."""
+    cmd = attempt_command(home.run_dir(job.id), job, job.attempt + 1, [], environ)
+    return observe(cmd.argv, cmd.env, cmd.cwd, machine=machine, previous=previous)
+
+
 # -- begin ---------------------------------------------------------------------------------------
 
 
@@ -110,31 +153,24 @@ def begin_attempt(
     *,
     environ: Mapping[str, str],
     where: str = "",
+    observed: Optional[Observed] = None,
 ) -> Optional[Begun]:
     """Record the next attempt of a queued job as running and build its launch. None when the job
-    is no longer where the caller read it (another process moved it first)."""
+    is no longer where the caller read it (another process moved it first). `observed`: what
+    observe_start learnt of its environment beforehand (the daemon, off its lock); without it the
+    job's interpreter is asked here."""
     run_dir = home.make_run_dir(job.id)  # a link planted at runs/<id> is refused, never followed
     if not (run_dir / JOB_TOML).exists():
         write_run_spec(home, job.id, job.spec)
     (run_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
     n = job.attempt + 1
-    resume_path, resume_step = newest_checkpoint(run_dir / CHECKPOINTS)
+    cmd = attempt_command(run_dir, job, n, gpu_ids, environ)
+    argv, cwd, env, resume_path, resume_step = cmd.argv, cmd.cwd, cmd.env, cmd.resume_path, cmd.resume_step
     kind = EventKind.RESUMED if resume_path else EventKind.STARTED
     detail = f"attempt {n}" + (f" on GPU {','.join(map(str, gpu_ids))}" if gpu_ids else " on the CPU") + where
     if resume_path:
         detail += f", resuming from step {resume_step} ({resume_path.name})"
-    argv, cwd = job_argv(job.spec, run_dir)
-    env = job_env(
-        environ,
-        job_id=job.id,
-        attempt=n,
-        run_dir=run_dir,
-        gpu_ids=gpu_ids,
-        resume_from=resume_path,
-        extra=job.spec.get("env") or {},
-        trackers=tracker_env(job.uid, job.spec.get("tracking"), job.name, read_json(run_dir / TRACKING)),
-    )
-    checked = check_environment(run_dir, argv, env, cwd, n, now)
+    checked = check_environment(run_dir, argv, env, cwd, n, now, observed)
     also = [(EventKind.ENV_CHANGED, checked.detail)] if checked.detail else []
     if checked.detail and job.spec.get("on_env_change") == "stop":
         return _stop_for_environment(store, config, home, job, n, checked, now)

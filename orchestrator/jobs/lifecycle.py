@@ -182,9 +182,18 @@ def change_state(
     if reason is not None:
         updates["reason"] = reason
     payload = payload_for(job, kind, config, home, reason=reason or "", state=dst, with_log=with_log)
-    if "attempt" in updates:  # a start: the message is about the attempt beginning now
-        payload["attempt"] = updates["attempt"]
-    extra = [(k, d, outgoing_for(config, k, payload_for(job, k, config, home, reason=d, state=dst))) for k, d in also]
+    # A start: the messages are about the attempt beginning now, not the one before (whose number
+    # and reason the job row still holds).
+    starting = begin_attempt.n if begin_attempt is not None else updates.get("attempt")
+    if starting is not None:
+        payload["attempt"] = starting
+        payload["reason"] = reason or detail
+    extra = []
+    for k, d in also:
+        also_payload = payload_for(job, k, config, home, reason=d, state=dst)
+        if starting is not None:
+            also_payload["attempt"] = starting
+        extra.append((k, d, outgoing_for(config, k, also_payload)))
     return store.transition(
         job.id,
         dst,

@@ -8,8 +8,6 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from notifiers import build_notifiers
-
 from ..model.errors import ConfigError
 from ..spec.config import Config, load_config
 from ..spec.storage_url import credential_problems
@@ -19,6 +17,10 @@ def build_channels(config: Config, env: Optional[Mapping[str, str]] = None) -> l
     """Construct the configured notifiers (raises ConfigError naming the notifier)."""
     if not config.notifiers:
         return []
+    # Only here: httpx and every channel cost `orch submit` ~0.3 s of imports it needs only when
+    # config.toml names a notifier (it makes this check, as `config check` and the daemon do).
+    from notifiers import build_notifiers
+
     label = str(config.path or "config.toml")
     return build_notifiers(config.notifiers, label=label, env=os.environ if env is None else env)
 

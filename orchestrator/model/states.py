@@ -21,7 +21,7 @@ class JobState(Word):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
-    STOPPED = "stopped"  # by a budget; resumable with `orch retry`
+    STOPPED = "stopped"  # by a budget, or on_env_change = "stop"; resumable with `orch retry`
     PRUNED = "pruned"  # a sweep's pruner stopped it (with a checkpoint); resumable with `orch retry`
     MOVED = "moved"  # another machine adopted it (the mirror's lease): it runs there now; never again here
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import socket
 from typing import Any, Optional
 
+from .manifest import furthest_step
+
 MAX_MACHINES = 1000
 
 
@@ -52,7 +54,8 @@ def on_adopt(
     out = [dict(m) for m in manifest.get("machines") or []][-MAX_MACHINES:]
     own = manifest.get("owner") or {}
     hb = own.get("heartbeat") if isinstance(own.get("heartbeat"), (int, float)) else None
-    last_step = _step(manifest.get("progress"))
+    # The same furthest step the adopted attempt records as reached: one number, not two
+    last_step = furthest_step(manifest)
     if own.get("home_id") and (not out or out[-1].get("home_id") != own.get("home_id")):
         started = manifest.get("started_at") or manifest.get("submitted_at") or hb or now
         out.append(

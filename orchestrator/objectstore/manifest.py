@@ -19,10 +19,9 @@ import os
 import socket
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ..contract import PROVENANCE, checkpoint_dir
+from ..contract import PROVENANCE
 from ..home.paths import Home
 
 VERSION = 1
@@ -227,5 +226,17 @@ def newest_step(manifest: dict[str, Any]) -> Optional[int]:
     return ck[0].get("step") if ck else None
 
 
-def local_checkpoint_path(run_dir: Path, record: dict[str, Any]) -> Path:
-    return checkpoint_dir(run_dir) / record["name"]
+def furthest_step(manifest: dict[str, Any]) -> Optional[int]:
+    """The furthest step the owner's running attempt is known to have reached: its mirrored
+    progress, its attempt record, or its newest mirrored checkpoint (a checkpoint proves its step).
+    The adopted attempt and the closed machine entry both say this one number."""
+    progress = manifest.get("progress")
+    progress = progress if isinstance(progress, dict) else {}
+    attempts = manifest.get("attempts") or []
+    last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+    steps = [
+        s
+        for s in (progress.get("step"), last.get("step_reached"), newest_step(manifest))
+        if isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63
+    ]
+    return max(steps) if steps else None

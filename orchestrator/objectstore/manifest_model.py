@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..spec.bounds import INT64_MAX, control_problem, name_problem, value_problems
-from ..contract import PROVENANCE_FILES, parse_checkpoint_name
+from ..contract import JOB_UID_PATTERN, PROVENANCE_FILES, parse_checkpoint_name
 from ..model.errors import OrchError, SpecError
 from ..spec.jobspec import spec_from_dict
 from ..model.states import AttemptOutcome, JobState
@@ -22,7 +22,6 @@ from .datafiles import ROLES
 
 VERSION = 1
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a real one is a few KB; a bigger one is refused unread
-UID_PATTERN = r"^[0-9A-Za-z_-]{1,64}$"
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
@@ -164,7 +163,7 @@ class Cost(_Record):
 
 class Manifest(_Record):
     version: Annotated[int, Field(ge=0, le=VERSION)] = VERSION
-    uid: Annotated[str, Field(pattern=UID_PATTERN)]
+    uid: Annotated[str, Field(pattern=JOB_UID_PATTERN)]
     local_id: Optional[Count] = None
     name: str
     state: Literal[tuple(s.value for s in JobState)]  # type: ignore[valid-type]

@@ -1,5 +1,5 @@
 """Checkpoints that are folders (a `transformers.Trainer` checkpoint-N/, linked into
-ORCH_CKPT_DIR under a contract name by training/hf_trainer.py) travel as one tar object:
+ORCH_CKPT_DIR under a contract name by training/scripts/hf_trainer.py) travel as one tar object:
 packed with sorted names and zeroed times and owners, so the same folder always gives the same
 bytes (and sha256), and unpacked on adoption with tarfile's "data" filter (no absolute paths,
 no links out of the folder, no devices)."""

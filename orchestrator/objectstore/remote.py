@@ -16,7 +16,6 @@ import builtins
 import fcntl
 import hashlib
 import os
-import re
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -25,9 +24,10 @@ from typing import Any, Iterator, Mapping, Optional
 from ..model.errors import OrchError
 from ..spec.storage_url import StorageURL, parse_storage_url
 from ..contract import atomic_file
+from ..redaction import redact
+from .stall import MIN_REQUEST_S, MIN_UPLOAD_BYTES_PER_S, READ_TIMEOUT_S, RETRY_WINDOW_S
 
 LOCKS = ".orch-locks"  # file:// only: lock files for conditional writes (never listed as objects)
-_SECRETY = re.compile(r"(?i)(signature|credential|x-amz-security-token|sig|token|key)=[^&\s\"']+")
 
 
 class TooLarge(OrchError, ValueError):
@@ -50,7 +50,7 @@ class Conflict(StorageError):
 def _short(exc: BaseException) -> str:
     """One line of a store error, with anything that looks like a signature or token masked."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return _SECRETY.sub(r"\1=***", text)[:300]
+    return redact(text)[:300]
 
 
 def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> tuple[str, int]:
@@ -80,18 +80,28 @@ class Remote:
         self.part_size = int(storage.part_size_mb) * 1024 * 1024
         self.concurrency = int(storage.concurrency)
         self.conditional = True  # False once the store turned out to have no conditional writes
-        self.store = self._build(storage, os.environ if env is None else env)
+        env = os.environ if env is None else env
+        self.store = self._build(storage, env, read_timeout=True)
+        # Uploads get a client of their own without the read timeout: while a request body goes out
+        # nothing is read, and a slow link's upload would be cut at READ_TIMEOUT_S. A stalled upload
+        # is caught by probing the store with `self.store` (probe(), daemon/mirror/stall.py).
+        self.uploads = self.store if self.url.scheme == "file" else self._build(storage, env, read_timeout=False)
 
     def __repr__(self) -> str:
         return f"Remote({self.url.raw})"
 
-    def _build(self, storage: Any, env: Mapping[str, str]) -> Any:
+    def _build(self, storage: Any, env: Mapping[str, str], *, read_timeout: bool) -> Any:
         from obstore.store import from_url
 
-        client: dict[str, Any] = {"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=600)}
+        client: dict[str, Any] = {
+            "connect_timeout": timedelta(seconds=5),
+            "timeout": timedelta(seconds=max(MIN_REQUEST_S, self.part_size / MIN_UPLOAD_BYTES_PER_S)),
+        }
+        if read_timeout:
+            client["read_timeout"] = timedelta(seconds=READ_TIMEOUT_S)
         retry: dict[str, Any] = {
             "max_retries": 2,
-            "retry_timeout": timedelta(seconds=20),
+            "retry_timeout": timedelta(seconds=RETRY_WINDOW_S),
             "backoff": {"init_backoff": timedelta(milliseconds=200), "max_backoff": timedelta(seconds=5), "base": 2},
         }
         if self.url.scheme == "file":
@@ -130,11 +140,11 @@ class Remote:
             if create:
                 # A conditional put is one request (no multipart): used for small objects only.
                 if size <= self.part_size:
-                    return await obstore.put_async(self.store, key, Path(path), mode="create")
+                    return await obstore.put_async(self.uploads, key, Path(path), mode="create")
                 if await self.exists_async(key):
                     raise Conflict(f"{self.where(key)} exists already")
             return await obstore.put_async(
-                self.store,
+                self.uploads,
                 key,
                 Path(path),
                 chunk_size=self.part_size,
@@ -175,10 +185,10 @@ class Remote:
                     data = f.read()
                     h.update(data)
                     sent = len(data)
-                    await obstore.put_async(self.store, key, data, use_multipart=False)
+                    await obstore.put_async(self.uploads, key, data, use_multipart=False)
                 else:
                     await obstore.put_async(
-                        self.store,
+                        self.uploads,
                         key,
                         parts(),
                         chunk_size=self.part_size,
@@ -240,6 +250,11 @@ class Remote:
                 raise FileNotFoundError(self.where(key)) from None
             raise self._error("download", key, exc) from None
         return h.hexdigest(), size
+
+    def probe(self) -> None:
+        """One small request (a HEAD) through the client with the read timeout: StorageError when
+        the store does not answer in READ_TIMEOUT_S, whatever an upload in flight is waiting for."""
+        self.exists(f"{LOCKS}/probe")
 
     def exists(self, key: str) -> bool:
         return asyncio.run(self.exists_async(key))
@@ -394,7 +409,3 @@ class Remote:
             "UnknownConfigurationKeyError",
         )
         return StorageError(f"cannot {what} {self.where(key)}: {_short(exc)}", retryable=not permanent)
-
-
-def build_remote(storage: Any, env: Optional[Mapping[str, str]] = None) -> Remote:
-    return Remote(storage, env)

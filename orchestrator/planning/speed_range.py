@@ -84,7 +84,7 @@ def scale_parts(parts: Mapping[str, float], model: Optional[LoadModel], others: 
 
 
 def typical_share(probe: Mapping[str, Any]) -> float:
-    """The probe's median batch time ÷ its mean (training/goodput.py): a run whose batches all go
+    """The probe's median batch time ÷ its mean (training/heartbeat/goodput.py): a run whose batches all go
     at the probe's typical pace trains this much faster than the probe's rate. A few slow batches
     in a short probe (page faults, a cold cache) are not the run's fate. 1 when not measured."""
     try:

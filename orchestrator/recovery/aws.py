@@ -1,7 +1,7 @@
 """The `aws` recovery provider: a replacement machine on EC2 from a launch template, with orch's
 bootstrap added to the template's user data, the job uids in its tags, and the market chosen per
 launch (spot: one-time, terminated on interruption; on-demand: no market options). It also asks
-EC2 whether a silent lease's instance is really gone. boto3 is an optional extra (`orch[aws]`),
+EC2 whether a silent lease's instance is really gone. boto3 is an optional extra (`orch-gpu[aws]`),
 imported here only, when the provider first talks to EC2."""
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ class AwsProvider:
             from botocore.config import Config as BotoConfig
         except ImportError:
             raise RelaunchError(
-                "aws provider: boto3 is not installed where `orch watch` runs: pip install 'orch[aws]'"
+                "aws provider: boto3 is not installed where `orch watch` runs: pip install 'orch-gpu[aws]'"
             ) from None
         config = BotoConfig(connect_timeout=10, read_timeout=30, retries={"mode": "standard", "max_attempts": 4})
         try:

@@ -16,12 +16,11 @@ from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 from typing import Optional
 
-from ..contract import ENV_CONFIG, ENV_HOME
+from ..contract import ENV_CONFIG, ENV_HOME, is_job_uid
 from ..home.paths import BOOT_ENV
 from .provider import LaunchRequest, RelaunchError
 
 MARKETS = ("spot", "on-demand")
-UID_PATTERN = re.compile(r"^[0-9A-Za-z_-]{1,64}$")  # the mirror's job uids (objectstore/manifest_model.py)
 USER_DATA_LIMIT = 16 * 1024  # EC2 refuses user data over 16 KB (before base64)
 BOOTSTRAP_MARK = "# --- orch recovery bootstrap"
 BOOTSTRAP_PART = "orch-recovery-bootstrap.sh"  # the part's file name in a MIME multipart user data
@@ -41,7 +40,7 @@ def check_request(request: LaunchRequest, provider: str) -> None:
     """The request's values go into a shell script and instance tags: refuse anything odd."""
     if request.market not in MARKETS:
         raise RelaunchError(f"{provider} provider: market must be 'spot' or 'on-demand' (got {request.market!r})")
-    bad = [uid for uid in request.job_uids if not UID_PATTERN.match(uid)]
+    bad = [uid for uid in request.job_uids if not is_job_uid(uid)]
     if not request.job_uids or bad:
         raise RelaunchError(f"{provider} provider: job uids must be 1-64 letters, digits, _ or - (got {bad or 'none'})")
     if not request.url or any(ord(c) < 32 or ord(c) == 127 or c in '"\\' for c in request.url):

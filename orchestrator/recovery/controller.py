@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 from ..jobs.backoff import backoff_s
 from ..spec.config import Config
 from ..model.errors import OrchError
+from ..redaction import redact
 from ..spec.jobspec import deadline_ts
 from ..jobs.lifecycle import outgoing_for
 from ..objectstore import manifest as mf
@@ -62,12 +63,6 @@ class JobView:
     launches: int = 0
     losses: int = 0
     market: str = ""
-
-
-def redact_text(text: str) -> str:
-    from notifiers import redact
-
-    return redact(text)
 
 
 class Controller:
@@ -290,7 +285,7 @@ class Controller:
         try:
             what = self.provider.launch(request)
         except RelaunchError as exc:
-            error = redact_text(str(exc))
+            error = redact(str(exc))
             claim.status, claim.error, claim.updated_at = cl.FAILED, error, self.clock()
             self._update(claim)
             view.note = f"launch {n} ({market}) failed: {error[:200]}"
@@ -302,7 +297,7 @@ class Controller:
             )
             return
         took = time.monotonic() - started
-        claim.status, claim.launched, claim.updated_at = cl.LAUNCHED, redact_text(what)[:300], self.clock()
+        claim.status, claim.launched, claim.updated_at = cl.LAUNCHED, redact(what)[:300], self.clock()
         claim.extra["launch_seconds"] = round(took, 3)
         self._update(claim)
         view.note = f"launch {n} ({market}): {claim.launched}"

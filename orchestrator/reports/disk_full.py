@@ -1,5 +1,5 @@
 """A full disk as the daemon sees it: RUN_DIR/disk_full.json, written by the runner when a
-checkpoint write failed with ENOSPC (training/checkpoints.py). The write failed cleanly: its temp
+checkpoint write failed with ENOSPC (training/resume/checkpoints.py). The write failed cleanly: its temp
 file is gone and the previous checkpoint is intact. The job fails at once (the outcome table's row), not retried (a retry
 would meet the same full disk), with a reason naming the folder, the bytes free and the bytes the
 checkpoint needed, and a `disk_full` event beside the `failed` one. Never imports the training side."""

@@ -1,5 +1,5 @@
 """Training health as the daemon sees it: RUN_DIR/health.json, written by the runner
-(training/health.py). A diverged attempt fails its job at once (the outcome table's row: resuming
+(training/heartbeat/health.py). A diverged attempt fails its job at once (the outcome table's row: resuming
 from the last good checkpoint would only diverge again); a flat loss becomes one `loss_flat`
 event while the job goes on (daemon/health_watch.py). Reads a small JSON file; never imports the
 training side."""

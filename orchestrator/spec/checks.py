@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from .datafile_keys import first_keys
+from .datafile_keys import first_keys, separator_hint
 from .sections import (
     TASK_CAUSAL_LM,
     TASK_CLASSIFY,
@@ -105,5 +105,6 @@ def data_field_problems(model: Optional[ModelSection], data: Optional[DataSectio
                 seen = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "") if keys else "no keys"
                 problems.append(
                     f"{label}: data.{field}: {value!r} is not a field of {source} (its first row has: {seen})"
+                    + separator_hint(keys)
                 )
     return problems

@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 _MAX_LINE = 1 << 20  # a first row longer than 1 MiB is not peeked at
 
@@ -29,6 +29,24 @@ def empty_problem(path: Path) -> Optional[str]:
     except OSError:
         return None
     return "has only blank lines: there is nothing to train on"
+
+
+_OTHER_SEPARATORS = {";": "';'", "\t": "tab", "|": "'|'"}
+
+
+def separator_hint(keys: Sequence[str]) -> str:
+    """ " — it looks ';'-separated ..." when a CSV header read with commas is one column holding
+    another separator (Excel in many locales saves CSV with ';'); "" otherwise. Said after the
+    "has no 'text' (it has: text;label)" a reader would otherwise puzzle over."""
+    if len(keys) != 1:
+        return ""
+    for sep, name in _OTHER_SEPARATORS.items():
+        if sep in keys[0]:
+            return (
+                f"; it looks {name}-separated: orch reads CSV with ',' between fields "
+                "(save it as comma-separated CSV, or as JSON Lines)"
+            )
+    return ""
 
 
 def first_keys(path: Path) -> Optional[list[str]]:

@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from .bounds import INT64_MAX, INT64_MIN, control_problem, name_problem
 from ..model.errors import SpecError  # raised by every loader here; training catches it from here
 from .checks import data_field_problems, kind_problem, task_problems
-from .datafile_keys import empty_problem
+from .datafile_keys import empty_problem, separator_hint
 from .sections import (  # the tables and task names, importable from here as before
     TASK_CAUSAL_LM,
     TASK_CLASSIFY,
@@ -65,6 +65,7 @@ __all__ = [
     "metric_problem",
     "looks_local",
     "resolve",
+    "separator_hint",
     "spec_from_dict",
 ]
 

@@ -174,7 +174,7 @@ class CheckpointSection(JobTable):
     every_minutes: Optional[float] = Field(default=10.0, gt=0)
     keep: int = Field(default=3, ge=1)
     # Periodic checkpoints: the step blocks only for a snapshot of the state; a background thread
-    # writes it (training/snapshot.py). false: written inside the step, as notice checkpoints are.
+    # writes it (training/resume/snapshot.py). false: written inside the step, as notice checkpoints are.
     background: bool = True
     # "auto": the interval is sqrt(2 x the measured save blocking time x the MTBF) (Young/Daly),
     # re-chosen after every save; every_minutes is then only the first interval.

@@ -107,7 +107,7 @@ class StoreConnection:
         if version > SCHEMA_VERSION:
             raise OrchError(
                 f"{self.path} was written by a newer orch (schema {version}, this orch knows {SCHEMA_VERSION}); "
-                "upgrade orch (pip install -U orch), or point --home / ORCH_HOME at another folder"
+                "upgrade orch (pip install -U orch-gpu), or point --home / ORCH_HOME at another folder"
             )
         return version
 

@@ -64,6 +64,20 @@ class MirrorRows(OutboxRows):
             params.append(job_id)
         return [dict(r) for r in self.db.execute(sql + " ORDER BY notice DESC, step DESC, id", params).fetchall()]
 
+    def mirror_behind_since(self) -> dict[int, float]:
+        """job id -> when its first checkpoint not yet uploaded was queued, for each job with an
+        upload waiting: how old the newest state missing from the mirror is. A checkpoint superseded
+        by a newer one while waiting still counts (newest wins, but the mirror was behind since)."""
+        rows = self.db.execute(
+            """SELECT u.job_id, MIN(u.created_at) FROM uploads u
+               WHERE u.done_at IS NULL AND (u.dropped_at IS NULL OR u.last_error LIKE 'superseded by %')
+                 AND u.created_at > COALESCE((SELECT MAX(d.done_at) FROM uploads d WHERE d.job_id = u.job_id), 0)
+                 AND EXISTS (SELECT 1 FROM uploads p WHERE p.job_id = u.job_id
+                             AND p.done_at IS NULL AND p.dropped_at IS NULL)
+               GROUP BY u.job_id"""
+        ).fetchall()
+        return {r[0]: r[1] for r in rows}
+
     def preemption_history(self) -> tuple[list[str], list[float], float]:
         """(every `notice` event's detail, when each lost attempt was settled, seconds the daemon
         has run): the facts planning/mtbf.py counts into this machine's MTBF."""

@@ -85,10 +85,6 @@ class SweepRows(JobRows):
         rows = self.db.execute("SELECT * FROM sweep_trials WHERE sweep_id=? ORDER BY number", (sweep_id,)).fetchall()
         return [Trial.from_row(r) for r in rows]
 
-    def trial_of_job(self, job_id: int) -> Optional[Trial]:
-        row = self.db.execute("SELECT * FROM sweep_trials WHERE job_id=?", (job_id,)).fetchone()
-        return Trial.from_row(row) if row is not None else None
-
     def trials_by_job(self) -> dict[int, Trial]:
         """Every trial, by its job id (`orch status` groups trials under their sweep)."""
         return {r["job_id"]: Trial.from_row(r) for r in self.db.execute("SELECT * FROM sweep_trials").fetchall()}

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from ..cost.advice import idle_advice, job_advice
 from ..contract import PROGRESS, read_json
-from ..cost.money import format_duration, format_money
+from ..cost.money import Pricing, format_duration, format_money
 from ..cost.ledger import LABELS, PARTS, Ledger, job_ledger, sum_ledgers
 from ..home.paths import Home
 from ..model.records import Job
@@ -57,8 +57,7 @@ def breakdown_data(store: Store, home: Home, config: Any, now: float) -> dict[st
     jobs_cost = sum(ledger.billed for ledger in ledgers)
     from ..planning.capacity import gpu_slots
 
-    p = config.pricing
-    machine_hour = p.instance_hour + p.gpu_hour * len(gpu_slots(config))
+    machine_hour = Pricing.from_config(config).machine_hour(len(gpu_slots(config)))
     stretches = len(store.events(kinds=["queue_drained"]))
     idle_line = idle_advice(
         idle, jobs_cost + idle, config.idle.shutdown_after_minutes, machine_hour, stretches, currency

@@ -40,17 +40,10 @@ def cost_data(store: Store, config: Config) -> dict[str, Any]:
         "uptime_s": round(ledger.get("uptime_s", 0.0), 1),
         "note": "each attempt billed from its own start to its own end, also while no daemon ran",
     }
-    p = config.pricing
-    pricing = Pricing(
-        currency=p.currency,
-        gpu_hour=p.gpu_hour,
-        instance_hour=p.instance_hour,
-        spot=p.spot,
-        on_demand_gpu_hour=p.on_demand_gpu_hour,
-    )
+    pricing = Pricing.from_config(config)
     savings = spot_savings(data["gpu_hours"], pricing)
     if savings is not None:
-        data["on_demand_equivalent"] = round(data["gpu_hours"] * (p.on_demand_gpu_hour or 0.0), 6)
+        data["on_demand_equivalent"] = round(data["gpu_hours"] * (pricing.on_demand_gpu_hour or 0.0), 6)
         data["savings"] = round(savings, 6)
     return data
 

@@ -166,7 +166,7 @@ def show_data(
             ],
             "checkpoints": list_checkpoints(run_dir),
             "result": result,
-            "snapshot_memory": read_json(run_dir / SNAPSHOT_MEMORY),  # training/memory_guard.py's decision
+            "snapshot_memory": read_json(run_dir / SNAPSHOT_MEMORY),  # training/resume/memory_guard.py's decision
             "gpu_hours": round(job.gpu_seconds / 3600, 4),
             "steps_lost": job.steps_lost,
             "waste_s": round(job.waste_seconds, 1),

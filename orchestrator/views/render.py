@@ -143,11 +143,13 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
         budget.append(f"max_cost {d['max_cost']:g}")
     if d.get("max_hours") is not None:
         budget.append(f"max_hours {d['max_hours']:g}")
+    lost = lost_attempt_lines(d["attempts"])
     lines.append(
         f"  cost:      {money(d['cost'], currency)}   gpu-hours: {d['gpu_hours']:.3f}"
-        f"   steps lost: {d['steps_lost']} ({duration(d['waste_s'])}, {money(d['waste_cost'], currency)})"
-        + (f"   budget: {', '.join(budget)}" if budget else "")
+        f"   steps lost: {d['steps_lost']}{' known' if lost else ''} ({duration(d['waste_s'])}, "
+        f"{money(d['waste_cost'], currency)})" + (f"   budget: {', '.join(budget)}" if budget else "")
     )
+    lines += lost
     from .bill import bill_lines
     from .deadlines import deadline_line
 
@@ -206,6 +208,7 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
         lines.append(
             f"  mirror:    {mirror['url']}   step {mirror['step'] if mirror['step'] is not None else '-'}"
             f"   pending {mirror['pending']}   uploaded {clock(mirror.get('uploaded_at'))}"
+            + (f"   mirror lagging {mirror['lag_s']:.0f}s" if _lagging(mirror) else "")
             + (f"   ERROR {mirror['error']}" if mirror.get("error") else "")
             + (f"   adopted by {mirror['lease_lost_to']}" if mirror.get("lease_lost_to") else "")
         )
@@ -221,3 +224,34 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
     for e in d["events"]:
         lines.append(f"    {clock(e['at'])}  {e['kind']:<16} {e['detail']}")
     return "\n".join(lines)
+
+
+def lost_attempt_lines(attempts: list[dict[str, Any]]) -> list[str]:
+    """An attempt that ended with no word (a SIGKILL, a lost machine) may have run past its last
+    report: say what is known (the furthest step reported or checkpointed, the checkpoint the next
+    attempt resumed from), never a count of steps lost that nobody could have measured."""
+    out = []
+    for i, a in enumerate(attempts):
+        if a.get("outcome") != "lost":
+            continue
+        reached = a.get("step_reached")
+        nxt = attempts[i + 1] if i + 1 < len(attempts) else None
+        resumed = (
+            f"; attempt #{nxt['n']} resumed from the checkpoint at step {nxt['resumed_from_step']}"
+            if nxt is not None and nxt.get("resumed_from_step") is not None
+            else (f"; attempt #{nxt['n']} started from scratch (no checkpoint)" if nxt is not None else "")
+        )
+        out.append(
+            f"  lost:      attempt #{a['n']} ended without a word (killed, or its machine lost): last step known "
+            f"{reached if reached is not None else '?'}{resumed}; what it ran after its last report is unknown "
+            "and not counted"
+        )
+    return out
+
+
+def _lagging(mirror: dict[str, Any]) -> bool:
+    """Behind by more than a stall, or the store down with a checkpoint waiting (views/mirror.py)."""
+    from ..objectstore.stall import STALL_S
+
+    lag = mirror.get("lag_s")
+    return lag is not None and (lag >= STALL_S or bool(mirror.get("error")))

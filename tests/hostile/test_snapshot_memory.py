@@ -18,7 +18,7 @@ from orchestrator.model.states import JobState
 SAVER = r"""
 import os, resource, sys, torch
 from pathlib import Path
-from training.snapshot import BackgroundCheckpointIO
+from training.resume.snapshot import BackgroundCheckpointIO
 state_mb, limit_mb = int(sys.argv[1]), int(sys.argv[2])
 state = {"state_dict": {"w": torch.ones(state_mb * 1024 * 256)}, "global_step": 0, "epoch": 0, "loops": {},
          "optimizer_states": []}
@@ -66,7 +66,7 @@ def test_a_state_the_memory_limit_cannot_hold_twice_is_saved_synchronously(orch_
 HOLDER = r"""
 import os, sys, time, torch
 from pathlib import Path
-from training.snapshot import BackgroundCheckpointIO
+from training.resume.snapshot import BackgroundCheckpointIO
 io = BackgroundCheckpointIO(keep=1)
 state = {"state_dict": {"w": torch.ones(4 * 1024 * 256)}, "global_step": 1, "epoch": 0, "loops": {},
          "optimizer_states": []}
@@ -98,7 +98,7 @@ def test_a_job_started_beside_a_background_snapshot_is_told_what_it_holds(orch_h
 
 
 def test_the_memory_other_jobs_snapshots_hold_counts_against_the_room():
-    from training.memory_guard import decide
+    from training.resume.memory_guard import decide
 
     mb = 1024 * 1024
     assert decide(100 * mb, 300 * mb, 0)["background"] is True

@@ -34,8 +34,8 @@ def test_lightning_restores_never_unpickle_code(tmp_path):
     import pytorch_lightning as pl
     from pytorch_lightning.plugins.io import TorchCheckpointIO
 
-    from training.callbacks import safe_loads
-    from training.checkpoints import AtomicCheckpointIO, checkpoint_problem
+    from training.scripts.lightning import safe_loads
+    from training.resume.checkpoints import AtomicCheckpointIO, checkpoint_problem
 
     evil, marker = tmp_path / "step-00000005.ckpt", tmp_path / "ran"
     plant(evil, marker)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import tb_reader as tb
-from training.tensorboard_log import TensorBoardEvents
+from training.logs.tensorboard_log import TensorBoardEvents
 
 
 def test_events_read_back_by_tensorboard_and_a_resumed_attempt_cuts_from_its_step(tmp_path):
@@ -159,7 +159,7 @@ def test_the_daemon_and_the_dashboard_never_import_the_event_writer_or_torch():
     code = (
         "import sys; import orchestrator.daemon.tick, orchestrator.daemon.outbox, orchestrator.dashboard.server;"
         "import notifiers.email, notifiers.wechat, notifiers.curve;"
-        "bad = [m for m in ('tensorboardX', 'training.run_logs', 'torch', 'pytorch_lightning') if m in sys.modules];"
+        "bad = [m for m in ('tensorboardX', 'training.logs.run_logs', 'torch', 'pytorch_lightning') if m in sys.modules];"
         "print(bad)"
     )
     out = subprocess.run(

@@ -16,7 +16,7 @@ from orchestrator.contract import CHECKPOINT_INTERVAL, ENV_MTBF_S, read_json
 from orchestrator.jobs.lifecycle import submit_job
 from orchestrator.model.states import EventKind, JobState
 from orchestrator.home.wake import poke
-from training.autointerval import DEFAULT_MTBF_S, mtbf_for, young_daly
+from training.resume.autointerval import DEFAULT_MTBF_S, mtbf_for, young_daly
 
 
 def test_young_daly_and_where_the_mtbf_comes_from():

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from training.checkpoints import AtomicCheckpointIO, load_checkpoint_file
-from training.snapshot import BackgroundCheckpointIO, snapshot
+from training.resume.checkpoints import AtomicCheckpointIO, load_checkpoint_file
+from training.resume.snapshot import BackgroundCheckpointIO, snapshot
 
 
 def _state() -> dict:

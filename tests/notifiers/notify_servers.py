@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Optional
 from urllib.parse import parse_qs, urlsplit
 
 
@@ -34,6 +34,9 @@ class Answer:
     body: Any = field(default_factory=dict)  # dict -> JSON; str -> sent as text
     delay_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    # Set: the answer's status and headers go at once, then a space every 0.2 s (so no read
+    # timeout of the client's ever fires) until the test sets the event; then the body.
+    hold: Optional[threading.Event] = None
 
 
 class ProviderServer:
@@ -41,6 +44,7 @@ class ProviderServer:
 
     def __init__(self) -> None:
         self.requests: list[Received] = []
+        self.open = 0  # requests received and not yet answered in full
         self.answer = Answer()
         self.script: list[Answer] = []  # answered first, in order; then `answer` for ever
         outer = self
@@ -63,6 +67,13 @@ class ProviderServer:
                     time.sleep(answer.delay_s)
                 raw = answer.body if isinstance(answer.body, str) else json.dumps(answer.body)
                 data = raw.encode("utf-8")
+                if answer.hold is not None:
+                    outer.open += 1
+                    try:
+                        self._answer_held(answer, data)
+                    finally:
+                        outer.open -= 1
+                    return
                 try:
                     self.send_response(answer.status)
                     ctype = "text/html" if isinstance(answer.body, str) else "application/json; charset=utf-8"
@@ -75,6 +86,21 @@ class ProviderServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout test)
 
+            def _answer_held(self, answer: Answer, data: bytes) -> None:
+                assert answer.hold is not None
+                try:
+                    self.send_response(answer.status)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Connection", "close")  # no length: the body ends when the connection does
+                    self.end_headers()
+                    self.wfile.flush()
+                    while not answer.hold.wait(0.2):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -86,9 +112,15 @@ class ProviderServer:
         self._thread.start()
 
     def reply(
-        self, status: int = 200, body: Any = None, *, delay_s: float = 0.0, headers: dict[str, str] | None = None
+        self,
+        status: int = 200,
+        body: Any = None,
+        *,
+        delay_s: float = 0.0,
+        headers: dict[str, str] | None = None,
+        hold: Optional[threading.Event] = None,
     ) -> None:
-        self.answer = Answer(status, {} if body is None else body, delay_s, headers or {})
+        self.answer = Answer(status, {} if body is None else body, delay_s, headers or {}, hold)
 
     def then(self, status: int = 200, body: Any = None) -> None:
         """Queue one answer for the next request, before the standing `reply`."""

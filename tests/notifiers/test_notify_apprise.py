@@ -16,7 +16,7 @@ def test_apprise_type_without_the_package_is_a_config_error_saying_what_to_insta
     with pytest.raises(NotifierConfigError) as caught:
         build_notifiers([{"type": "apprise", "name": "tg", "urls": ["tgram://bot/chat"]}], env={})
     assert caught.value.problems == [
-        "config.toml: notifiers[0] (tg): type 'apprise' needs the apprise package: pip install 'orch[apprise]'"
+        "config.toml: notifiers[0] (tg): type 'apprise' needs the apprise package: pip install 'orch-gpu[apprise]'"
     ]
 
 

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from notifiers import EVENT_KINDS, Message, NotifyError, redact
+from notifiers import EVENT_KINDS, Message, NotifyError
+from orchestrator.redaction import redact
 from notifiers.base import truncate_utf8
 from orchestrator.model.states import EventKind
 

@@ -8,7 +8,10 @@ import base64
 import email
 import os
 import shutil
+import socket
 import subprocess
+import threading
+import urllib.parse
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterator
@@ -148,25 +151,110 @@ def test_a_template_that_sets_the_market_itself_is_refused(ec2, ec2_server):
     assert len(ec2_server.requests("RunInstances")) == before
 
 
-def test_machine_gone_false_while_running_true_after_terminate(ec2, ec2_server):
-    _template(ec2, "orch-gone", TEMPLATE_SCRIPT)
-    provider = _provider(ec2_server, "orch-gone")
+def _running_instance(ec2: Any, ec2_server: Ec2Server, template: str) -> tuple[AwsProvider, str]:
+    _template(ec2, template, TEMPLATE_SCRIPT)
+    provider = _provider(ec2_server, template)
     described = provider.launch(LaunchRequest(url=URL, job_uids=("a1b2c3",), market="spot", launch_number=1))
-    instance_id = described.split()[0]
-    owner = {"host": "ip-10-0-0-7", "home_id": "h", "instance_id": instance_id}
-
-    assert provider.machine_gone(owner) is False
-    ec2.terminate_instances(InstanceIds=[instance_id])
-    assert provider.machine_gone(owner) is True
-    assert provider.machine_gone({"host": "ip-10-0-0-7", "home_id": "h"}) is None  # no instance id: cannot tell
-    assert provider.machine_gone({"instance_id": "i-0123456789abcdef0"}) is True  # EC2 no longer knows it
+    return provider, described.split()[0]
 
 
-def test_machine_gone_is_none_when_ec2_cannot_be_asked(tmp_path):
+@pytest.mark.parametrize(
+    "then, state, gone",
+    [
+        (None, "running", False),
+        ("stop_instances", "stopped", True),
+        ("terminate_instances", "terminated", True),
+    ],
+)
+def test_machine_gone_follows_the_state_ec2_reports(ec2, ec2_server, then, state, gone):
+    provider, instance_id = _running_instance(ec2, ec2_server, f"orch-gone-{state}")
+    if then:
+        getattr(ec2, then)(InstanceIds=[instance_id])
+    assert _instance(ec2, instance_id)["State"]["Name"] == state  # moto's own answer
+    assert provider.machine_gone({"host": "ip-10-0-0-7", "home_id": "h", "instance_id": instance_id}) is gone
+    # a lease that holds only EC2's resource-based host name names the same instance
+    assert provider.machine_gone({"host": f"{instance_id}.ec2.internal", "home_id": "h"}) is gone
+
+
+def test_an_instance_ec2_no_longer_knows_is_gone(ec2, ec2_server):
+    from botocore.exceptions import ClientError
+
+    vanished = "i-0123456789abcdef0"
+    with pytest.raises(ClientError) as said:
+        ec2.describe_instances(InstanceIds=[vanished])
+    assert said.value.response["Error"]["Code"] == "InvalidInstanceID.NotFound"  # moto's answer, as EC2's
+    assert _provider(ec2_server, "orch-unused").machine_gone({"instance_id": vanished}) is True
+
+
+def test_a_lease_without_an_instance_id_cannot_tell_and_asks_nothing(ec2_server):
+    before = len(ec2_server.requests("DescribeInstances"))
+    assert _provider(ec2_server, "orch-unused").machine_gone({"host": "ip-10-0-0-7", "home_id": "h"}) is None
+    assert len(ec2_server.requests("DescribeInstances")) == before
+
+
+class Ec2Refusing:
+    """A loopback endpoint answering every EC2 call with EC2's own error format: 403
+    UnauthorizedOperation (an IAM policy without ec2:DescribeInstances)."""
+
+    BODY = (
+        b'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>UnauthorizedOperation</Code>'
+        b"<Message>You are not authorized to perform this operation.</Message></Error></Errors>"
+        b"<RequestID>5ae0c1b4-0000-0000-0000-000000000000</RequestID></Response>"
+    )
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.actions: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+                outer.actions.append(dict(urllib.parse.parse_qsl(body)).get("Action", ""))
+                self.send_response(403)
+                self.send_header("Content-Type", "text/xml")
+                self.send_header("Content-Length", str(len(Ec2Refusing.BODY)))
+                self.end_headers()
+                self.wfile.write(Ec2Refusing.BODY)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_machine_gone_cannot_tell_when_ec2_refuses_the_question(ec2_server):
+    refusing = Ec2Refusing()
+    try:
+        settings = SimpleNamespace(region="us-east-1", launch_template="t", endpoint=refusing.endpoint)
+        assert AwsProvider(settings).machine_gone({"instance_id": "i-0123456789abcdef0"}) is None
+        assert refusing.actions == ["DescribeInstances"]  # it asked, EC2 said no: not a loss, not a retry
+    finally:
+        refusing.close()
+
+
+def test_machine_gone_cannot_tell_when_ec2_is_unreachable(ec2_server):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    settings = SimpleNamespace(region="us-east-1", launch_template="t", endpoint=closed)
+    assert AwsProvider(settings).machine_gone({"instance_id": "i-0123456789abcdef0"}) is None
+
+
+def test_machine_gone_cannot_tell_without_a_region(tmp_path):
     provider = AwsProvider(SimpleNamespace(region=None, launch_template="t", endpoint=None))
     os_env = {k: os.environ.pop(k) for k in ("AWS_DEFAULT_REGION", "AWS_REGION") if k in os.environ}
     try:
-        assert provider.machine_gone({"instance_id": "i-0123456789abcdef0"}) is None  # no region
+        with pytest.raises(RelaunchError, match="no region"):  # why it cannot tell: nothing else
+            provider._ec2()
+        assert provider.machine_gone({"instance_id": "i-0123456789abcdef0"}) is None
     finally:
         os.environ.update(os_env)
 

@@ -102,6 +102,7 @@ def test_bootstrap_reads_the_homes_boot_env_before_running_orch(tmp_path):
     [
         (LaunchRequest("s3://b/p", ("a1",), "cheap", 1), "market must be"),
         (LaunchRequest("s3://b/p", ("a1; reboot",), "spot", 1), "job uids"),
+        (LaunchRequest("s3://b/p", ("a1\n",), "spot", 1), "job uids"),  # a newline would end the script's line
         (LaunchRequest("s3://b/p", (), "spot", 1), "job uids"),
         (LaunchRequest('s3://b/p"\nx', ("a1",), "spot", 1), "mirror URL"),
     ],

@@ -7,7 +7,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from training.job_trainer import last_epoch, progress_bar
+from training.builtin.job_trainer import last_epoch, progress_bar
 
 
 class _Tiny(pl.LightningModule):

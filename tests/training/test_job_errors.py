@@ -13,7 +13,7 @@ from daemon_harness import orch_home  # noqa: F401  (fixture)
 
 from orchestrator.contract import EX_CONFIG, EX_FAIL, JOB_ERROR
 from training.toy import write_jsonl
-from training.toy_tasks import build_tiny_llama, instruction_rows, ner_rows
+from training.toys.lm_and_ner import build_tiny_llama, instruction_rows, ner_rows
 
 
 def _job_error(run_dir: Path) -> dict:
@@ -98,7 +98,7 @@ def test_a_true_crash_still_exits_1_with_no_job_error(make_run_dir, run_job, tmp
     ],
 )
 def test_the_loader_names_an_unusable_file_as_a_data_error(tmp_path, name, content, words):
-    from training.data import DataError, load_split
+    from training.builtin.data import DataError, load_split
 
     path = tmp_path / name
     path.write_text(content)
@@ -131,3 +131,14 @@ def test_a_data_error_fails_the_job_after_one_attempt_through_the_daemon(tmp_pat
     assert failed.state is JobState.FAILED
     assert "tags the training data lacks: B-MISC" in (failed.reason or "")
     assert failed.failures == 0  # not charged: a deterministic error is no retry spent
+
+
+def test_a_job_asking_for_gpus_it_cannot_see_ends_at_once_with_78_never_on_the_cpu(make_run_dir, run_job):
+    # It used to run two DDP processes on the CPU, "succeed", and be billed GPU-hours (issue 38, item 5).
+    run_dir = make_run_dir("nogpu", gpus=2)
+    code, out = run_job(run_dir, CUDA_VISIBLE_DEVICES="")  # no GPU visible, on any machine
+    assert code == EX_CONFIG, out
+    message = _job_error(run_dir)["message"]
+    assert "the job asks for 2 GPU(s) but no GPU is visible here" in message and "set gpus = 0" in message
+    assert "orch: job failed: the job asks for 2 GPU(s)" in out and "Traceback" not in out
+    assert not list((run_dir / "checkpoints").glob("*.ckpt")) and not (run_dir / "result.json").exists()

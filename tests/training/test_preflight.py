@@ -1,4 +1,4 @@
-"""The pre-flight `orch submit` runs for a built-in job (training/preflight.py), called in-process
+"""The pre-flight `orch submit` runs for a built-in job (training/ahead/preflight.py), called in-process
 on real files and real tiny models: each bad input gives one line naming the file and the field,
 a good job gives none, and nothing reads the weights (a model folder without them passes)."""
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from training.preflight import run
+from training.ahead.preflight import run
 from training.toy import sentiment_rows, write_jsonl
-from training.toy_tasks import build_tiny_llama, instruction_rows, ner_rows
+from training.toys.lm_and_ner import build_tiny_llama, instruction_rows, ner_rows
 
 CHAT_OK = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
 
@@ -213,7 +213,7 @@ def test_a_command_job_gets_no_preflight() -> None:
 
 
 def test_the_sample_is_bounded(tmp_path: Path) -> None:
-    from training.samples import MAX_ROWS, read_sample
+    from training.ahead.samples import MAX_ROWS, read_sample
 
     big = write_jsonl(tmp_path / "big.jsonl", sentiment_rows(MAX_ROWS + 5, seed=1))
     sample = read_sample(big)
@@ -230,7 +230,7 @@ def test_a_max_length_past_the_model_is_cut_to_it_with_a_note_and_a_long_row_tra
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from orchestrator.spec.jobspec import spec_from_dict
-    from training.tasks import make_data
+    from training.builtin.tasks import make_data
 
     rows = sentiment_rows(30, seed=4) + [{"text": " ".join(["good"] * 300), "label": 1}]
     train = _jsonl(tmp_path, "long.jsonl", rows)

@@ -22,9 +22,9 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 import tb_reader as tb
 from training.callbacks import OrchCallback, Preempted
-from training.run_logs import ContinuingCSVLogger
-from training.tensorboard_log import TensorBoardEvents
-from training.sampler import ResumableSampler
+from training.logs.run_logs import ContinuingCSVLogger
+from training.logs.tensorboard_log import TensorBoardEvents
+from training.resume.sampler import ResumableSampler
 
 ROWS, BATCH, EPOCHS, VAL_EVERY, LOG_EVERY = 200, 10, 2, 5, 3  # 20 steps per epoch, 40 in all
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from training.tasks.spans import entities, span_scores
+from training.builtin.tasks.spans import entities, span_scores
 from training.toy import build_tiny_bert, write_jsonl
-from training.toy_tasks import build_tiny_llama, instruction_rows, ner_rows
+from training.toys.lm_and_ner import build_tiny_llama, instruction_rows, ner_rows
 
 IGNORE = -100
 
@@ -35,7 +35,7 @@ def tiny_ner_bert(tmp_path_factory) -> Path:
 
 
 def lm_data(tokenizer, train: Path, **kwargs):
-    from training.tasks.causal_lm import CausalLMData
+    from training.builtin.tasks.causal_lm import CausalLMData
 
     data = CausalLMData(
         tokenizer=tokenizer,
@@ -85,8 +85,8 @@ def test_sft_prompt_tokens_are_labelled_minus_100(tiny_llama, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from training.tasks.causal_lm import LMCollator
-    from training.tasks.modules import CausalLMModule
+    from training.builtin.tasks.causal_lm import LMCollator
+    from training.builtin.tasks.modules import CausalLMModule
 
     module = CausalLMModule(str(tiny_llama), 1, model=AutoModelForCausalLM.from_pretrained(str(tiny_llama))).eval()
     batch = LMCollator(tok.pad_token_id)([ds[0], ds[1]])
@@ -123,7 +123,7 @@ def test_messages_use_the_chat_template_and_train_on_assistant_turns_only(tiny_l
 def test_truncation_drops_examples_with_nothing_to_train_on(tiny_llama, tmp_path):
     from transformers import AutoTokenizer
 
-    from training.data import DataError
+    from training.builtin.data import DataError
 
     tok = AutoTokenizer.from_pretrained(str(tiny_llama))
     short = {"prompt": "q :", "response": " positive"}
@@ -146,7 +146,7 @@ def test_truncation_drops_examples_with_nothing_to_train_on(tiny_llama, tmp_path
 def test_conversations_without_an_assistant_turn_are_named_as_the_reason_not_max_length(tiny_llama, tmp_path, capfd):
     from transformers import AutoTokenizer
 
-    from training.data import DataError
+    from training.builtin.data import DataError
 
     tok = AutoTokenizer.from_pretrained(str(tiny_llama))
     no_answer = {"messages": [{"role": "user", "content": "the plot was dull"}]}
@@ -190,8 +190,8 @@ def test_packing_keeps_attention_within_each_example(tiny_llama, tmp_path):
     ]
     assert len(packed) < len(plain)
     assert sum(len(r["input_ids"]) for r in packed) == sum(len(r["input_ids"]) for r in plain)
-    from training.tasks.causal_lm import LMCollator
-    from training.tasks.modules import CausalLMModule
+    from training.builtin.tasks.causal_lm import LMCollator
+    from training.builtin.tasks.modules import CausalLMModule
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_llama)).eval()
     module = CausalLMModule(str(tiny_llama), 1, model=model).eval()  # the forward training uses
@@ -213,7 +213,7 @@ def test_packing_keeps_attention_within_each_example(tiny_llama, tmp_path):
 def test_token_labels_sit_on_each_words_first_sub_token(tiny_ner_bert, tmp_path):
     from transformers import AutoTokenizer
 
-    from training.tasks.token_cls import TokenClassificationData
+    from training.builtin.tasks.token_cls import TokenClassificationData
 
     tok = AutoTokenizer.from_pretrained(str(tiny_ner_bert))
     rows = [

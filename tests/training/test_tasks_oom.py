@@ -9,7 +9,7 @@ import json
 import pytest
 
 from training.toy import write_jsonl
-from training.toy_tasks import build_tiny_llama, instruction_rows
+from training.toys.lm_and_ner import build_tiny_llama, instruction_rows
 
 from conftest import read_result
 from test_training_oom import rows_by_epoch

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from training.checkpoints import (
+from training.resume.checkpoints import (
     TEMP_MARK,
     AtomicCheckpointIO,
     checkpoint_problem,
@@ -38,7 +38,7 @@ def fake_checkpoint(step: int, size: int = 1000) -> dict:
 
 WRITER = """
 import sys, torch
-from training.checkpoints import atomic_torch_save
+from training.resume.checkpoints import atomic_torch_save
 path = sys.argv[1]
 step = 0
 while True:

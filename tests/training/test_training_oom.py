@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from training.resize import rescale_checkpoint, shrink
+from training.resume.resize import rescale_checkpoint, shrink
 from training.toy import sentiment_rows, write_jsonl
 
 from conftest import read_result

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from training.checkpoints import list_checkpoints
+from training.resume.checkpoints import list_checkpoints
 
 from conftest import REPO, read_progress, wait_for
 

@@ -18,9 +18,9 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 
 from orchestrator.contract import HEALTH, parse_checkpoint_name, read_json
-from training.health import Diverged, HealthCallback
-from training.progress import ProgressWriter
-from training.run_logs import RateAndLR, run_loggers
+from training.heartbeat.health import Diverged, HealthCallback
+from training.heartbeat.progress import ProgressWriter
+from training.logs.run_logs import RateAndLR, run_loggers
 
 
 class GoesNaN(pl.LightningModule):

@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from benchmarks.preemption import SAVED_RE
-from training.checkpoints import list_checkpoints, step_of
+from training.resume.checkpoints import list_checkpoints, step_of
 
 from conftest import assert_same_weights, final_weights, read_progress, read_result, wait_for
 from metrics_rows import assert_same_metrics, metric_rows, validation_rows
@@ -76,10 +76,12 @@ def test_sigterm_during_model_load_exits_75(make_run_dir, start_job):
 
 
 def test_ddp_two_cpu_processes_sigterm_checkpoints_exits_75_and_resumes(make_run_dir, start_job, run_job):
-    # gpus = 2 on a machine without CUDA runs two CPU processes under DDP (gloo).
+    # gpus = 2 with ORCH_CPU_FOR_GPUS and no GPU visible: two CPU processes under DDP (gloo).
     run = make_run_dir("ddp", gpus=2, train={"max_epochs": 2}, checkpoint={"every_n_steps": 50})
-    job = start_job(run, attempt=1, ORCH_PROGRESS_EVERY_S="0.1", ORCH_FAULT_SLOW_STEP_S="0.1")
-    wait_for(lambda: (read_progress(run) or {}).get("step", 0) >= 12, 120, "step 12")
+    cpu = {"ORCH_CPU_FOR_GPUS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    job = start_job(run, attempt=1, ORCH_PROGRESS_EVERY_S="0.1", ORCH_FAULT_SLOW_STEP_S="0.1", **cpu)
+    # two ranks start slowly on a busy machine: a generous wait
+    wait_for(lambda: (read_progress(run) or {}).get("step", 0) >= 12, 300, "step 12")
     job.signal_group(signal.SIGTERM)
     code = job.wait(timeout=25)  # the grace: a hang fails the test
     assert code == 75, job.output()
@@ -88,7 +90,7 @@ def test_ddp_two_cpu_processes_sigterm_checkpoints_exits_75_and_resumes(make_run
     # nothing of the attempt outlives it (the other rank, loader workers)
     wait_for(lambda: not _group_alive(job.proc.pid), 10, "the process group to be gone")
 
-    code, out = run_job(run, attempt=2, timeout=180)
+    code, out = run_job(run, attempt=2, timeout=600, **cpu)  # two CPU ranks on a busy machine: minutes
     assert code == 0, out
     assert f"resuming from {notices[0].name}" in out
     assert read_result(run)["steps"] == 40  # 640 rows / 2 ranks / batch 16 = 20 steps per epoch

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from training.checkpoints import list_checkpoints, load_checkpoint_file, step_of
+from training.resume.checkpoints import list_checkpoints, load_checkpoint_file, step_of
 
 from conftest import REPO, read_progress, read_result
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-if __name__ == "__main__":  # what training/run.py does before its heavy imports
+if __name__ == "__main__":  # what training/builtin/run.py does before its heavy imports
     import training.exits
 
     training.exits.EXIT_AT_ONCE = True
@@ -27,7 +27,7 @@ from pathlib import Path  # noqa: E402
 
 
 def add_clock(path: str) -> None:
-    import training.job as job
+    import training.builtin.job as job
 
     from .clock import Clock
 

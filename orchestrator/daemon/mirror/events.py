@@ -6,6 +6,7 @@ lease, into the daemon."""
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Callable, Optional
 
 from ...model.states import EventKind
@@ -24,8 +25,17 @@ class Outage:
         self.down_since: Optional[float] = None
         self.down_error = ""
         self.warned = False
+        self._lock = threading.Lock()  # the uploader's pass and the stall watch (stall.py) both report
 
     def down(self, exc: StorageError, now: float) -> None:
+        with self._lock:
+            self._down(exc, now)
+
+    def up(self, now: float) -> None:
+        with self._lock:
+            self._up(now)
+
+    def _down(self, exc: StorageError, now: float) -> None:
         if self.down_since is None:
             self.down_since = now
         self.down_error = str(exc)
@@ -42,7 +52,7 @@ class Outage:
             log.warning("mirror: %s", detail)
             self.on_event(EventKind.MIRROR_FAILED, detail)
 
-    def up(self, now: float) -> None:
+    def _up(self, now: float) -> None:
         if self.down_since is None:
             return
         detail = (

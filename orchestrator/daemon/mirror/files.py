@@ -5,20 +5,33 @@ success, the result and the exported model."""
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any, Optional
 
 from ...contract import BATCH, METRICS_CSV, MODEL, PROGRESS, PROVENANCE, PROVENANCE_FILES, RESULT, TRACKING, attempt_log
-from ...contract import provenance_dir
+from ...contract import DIFF_PATCH, provenance_dir
 from ...home.paths import Home
 from ...model.records import Job
 from ...objectstore import manifest as mf
 from ...objectstore.remote import Remote
+from ...redaction import environ_secrets, redact
 from ...store import Store
 from .lease import ACTIVE, files_under
 
 log = logging.getLogger("orch.mirror")
 
 _LOG_MAX_BYTES = 64 * 1024 * 1024  # a bigger log is not mirrored (its tail stays on the machine)
+
+
+def outgoing_bytes(name: str, path: Path) -> bytes:
+    """What of a run-folder file leaves the machine: the diff is masked with the one redaction rule
+    first (an uncommitted file may hold a key; docs/security.md), the rest goes as it is."""
+    data = path.read_bytes()
+    if name == f"{PROVENANCE}/{DIFF_PATCH}":
+        text = data.decode("utf-8", "surrogateescape")
+        data = redact(text, environ_secrets(os.environ)).encode("utf-8", "surrogateescape")
+    return data
 
 
 class FileSync:
@@ -53,7 +66,7 @@ class FileSync:
             seen = (st.st_mtime, st.st_size)
             if self._files_seen.get((job.id, name)) == seen:
                 continue
-            self.remote.put_bytes(mf.file_key(job.uid, name), path.read_bytes())
+            self.remote.put_bytes(mf.file_key(job.uid, name), outgoing_bytes(name, path))
             self._files_seen[(job.id, name)] = seen
         self.store.mirror_set(job.id, job.uid, files_at=now)
 

@@ -23,6 +23,7 @@ from .events import Outage
 from .files import FileSync
 from .lease import ACTIVE, ManifestWriter
 from .machine import MachineIdentity
+from .stall import StallWatch
 from .uploads import UploadQueue
 
 log = logging.getLogger("orch.mirror")
@@ -55,6 +56,7 @@ class Mirror:
         )
         self.files = FileSync(home, store, self.s, self.remote)
         self.outage = Outage(store, self.remote, on_event or (lambda kind, detail: None))
+        self.stall_watch = StallWatch(self.remote, self.uploads, self.outage, self.stopping)
         self._thread: Optional[threading.Thread] = None
         self._busy = threading.Event()  # a pass is running
         self._watched: list[Path] = []  # the active jobs' checkpoint folders, as of the last pass
@@ -73,6 +75,7 @@ class Mirror:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="mirror", daemon=True)
         self._thread.start()
+        self.stall_watch.start()
 
     def poke(self) -> None:
         self.wake.set()

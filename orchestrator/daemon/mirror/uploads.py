@@ -43,6 +43,7 @@ class UploadQueue:
         self.on_uploaded = on_uploaded
         self.urgent = False  # a preemption notice or a stopping daemon: notice checkpoints at full speed
         self._current: Optional[tuple[asyncio.AbstractEventLoop, asyncio.Task, dict[str, Any]]] = None
+        self._current_since = 0.0  # time.monotonic() when the upload in flight began
         self._current_lock = threading.Lock()
 
     def scan(self, job: Job, now: float) -> None:
@@ -81,6 +82,11 @@ class UploadQueue:
         if current is not None and which(current[2]):
             loop, task, _row = current
             loop.call_soon_threadsafe(task.cancel)
+
+    def in_flight(self) -> Optional[tuple[float, str]]:
+        """(monotonic start, checkpoint name) of the upload running now, if any (stall.py asks)."""
+        with self._current_lock:
+            return (self._current_since, self._current[2]["name"]) if self._current is not None else None
 
     def _upload(self, row: dict[str, Any]) -> bool:
         """One pending checkpoint: True when it is uploaded and in the job's history (its manifest
@@ -145,7 +151,7 @@ class UploadQueue:
         try:
             task = loop.create_task(coro)
             with self._current_lock:
-                self._current = (loop, task, row)
+                self._current, self._current_since = (loop, task, row), time.monotonic()
             if self.should_yield(row):  # a notice between the check and now
                 task.cancel()
             return loop.run_until_complete(task)

@@ -1,0 +1,72 @@
+"""The one rule for masking secrets in text that leaves a process: logs, exceptions, notifications,
+tracker notes, store errors, the dashboard's provenance pages and the diff.patch the mirror uploads.
+Standard library only, beside contract.py: training/ imports it before torch, the notifiers and the
+daemon alike, so every masker masks the same things (docs/security.md)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+MASK = "***"
+
+# Variables whose values are credentials: their exact values are masked wherever they appear,
+# even where no pattern below would recognise them (a token as a path segment, a bare password).
+SECRET_ENV = (
+    "WANDB_API_KEY",
+    "SWANLAB_API_KEY",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_TRACKING_CLIENT_CERT_PATH",
+    "DATABRICKS_TOKEN",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+)
+
+# A name that says it holds a credential: WeCom key=, DingTalk access_token= and sign=, S3's
+# X-Amz-Signature= and X-Amz-Credential=, HF_TOKEN=, api_key: "...", password = '...'.
+_NAME = r"[\w.-]*?(?:token|key|secret|sign|signature|password|passwd|auth|credentials?|sig)"
+
+_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    # name=value, name: value, "name": "value", name = 'value' (but not `key == other`).
+    (
+        re.compile(rf"(?i)\b({_NAME}[\"']?\s*(?:=(?!=)|:(?!//))\s*[\"']?)[^\s\"'&,;#<>]+"),
+        rf"\1{MASK}",
+    ),
+    # Feishu / Lark custom bot: the token is the last path segment of the hook URL.
+    (re.compile(r"(/open-apis/bot/v2/hook/)[^/?\s\"'#<>]+"), rf"\1{MASK}"),
+    # ServerChan keys wherever they appear (path of a Turbo URL, SC3 URL, or bare).
+    (re.compile(r"\bsctp\d+t[A-Za-z0-9_-]+"), f"sctp{MASK}"),
+    (re.compile(r"\bSC[TU]\d+T[A-Za-z0-9_-]+"), f"SCT{MASK}"),
+    # PushPlus /send/<token> form.
+    (re.compile(r"(/send/)[A-Za-z0-9]{16,}"), rf"\1{MASK}"),
+    # user:password@host (or a bare token@host) in any URL: the whole user part goes.
+    (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s\"'<>]+@"), rf"\1{MASK}@"),
+    # Authorization header values.
+    (re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {MASK}"),
+    # Well-known key shapes, named or not: AWS access key ids, Hugging Face, OpenAI, GitHub tokens.
+    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), MASK),
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), MASK),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"), MASK),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"), MASK),
+]
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` with credentials masked: these exact `secrets` (a secret can be any string, e.g. a
+    password; values under 4 characters are left, they would mask ordinary words), then every
+    pattern above."""
+    for secret in sorted((s for s in secrets if s and len(s) >= 4), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def environ_secrets(environ: Mapping[str, str]) -> list[str]:
+    """The values of the SECRET_ENV variables set in `environ`, for redact(text, secrets)."""
+    return [value for name in SECRET_ENV if (value := environ.get(name))]

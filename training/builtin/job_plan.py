@@ -1,0 +1,127 @@
+"""What one attempt of a built-in job runs with: this process's rank, the devices and precision,
+the batch sizes after any OOM shrink, the checkpoint to resume from, and the total step count."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from orchestrator.contract import ENV_CPU_FOR_GPUS, ENV_RESUME_CHECKED, ENV_RESUME_FROM
+from orchestrator.spec.jobspec import JobSpec
+
+RESUME_CHECKED_ENV = ENV_RESUME_CHECKED
+
+
+def say(msg: str) -> None:
+    print(f"[orch] {msg}", file=sys.stderr, flush=True)
+
+
+def is_rank_zero() -> bool:
+    if under_srun():
+        return int(os.environ["SLURM_PROCID"]) == 0
+    return int(os.environ.get("LOCAL_RANK", "0")) == 0 and int(os.environ.get("NODE_RANK", "0")) == 0
+
+
+def under_srun() -> bool:
+    """A task of an `srun` step (orch's Slurm executor runs one rank per GPU per node this way)."""
+    return "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ and "SLURM_NTASKS" in os.environ
+
+
+def srun_geometry() -> tuple[int, int]:
+    """(tasks per node, nodes) of the srun step: Lightning's devices and num_nodes."""
+    nodes = int(os.environ.get("SLURM_NNODES") or os.environ.get("SLURM_JOB_NUM_NODES") or 1)
+    per_node = os.environ.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
+    return (int(per_node) if per_node.isdigit() else max(1, int(os.environ["SLURM_NTASKS"]) // nodes)), nodes
+
+
+def plan_devices(spec: JobSpec) -> dict[str, Any]:
+    """accelerator/devices/strategy/precision for this machine, plus one-line warnings."""
+    import torch
+
+    notes: list[str] = []
+    train = spec.train
+    assert train is not None
+    cuda = torch.cuda.is_available()
+    precision = train.precision
+    _require_the_gpus(spec.gpus, torch.cuda.device_count() if cuda else 0, cuda)
+    if cuda and spec.gpus > 0:
+        plan = {"accelerator": "gpu", "devices": spec.gpus}
+    else:
+        # gpus > 1 without CUDA only with ENV_CPU_FOR_GPUS (tests): that many CPU processes (gloo).
+        plan = {"accelerator": "cpu", "devices": max(1, spec.gpus)}
+        if spec.gpus > 0 and not cuda:
+            notes.append(f"no CUDA GPU visible: running on the CPU ({plan['devices']} process(es))")
+        if precision == "16-mixed":
+            notes.append('precision "16-mixed" needs CUDA; running in "32" on the CPU')
+            precision = "32"
+    plan["precision"] = "32-true" if precision == "32" else precision
+    plan["num_nodes"] = 1
+    if under_srun():
+        # Slurm started every rank (orch's Slurm executor: nodes x gpus tasks); Lightning joins them
+        # through its SLURMEnvironment, with the geometry it validates against.
+        plan["devices"], plan["num_nodes"] = srun_geometry()
+    plan["world"] = plan["devices"] * plan["num_nodes"]
+    plan["strategy"] = "ddp" if plan["world"] > 1 else "auto"
+    plan["notes"] = notes
+    return plan
+
+
+def _require_the_gpus(asked: int, visible: int, cuda: bool) -> None:
+    """A job that asks for GPUs and finds fewer ends at once (exit 78): run on the CPU instead, it
+    would "succeed" hours later, billed as GPU time. Under srun each rank sees its own GPU."""
+    needed = min(asked, 1) if under_srun() else asked
+    if visible >= needed or os.environ.get(ENV_CPU_FOR_GPUS) == "1":
+        return
+    from training.exits import ConfigError
+
+    seen = "no GPU is visible" if visible == 0 else f"only {visible} GPU(s) are visible"
+    why = "CUDA is unavailable" if not cuda else "too few devices"
+    shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+    raise ConfigError(
+        f"the job asks for {asked} GPU(s) but {seen} here ({why}; CUDA_VISIBLE_DEVICES="
+        f"{shown if shown is not None else 'unset'}): run it on a machine with the GPUs, or set gpus = 0 "
+        "to train on the CPU"
+    )
+
+
+def resolve_sizes(spec: JobSpec, run_dir: Path) -> tuple[int, int]:
+    from training.resume.resize import read_sizes
+
+    train = spec.train
+    assert train is not None
+    sizes = read_sizes(run_dir)
+    if sizes:
+        return int(sizes["batch_size"]), int(sizes["accumulate_grad_batches"])
+    return train.batch_size, train.accumulate_grad_batches
+
+
+def choose_resume(ckpt_dir: Path) -> Optional[Path]:
+    """ORCH_RESUME_FROM if it loads, else the newest valid checkpoint by the step in its name.
+    The other DDP ranks inherit the choice through the environment."""
+    from training.resume.checkpoints import latest_valid_checkpoint, remove_orphan_temps
+
+    if os.environ.get(RESUME_CHECKED_ENV) == "1" and not is_rank_zero():
+        value = os.environ.get(ENV_RESUME_FROM, "")
+        return Path(value) if value else None
+    for orphan in remove_orphan_temps(ckpt_dir):
+        say(f"removed {orphan.name}, left by a save that was interrupted")
+    chosen = latest_valid_checkpoint(
+        ckpt_dir, prefer=os.environ.get(ENV_RESUME_FROM) or None, warn=lambda msg: say("warning: " + msg)
+    )
+    os.environ[ENV_RESUME_FROM] = str(chosen) if chosen else ""
+    os.environ[RESUME_CHECKED_ENV] = "1"
+    return chosen
+
+
+def total_steps(rows: int, world: int, batch_size: int, accumulate: int, train) -> int:
+    """Lightning's estimated_stepping_batches, computed without touching the trainer's loader.
+    Unchanged by an OOM shrink: ceil(ceil(n/(b/p)) / (a*p)) == ceil(n/(a*b))."""
+    batches = math.ceil(math.ceil(rows / world) / batch_size)
+    per_epoch = math.ceil(batches / accumulate)
+    total = per_epoch * train.max_epochs if train.max_epochs else None
+    if train.max_steps:
+        total = min(total, train.max_steps) if total else train.max_steps
+    return max(1, int(total or 1))

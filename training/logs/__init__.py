@@ -1,0 +1,1 @@
+"""The built-in runner's metric logs: metrics.csv, TensorBoard event files, and the rows both write."""
