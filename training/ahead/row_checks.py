@@ -55,12 +55,30 @@ def _missing(spec: JobSpec, samples: dict[str, Sample], sources: dict[str, str],
             key = getattr(spec.data, field)
             if not key:
                 continue
-            for i, row in enumerate(sample.rows):
-                if key not in row:
-                    has = ", ".join(list(row)[:8]) or "no fields"
-                    problems.append(f"{_where(split, sources[split], i)} has no {key!r} (data.{field}; it has: {has})")
-                    break
+            row_number, row = next(((i, r) for i, r in enumerate(sample.rows) if key not in r), (-1, {}))
+            if row_number < 0:
+                continue
+            has = ", ".join(list(row)[:8]) or "no fields"
+            hint = _separator_hint(sample, row)
+            problems.append(
+                f"{_where(split, sources[split], row_number)} has no {key!r} (data.{field}; it has: {has}){hint}"
+            )
+            if hint:  # every field is missing for the same reason: one line says it
+                break
     return problems
+
+
+def _separator_hint(sample: Sample, row: dict[str, Any]) -> str:
+    """A CSV read as one column whose name holds ';' (or a tab) was written with that separator."""
+    if not sample.csv or len(row) != 1:
+        return ""
+    name = next(iter(row))
+    for sep, what in ((";", "';'"), ("\t", "tab")):
+        if sep in name:
+            return f"; the file looks {what}-separated: write it with commas" + (
+                " (or name it .tsv)" if sep == "\t" else ""
+            )
+    return ""
 
 
 def _text_problems(split: str, source: str, sample: Sample, key: str, field: str) -> list[str]:
