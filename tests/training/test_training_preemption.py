@@ -76,9 +76,10 @@ def test_sigterm_during_model_load_exits_75(make_run_dir, start_job):
 
 
 def test_ddp_two_cpu_processes_sigterm_checkpoints_exits_75_and_resumes(make_run_dir, start_job, run_job):
-    # gpus = 2 on a machine without CUDA runs two CPU processes under DDP (gloo).
+    # gpus = 2 on a machine without CUDA runs two CPU processes under DDP (gloo) when asked to
+    # (ORCH_GPUS_ON_CPU=1; without it the job is refused: test_missing_gpus.py).
     run = make_run_dir("ddp", gpus=2, train={"max_epochs": 2}, checkpoint={"every_n_steps": 50})
-    job = start_job(run, attempt=1, ORCH_PROGRESS_EVERY_S="0.1", ORCH_FAULT_SLOW_STEP_S="0.1")
+    job = start_job(run, attempt=1, ORCH_PROGRESS_EVERY_S="0.1", ORCH_FAULT_SLOW_STEP_S="0.1", ORCH_GPUS_ON_CPU="1")
     wait_for(lambda: (read_progress(run) or {}).get("step", 0) >= 12, 120, "step 12")
     job.signal_group(signal.SIGTERM)
     code = job.wait(timeout=25)  # the grace: a hang fails the test
@@ -88,7 +89,7 @@ def test_ddp_two_cpu_processes_sigterm_checkpoints_exits_75_and_resumes(make_run
     # nothing of the attempt outlives it (the other rank, loader workers)
     wait_for(lambda: not _group_alive(job.proc.pid), 10, "the process group to be gone")
 
-    code, out = run_job(run, attempt=2, timeout=180)
+    code, out = run_job(run, attempt=2, timeout=180, ORCH_GPUS_ON_CPU="1")
     assert code == 0, out
     assert f"resuming from {notices[0].name}" in out
     assert read_result(run)["steps"] == 40  # 640 rows / 2 ranks / batch 16 = 20 steps per epoch

@@ -12,7 +12,12 @@ from typing import Any, Optional
 from orchestrator.contract import ENV_RESUME_CHECKED, ENV_RESUME_FROM
 from orchestrator.spec.jobspec import JobSpec
 
+from training.exits import ConfigError
+
 RESUME_CHECKED_ENV = ENV_RESUME_CHECKED
+# gpus = N run as N CPU processes (gloo) only when asked: how DDP is tested without a GPU. Without
+# it, a job that asks for GPUs and finds fewer is refused, never trained on the CPU and billed as GPU hours.
+GPUS_ON_CPU_ENV = "ORCH_GPUS_ON_CPU"
 
 
 def say(msg: str) -> None:
@@ -46,10 +51,13 @@ def plan_devices(spec: JobSpec) -> dict[str, Any]:
     assert train is not None
     cuda = torch.cuda.is_available()
     precision = train.precision
+    missing = missing_gpus(spec.gpus, torch.cuda.device_count() if cuda else 0)
+    if missing:
+        raise ConfigError(missing)
     if cuda and spec.gpus > 0:
         plan = {"accelerator": "gpu", "devices": spec.gpus}
     else:
-        # gpus > 1 without CUDA runs that many CPU processes (gloo): how DDP is tested on CPU.
+        # gpus > 1 without CUDA (ORCH_GPUS_ON_CPU=1) runs that many CPU processes (gloo).
         plan = {"accelerator": "cpu", "devices": max(1, spec.gpus)}
         if spec.gpus > 0 and not cuda:
             notes.append(f"no CUDA GPU visible: running on the CPU ({plan['devices']} process(es))")
@@ -66,6 +74,20 @@ def plan_devices(spec: JobSpec) -> dict[str, Any]:
     plan["strategy"] = "ddp" if plan["world"] > 1 else "auto"
     plan["notes"] = notes
     return plan
+
+
+def missing_gpus(asked: int, visible: int) -> Optional[str]:
+    """The one line a job that asks for more GPUs than this process sees fails with (exit 78).
+    A Slurm step is exempt: each task sees the GPUs its allocation bound to it."""
+    if asked <= visible or asked <= 0 or under_srun() or os.environ.get(GPUS_ON_CPU_ENV) == "1":
+        return None
+    seen = "no CUDA GPU is visible" if visible == 0 else f"only {visible} CUDA GPU(s) are visible"
+    where = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (
+        f"gpus = {asked}, but {seen} to this job"
+        + (f" (CUDA_VISIBLE_DEVICES={where})" if where is not None else "")
+        + ": refusing to train on the CPU (set gpus = 0 to run there)"
+    )
 
 
 def resolve_sizes(spec: JobSpec, run_dir: Path) -> tuple[int, int]:
