@@ -52,9 +52,9 @@ ENV_FAULT_OOM_AT_STEP = "ORCH_FAULT_OOM_AT_STEP"  # an OOM at this step
 ENV_FAULT_SLOW_STEP_S = "ORCH_FAULT_SLOW_STEP_S"  # a sleep per training step: gives signal tests a window
 ENV_FAULT_HANG_AT_STEP = "ORCH_FAULT_HANG_AT_STEP"  # attempt 1 blocks forever at this step (hang watchdog)
 ENV_FAULT_SLOW_SAVE_S = "ORCH_FAULT_SLOW_SAVE_S"  # a sleep between a checkpoint's temp write and its rename
-# Tests only: a built-in job with gpus = N and fewer GPUs visible runs N CPU processes (DDP over
-# gloo) instead of ending with exit 78 (how DDP is tested on a machine without GPUs).
-ENV_CPU_FOR_GPUS = "ORCH_CPU_FOR_GPUS"
+# A built-in job with gpus = N and fewer GPUs visible runs N CPU processes (DDP over gloo) instead
+# of ending with exit 78: how DDP is rehearsed on a machine without GPUs (docs/job-toml.md).
+ENV_CPU_FOR_GPUS = "ORCH_GPUS_ON_CPU"
 ENV_TRACE_SAMPLES = "ORCH_TRACE_SAMPLES"  # a file: one JSON line per trained micro-batch (sample accounting)
 ENV_PROBE_WARMUP = "ORCH_PROBE_WARMUP"  # `orch estimate`'s probe: the step its steady-state clock starts at
 ENV_PARAM_PREFIX = "ORCH_PARAM_"  # a sweep trial's parameters, as environment variables of a command job

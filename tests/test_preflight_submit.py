@@ -21,15 +21,15 @@ from training.toys.lm_and_ner import build_tiny_llama, instruction_rows
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:
-    """A folder with tiny-bert/, tiny-llama/ (config and tokenizer: the pre-flight reads no weights)
-    and data/train.jsonl."""
+    """A folder with tiny-bert/, tiny-llama/ (config, tokenizer and a weights file that holds no
+    weights: the pre-flight checks it is there and never reads it) and data/train.jsonl."""
     root = tmp_path_factory.mktemp("preflight-assets")
     build_tiny_bert(root / "tiny-bert", [r["text"] for r in sentiment_rows(200)], hidden=16, layers=1, vocab_size=200)
     build_tiny_llama(
         root / "tiny-llama", [r["text"] for r in instruction_rows(100)], hidden=16, layers=1, vocab_size=300
     )
     for weights in root.glob("*/*.safetensors"):
-        weights.unlink()
+        weights.write_bytes(b"not weights")
     write_jsonl(root / "data" / "train.jsonl", sentiment_rows(40, seed=1))
     write_jsonl(root / "data" / "sft.jsonl", instruction_rows(20, seed=1))
     return root
@@ -247,3 +247,11 @@ def test_each_value_of_a_data_or_model_parameter_gets_its_own_preflight(tmp_path
     assert trains == [str(folder / "train.jsonl"), str(folder / "train.jsonl"), str(folder / "other.jsonl")]
     assert checks[0].label == section.job and all(c.objective == "val_acc" for c in checks)
     assert checks[2].label == f"{path}: sweep.params.'data.train' = '{folder / 'other.jsonl'}'"
+
+
+def test_a_data_file_of_a_type_the_runner_cannot_read_is_refused_at_submit(tmp_path, home, cli, assets):
+    """A 200-byte train.xlsx was queued with "too large to peek into" and failed when it ran."""
+    job = _job(tmp_path / "w", assets, data={"train": "./data/train.xlsx"})
+    (tmp_path / "w" / "data" / "train.xlsx").write_bytes(b"PK\x03\x04" + bytes(196))
+    _refused(cli("submit", job), "data.train:", "train.xlsx is an unsupported file type (.xlsx)")
+    _nothing_queued(home)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
@@ -134,7 +135,7 @@ class Recorder(Backend):
         return {"run_id": self.job.run_id}
 
     def metrics(self, metrics: dict[str, float], step: Optional[int]) -> None:
-        self._do("metrics", step)
+        self._do("metrics", step, "val" if any(k.startswith("val_") for k in metrics) else "train")
 
     def close(self, outcome: str) -> None:
         self._do("close", outcome)
@@ -230,6 +231,74 @@ class HungServer:
         self.sock.close()
         for conn in self.held:
             conn.close()
+
+
+def test_the_end_of_the_run_reaches_a_slow_tracker_whose_queue_is_full(tmp_path, monkeypatch):
+    """close() used to be put on the full queue without waiting, and dropped: the W&B run was never
+    finished. Now the rows queued are sent and the run is closed with the attempt's outcome."""
+    monkeypatch.setattr("training.tracking.trackers.QUEUE_ROWS", 10)
+    monkeypatch.setattr(
+        "training.tracking.trackers.CLOSE_WAIT_S", {"finished": 120.0, "failed": 120.0, "paused": 120.0}
+    )
+    slow = threading.Event()
+    trackers, backend = start(tmp_path, monkeypatch, stall_until=slow)
+    worker: TrackerWorker = trackers.workers[0]
+    for step in range(50):  # the queue holds 10: the rest are dropped, as a slow tracker's rows are
+        trackers.loggers[0].log_metrics({"train_loss": 1.0}, step)
+    closer = threading.Thread(target=trackers.close, args=("finished",))
+    closer.start()
+    for _ in range(100):  # until close() has asked (the old close() never sets this: then go on)
+        if getattr(worker, "closing", None) is not None:
+            break
+        time.sleep(0.05)
+    slow.set()  # the tracker answers again
+    closer.join(120)
+    assert not closer.is_alive()
+    assert backend.calls[-1] == ("close", ("finished",)), backend.calls[-3:]
+    assert [c[1][0] for c in backend.calls if c[0] == "metrics"] == list(range(10))
+
+
+def test_a_resumed_attempt_sends_the_validation_due_at_the_notice_step(tmp_path, monkeypatch):
+    """The notice came at step 30: its train row was sent, its validation runs after the resume
+    (metrics.csv keeps it) and must reach the tracker too; a validation row already sent is not
+    sent again."""
+    TrackingNotes(tmp_path, "uid7").update("wandb", run_id="uid7", last_step=30, last_validation_step=20)
+    trackers, backend = start(tmp_path, monkeypatch, resume_step=30)
+    logger = trackers.loggers[0]
+    logger.log_metrics({"val_loss": 0.5}, 20)  # (a redo: sent by the earlier attempt)
+    logger.log_metrics({"train_loss": 1.0}, 30)
+    logger.log_metrics({"val_loss": 0.4}, 30)
+    logger.log_metrics({"train_loss": 0.9}, 31)
+    trackers.close("finished")
+    sent = [(c[1][0], c[1][1]) for c in backend.calls if c[0] == "metrics"]
+    assert sent == [(30, "val"), (31, "train")]
+    note = json.loads((tmp_path / TRACKING).read_text())["backends"]["wandb"]
+    assert (note["last_step"], note["last_validation_step"]) == (31, 30)
+
+
+def test_a_users_wandb_dir_is_where_the_offline_run_lands(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    mine = tmp_path / "my-wandb"
+    monkeypatch.setenv("ORCH_JOB_UID", "uid9")
+    monkeypatch.setenv("WANDB_DIR", str(mine))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    trackers = open_trackers(tracking(mode="offline"), run_dir, "job", resume_step=None)
+    assert trackers is not None
+    trackers.loggers[0].log_metrics({"train_loss": 1.0}, 1)
+    trackers.close("finished")
+    note = json.loads((run_dir / TRACKING).read_text())["backends"]["wandb"]
+    assert "warning" not in note or not note["warning"], note
+    assert list((mine / "wandb").glob("offline-run-*")), list(mine.rglob("*"))[:10]
+    assert not (run_dir / "trackers" / "wandb").exists()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_mlflow_at_a_dead_server_costs_the_job_nothing_but_a_warning(tmp_path, monkeypatch, capfd):

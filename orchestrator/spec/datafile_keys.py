@@ -44,7 +44,7 @@ def separator_hint(keys: Sequence[str]) -> str:
         if sep in keys[0]:
             return (
                 f"; it looks {name}-separated: orch reads CSV with ',' between fields "
-                "(save it as comma-separated CSV, or as JSON Lines)"
+                "(save it as comma-separated CSV, or as JSON Lines" + (", or name it .tsv)" if sep == "\t" else ")")
             )
     return ""
 

@@ -139,6 +139,6 @@ def test_a_job_asking_for_gpus_it_cannot_see_ends_at_once_with_78_never_on_the_c
     code, out = run_job(run_dir, CUDA_VISIBLE_DEVICES="")  # no GPU visible, on any machine
     assert code == EX_CONFIG, out
     message = _job_error(run_dir)["message"]
-    assert "the job asks for 2 GPU(s) but no GPU is visible here" in message and "set gpus = 0" in message
-    assert "orch: job failed: the job asks for 2 GPU(s)" in out and "Traceback" not in out
+    assert "gpus = 2, but no CUDA GPU is visible to this job" in message and "set gpus = 0" in message
+    assert "orch: job failed: gpus = 2, but no CUDA GPU" in out and "Traceback" not in out
     assert not list((run_dir / "checkpoints").glob("*.ckpt")) and not (run_dir / "result.json").exists()

@@ -1,6 +1,7 @@
 """The pre-flight `orch submit` runs for a built-in job (training/ahead/preflight.py), called in-process
 on real files and real tiny models: each bad input gives one line naming the file and the field,
-a good job gives none, and nothing reads the weights (a model folder without them passes)."""
+a good job gives none, and nothing reads the weights (a folder whose weights file is not weights
+passes; one without a weights file is refused)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ CHAT_OK = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, tiny_bert: Path) -> dict[str, Path]:
-    """tiny BERT and tiny Llama folders holding only config and tokenizer: the pre-flight must not need weights."""
+    """tiny BERT and tiny Llama folders whose weights file holds no weights: the pre-flight checks the
+    file is there and never loads it."""
     root = tmp_path_factory.mktemp("preflight-models")
     llama = build_tiny_llama(root / "llama-full", [r["text"] for r in instruction_rows(200, seed=3)], vocab_size=300)
     out = {}
@@ -29,7 +31,7 @@ def models(tmp_path_factory, tiny_bert: Path) -> dict[str, Path]:
         light = root / name
         shutil.copytree(folder, light)
         for weights in light.glob("*.safetensors"):
-            weights.unlink()
+            weights.write_bytes(b"not weights: loading this would fail")
         out[name] = light
     return out
 
@@ -83,6 +85,30 @@ def _cases(d: Path, m: dict[str, Path]) -> dict[str, tuple[dict[str, Any], list[
     no_config = d / "no-config"
     shutil.copytree(bert, no_config)
     (no_config / "config.json").unlink()
+    no_tokenizer = d / "no-tokenizer"  # transformers would build a 5-token tokenizer: all [UNK]
+    shutil.copytree(bert, no_tokenizer)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (no_tokenizer / name).unlink()
+    no_weights = d / "no-weights"
+    shutil.copytree(bert, no_weights)
+    (no_weights / "model.safetensors").unlink()
+    adapter = d / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "base_model_name_or_path": "x"}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"adapter")
+    big_vocab = d / "big-vocab"  # a 300-token tokenizer beside a 30 522-row embedding table
+    shutil.copytree(bert, big_vocab)
+    config = json.loads((big_vocab / "config.json").read_text())
+    (big_vocab / "config.json").write_text(json.dumps({**config, "vocab_size": 30522}))
+    xlsx = d / "train.xlsx"
+    xlsx.write_bytes(b"PK\x03\x04" + bytes(196))  # 200 bytes: small enough to peek into, never read
+    tsv = d / "train.tsv"
+    tsv.write_text("text\tlabel\n" + "".join(f"{r['text']}\t{r['label']}\n" for r in sentiment_rows(30, seed=1)))
+    bom = d / "bom.csv"
+    bom.write_text("\ufefftext,label\n" + "".join(f"{r['text']},{r['label']}\n" for r in sentiment_rows(30, seed=1)))
+    semicolons = d / "semicolons.csv"
+    semicolons.write_text("text;label\n" + "".join(f"{r['text']};{r['label']}\n" for r in sentiment_rows(30, seed=1)))
+    foreign = _jsonl(d, "foreign.jsonl", [{"text": "ΩΨΦ жизнь 漢字", "label": i % 2} for i in range(10)])
     return {
         "quickstart-like job": (_spec(bert, CLS, train, train), []),
         "ner job": (_spec(bert, NER, _jsonl(d, "ner.jsonl", NER_OK), _jsonl(d, "ner_ok_dev.jsonl", NER_OK[:5])), []),
@@ -147,6 +173,36 @@ def _cases(d: Path, m: dict[str, Path]) -> dict[str, tuple[dict[str, Any], list[
             _spec(llama, LM, lm_train, data=prompt, lora={"target_modules": ["qkv_proj", "c_attn"]}),
             ["lora.target_modules:", "not found in the base model"],
         ),
+        "a model folder without tokenizer files": (
+            _spec(no_tokenizer, CLS, train),
+            ["model.name_or_path:", "no-tokenizer", "has no tokenizer files", "tokenizer.json", "vocab.txt"],
+        ),
+        "a model folder without a weights file": (
+            _spec(no_weights, CLS, train),
+            ["model.name_or_path:", "no-weights", "has no weights file", "model.safetensors"],
+        ),
+        "a PEFT adapter folder given as the model": (
+            _spec(adapter, CLS, train),
+            ["model.name_or_path:", "this is a PEFT adapter (adapter_config.json)", "base model in model.name_or_path"],
+        ),
+        "a tokenizer far smaller than the model's vocabulary": (
+            _spec(big_vocab, CLS, train),
+            ["model.name_or_path:", "tokens and the model's vocab_size is 30522", "not the model's tokenizer"],
+        ),
+        "first rows that tokenize to the unknown token only": (
+            _spec(bert, CLS, foreign),
+            ["data.train:", "foreign.jsonl", "unknown token only", "[UNK]"],
+        ),
+        "an .xlsx data file": (
+            _spec(bert, CLS, str(xlsx)),
+            ["data.train:", "train.xlsx", "unsupported file type (.xlsx)", "csv, tsv, json, jsonl or parquet"],
+        ),
+        "a .tsv data file": (_spec(bert, CLS, str(tsv)), []),
+        "a csv with a UTF-8 byte-order mark": (_spec(bert, CLS, str(bom)), []),
+        "a ;-separated csv": (
+            _spec(bert, CLS, str(semicolons)),
+            ["data.train:", "row 1 has no 'text'", "it has: text;label", "looks ';'-separated"],
+        ),
         "a model folder without config.json": (
             _spec(no_config, CLS, train),
             ["model.name_or_path:", "no-config", "configuration"],
@@ -205,6 +261,19 @@ def test_hub_ids_not_in_the_cache_are_left_to_the_run_with_a_note(cases, monkeyp
     assert answer["problems"] == [], answer
     assert any("imdb is not a local file" in n for n in answer["notes"]), answer
     assert any("'nobody/no-such-model' is not in the local cache" in n for n in answer["notes"]), answer
+
+
+def test_a_multi_line_error_is_kept_whole_on_one_line() -> None:
+    """transformers' first line ends in "from one of: " and lists the files on the next lines."""
+    from training.ahead.preflight import _first
+
+    error = OSError(
+        "Can't load tokenizer for 'x'. Make sure it has the files from one of: \n- vocab.txt\n- tokenizer.json"
+    )
+    assert _first(error) == (
+        "Can't load tokenizer for 'x'. Make sure it has the files from one of: - vocab.txt - tokenizer.json"
+    )
+    assert _first(OSError("y" * 1000)).endswith("…") and len(_first(OSError("y" * 1000))) == 400
 
 
 def test_a_command_job_gets_no_preflight() -> None:

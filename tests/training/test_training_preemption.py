@@ -76,9 +76,10 @@ def test_sigterm_during_model_load_exits_75(make_run_dir, start_job):
 
 
 def test_ddp_two_cpu_processes_sigterm_checkpoints_exits_75_and_resumes(make_run_dir, start_job, run_job):
-    # gpus = 2 with ORCH_CPU_FOR_GPUS and no GPU visible: two CPU processes under DDP (gloo).
+    # gpus = 2 on a machine without CUDA runs two CPU processes under DDP (gloo) when asked to
+    # (ORCH_GPUS_ON_CPU=1; without it the job is refused: test_missing_gpus.py).
     run = make_run_dir("ddp", gpus=2, train={"max_epochs": 2}, checkpoint={"every_n_steps": 50})
-    cpu = {"ORCH_CPU_FOR_GPUS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    cpu = {"ORCH_GPUS_ON_CPU": "1", "CUDA_VISIBLE_DEVICES": ""}
     job = start_job(run, attempt=1, ORCH_PROGRESS_EVERY_S="0.1", ORCH_FAULT_SLOW_STEP_S="0.1", **cpu)
     # two ranks start slowly on a busy machine: a generous wait
     wait_for(lambda: (read_progress(run) or {}).get("step", 0) >= 12, 300, "step 12")

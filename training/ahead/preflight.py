@@ -28,6 +28,7 @@ from orchestrator.spec.jobspec import (
     spec_from_dict,
 )
 
+from training.ahead.model_files import folder_problems, unknown_only_problem, vocabulary_problem
 from training.ahead.row_checks import Findings, row_checks
 from training.builtin.rows import (
     DataError,
@@ -78,7 +79,17 @@ def check(
             f"{label}: model.name_or_path: {model.name_or_path!r} is not in the local cache; checked when the job runs"
         )
         return problems + _metric_problems(spec, label, objective, objective_label, found)
+    if _local(model.name_or_path):
+        missing = folder_problems(Path(model.name_or_path))
+        if missing:  # nothing to load a tokenizer or a model from: say what is missing, once
+            return problems + [f"{label}: {p}" for p in missing]
     tokenizer = _tokenizer(model.name_or_path, label, problems, notes)
+    if tokenizer is not None and _local(model.name_or_path):
+        unfit = vocabulary_problem(tokenizer, _vocab_size(Path(model.name_or_path)), model.name_or_path)
+        if unfit is None and "train" in samples:
+            unfit = unknown_only_problem(tokenizer, _row_texts(samples["train"].rows), str(data.train))
+        if unfit:
+            return problems + [f"{label}: {unfit}"]
     if tokenizer is not None and task == TASK_TOKENS and not getattr(tokenizer, "is_fast", False):
         problems.append(f"{label}: model.name_or_path: token-classification needs a fast tokenizer (word ids)")
     elif tokenizer is not None and "train" in samples and not problems:
@@ -107,6 +118,32 @@ def _metric_problems(
         if problem and found.num_labels is not None:  # None: the rows read do not decide; the run does
             problems.append(f"{where}: {field}: {problem}")
     return problems
+
+
+def _vocab_size(folder: Path) -> Optional[int]:
+    """config.json's vocab_size, read as text (the configuration itself is checked later)."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    size = config.get("vocab_size") if isinstance(config, dict) else None
+    return size if isinstance(size, int) else None
+
+
+def _row_texts(rows: list[dict[str, Any]]) -> list[str]:
+    """Each row's text, whatever field holds it: strings, lists of words, chat messages' content."""
+    out = []
+    for row in rows:
+        parts: list[str] = []
+        for value in row.values():
+            items = value if isinstance(value, list) else [value]
+            for item in items:
+                if isinstance(item, dict):
+                    item = item.get("content")
+                if isinstance(item, str):
+                    parts.append(item)
+        out.append(" ".join(parts))
+    return out
 
 
 def _cached(repo_id: str) -> bool:
@@ -146,9 +183,10 @@ def _tokenizer(name_or_path: str, label: str, problems: list[str], notes: list[s
         return None
 
 
-def _first(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]
+def _first(exc: BaseException, limit: int = 400) -> str:
+    """The error on one line, whole up to `limit` (transformers' first line may end in "from one of: ")."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _columns(rows: list[dict[str, Any]]) -> dict[str, list]:

@@ -55,14 +55,16 @@ def _missing(spec: JobSpec, samples: dict[str, Sample], sources: dict[str, str],
             key = getattr(spec.data, field)
             if not key:
                 continue
-            for i, row in enumerate(sample.rows):
-                if key not in row:
-                    has = ", ".join(list(row)[:8]) or "no fields"
-                    problems.append(
-                        f"{_where(split, sources[split], i)} has no {key!r} (data.{field}; it has: {has})"
-                        + separator_hint(list(row))
-                    )
-                    break
+            row_number, row = next(((i, r) for i, r in enumerate(sample.rows) if key not in r), (-1, {}))
+            if row_number < 0:
+                continue
+            has = ", ".join(list(row)[:8]) or "no fields"
+            hint = separator_hint(list(row)) if sample.csv else ""
+            problems.append(
+                f"{_where(split, sources[split], row_number)} has no {key!r} (data.{field}; it has: {has}){hint}"
+            )
+            if hint:  # every field is missing for the same reason: one line says it
+                break
     return problems
 
 

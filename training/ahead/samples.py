@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from training.builtin.rows import unsupported_type
+
 MAX_ROWS = 1000
 MAX_BYTES = 8 << 20
 WHOLE_JSON_BYTES = 32 << 20  # a .json document (not one object per line) is parsed whole up to this
@@ -28,12 +30,16 @@ class Sample:
 
 
 def read_sample(path: Path, max_rows: int = MAX_ROWS) -> Optional[Sample]:
-    """The first rows of `path`, or None for a format this cannot peek into (the runner reads it)."""
+    """The first rows of `path`, or None for a file this cannot peek into (the runner reads it).
+    A type the runner cannot read either (.xlsx, .txt) raises SampleError."""
     suffix = path.suffix.lower()
+    unsupported = unsupported_type(suffix)
+    if unsupported:
+        raise SampleError(unsupported)
     if suffix in (".jsonl", ".json"):
         return _json_rows(path, max_rows)
-    if suffix == ".csv":
-        return _csv_rows(path, max_rows)
+    if suffix in (".csv", ".tsv"):
+        return _csv_rows(path, max_rows, "\t" if suffix == ".tsv" else ",")
     if suffix in (".parquet", ".pq"):
         return _parquet_rows(path, max_rows)
     return None
@@ -85,10 +91,11 @@ def _json_document(path: Path, max_rows: int) -> Optional[Sample]:
     return Sample(data[:max_rows], complete=len(data) <= max_rows)
 
 
-def _csv_rows(path: Path, max_rows: int) -> Sample:
+def _csv_rows(path: Path, max_rows: int, delimiter: str) -> Sample:
     rows: list[dict[str, Any]] = []
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
+    # utf-8-sig, as the runner reads it: a byte-order mark is not part of the first column's name
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh, delimiter=delimiter)
         for row in reader:
             rows.append(row)
             if len(rows) >= max_rows:

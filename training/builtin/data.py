@@ -18,9 +18,9 @@ from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from training.builtin.rows import DataError, tokenize_batch  # noqa: F401 (DataError: raised here, importable from here as before)
+from training.builtin.rows import FILE_FORMATS, LOADER_OPTIONS, unsupported_type
 from training.resume.sampler import ResumableSampler
 
-FILE_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".pq": "parquet"}
 # Bump when tokenize_batch changes meaning: it is part of the cache fingerprint.
 TOKENIZE_VERSION = "2"
 MODEL_COLUMNS = ("input_ids", "token_type_ids", "labels")
@@ -35,14 +35,16 @@ def load_split(source: str, split: str):
 
     path = Path(source)
     if path.is_file():
-        fmt = FILE_FORMATS.get(path.suffix.lower())
-        if fmt is None:
-            raise DataError(f"{source}: unsupported file type {path.suffix!r} (use csv, json, jsonl or parquet)")
+        unsupported = unsupported_type(path.suffix)
+        if unsupported:
+            raise DataError(f"data.{split}: {source} {unsupported}")
+        fmt = FILE_FORMATS[path.suffix.lower()]
         empty = empty_problem(path)
         if empty:  # datasets would say `StopIteration` or 'Instruction "train" corresponds to no data!'
             raise DataError(f"data.{split}: {source} {empty}")
         try:
-            ds = datasets.load_dataset(fmt, data_files=str(path), split="train")
+            options = LOADER_OPTIONS.get(path.suffix.lower(), {})
+            ds = datasets.load_dataset(fmt, data_files=str(path), split="train", **options)
         except datasets.exceptions.DatasetGenerationError as exc:
             cause = unreadable_cause(exc)
             if cause is None:

@@ -12,7 +12,12 @@ from typing import Any, Optional
 from orchestrator.contract import ENV_CPU_FOR_GPUS, ENV_RESUME_CHECKED, ENV_RESUME_FROM
 from orchestrator.spec.jobspec import JobSpec
 
+from training.exits import ConfigError
+
 RESUME_CHECKED_ENV = ENV_RESUME_CHECKED
+# gpus = N run as N CPU processes (gloo) only when asked: how DDP is tested without a GPU. Without
+# it, a job that asks for GPUs and finds fewer is refused, never trained on the CPU and billed as GPU hours.
+GPUS_ON_CPU_ENV = ENV_CPU_FOR_GPUS
 
 
 def say(msg: str) -> None:
@@ -46,11 +51,13 @@ def plan_devices(spec: JobSpec) -> dict[str, Any]:
     assert train is not None
     cuda = torch.cuda.is_available()
     precision = train.precision
-    _require_the_gpus(spec.gpus, torch.cuda.device_count() if cuda else 0, cuda)
+    missing = missing_gpus(spec.gpus, torch.cuda.device_count() if cuda else 0)
+    if missing:
+        raise ConfigError(missing)
     if cuda and spec.gpus > 0:
         plan = {"accelerator": "gpu", "devices": spec.gpus}
     else:
-        # gpus > 1 without CUDA only with ENV_CPU_FOR_GPUS (tests): that many CPU processes (gloo).
+        # gpus > 1 without CUDA (ORCH_GPUS_ON_CPU=1) runs that many CPU processes (gloo).
         plan = {"accelerator": "cpu", "devices": max(1, spec.gpus)}
         if spec.gpus > 0 and not cuda:
             notes.append(f"no CUDA GPU visible: running on the CPU ({plan['devices']} process(es))")
@@ -69,21 +76,17 @@ def plan_devices(spec: JobSpec) -> dict[str, Any]:
     return plan
 
 
-def _require_the_gpus(asked: int, visible: int, cuda: bool) -> None:
-    """A job that asks for GPUs and finds fewer ends at once (exit 78): run on the CPU instead, it
-    would "succeed" hours later, billed as GPU time. Under srun each rank sees its own GPU."""
-    needed = min(asked, 1) if under_srun() else asked
-    if visible >= needed or os.environ.get(ENV_CPU_FOR_GPUS) == "1":
-        return
-    from training.exits import ConfigError
-
-    seen = "no GPU is visible" if visible == 0 else f"only {visible} GPU(s) are visible"
-    why = "CUDA is unavailable" if not cuda else "too few devices"
-    shown = os.environ.get("CUDA_VISIBLE_DEVICES")
-    raise ConfigError(
-        f"the job asks for {asked} GPU(s) but {seen} here ({why}; CUDA_VISIBLE_DEVICES="
-        f"{shown if shown is not None else 'unset'}): run it on a machine with the GPUs, or set gpus = 0 "
-        "to train on the CPU"
+def missing_gpus(asked: int, visible: int) -> Optional[str]:
+    """The one line a job that asks for more GPUs than this process sees fails with (exit 78).
+    A Slurm step is exempt: each task sees the GPUs its allocation bound to it."""
+    if asked <= visible or asked <= 0 or under_srun() or os.environ.get(GPUS_ON_CPU_ENV) == "1":
+        return None
+    seen = "no CUDA GPU is visible" if visible == 0 else f"only {visible} CUDA GPU(s) are visible"
+    where = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (
+        f"gpus = {asked}, but {seen} to this job"
+        + (f" (CUDA_VISIBLE_DEVICES={where})" if where is not None else "")
+        + ": refusing to train on the CPU (set gpus = 0 to run there)"
     )
 
 

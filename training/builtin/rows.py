@@ -9,6 +9,27 @@ from typing import Optional
 
 IGNORE = -100  # the label of a token the loss skips
 
+# The data files the runner reads, by suffix: datasets' loader and its options. The pre-flight
+# peeks into the same types and refuses any other at submit (training/ahead/samples.py).
+# utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not part of the first column's name.
+FILE_FORMATS = {
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".json": "json",
+    ".jsonl": "json",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+LOADER_OPTIONS = {".csv": {"encoding": "utf-8-sig"}, ".tsv": {"sep": "\t", "encoding": "utf-8-sig"}}
+FILE_TYPES_TEXT = "csv, tsv, json, jsonl or parquet"
+
+
+def unsupported_type(suffix: str) -> Optional[str]:
+    """Why a data file of this suffix cannot be read, or None."""
+    if suffix.lower() in FILE_FORMATS:
+        return None
+    return f"is an unsupported file type ({suffix or 'no suffix'}): use {FILE_TYPES_TEXT}"
+
 
 class DataError(ValueError):
     """The data does not fit the job spec (missing column, unknown label, ...)."""

@@ -60,12 +60,14 @@ class WandbBackend(Backend):
         import wandb
         from pytorch_lightning.loggers import WandbLogger
 
-        self.job.local_dir.mkdir(parents=True, exist_ok=True)
+        # the job's own [env] WANDB_DIR wins; else the run folder, where `orch pull` finds it
+        save_dir = Path(os.environ.get("WANDB_DIR") or self.job.local_dir)
+        save_dir.mkdir(parents=True, exist_ok=True)
         self.inner = WandbLogger(
             name=self.job.name,
             project=self.job.project,
             id=self.job.run_id,
-            save_dir=str(self.job.local_dir),
+            save_dir=str(save_dir),
             offline=self.job.mode == "offline",
             resume="allow",
             tags=["orch"],

@@ -8,8 +8,14 @@ when it is the job's (finished, failed) and is paused otherwise (exit 75, 76).
 
 A tracker never fails or slows the job: each one runs on its own thread behind a bounded queue
 (the step only enqueues; a full queue drops rows), its errors end its logging with one warning in
-the log and in tracking.json, and closing waits a bounded time. The libraries are imported on
-those threads, only when a job asks for them."""
+the log and in tracking.json, and closing waits a bounded time. Closing is never a queue slot a
+full queue could drop: the worker sends what is queued until half the wait is spent, then ends
+the run with the attempt's outcome. The libraries are imported on those threads, only when a job
+asks for them.
+
+A resumed attempt sends what metrics.csv keeps: a row is skipped only when an earlier attempt
+sent a row of its kind at that step or later (the train rows a SIGKILL made it redo); the
+validation due at a notice's step, run after the resume, is sent."""
 
 from __future__ import annotations
 
@@ -38,9 +44,14 @@ class TrackerWorker:
     """One backend on its own thread: calls are queued and run in order; the first error (or an
     `open` that fails) stops the tracker with one warning; the step never waits for it."""
 
-    def __init__(self, backend: Backend, notes: TrackingNotes, floor: int):
+    def __init__(self, backend: Backend, notes: TrackingNotes, floor: int, validation_floor: Optional[int] = None):
         self.backend, self.notes = backend, notes
         self.floor = floor  # rows at or below this step were sent by an earlier attempt (a SIGKILL redid them)
+        self.validation_floor = floor if validation_floor is None else validation_floor  # the same, validation rows
+        seen = validation_floor if validation_floor is not None and validation_floor >= 0 else None
+        self.last_validation_step: Optional[int] = seen
+        self.closing: Optional[str] = None  # the outcome close() asked for
+        self.drain_until = float("inf")  # past this, rows still queued are dropped and the run is closed
         self.queue: queue.Queue = queue.Queue(maxsize=QUEUE_ROWS)
         self.dropped = 0
         self.failed = False
@@ -50,6 +61,15 @@ class TrackerWorker:
         self.ready = threading.Event()  # set once open() returned or failed (benchmarks, tests)
         self.thread = threading.Thread(target=self._run, name=f"orch-tracker-{backend.name}", daemon=True)
         self.thread.start()
+
+    def finish(self, outcome: str, drain_until: float) -> None:
+        """End the run with `outcome` once the queue is sent, or at `drain_until` with what is left
+        dropped. Never dropped itself: a flag, and a wake-up that only matters on an empty queue."""
+        self.drain_until, self.closing = drain_until, outcome
+        try:
+            self.queue.put_nowait(("wake", ()))
+        except queue.Full:
+            pass  # the worker is not waiting: it reads `closing` after the row in hand
 
     def submit(self, method: str, *args: Any) -> None:
         if self.failed:
@@ -68,28 +88,57 @@ class TrackerWorker:
         finally:
             self.ready.set()
         while True:
-            method, args = self.queue.get()
-            if method == "stop":
+            if self.closing is not None and (self.queue.empty() or time.monotonic() >= self.drain_until):
+                self._close(self.closing)
                 return
+            method, args = self.queue.get()
+            if method == "wake":
+                continue
             try:
-                if method == "metrics" and args[1] is not None:
-                    if args[1] <= self.floor:
-                        continue  # sent before a SIGKILL; the redone step's values are the same
-                    self.last_step = args[1] if self.last_step is None else max(self.last_step, args[1])
+                if method == "metrics" and args[1] is not None and not self._new_row(args[0], args[1]):
+                    continue  # sent before a SIGKILL; the redone step's values are the same
                 getattr(self.backend, method)(*args)
             except BaseException as exc:  # noqa: BLE001
                 self._fail(f"{method} failed", exc)
                 return  # this tracker is done for the attempt; the step's calls are dropped
-            if method == "close":
-                self._note_step(force=True)
-                return
             self._note_step()
+
+    def _new_row(self, row: Mapping[str, Any], step: int) -> bool:
+        """Whether no earlier attempt sent a row of this kind at `step`; if so, it is recorded as sent."""
+        validation = any(str(k).startswith("val_") for k in row)
+        if step <= (self.validation_floor if validation else self.floor):
+            return False
+        self.last_step = step if self.last_step is None else max(self.last_step, step)
+        if validation:
+            seen = self.last_validation_step
+            self.last_validation_step = step if seen is None else max(seen, step)
+        return True
+
+    def _close(self, outcome: str) -> None:
+        left = 0
+        while True:  # past the drain deadline: what is still queued is dropped, the run still ends
+            try:
+                left += self.queue.get_nowait()[0] != "wake"
+            except queue.Empty:
+                break
+        self.dropped += left
+        try:
+            self.backend.close(outcome)
+        except BaseException as exc:  # noqa: BLE001
+            self._fail("close failed", exc)
+            return
+        self._note_step(force=True)
 
     def _note_step(self, force: bool = False) -> None:
         now = time.monotonic()
         if self.last_step != self._noted_step and (force or now - self._noted_at >= NOTE_EVERY_S):
             self._noted_at, self._noted_step = now, self.last_step
-            self.notes.update(self.backend.name, last_step=self.last_step, dropped=self.dropped or None)
+            self.notes.update(
+                self.backend.name,
+                last_step=self.last_step,
+                last_validation_step=self.last_validation_step,
+                dropped=self.dropped or None,
+            )
 
     def _fail(self, what: str, exc: BaseException) -> None:
         self.failed = True
@@ -164,10 +213,11 @@ class Trackers:
         if self.closed:
             return
         self.closed = True
-        deadline = time.monotonic() + CLOSE_WAIT_S[outcome]
+        now = time.monotonic()
+        deadline = now + CLOSE_WAIT_S[outcome]
         for w in self.workers:
-            w.submit("close", outcome)
-            w.submit("stop")
+            if not w.failed:
+                w.finish(outcome, now + CLOSE_WAIT_S[outcome] / 2)  # half to send what is queued, half to close
         for w in self.workers:
             w.thread.join(max(0.0, deadline - time.monotonic()))
             if w.thread.is_alive() and not w.failed:
@@ -205,11 +255,13 @@ def open_trackers(
         job.recorded = notes.backend(name)
         job.resuming = resume_step is not None
         backend = (make or (lambda n, j: BACKENDS[n](j)))(name, job)
-        last = job.recorded.get("last_step")
+        last, last_validation = job.recorded.get("last_step"), job.recorded.get("last_validation_step")
         floor = last if resume_step is not None and isinstance(last, int) else -1
+        # tracking.json before this was recorded: a validation row at the last step was not sent
+        validation_floor = last_validation if isinstance(last_validation, int) and floor >= 0 else floor - 1
         if not uid:
             notes.warn(name, f"{ENV_JOB_UID} is not set (not started by orch): a new run each attempt")
-        workers.append(TrackerWorker(backend, notes, floor))
+        workers.append(TrackerWorker(backend, notes, floor, max(validation_floor, -1)))
     return Trackers(workers)
 
 
