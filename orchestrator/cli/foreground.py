@@ -28,7 +28,7 @@ from ..jobs.lifecycle import cancel_job, retry_job, submit_job
 from ..planning.capacity import machine_gpus
 from ..home.paths import Home
 from ..host.procs import is_alive, own_group_dying_with_parent, start_time
-from ..model.records import FOREGROUND_PID, FOREGROUND_START, Job
+from ..model.records import FOREGROUND, FOREGROUND_PID, FOREGROUND_START, Job
 from ..jobs.outcome import Decision
 from ..model.states import RETRYABLE, AttemptOutcome, EventKind, Intent, JobState
 from ..store import Store
@@ -245,6 +245,7 @@ class _Foreground:
                     sorted(free)[: job.gpus],
                     time.time(),
                     environ=os.environ,
+                    executor=FOREGROUND,
                     where=" in the foreground (orch run)",
                 )
                 if begun is not None:
