@@ -22,7 +22,10 @@ def build_executor(config: "Config", home: "Home", configured: Optional["Executo
     from .by_kind import ExecutorsByKind
 
     return ExecutorsByKind(
-        config, home, configured or executor_of_kind(config.executor.kind, config, home), lambda kind: executor_of_kind(kind, config, home)
+        config,
+        home,
+        configured or executor_of_kind(config.executor.kind, config, home),
+        lambda kind: executor_of_kind(kind, config, home),
     )
 
 
@@ -44,3 +47,10 @@ def build_local_executor(home: "Home") -> "LocalExecutor":
     from .local import LocalExecutor
 
     return LocalExecutor(home)
+
+
+def check_ray_shared(config: "Config", home: "Home") -> tuple[bool, str]:
+    """`orch doctor` on Ray: whether a file the daemon writes is visible to a job on a GPU node."""
+    from .ray_shared import check_shared_with_ray
+
+    return check_shared_with_ray(home, config.ray)

@@ -193,7 +193,9 @@ class RayWatch:
         elif a.error_type:
             text += f" ({a.error_type})"
         if self.unreachable_since is not None:
-            text += f"; the head does not answer since {time.strftime('%H:%M:%S', time.localtime(self.unreachable_since))}"
+            text += (
+                f"; the head does not answer since {time.strftime('%H:%M:%S', time.localtime(self.unreachable_since))}"
+            )
         return text
 
     def _publish(self, tracked: Mapping[str, Job], now: float) -> None:

@@ -40,7 +40,9 @@ class RaySection(TomlTable):
                 f"'http://HEAD:8265', not the Ray Client's {v!r}"
             )
         if not (v.startswith("http://") or v.startswith("https://")):
-            raise ValueError(f"must start with http:// or https:// (the head's dashboard, e.g. 'http://HEAD:8265'; got {v!r})")
+            raise ValueError(
+                f"must start with http:// or https:// (the head's dashboard, e.g. 'http://HEAD:8265'; got {v!r})"
+            )
         return v.rstrip("/")
 
     @field_validator("runtime_env")
@@ -54,5 +56,5 @@ class RaySection(TomlTable):
                 )
         env_vars = v.get("env_vars", {})
         if not isinstance(env_vars, dict) or not all(isinstance(x, str) for x in env_vars.values()):
-            raise ValueError("env_vars: must be a table of strings, e.g. { NCCL_DEBUG = \"WARN\" }")
+            raise ValueError('env_vars: must be a table of strings, e.g. { NCCL_DEBUG = "WARN" }')
         return v

@@ -46,7 +46,9 @@ def ray_home(orch_home, ray_cluster) -> Callable[..., OrchHome]:  # noqa: F811
         h = orch_home(**{"grace_seconds": 10, **(daemon or {})})
         settings = {"address": ray_cluster.address, "poll_seconds": 0.5, **keys}
         text = (h.root / "config.toml").read_text()
-        text += '\n[executor]\nkind = "ray"\n\n[ray]\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
+        text += '\n[executor]\nkind = "ray"\n\n[ray]\n' + "".join(
+            f"{k} = {json.dumps(v)}\n" for k, v in settings.items()
+        )
         (h.root / "config.toml").write_text(text)
         h.config = load_config(h.root / "config.toml", required=True)
         h.ray = ray_cluster

@@ -10,7 +10,7 @@ import os
 import socket
 import subprocess
 import sys
-import time  # noqa: F401
+
 from pathlib import Path
 
 from conftest import ray_state, submit, wait_ray_state
@@ -129,3 +129,11 @@ def test_the_daemon_runs_ray_jobs_without_the_ray_package(ray_home):
         env={**h.env(), "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")},
     )
     assert out.stdout.split() == ["succeeded", "False"], out.stdout + out.stderr[-3000:]
+
+
+def test_doctor_checks_that_a_job_on_a_gpu_worker_sees_the_run_folders(ray_home):
+    h = ray_home()
+    out = h.cli("doctor", timeout=180)
+    line = next((x for x in out.stdout.splitlines() if " ray " in x), "")
+    assert line.startswith("ok") and "is shared with the Ray nodes" in line, out.stdout
+    assert not list(h.home.runs.glob(".doctor-*"))  # the probe's files are cleaned up
