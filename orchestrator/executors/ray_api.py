@@ -97,7 +97,9 @@ class RayJobsApi:
                 text = resp.read().decode("utf-8", errors="replace")
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", errors="replace").strip().splitlines()
-            raise RayRefused(f"the Ray head refused {method} {path}: HTTP {exc.code}: {(detail or [''])[-1][:300]}") from None
+            raise RayRefused(
+                f"the Ray head refused {method} {path}: HTTP {exc.code}: {(detail or [''])[-1][:300]}"
+            ) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise RayUnreachable(f"the Ray head at {self.address} does not answer ({reason})") from None
