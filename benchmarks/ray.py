@@ -97,15 +97,15 @@ def submit_ratio(h, c: RayCluster, trials: int) -> dict:
 
 def node_loss(h, c: RayCluster, n: int) -> dict:
     beat = h.tmp / f"beat-{n}"
-    code = (
-        "import os, pathlib, time\n"
-        "while True:\n"
-        f"    pathlib.Path({str(beat)!r} + '-' + os.environ['ORCH_ATTEMPT']).write_text(str(time.time()))\n"
-        "    time.sleep(0.2)\n"
+    code = (  # one line: a job.toml string holds no newline
+        "import os, pathlib, time; "
+        f"[(pathlib.Path({str(beat)!r} + '-' + os.environ['ORCH_ATTEMPT']).write_text(str(time.time())), "
+        "time.sleep(0.2)) for _ in iter(int, 1)]"
     )
     job = h.jobs_dir / f"loss{n}.toml"
     job.write_text(f"name = 'loss{n}'\ngpus = 1\nretries = 0\ncommand = {json.dumps([sys.executable, '-c', code])}\n")
-    out = h.cli("submit", "--json", str(job))
+    out = h.cli("submit", str(job), "--json")
+    assert out.returncode == 0, out.stderr
     job_id = json.loads(out.stdout)["id"]
     wait(lambda: Path(f"{beat}-1").exists(), what="attempt 1 beating")
     node = wait(lambda: h.job(job_id).executor_ref.get("node_id"), what="its node")
@@ -143,6 +143,7 @@ def main() -> None:
         h = make_home(tmp, c)
         h.start_daemon()
         report = {"submit_to_running": submit_ratio(h, c, args.trials)}
+        print(json.dumps(report), file=sys.stderr, flush=True)
         report["node_loss"] = [node_loss(h, c, n) for n in range(args.losses)]
         print(json.dumps(report, indent=2))
     finally:

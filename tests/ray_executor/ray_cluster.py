@@ -60,6 +60,7 @@ class RayCluster:
         self.base = Path(tempfile.mkdtemp(prefix="orch-ray-", dir="/tmp"))
         self.port = free_port()
         self.dashboard_port = free_port()
+        self.client_port = free_port()
         self.address = f"http://127.0.0.1:{self.dashboard_port}"
         self.head: Optional[subprocess.Popen] = None
         self.workers: dict[str, subprocess.Popen] = {}
@@ -83,6 +84,7 @@ class RayCluster:
             self.add_worker(f"w{i + 1}")
 
     def start_head(self) -> None:
+        """The head, at the same ports every time (a restarted head keeps its address)."""
         self.head = self._start(
             [
                 "--head",
@@ -92,7 +94,7 @@ class RayCluster:
                 "--include-dashboard=true",
                 "--dashboard-host=127.0.0.1",
                 f"--dashboard-port={self.dashboard_port}",
-                f"--ray-client-server-port={free_port()}",
+                f"--ray-client-server-port={self.client_port}",
                 f"--temp-dir={self.base / 't'}",
             ],
             "head.log",
@@ -163,6 +165,15 @@ class RayCluster:
         except OSError:
             pass
         proc.wait(10)
+
+    def replace_workers(self) -> None:
+        """Every worker stopped and started anew (as after a head restart without GCS fault
+        tolerance, when the old raylets cannot rejoin and an autoscaler brings up new nodes)."""
+        names = sorted(self.workers)
+        for name in names:
+            self._stop(self.workers.pop(name))
+        for name in names:
+            self.add_worker(name)
 
     def stop_head(self) -> None:
         if self.head is not None:

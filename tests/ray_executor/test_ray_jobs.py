@@ -22,6 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_two_one_gpu_jobs_run_at_once_on_the_two_workers_and_a_third_waits_for_a_gpu(ray_home):
     h = ray_home()
+    with open(h.root / "config.toml", "a") as f:
+        f.write('\n[pricing]\ncurrency = "USD"\ngpu_hour = 3600.0\n')  # one dollar a GPU-second
     h.start_daemon()
     jobs = [submit(h, h.job_file(name, gpus=1, hold="go", on_term=75)) for name in ("a", "b", "c")]
     started = [h.wait_record(name, "start", timeout=90) for name in ("a", "b")]
@@ -41,6 +43,11 @@ def test_two_one_gpu_jobs_run_at_once_on_the_two_workers_and_a_third_waits_for_a
     log = (h.run_dir(jobs[0]) / "attempt-1.log").read_text()
     assert "a#1 says hello on stdout" in log and "a#1 says hello on stderr" in log, log  # written on the node
     assert h.exit_record(jobs[0], 1)["code"] == 0
+    bill = h.cli_json("cost")  # charged by allocation: while Ray ran it, its GPU x gpu_hour; no idle
+    charged = {j["id"]: j for j in bill["jobs"]}
+    for j in jobs:
+        assert charged[j]["cost"] > 0 and abs(charged[j]["cost"] - charged[j]["gpu_hours"] * 3600.0) < 0.05
+    assert bill["idle_cost"] == 0, bill
 
 
 def test_cancel_stops_a_running_job_with_sigterm_and_a_pending_one_before_it_runs(ray_home):
