@@ -166,15 +166,6 @@ class RayCluster:
             pass
         proc.wait(10)
 
-    def replace_workers(self) -> None:
-        """Every worker stopped and started anew (as after a head restart without GCS fault
-        tolerance, when the old raylets cannot rejoin and an autoscaler brings up new nodes)."""
-        names = sorted(self.workers)
-        for name in names:
-            self._stop(self.workers.pop(name))
-        for name in names:
-            self.add_worker(name)
-
     def stop_head(self) -> None:
         if self.head is not None:
             self._stop(self.head)
