@@ -233,7 +233,7 @@ def bench_poll_cpu(c: SlurmCluster, tmp: Path, n: int, polls: int) -> dict:
     now = time.time()
     for sid in ids:
         job = submit_job(store, config, home, jf, now=now, machine_gpus=0)
-        begin_attempt(store, config, home, job, [], now, environ={})
+        begin_attempt(store, config, home, job, [], now, environ={}, executor="slurm")
         store.update(job.id, now, executor_ref={"slurm_job_id": sid, "submitted_at": now - 60})
     d = Daemon(home, config, store, environ={})
     d.tick()  # the first poll writes every job's "where" once
@@ -281,8 +281,8 @@ def bench_poll_cpu(c: SlurmCluster, tmp: Path, n: int, polls: int) -> dict:
         "median_daemon_cpu_s_per_poll": round(med(x[0] for x in cpu), 4),
         "median_squeue_cpu_s_per_poll": round(med(x[1] for x in cpu), 4),
         "median_tick_wall_s": round(med(wall), 4),
-        "squeue_calls": d.executor.queries.get("squeue"),
-        "sacct_calls": d.executor.queries.get("sacct"),
+        "squeue_calls": d.executor.configured.queries.get("squeue"),
+        "sacct_calls": d.executor.configured.queries.get("sacct"),
     }
 
 

@@ -183,6 +183,11 @@ def attempt_slurm_info(n: int) -> str:
     return f"attempt-{n}.slurm.json"
 
 
+def attempt_ray_info(n: int) -> str:
+    """Where attempt n's Ray job started (node, host, pids), written by its step on the node."""
+    return f"attempt-{n}.ray.json"
+
+
 def exit_record(
     code: Optional[int], signal: Optional[int], started_at: float, ended_at: float, **extra: Any
 ) -> dict[str, Any]:

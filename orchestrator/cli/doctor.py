@@ -2,9 +2,10 @@
 pid file, lock, stale state), the store (SQLite integrity, permissions, schema version), each
 running job (supervisor and job processes alive, progress fresh), orphan processes, free disk
 where checkpoints go against the newest checkpoint's size, the config (as `config check`), the
-notifiers (reachable: DNS and a TCP connect, nothing sent), the clock. Every problem comes with
-the command that fixes it. Exit 0 healthy, 1 problems found. Reads only: never migrates the store,
-signals a process or sends a message."""
+notifiers (reachable: DNS and a TCP connect, nothing sent), the clock, and on Ray whether the nodes
+share the run folders. Every problem comes with the command that fixes it. Exit 0 healthy, 1
+problems found. Reads only: never migrates the store, signals a process or sends a message (on Ray
+it runs one tiny probe job, the only thing it starts)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Optional
 
 from ..home.paths import Home
 from .doctor_config import check_config, check_notifiers
-from .doctor_findings import BAD, Finding
+from .doctor_findings import BAD, OK, Finding
 from .doctor_home import check_clock, check_daemon, check_disk, check_store
 from .doctor_jobs import check_jobs, check_orphans
 
@@ -39,5 +40,17 @@ def run_checks(home: Home, config_path: Path, config_required: bool, *, now: Opt
     out.extend(config_findings)
     if config is not None:
         check_notifiers(config, out)
+    if config is not None and config.executor.kind == "ray":
+        check_ray_shared_folder(home, config, out)
     check_clock(home, out, now)
     return out
+
+
+def check_ray_shared_folder(home: Home, config, out: list[Finding]) -> None:
+    """On Ray the run folders must be on a filesystem every node shares (docs/ray.md): one tiny Ray
+    job reads a file written here and writes one back (the only thing doctor starts)."""
+    from ..executors import check_ray_shared
+
+    ok, text = check_ray_shared(config, home)
+    fix = "put ORCH_HOME on a filesystem every Ray node mounts at the same path (NFS, EFS, Filestore, ...)"
+    out.append(Finding("ray", OK if ok else BAD, text, "" if ok else fix))

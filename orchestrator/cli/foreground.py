@@ -30,7 +30,7 @@ from ..planning.capacity import machine_gpus
 from ..planning.dispatch import choose_slot, free_slots
 from ..home.paths import Home
 from ..host.procs import own_group_dying_with_parent, start_time
-from ..model.records import FOREGROUND_PID, FOREGROUND_START, Job
+from ..model.records import FOREGROUND, FOREGROUND_PID, FOREGROUND_START, Job
 from ..jobs.outcome import Decision
 from ..model.states import RETRYABLE, AttemptOutcome, EventKind, Intent, JobState
 from ..store import Store
@@ -199,6 +199,7 @@ class _Foreground:
                     gpu_ids,
                     time.time(),
                     environ=os.environ,
+                    executor=FOREGROUND,
                     where=" in the foreground (orch run)",
                 )
                 if begun is not None:

@@ -16,7 +16,7 @@ JobId = Hashable
 
 # The executors whose jobs are billed by allocation (a cluster's GPUs while allocated), with no
 # machine of ours: the executors' own `bills_by_allocation` says the same (a test holds them equal).
-ALLOCATION_BILLED = frozenset({"slurm"})
+ALLOCATION_BILLED = frozenset({"slurm", "ray"})
 
 
 @dataclass(frozen=True)

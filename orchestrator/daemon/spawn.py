@@ -78,7 +78,17 @@ def dispatch(d: StepContext, now: float) -> list[int]:
 
 def start(d: StepContext, job: Job, gpu_ids: list[int], now: float, observed: Optional[Observed] = None) -> bool:
     try:
-        begun = begin_attempt(d.store, d.config, d.home, job, gpu_ids, now, environ=d.environ, observed=observed)
+        begun = begin_attempt(
+            d.store,
+            d.config,
+            d.home,
+            job,
+            gpu_ids,
+            now,
+            environ=d.environ,
+            observed=observed,
+            executor=d.executor.name,
+        )
     except sqlite3.Error:
         raise  # the store, not this job
     except Exception as exc:  # e.g. a link planted at its run folder: this job ends, the queue goes on

@@ -48,7 +48,8 @@ class Daemon:
     ):
         self.home, self.config, self.store = home, config, store
         self.environ = dict(os.environ if environ is None else environ)
-        self.executor: Executor = executor or build_executor(config, home)
+        # Each running attempt is watched by the executor that started it (executors/by_kind.py).
+        self.executor: Executor = build_executor(config, home, executor)
         self.managed = gpu_slots(config) if gpu_ids is None else list(gpu_ids)  # as the CLI counts them
         self.on_event = on_event or (lambda kind, job: None)  # hooks, after the transition commits
         self.lock = threading.RLock()  # tick, the preemption watcher and shutdown take turns

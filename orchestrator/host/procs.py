@@ -128,9 +128,9 @@ def _members(index: int, value: Optional[int]) -> list[int]:
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def own_group_dying_with_parent() -> Callable[[], None]:
-    """A preexec_fn: the child gets its own process group, and SIGTERM when this process dies
-    (Linux's PR_SET_PDEATHSIG; elsewhere only the process group)."""
+def own_group_dying_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A preexec_fn: the child gets its own process group, and `sig` (SIGTERM: "checkpoint and
+    exit") when this process dies (Linux's PR_SET_PDEATHSIG; elsewhere only the process group)."""
     import ctypes  # only here: most commands never start a job
 
     parent = os.getpid()
@@ -142,8 +142,8 @@ def own_group_dying_with_parent() -> Callable[[], None]:
     def setup() -> None:
         os.setpgrp()
         if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            prctl(PR_SET_PDEATHSIG, sig)
             if os.getppid() != parent:  # it died before the request took
-                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), sig)
 
     return setup

@@ -73,3 +73,10 @@ def check_nodes(spec: JobSpec, label: str, executor: str) -> None:
                 f'[executor] kind = "slurm" in config.toml to run it on a cluster, or remove `nodes`'
             ]
         )
+    if spec.nodes > 1 and executor == "ray":  # multi-node DDP through Ray Train is not built (docs/ray.md)
+        raise SpecError(
+            [
+                f"{label}: nodes: asks for {spec.nodes} nodes, but on Ray each attempt runs on one node; "
+                'remove `nodes`, or run multi-node jobs with [executor] kind = "slurm"'
+            ]
+        )

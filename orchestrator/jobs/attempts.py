@@ -152,11 +152,14 @@ def begin_attempt(
     now: float,
     *,
     environ: Mapping[str, str],
+    executor: str,
     where: str = "",
     observed: Optional[Observed] = None,
 ) -> Optional[Begun]:
     """Record the next attempt of a queued job as running and build its launch. None when the job
-    is no longer where the caller read it (another process moved it first). `observed`: what
+    is no longer where the caller read it (another process moved it first). `executor` is the kind
+    that will start it (records.LOCAL, "slurm", "ray", records.FOREGROUND), recorded in the same
+    transaction, so whoever watches the attempt asks the executor that started it. `observed`: what
     observe_start learnt of its environment beforehand (the daemon, off its lock); without it the
     job's interpreter is asked here."""
     run_dir = home.make_run_dir(job.id)  # a link planted at runs/<id> is refused, never followed
@@ -185,7 +188,7 @@ def begin_attempt(
             now,
             detail=detail,
             expect=[job.state],
-            updates=lost_steps_updates(job, store.attempts(job.id), resume_step),
+            updates={**lost_steps_updates(job, store.attempts(job.id), resume_step), "executor": executor},
             begin_attempt=AttemptStart(n, list(gpu_ids), resume_step),
             also=also,
         )
@@ -205,6 +208,7 @@ def begin_attempt(
         grace_s=grace_for(started, config),
         gpu_ids=list(gpu_ids),
         spec=started.spec,
+        job_uid=started.uid,
     )
     return Begun(started, launch, resume_step, tuple(kind for kind, _ in also))
 

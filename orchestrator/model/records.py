@@ -16,6 +16,12 @@ from .states import AttemptOutcome, Intent, JobState
 FOREGROUND_PID = "foreground_pid"
 FOREGROUND_START = "foreground_start"  # with the pid: the process's start time (a pid alone is recycled)
 
+# The `executor` column: which executor started the job's current attempt ("local", "slurm", "ray",
+# or FOREGROUND for `orch run`), written when the attempt begins, so each attempt is watched and
+# reaped by the executor that started it whatever config.toml says now (executors/by_kind.py).
+LOCAL = "local"
+FOREGROUND = "foreground"  # `orch run`: a process on this machine that accrues its own attempt
+
 
 @dataclass
 class Job:
@@ -55,7 +61,7 @@ class Job:
     max_cost: Optional[float]
     max_hours: Optional[float]
     uid: str  # global id: stays the same when the job is adopted on another machine
-    executor: str  # "local", "slurm": which executor runs its attempts
+    executor: str  # which executor started its current attempt: "local", "slurm", "ray", FOREGROUND
     executor_ref: dict[str, Any]  # that executor's handle on the current attempt (local uses supervisor_*)
 
     @property
@@ -194,3 +200,4 @@ class AttemptLaunch:
     grace_s: float
     gpu_ids: list[int] = field(default_factory=list)
     spec: dict[str, Any] = field(default_factory=dict)
+    job_uid: str = ""  # the job's global id (a Ray attempt's submission id is built from it)

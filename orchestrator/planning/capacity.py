@@ -11,10 +11,12 @@ from ..host.gpus import managed_gpus
 
 def gpu_slots(config: Any) -> list[int]:
     """The GPU slots of the executor config.toml names: on Slurm `[slurm] max_gpus` slots (Slurm
-    places them; the login node's own GPUs do not count), else this machine's GPUs (`[daemon] gpus`,
+    places them; the login node's own GPUs do not count), on Ray `[ray] max_gpus`, else this machine's GPUs (`[daemon] gpus`,
     else nvidia-smi)."""
     if config.executor.kind == "slurm":
         return list(range(config.slurm.max_gpus))
+    if config.executor.kind == "ray":  # Ray places them on its nodes; what does not fit waits in Ray
+        return list(range(config.ray.max_gpus))
     return machine_gpus(config)
 
 

@@ -13,6 +13,7 @@ from .bounds import control_problem
 from ..model.errors import ConfigError
 from ..model.states import DEFAULT_NOTIFY_EVENTS, EventKind
 from .problems import TomlTable, problems_from
+from .ray_section import RaySection
 from .storage_url import parse_storage_url
 from .tomlfile import read_toml
 
@@ -126,7 +127,8 @@ class LoggingSection(_Section):
 
 
 class ExecutorSection(_Section):
-    kind: Literal["local", "slurm"] = "local"  # where attempts run: this machine, or a Slurm cluster ([slurm])
+    # where attempts run: this machine, a Slurm cluster ([slurm]) or a Ray cluster ([ray])
+    kind: Literal["local", "slurm", "ray"] = "local"
 
 
 class SlurmSection(_Section):
@@ -226,6 +228,7 @@ class Config(_Section):
     logging: LoggingSection = LoggingSection()
     executor: ExecutorSection = ExecutorSection()
     slurm: SlurmSection = SlurmSection()
+    ray: RaySection = RaySection()
     recovery: Optional[RecoverySection] = None  # None: no [recovery] table (`orch watch` refuses)
 
     # Set by load_config, not read from the file.

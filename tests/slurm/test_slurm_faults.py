@@ -73,7 +73,9 @@ def test_attempt_submitted_but_never_recorded_is_adopted_not_submitted_twice(slu
 
     h = slurm_home()
     job = h.submit("orphan", hold="go")  # no daemon runs yet: it stays queued
-    begun = begin_attempt(h.store, h.config, h.home, h.job(job), [], time.time(), environ=dict(os.environ))
+    begun = begin_attempt(
+        h.store, h.config, h.home, h.job(job), [], time.time(), environ=dict(os.environ), executor="slurm"
+    )
     ref = build_executor(h.config, h.home).start(begun.launch)["executor_ref"]  # ...and the daemon "dies" here
     assert h.job(job).state is JobState.RUNNING and not h.job(job).executor_ref
     h.start_daemon()

@@ -1,0 +1,208 @@
+"""The Ray executor: each attempt is one Ray job submitted through the head's Jobs REST API (no
+`ray` import: ray_api.py), named `orch-<job uid>-<attempt>`, asking `entrypoint_num_gpus = gpus`.
+Its entrypoint is ray_step on the node Ray picks, which runs the job's own command with the
+contract's environment, writes the log and the exit record into the run folder (a filesystem
+every node shares, as with Slurm), and passes Ray's stop on as "checkpoint now" with the grace.
+
+Ray only places the process; orch decides everything else. Ray Jobs are never retried by Ray: a
+job whose node dies ends FAILED, which the tick reads as a lost attempt (ray_watch.py) and resumes
+elsewhere from the newest checkpoint, not charged to `retries`.
+
+Stops: orch's stop (cancel, budget, a notice) is Ray's stop_job, which SIGTERMs the step and the
+job, then SIGKILLs after RAY_JOB_STOP_WAIT_TIME_S: orch sets that to the job's grace (and more), so
+the job saves its checkpoint. A job still PENDING in Ray is stopped and its exit record written
+here (it never ran).
+
+Cost: `billable(job)` only while Ray says RUNNING: GPUs x that time x gpu_hour."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from ..contract import (
+    EX_CONFIG,
+    JOB_ERROR,
+    attempt_exit,
+    attempt_log,
+    attempt_ray_info,
+    checkpoint_dir,
+    write_exit_record,
+    write_json_atomic,
+)
+from ..home.paths import Home
+from ..model.records import AttemptLaunch, Job
+from .ray_api import PENDING, RayJobsApi, RayRefused, RayUnreachable
+from .ray_watch import UNSUBMITTED, RayWatch, submission_id
+
+if TYPE_CHECKING:
+    from ..spec.ray_section import RaySection
+
+log = logging.getLogger("orch.executor.ray")
+
+STOP_WAIT_BEYOND_GRACE_S = 15  # Ray's SIGKILL comes this long after the job's own grace
+# The daemon's environment is the job's, as everywhere, but for what Ray sets on the node itself.
+NOT_PASSED = ("CUDA_VISIBLE_DEVICES", "RAY_ADDRESS")
+
+
+class RayExecutor(RayWatch):
+    name = "ray"
+    bills_by_allocation = True  # the cluster's GPUs are charged while a job holds them, never idle
+
+    def __init__(
+        self, home: Home, ray: "RaySection", *, python: str = sys.executable, api: Optional[RayJobsApi] = None
+    ):
+        super().__init__(home, ray, api)
+        self.python = python
+
+    # -- start -----------------------------------------------------------------------------------
+
+    def submit_body(self, launch: AttemptLaunch) -> dict[str, Any]:
+        step = [self.python, "-m", "orchestrator.executors.ray_step", "--run-dir", str(launch.run_dir)]
+        step += ["--attempt", str(launch.attempt), "--grace", str(launch.grace_s)]
+        step += (["--cwd", launch.cwd] if launch.cwd else []) + ["--", *launch.argv]
+        passthrough = dict(self.cfg.runtime_env)
+        env = {k: v for k, v in launch.env.items() if k not in NOT_PASSED}
+        env.update(passthrough.get("env_vars") or {})
+        env["RAY_JOB_STOP_WAIT_TIME_S"] = str(int(launch.grace_s) + STOP_WAIT_BEYOND_GRACE_S)
+        body: dict[str, Any] = {
+            "entrypoint": "exec " + shlex.join(step),
+            "submission_id": submission_id(launch.job_uid or str(launch.job_id), launch.attempt),
+            "runtime_env": {**passthrough, "env_vars": env},
+            "metadata": {"orch_job": str(launch.job_id), "orch_attempt": str(launch.attempt)},
+        }
+        gpus = int(launch.spec.get("gpus") or 0)
+        if gpus:
+            body["entrypoint_num_gpus"] = gpus
+        if self.cfg.entrypoint_num_cpus is not None:
+            body["entrypoint_num_cpus"] = self.cfg.entrypoint_num_cpus
+        if self.cfg.memory_gb is not None:
+            body["entrypoint_memory"] = int(self.cfg.memory_gb * 2**30)
+        return body
+
+    def start(self, launch: AttemptLaunch) -> dict[str, Any]:
+        run_dir = launch.run_dir
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        checkpoint_dir(run_dir).mkdir(exist_ok=True)
+        body = self.submit_body(launch)
+        sid = body["submission_id"]
+        ref: dict[str, Any] = {"submission_id": sid, "submitted_at": time.time(), "address": self.cfg.address}
+        gpus = int(launch.spec.get("gpus") or 0)
+        try:
+            too_big = self._fits_no_node(gpus)
+            if too_big:
+                self._refuse(launch, too_big)
+                return {"executor_ref": {**ref, "state": "REFUSED", "where": f"Ray {sid}: not submitted: {too_big}"}}
+            self.api.submit(body)
+        except RayUnreachable as exc:
+            # Nothing is lost: the attempt waits in the daemon, which says so, and submits it when
+            # the head answers (the same submission id: never twice).
+            self.unsubmitted[sid] = body
+            self.unreachable_why = str(exc)
+            self._note(launch, f"not submitted yet: {exc}; orch submits it when the head answers")
+            return {"executor_ref": {**ref, "state": UNSUBMITTED, "where": f"Ray {sid}: not submitted yet: {exc}"}}
+        except RayRefused as exc:
+            self._note(launch, f"Ray refused the job: {exc}")
+            raise
+        log.info("job %s: attempt %s submitted to Ray as %s", launch.job_id, launch.attempt, sid)
+        return {"executor_ref": {**ref, "state": "SUBMITTED", "where": f"Ray {sid}: submitted"}}
+
+    def _fits_no_node(self, gpus: int) -> Optional[str]:
+        """Why no node of the cluster can ever hold the job (a fixed cluster: no autoscaler)."""
+        if not gpus or self.cfg.autoscaler:
+            return None
+        nodes = [n for n in self.api.nodes() if n.alive]
+        most = max((n.gpus for n in nodes), default=0.0)
+        if gpus <= most:
+            return None
+        return (
+            f"asks for {gpus} GPUs on one node, but the largest node of the Ray cluster at {self.cfg.address} "
+            f"has {most:g}; lower `gpus`, or add bigger nodes (set [ray] autoscaler = true if the cluster "
+            "grows on demand)"
+        )
+
+    def _refuse(self, launch: AttemptLaunch, why: str) -> None:
+        """A job no node can hold fails at once with the reason (exit 78: not retried)."""
+        self._note(launch, why)
+        write_json_atomic(launch.run_dir / JOB_ERROR, {"attempt": launch.attempt, "message": why})
+        now = time.time()
+        write_exit_record(launch.run_dir, launch.attempt, EX_CONFIG, None, now, now, ray_status="NOT SUBMITTED")
+
+    def _note(self, launch: AttemptLaunch, text: str) -> None:
+        with open(launch.run_dir / attempt_log(launch.attempt), "a", encoding="utf-8") as f:
+            f.write(f"[orch] attempt {launch.attempt} on Ray: {text}\n")
+
+    def adopt(self, job: Job) -> Optional[dict[str, Any]]:
+        """The daemon died between the submit and recording it: the submission id is known."""
+        sid = self.sid(job)
+        try:
+            found = self.api.job(sid) if sid else None
+        except OSError:
+            return None
+        return {"executor_ref": {"submission_id": sid, "submitted_at": time.time()}} if found else None
+
+    # -- signals ---------------------------------------------------------------------------------
+
+    def terminate(self, job: Job) -> bool:
+        """ "Checkpoint now": Ray's stop (SIGTERM to the step and the job; SIGKILL after the grace).
+        A job still pending in Ray, or never submitted, is simply stopped: its exit record is ours."""
+        sid = self.sid(job)
+        if sid is None:
+            return False
+        if self.unsubmitted.pop(sid, None) is not None:
+            self._exit_unstarted(job, sid, "cancelled before the Ray head took it")
+            return True
+        t = self.jobs.get(sid)
+        pending = t is None or t.answer is None or t.answer.status == PENDING
+        try:
+            self.api.stop(sid)
+        except OSError as exc:
+            log.warning("job %s: cannot stop Ray job %s: %s (the grace's backstop tries again)", job.id, sid, exc)
+            return False
+        if pending and not self._started(job):
+            self._exit_unstarted(job, sid, "stopped while pending in Ray")
+        return True
+
+    def _started(self, job: Job) -> bool:
+        return (self.home.run_dir(job.id) / attempt_ray_info(job.attempt)).exists()
+
+    def _exit_unstarted(self, job: Job, sid: str, why: str) -> None:
+        run_dir = self.home.run_dir(job.id)
+        if (run_dir / attempt_exit(job.attempt)).exists():
+            return
+        now = time.time()
+        write_exit_record(run_dir, job.attempt, None, 15, now, now, ray_status=why)
+        with open(run_dir / attempt_log(job.attempt), "a", encoding="utf-8") as f:
+            f.write(f"[orch] Ray job {sid} {why}\n")
+
+    def kill(self, job: Job) -> bool:
+        """The grace is over: Ray's stop again (its SIGKILL follows its own wait)."""
+        sid = self.sid(job)
+        try:
+            return bool(sid) and self.api.stop(sid or "")
+        except OSError:
+            return False
+
+    def clear_lost(self, job: Job) -> None:
+        """Lost: make sure Ray holds nothing of it (a start timeout leaves nothing; a job Ray still
+        thinks runs is stopped). The step on a lost node killed its own job when Ray let go of it."""
+        sid = self.sid(job)
+        self.unsubmitted.pop(sid or "", None)
+        t = self.jobs.get(sid or "")
+        if sid and t is not None and t.answer is not None and not t.answer.ended:
+            try:
+                self.api.stop(sid)
+            except OSError:
+                pass
+
+    def dump_stacks(self, job: Job) -> str:
+        return "no stack dump: a Ray attempt runs on its node, which the daemon cannot signal"
+
+    # -- looking ---------------------------------------------------------------------------------
+
+    def log_paths(self, job: Job) -> list[Path]:
+        return [self.home.run_dir(job.id) / attempt_log(job.attempt)] if job.attempt else []

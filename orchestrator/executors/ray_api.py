@@ -1,0 +1,153 @@
+"""Ray's Jobs REST API on the head's dashboard (`/api/jobs/`), spoken over HTTP with the standard
+library: the daemon never imports `ray` (a heavy package that would slow every tick's process and
+tie orch to one Ray version), and it needs no `ray` installed where it runs. Every call either
+answers or raises RayUnreachable: "cannot tell" is never read as an ending."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Optional
+
+# The job's states as Ray names them (ray.job_submission.JobStatus).
+PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED = "PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"
+TERMINAL = frozenset({STOPPED, SUCCEEDED, FAILED})
+
+# Ray's error types that mean the machine (or Ray on it) went away under the job, not the job's own
+# failure: the attempt is lost, requeued and resumed, not charged to `retries`.
+MACHINE_LOST_ERRORS = frozenset({"JOB_SUPERVISOR_ACTOR_DIED", "JOB_SUPERVISOR_ACTOR_UNKNOWN_FAILURE"})
+# Ray gave up waiting for resources (RAY_JOB_START_TIMEOUT_SECONDS, 900 s by default): requeued too.
+START_TIMEOUT_ERRORS = frozenset({"JOB_SUPERVISOR_ACTOR_START_TIMEOUT"})
+
+
+class RayUnreachable(OSError):
+    """The head did not answer (down, restarting, a wrong address): unknown, not an ending."""
+
+
+class RayRefused(OSError):
+    """The head answered with an error about this request (a bad runtime_env, say)."""
+
+
+@dataclass(frozen=True)
+class RayJob:
+    submission_id: str
+    status: str
+    error_type: str = ""
+    message: str = ""
+    driver_node_id: str = ""
+    driver_exit_code: Optional[int] = None
+    start_time: Optional[float] = None  # Unix seconds (Ray gives milliseconds)
+    end_time: Optional[float] = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "RayJob":
+        def seconds(ms: Any) -> Optional[float]:
+            return float(ms) / 1000.0 if isinstance(ms, (int, float)) and ms > 0 else None
+
+        return cls(
+            submission_id=str(d.get("submission_id") or ""),
+            status=str(d.get("status") or ""),
+            error_type=str(d.get("error_type") or ""),
+            message=str(d.get("message") or ""),
+            driver_node_id=str(d.get("driver_node_id") or ""),
+            driver_exit_code=d.get("driver_exit_code") if isinstance(d.get("driver_exit_code"), int) else None,
+            start_time=seconds(d.get("start_time")),
+            end_time=seconds(d.get("end_time")),
+        )
+
+    @property
+    def ended(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def machine_lost(self) -> bool:
+        """Ray lost the process's node or its supervisor (not the job's own exit)."""
+        if self.status != FAILED:
+            return False
+        text = self.message.lower()
+        return (
+            self.error_type in MACHINE_LOST_ERRORS
+            or self.error_type in START_TIMEOUT_ERRORS
+            or ("node" in text and ("died" in text or "dead" in text))
+        )
+
+
+@dataclass(frozen=True)
+class RayNode:
+    node_id: str
+    address: str
+    alive: bool
+    gpus: float
+
+
+class RayJobsApi:
+    def __init__(self, address: str, timeout_s: float = 10.0):
+        self.address = address.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def _call(self, method: str, path: str, body: Optional[dict[str, Any]] = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(
+            self.address + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                text = resp.read().decode("utf-8", errors="replace")
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", errors="replace").strip().splitlines()
+            raise RayRefused(
+                f"the Ray head refused {method} {path}: HTTP {exc.code}: {(detail or [''])[-1][:300]}"
+            ) from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise RayUnreachable(f"the Ray head at {self.address} does not answer ({reason})") from None
+        try:
+            return json.loads(text) if text.strip() else None
+        except ValueError:
+            raise RayUnreachable(f"{self.address} answered {path} with something that is not Ray's JSON") from None
+
+    def submit(self, body: dict[str, Any]) -> str:
+        """POST a job; returns its submission id. A submission id Ray already knows (a retried
+        submit whose first answer was lost) is that same job, never a second one."""
+        try:
+            answer = self._call("POST", "/api/jobs/", body)
+        except RayRefused as exc:
+            if "already exists" in str(exc) and self.job(body["submission_id"]) is not None:
+                return str(body["submission_id"])
+            raise
+        return str((answer or {}).get("submission_id") or body["submission_id"])
+
+    def jobs(self) -> dict[str, RayJob]:
+        """Every job the cluster knows, by submission id: one request per poll for all attempts."""
+        answer = self._call("GET", "/api/jobs/")
+        return {j.submission_id: j for j in (RayJob.from_json(d) for d in answer or []) if j.submission_id}
+
+    def job(self, submission_id: str) -> Optional[RayJob]:
+        try:
+            return RayJob.from_json(self._call("GET", f"/api/jobs/{submission_id}") or {})
+        except RayRefused as exc:
+            if "HTTP 404" in str(exc):
+                return None
+            raise
+
+    def stop(self, submission_id: str) -> bool:
+        answer = self._call("POST", f"/api/jobs/{submission_id}/stop")
+        return bool((answer or {}).get("stopped"))
+
+    def nodes(self) -> list[RayNode]:
+        """The cluster's nodes with their GPUs (the dashboard's node summary)."""
+        answer = self._call("GET", "/nodes?view=summary") or {}
+        out = []
+        for n in (answer.get("data") or {}).get("summary") or []:
+            raylet = n.get("raylet") or {}
+            out.append(
+                RayNode(
+                    node_id=str(raylet.get("nodeId") or ""),
+                    address=str(raylet.get("nodeManagerAddress") or n.get("ip") or ""),
+                    alive=raylet.get("state") == "ALIVE",
+                    gpus=float((raylet.get("resourcesTotal") or {}).get("GPU") or 0),
+                )
+            )
+        return out

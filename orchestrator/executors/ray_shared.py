@@ -1,0 +1,71 @@
+"""`orch doctor` with [executor] kind = "ray": is $ORCH_HOME/runs on a filesystem every node shares?
+A file the daemon's machine writes must be visible to a job on a GPU worker (the run folder, the
+checkpoints, the exit record), and one the job writes visible back here. Checked with one tiny Ray
+job that asks for a sliver of a GPU (so Ray places it where attempts run, not on a GPU-less head)
+and reads and writes one file each way."""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+import sys
+from typing import TYPE_CHECKING
+
+from ..home.paths import Home
+from ..host.polling import poll
+from .ray_api import RayJob, RayJobsApi
+
+if TYPE_CHECKING:
+    from ..spec.ray_section import RaySection
+
+PROBE_GPU = 0.01  # enough for Ray to place it on a GPU node; a 1-GPU attempt waits only seconds
+PROBE_TIMEOUT_S = 90.0
+
+
+def check_shared_with_ray(home: Home, ray: "RaySection", *, python: str = sys.executable) -> tuple[bool, str]:
+    """(ok, what was found). Never raises: every failure is the text of the finding."""
+    api = RayJobsApi(ray.address, ray.timeout_seconds)
+    token = secrets.token_hex(8)
+    here = home.runs / f".doctor-{token}"
+    there = home.runs / f".doctor-{token}.seen"
+    sid = f"orch-doctor-{token}"
+    code = (
+        "import pathlib, socket\n"
+        f"p = pathlib.Path({str(here)!r})\n"
+        f"seen = p.exists() and p.read_text() == {token!r}\n"
+        f"pathlib.Path({str(there)!r}).write_text(('yes ' if seen else 'no ') + socket.gethostname())\n"
+    )
+    try:
+        home.runs.mkdir(parents=True, exist_ok=True)
+        here.write_text(token)
+        api.submit(
+            {"entrypoint": shlex.join([python, "-c", code]), "submission_id": sid, "entrypoint_num_gpus": PROBE_GPU}
+        )
+        ended: RayJob | None = poll(lambda: (j := api.job(sid)) is not None and j.ended and j, PROBE_TIMEOUT_S, 0.5)
+        if not ended:
+            api.stop(sid)
+            return (
+                False,
+                f"the shared-folder probe (Ray job {sid}) did not finish within {PROBE_TIMEOUT_S:.0f} s: no GPU node free?",
+            )
+        answer = there.read_text().split() if there.exists() else []
+        if not answer:
+            return False, (
+                f"a job on a Ray GPU node ran ({ended.status}) but its file under {home.runs} never appeared here: "
+                "the nodes do not share ORCH_HOME's runs folder"
+                + (f" ({ended.message.strip().splitlines()[-1][:200]})" if ended.message.strip() else "")
+            )
+        if answer[0] != "yes":
+            return (
+                False,
+                f"a job on Ray node {answer[-1]} does not see {here}: the nodes do not share ORCH_HOME's runs folder",
+            )
+        return True, f"{home.runs} is shared with the Ray nodes (a job on {answer[-1]} read and wrote it)"
+    except OSError as exc:
+        return False, f"cannot check the shared folder through Ray: {exc}"
+    finally:
+        for path in (here, there):
+            try:
+                path.unlink()
+            except OSError:
+                pass

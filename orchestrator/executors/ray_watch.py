@@ -1,0 +1,222 @@
+"""The Ray executor's view of its attempts: one list of the cluster's jobs per poll (the Jobs REST
+API), cached for alive/exit/describe/billable, the exit records read from the shared run folders,
+and the state published to the job row so `orch status` reads it without asking Ray.
+
+How an attempt ends, read in this order:
+- its exit record (written by ray_step on the node): the outcome table decides, as everywhere;
+- Ray says FAILED because it lost the node or the job's supervisor (JOB_SUPERVISOR_ACTOR_DIED, a
+  node-died message), or gave up waiting for resources (its start timeout): lost, requeued and
+  resumed, not charged;
+- Ray says it ended otherwise and no exit record came within EXIT_RECORD_WAIT_S: Ray's word is the
+  exit (STOPPED = SIGTERM, so the intent decides; a runtime_env that cannot be set up = exit 1);
+- the head does not answer: nothing ends; the daemon waits and says so, and the next answer
+  reconciles every attempt."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+
+from ..contract import attempt_exit, attempt_log, attempt_ray_info, exit_record, read_json
+from ..home.paths import Home
+from ..model.records import Job
+from ..model.states import JobState
+from .ray_api import PENDING, RUNNING, STOPPED, RayJob, RayJobsApi, RayUnreachable
+
+if TYPE_CHECKING:
+    from ..spec.ray_section import RaySection
+
+log = logging.getLogger("orch.executor.ray")
+
+EXIT_RECORD_WAIT_S = 15.0  # an ended job's exit record may be late on a network filesystem
+UNSUBMITTED = "UNSUBMITTED"  # orch's own word: the head did not answer the submit yet
+
+
+@dataclass
+class Tracked:
+    answer: Optional[RayJob] = None  # the last answer Ray gave about it
+    ended_seen_at: Optional[float] = None  # the first poll that saw it ended (or gone)
+    exit_record: Optional[dict[str, Any]] = None
+    gone: bool = False  # the head answered and does not know it
+
+
+def submission_id(uid: str, attempt: int) -> str:
+    """One Ray job per attempt, named by orch's global job id and the attempt number: a retried
+    submit, or a daemon that died before recording the handle, finds the same Ray job."""
+    return f"orch-{uid}-{attempt}"
+
+
+class RayWatch:
+    def __init__(self, home: Home, ray: "RaySection", api: Optional[RayJobsApi] = None):
+        self.home, self.cfg = home, ray
+        self.api = api or RayJobsApi(ray.address, ray.timeout_seconds)
+        self.jobs: dict[str, Tracked] = {}
+        self.polled_at = 0.0
+        self.unreachable_since: Optional[float] = None
+        self.unreachable_why = ""
+        self.unsubmitted: dict[str, dict[str, Any]] = {}  # submission id -> the body to send again
+        self._store: Any = None
+
+    @staticmethod
+    def sid(job: Job) -> Optional[str]:
+        if not job.attempt:
+            return None
+        return str((job.executor_ref or {}).get("submission_id") or submission_id(job.uid, job.attempt))
+
+    def refresh(self, jobs: Sequence[Job], now: float) -> None:
+        tracked = {sid: job for job in jobs if (sid := self.sid(job))}
+        for sid in list(self.jobs):
+            if sid not in tracked:
+                del self.jobs[sid]
+        if not tracked:
+            return
+        if now - self.polled_at >= self.cfg.poll_seconds or any(s not in self.jobs for s in tracked):
+            self.polled_at = now
+            self._poll(tracked, now)
+        self._read_exits(tracked)
+        self._publish(tracked, now)
+
+    def _poll(self, tracked: Mapping[str, Job], now: float) -> None:
+        try:
+            self._submit_waiting(tracked)
+            answers = self.api.jobs()
+        except RayUnreachable as exc:
+            if self.unreachable_since is None:
+                self.unreachable_since = now
+                log.warning("%s: its attempts are left as they are until it answers", exc)
+            self.unreachable_why = str(exc)
+            for sid in tracked:
+                self.jobs.setdefault(sid, Tracked())
+            return
+        if self.unreachable_since is not None:
+            log.info("the Ray head answers again after %.0fs: reconciling every attempt", now - self.unreachable_since)
+        self.unreachable_since = None
+        for sid, job in tracked.items():
+            t = self.jobs.setdefault(sid, Tracked())
+            if sid in answers:
+                t.answer, t.gone = answers[sid], False
+            elif sid in self.unsubmitted:
+                continue  # not submitted yet: the next poll sends it again
+            elif not t.gone:
+                log.info("job %s: Ray does not know %s (the head lost its jobs?)", job.id, sid)
+                t.gone = True
+            if (t.gone or (t.answer is not None and t.answer.ended)) and t.ended_seen_at is None:
+                t.ended_seen_at = now
+
+    def _submit_waiting(self, tracked: Mapping[str, Job]) -> None:
+        for sid in [s for s in self.unsubmitted if s in tracked]:
+            self.api.submit(self.unsubmitted[sid])  # RayUnreachable: still waiting
+            log.info("job %s: the Ray head answers: attempt submitted as %s", tracked[sid].id, sid)
+            del self.unsubmitted[sid]
+
+    def _read_exits(self, tracked: Mapping[str, Job]) -> None:
+        runs = str(self.home.runs)
+        for sid, job in tracked.items():
+            t = self.jobs.setdefault(sid, Tracked())
+            if t.exit_record is None:
+                path = os.path.join(runs, str(job.id), attempt_exit(job.attempt))
+                if os.path.exists(path):
+                    t.exit_record = read_json(Path(path))
+
+    # -- what the tick asks ----------------------------------------------------------------------
+
+    def alive(self, job: Job) -> bool:
+        """Pending and running count, and so does "cannot tell" (the head unreachable). False when
+        Ray lost it, or when it ended and the wait for its exit record is over."""
+        t = self.jobs.get(self.sid(job) or "")
+        if t is None:
+            return self.sid(job) is not None and self.exit(job) is None
+        if t.exit_record is not None:
+            return False
+        if t.ended_seen_at is None:
+            return True
+        if t.answer is not None and t.answer.machine_lost and not t.gone:
+            return False  # no exit record will come: the node or the job's supervisor is gone
+        return time.time() - t.ended_seen_at < EXIT_RECORD_WAIT_S
+
+    def exit(self, job: Job) -> Optional[dict[str, Any]]:
+        t = self.jobs.get(self.sid(job) or "")
+        if t is None:
+            return read_json(self.home.run_dir(job.id) / attempt_exit(job.attempt)) if job.attempt else None
+        if t.exit_record is not None:
+            return {**t.exit_record, **({"ray_status": t.answer.status} if t.answer else {})}
+        a = t.answer
+        if (
+            a is not None
+            and not t.gone
+            and a.ended
+            and not a.machine_lost
+            and t.ended_seen_at is not None
+            and time.time() - t.ended_seen_at >= EXIT_RECORD_WAIT_S
+        ):
+            return self._exit_from_ray(job, a)
+        return None
+
+    def _exit_from_ray(self, job: Job, a: RayJob) -> dict[str, Any]:
+        """Ray ended the job and no exit record came (it never started: a runtime_env that cannot
+        be set up; stopped from outside orch): Ray's word is the exit, so the retry rules decide."""
+        code, sig = (None, 15) if a.status == STOPPED else (a.driver_exit_code or 1, None)
+        now = time.time()
+        why = f"Ray ended {a.submission_id} as {a.status}" + (f" ({a.error_type})" if a.error_type else "")
+        with open(self.home.run_dir(job.id) / attempt_log(job.attempt), "a", encoding="utf-8") as f:
+            f.write(f"[orch] {why} before the job wrote its exit record: {a.message[:2000]}\n")
+        log.warning("job %s: %s without an exit record; reading it as code %s signal %s", job.id, why, code, sig)
+        return exit_record(code, sig, a.start_time or now, a.end_time or now, ray_status=a.status)
+
+    def billable(self, job: Job) -> bool:
+        """Charged while Ray runs it (its GPUs are held): pending costs nothing."""
+        t = self.jobs.get(self.sid(job) or "")
+        return bool(t and t.answer and t.answer.status == RUNNING and t.exit_record is None)
+
+    def describe(self, job: Job) -> Optional[str]:
+        sid = self.sid(job) or ""
+        t = self.jobs.get(sid)
+        return self._describe(job, sid, t) if t else (job.executor_ref or {}).get("where")
+
+    def _describe(self, job: Job, sid: str, t: Tracked) -> str:
+        if sid in self.unsubmitted:
+            return f"Ray {sid}: not submitted yet: {self.unreachable_why or 'the head does not answer'}"
+        if t.answer is None:
+            return f"Ray {sid}: gone from Ray" if t.gone else f"Ray {sid}: submitted"
+        a = t.answer
+        text = f"Ray {sid}: {a.status}"
+        if a.status == PENDING:
+            text += f" (waiting for {job.gpus} GPU{'s' if job.gpus != 1 else ''})" if job.gpus else " (waiting)"
+        elif a.status == RUNNING:
+            info = read_json(self.home.run_dir(job.id) / attempt_ray_info(job.attempt)) or {}
+            node = (a.driver_node_id or info.get("node_id") or "")[:8]
+            text += f" on node {node}" + (f" ({info['host']})" if info.get("host") else "") if node else ""
+        elif a.error_type:
+            text += f" ({a.error_type})"
+        if self.unreachable_since is not None:
+            text += (
+                f"; the head does not answer since {time.strftime('%H:%M:%S', time.localtime(self.unreachable_since))}"
+            )
+        return text
+
+    def _publish(self, tracked: Mapping[str, Job], now: float) -> None:
+        """What Ray said, into the job row's executor_ref when it changed."""
+        for sid, job in tracked.items():
+            text = self._describe(job, sid, self.jobs[sid])
+            ref = dict(job.executor_ref or {})
+            if not ref or text == ref.get("where"):
+                continue  # no handle recorded yet: the start records it
+            ref["where"] = text
+            a = self.jobs[sid].answer
+            if a is not None:
+                ref.update(state=a.status, node_id=a.driver_node_id)
+            try:
+                self.store().update(job.id, now, only_if_state=[JobState.RUNNING], executor_ref=ref)
+            except Exception as exc:  # the status line is a nicety; never let it stop the tick
+                log.warning("job %s: could not record the Ray state: %s", job.id, exc)
+
+    def store(self) -> Any:
+        if self._store is None:
+            from ..store import Store
+
+            self._store = Store(self.home.db)
+        return self._store
