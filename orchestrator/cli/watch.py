@@ -39,7 +39,7 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
     from ..objectstore import manifest as mf
     from ..objectstore.remote import Remote, StorageError
     from ..recovery.controller import Controller
-    from ..recovery.provider import build_provider
+    from ..recovery.build import build_provider
 
     if config.recovery is None:
         where = config.path or home.config_path(None)
