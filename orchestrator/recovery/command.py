@@ -13,6 +13,7 @@ import subprocess
 from typing import Any, Mapping, Optional, Sequence
 
 from orchestrator.contract import (
+    RECOVERY_ENV_GPUS as ENV_GPUS,
     RECOVERY_ENV_INSTANCE as ENV_INSTANCE,
     RECOVERY_ENV_JOBS as ENV_JOBS,
     RECOVERY_ENV_LAUNCH as ENV_LAUNCH,
@@ -50,6 +51,7 @@ class CommandProvider:
             ENV_JOBS: " ".join(request.job_uids),
             ENV_MARKET: request.market,
             ENV_LAUNCH: str(request.launch_number),
+            ENV_GPUS: str(request.gpus),
         }
         code, out = _run(self.argv, env, self.cwd, self.timeout_s, "launch", RelaunchError)
         program = self.argv[0]

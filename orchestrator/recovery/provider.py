@@ -33,7 +33,8 @@ class LaunchRequest:
     url: str  # the mirror
     job_uids: tuple[str, ...]
     market: str  # "spot" | "on-demand"
-    launch_number: int  # 1, 2, ... for these jobs
+    launch_number: int  # 1, 2, ... for these jobs (the first job's, when several go together)
+    gpus: int = 0  # the GPUs the jobs need together: the machine to launch (0: not said)
 
 
 class Provider(Protocol):
