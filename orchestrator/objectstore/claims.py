@@ -16,6 +16,11 @@ from . import manifest as mf
 from .remote import Remote
 
 CLAIMED, LAUNCHED, FAILED, CANCELLED = "claimed", "launched", "failed", "cancelled"
+# The provider had no capacity on that market: the job waits, free. Such a claim is not a launch
+# (it does not count toward max_launches); the next try reuses it, conditional on its ETag.
+NO_CAPACITY = "no_capacity"
+STATUSES = (CLAIMED, LAUNCHED, FAILED, CANCELLED, NO_CAPACITY)
+_FIELDS = ("uid", "n", "status", "market", "lost", "claimed_at", "controller", "updated_at", "launched", "error")
 _NAME = re.compile(r"^launch-(\d{4,9})\.json$")
 MAX_CLAIM_BYTES = 64 * 1024
 
@@ -73,7 +78,7 @@ def _parse(uid: str, n: int, raw: bytes, etag: Optional[str]) -> Optional[Claim]
         d = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         return None
-    if not isinstance(d, dict) or d.get("status") not in (CLAIMED, LAUNCHED, FAILED, CANCELLED):
+    if not isinstance(d, dict) or d.get("status") not in STATUSES:
         return None
     raw_lost = d.get("lost")
     lost: dict[str, Any] = raw_lost if isinstance(raw_lost, dict) else {}
@@ -90,6 +95,7 @@ def _parse(uid: str, n: int, raw: bytes, etag: Optional[str]) -> Optional[Claim]
             launched=str(d.get("launched") or "")[:300],
             error=str(d.get("error") or "")[:1000],
             etag=etag,
+            extra={k: v for k, v in d.items() if k not in _FIELDS},
         )
     except (TypeError, ValueError):
         return None
@@ -113,6 +119,11 @@ def read_claims(remote: Remote, uid: str) -> list[Claim]:
             claim = Claim(uid, n, FAILED, "", {}, 0.0, "", 0.0, error="unreadable claim", etag=got[1])
         out.append(claim)
     return sorted(out, key=lambda c: c.n)
+
+
+def launches(claims: list[Claim]) -> int:
+    """The launches that count toward max_launches: every claim but a capacity wait."""
+    return sum(1 for c in claims if c.status != NO_CAPACITY)
 
 
 def put_new(remote: Remote, claim: Claim) -> Claim:

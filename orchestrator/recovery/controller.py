@@ -8,7 +8,10 @@ stale_after_minutes and was not released, the controller
   4. chooses the market (market.py),
   5. claims launch n in the mirror, create-only (claims.py), BEFORE calling the provider,
   6. reads the manifest again: a lease that came back to life cancels the claim,
-  7. calls the provider: `relaunched`, or `relaunch_failed` and a backoff before the next claim.
+  7. calls the provider off the loop (launcher.py), the jobs one lost machine held together on one
+     machine (placing.py): `relaunched`; `capacity_wait` when the market has no capacity (the job
+     waits, free; the claim is reused, not counted toward max_launches); or `relaunch_failed` and
+     a backoff before the next claim.
 A claim that did not lead to an adoption within `launch_timeout_minutes` (the controller died
 mid-launch, or the machine never came up) is followed by the next claim. The controller never runs a job."""
 
@@ -33,7 +36,9 @@ from ..model.states import EventKind
 from ..store import Store
 from ..objectstore import claims as cl
 from . import market as mk
-from .provider import LaunchRequest, Provider, RelaunchError
+from .launcher import InlineLauncher, Launcher, Outcome
+from .placing import Group, Placement, group
+from .provider import LaunchRequest, NoCapacity, Provider, RelaunchError
 
 log = logging.getLogger("orch.watch")
 
@@ -81,6 +86,7 @@ class Controller:
         controller_id: str,
         clock: Callable[[], float] = time.time,
         say: Callable[[str], None] = lambda s: None,
+        launcher: "Launcher | InlineLauncher | None" = None,
     ):
         assert config.recovery is not None
         self.config = config
@@ -95,6 +101,12 @@ class Controller:
         self.launch_timeout_s = self.rc.launch_timeout_minutes * 60
         self.host = socket.gethostname()
         self._shown: dict[str, tuple[Any, ...]] = {}  # uid -> what the store last got
+        # Provider calls run here; by default at once (tests, the benchmark's simulated clock).
+        self.launcher = launcher or InlineLauncher()
+        self.capacity_retry_s = self.rc.poll_seconds  # a capacity wait's next try: the next poll
+        self._in_flight: dict[str, tuple[float, Group]] = {}  # launcher key -> (since, the group)
+        self._placing: list[Placement] = []  # this pass's launches, placed together after it
+        self._views: dict[str, JobView] = {}  # this pass's views, for outcomes that land in it
 
     # -- one pass -----------------------------------------------------------------------------
 
@@ -102,6 +114,8 @@ class Controller:
         """Look at every job in the mirror once; launch where a lease lapsed. Raises StorageError
         when the mirror cannot be listed (the loop retries at the next poll)."""
         views = []
+        self._collect()
+        self._placing, self._views = [], {}
         for uid in sorted(self.remote.list_dirs("jobs")):
             try:
                 view = self._job(uid)
@@ -110,6 +124,11 @@ class Controller:
             if view is None:
                 continue
             views.append(view)
+            self._views[uid] = view
+        self._place()
+        self._collect()
+        for view in views:
+            uid = view.uid
             shown = (view.name, view.state, view.waiting_since, view.launches, view.losses, view.market, view.note)
             if self._shown.get(uid) == shown:
                 continue  # nothing new: no write
@@ -151,7 +170,7 @@ class Controller:
             return JobView(uid, name, DONE, str(m.get("state")))
         own = dict(m.get("owner") or {})
         claims = cl.read_claims(self.remote, uid)
-        launches = len(claims)
+        launches = cl.launches(claims)
         losses = _losses(claims)
         view = JobView(uid, name, ALIVE, launches=launches, losses=losses)
         if own.get("released"):
@@ -160,6 +179,7 @@ class Controller:
         now = self.clock()
         age = mf.lease_age(m, now)
         latest = claims[-1] if claims else None
+        reuse: Optional[cl.Claim] = None
         if age is not None and age < self.stale_after_s:
             came_back = latest is not None and latest.lost.get("home_id") == own.get("home_id")
             if latest is not None and latest.status == cl.CLAIMED and came_back:
@@ -183,6 +203,20 @@ class Controller:
         lost_at = float(own.get("heartbeat") or m.get("written_at") or now)
         view.state, view.waiting_since = WAITING, lost_at
         if latest is not None and latest.for_loss(own) and latest.status != cl.CANCELLED:
+            since = self._since(uid, latest.n)
+            if latest.status == cl.CLAIMED and since is not None:
+                view.state, view.market = LAUNCHING, latest.market
+                view.note = f"launch {latest.n} ({latest.market}) in progress since {_hms(since)}"
+                return view
+            if latest.status == cl.NO_CAPACITY:
+                due = latest.updated_at + self.capacity_retry_s
+                view.market = latest.market
+                if now < due:
+                    view.note = (
+                        f"no {latest.market} capacity (launch {latest.n} waits, free); next try in {due - now:.0f} s"
+                    )
+                    return view
+                reuse = latest
             if latest.status == cl.CLAIMED and now - latest.claimed_at < self.launch_timeout_s:
                 view.state, view.market = LAUNCHING, latest.market
                 view.note = f"launch {latest.n} claimed by {latest.controller[:12]} (in progress)"
@@ -251,67 +285,132 @@ class Controller:
             )
             return view
         view.market = market
-        self._launch(uid, m, own, launches + 1, market, choice.why, view)
-        view.launches = len(cl.read_claims(self.remote, uid))
+        n = reuse.n if reuse is not None else (claims[-1].n + 1 if claims else 1)
+        self._placing.append(Placement(uid, m, own, n, market, choice.why, view, reuse=reuse))
         return view
 
-    def _launch(
-        self, uid: str, m: dict[str, Any], own: dict[str, Any], n: int, market: str, why: str, view: JobView
-    ) -> None:
+    # -- launching ----------------------------------------------------------------------------
+
+    def _place(self) -> None:
+        """Claim this pass's launches, then launch each group (the jobs of one lost machine, one
+        market) on one machine, off the loop."""
+        for g in group(self._placing):
+            g.placements = [p for p in g.placements if self._claim(p)]
+            if not g.placements:
+                continue
+            first = g.placements[0]
+            request = LaunchRequest(
+                url=self.remote.url.raw, job_uids=g.uids, market=g.market, launch_number=first.n, gpus=g.gpus
+            )
+            key = g.key()
+            self._in_flight[key] = (self.clock(), g)
+            for p in g.placements:
+                p.view.state, p.view.note = (
+                    LAUNCHING,
+                    f"launch {p.n} ({g.market}) in progress since {_hms(self.clock())}",
+                )
+            self.launcher.submit(key, _timed(lambda r=request: self.provider.launch(r)))
+        self._placing = []
+
+    def _claim(self, p: Placement) -> bool:
+        """Claim launch p.n (create-only; a capacity wait's claim is claimed again, conditional on
+        its ETag), then look at the lease again. False: not this controller's to launch."""
         now = self.clock()
-        claim = cl.Claim(
-            uid=uid,
-            n=n,
-            status=cl.CLAIMED,
-            market=market,
-            lost={k: own.get(k) for k in ("host", "home_id", "heartbeat")},
-            claimed_at=now,
-            controller=self.controller_id,
-            updated_at=now,
-            extra={"controller_host": self.host, "why": why},
-        )
+        lost = {k: p.owner.get(k) for k in ("host", "home_id", "heartbeat")}
+        extra = {"controller_host": self.host, "why": p.why}
         try:
-            cl.put_new(self.remote, claim)
+            if p.reuse is not None:
+                claim = p.reuse
+                claim.status, claim.market, claim.claimed_at, claim.updated_at = cl.CLAIMED, p.market, now, now
+                claim.controller, claim.error = self.controller_id, ""
+                claim.extra.update(extra)
+                cl.update(self.remote, claim)
+            else:
+                claim = cl.Claim(p.uid, p.n, cl.CLAIMED, p.market, lost, now, self.controller_id, now, extra=extra)
+                cl.put_new(self.remote, claim)
         except Conflict:
-            view.state, view.note = LAUNCHING, f"launch {n} was claimed by another controller"
-            return
+            p.view.state, p.view.note = LAUNCHING, f"launch {p.n} was claimed by another controller"
+            return False
         # The lease may have come back (a slow heartbeat) or another machine adopted: look again.
-        again = self._read(uid)
+        again = self._read(p.uid)
         if again is not None:
             fresh = dict(again[0].get("owner") or {})
             age = mf.lease_age(again[0], self.clock())
             if not claim.for_loss(fresh) or (age is not None and age < self.stale_after_s):
                 self._cancel(claim, "the lease came back to life before the launch")
-                view.state, view.note, view.waiting_since = ALIVE, "lease came back; launch cancelled", None
-                return
-        name = str(m.get("name") or "")
-        request = LaunchRequest(url=self.remote.url.raw, job_uids=(uid,), market=market, launch_number=n)
-        started = time.monotonic()
-        try:
-            what = self.provider.launch(request)
-        except RelaunchError as exc:
-            error = redact_text(str(exc))
-            claim.status, claim.error, claim.updated_at = cl.FAILED, error, self.clock()
-            self._update(claim)
-            view.note = f"launch {n} ({market}) failed: {error[:200]}"
-            self._event(
-                f"{uid}:launch:{n}",
-                EventKind.RELAUNCH_FAILED,
-                m,
-                f"job {uid[:12]} ({name}): launch {n} on {market} failed: {error}",
-            )
-            return
-        took = time.monotonic() - started
-        claim.status, claim.launched, claim.updated_at = cl.LAUNCHED, redact_text(what)[:300], self.clock()
-        claim.extra["launch_seconds"] = round(took, 3)
-        self._update(claim)
-        view.note = f"launch {n} ({market}): {claim.launched}"
-        self._event(
-            f"{uid}:launch:{n}",
-            EventKind.RELAUNCHED,
-            m,
-            f"job {uid[:12]} ({name}): launch {n} on {market} ({why}): {claim.launched}",
-        )
+                p.view.state, p.view.note, p.view.waiting_since = ALIVE, "lease came back; launch cancelled", None
+                return False
+        p.claim = claim
+        return True
+
+    def in_flight(self) -> int:
+        """Provider calls running now."""
+        return len(self._in_flight)
+
+    def _since(self, uid: str, n: int) -> Optional[float]:
+        """When this controller's launch n of `uid` started, while the provider call runs."""
+        for since, g in self._in_flight.values():
+            if any(p.uid == uid and p.n == n for p in g.placements):
+                return since
+        return None
+
+    def _collect(self) -> None:
+        """Record the provider calls that finished since the last look."""
+        for outcome in self.launcher.finished():
+            flight = self._in_flight.pop(outcome.key, None)
+            if flight is not None:
+                self._launched(flight[1], outcome)
+
+    def _launched(self, g: Group, outcome: Outcome) -> None:
+        error = outcome.error
+        took = None
+        if error is None:
+            took, what = outcome.value
+        together = f" (with {len(g.placements) - 1} more job(s) of the same machine)" if len(g.placements) > 1 else ""
+        for p in g.placements:
+            claim, m, n, uid = p.claim, p.manifest, p.n, p.uid
+            assert claim is not None
+            name = str(m.get("name") or "")
+            view = self._views.get(uid, p.view)
+            now = self.clock()
+            if isinstance(error, NoCapacity):
+                text = redact_text(str(error))
+                claim.status, claim.error, claim.updated_at = cl.NO_CAPACITY, text, now
+                claim.extra["capacity_tries"] = int(claim.extra.get("capacity_tries") or 0) + 1
+                claim.extra.setdefault("capacity_since", now)
+                self._update(claim)
+                view.state, view.note = WAITING, f"no {g.market} capacity (launch {n} waits, free): {text[:200]}"
+                self._event(
+                    f"{uid}:capacity:{n}",
+                    EventKind.CAPACITY_WAIT,
+                    m,
+                    f"job {uid[:12]} ({name}): no {g.market} capacity; the job waits (free, not a launch): {text}",
+                )
+            elif error is not None:
+                text = redact_text(str(error) if isinstance(error, RelaunchError) else f"provider: {error}")
+                claim.status, claim.error, claim.updated_at = cl.FAILED, text, now
+                self._update(claim)
+                view.state, view.note = WAITING, f"launch {n} ({g.market}) failed: {text[:200]}"
+                self._event(
+                    f"{uid}:launch:{n}",
+                    EventKind.RELAUNCH_FAILED,
+                    m,
+                    f"job {uid[:12]} ({name}): launch {n} on {g.market} failed: {text}",
+                )
+            else:
+                claim.status, claim.launched, claim.updated_at = cl.LAUNCHED, redact_text(what)[:300], now
+                claim.extra["launch_seconds"] = took
+                if len(g.placements) > 1:
+                    claim.extra["together"] = list(g.uids)
+                self._update(claim)
+                view.state, view.note = WAITING, f"launch {n} ({g.market}): {claim.launched}"
+                self._event(
+                    f"{uid}:launch:{n}",
+                    EventKind.RELAUNCHED,
+                    m,
+                    f"job {uid[:12]} ({name}): launch {n} on {g.market} ({p.why}){together}: {claim.launched}",
+                )
+            view.launches = cl.launches(cl.read_claims(self.remote, uid))
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -342,6 +441,19 @@ class Controller:
         }
         if self.store.recovery_event(key, kind.value, detail, self.clock(), outgoing_for(self.config, kind, payload)):
             self.say(f"{kind.value}: {detail}")
+
+
+def _timed(call: Callable[[], str]) -> Callable[[], tuple[float, str]]:
+    def run() -> tuple[float, str]:
+        started = time.monotonic()
+        what = call()
+        return round(time.monotonic() - started, 3), what
+
+    return run
+
+
+def _hms(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
 def _deadline(m: dict[str, Any]) -> Optional[float]:

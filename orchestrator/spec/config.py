@@ -184,6 +184,7 @@ class RecoverySection(_Section):
 
     provider: Literal["command", "aws"] = "command"
     launch: Optional[list[str]] = None  # command provider: argv run with ORCH_RECOVERY_*; exit 0 = coming
+    stop: Optional[list[str]] = None  # command provider: argv run with ORCH_RECOVERY_INSTANCE; exit 0 = stopped
     on_demand_after: int = Field(default=3, ge=0)  # losses of one job before its next machine is on-demand
     max_launches: int = Field(default=10, ge=1)  # per job; past it the job is left alone, with a notification
     poll_seconds: float = Field(default=30.0, gt=0)  # how often the controller reads the mirror
@@ -191,7 +192,7 @@ class RecoverySection(_Section):
     launch_timeout_minutes: float = Field(default=20.0, gt=0)
     aws: RecoveryAwsSection = RecoveryAwsSection()
 
-    @field_validator("launch")
+    @field_validator("launch", "stop")
     @classmethod
     def _launch(cls, v: Optional[list[str]]) -> Optional[list[str]]:
         if v is None:

@@ -32,7 +32,8 @@ from orchestrator.objectstore.remote import Remote
 from orchestrator.recovery import market as mk
 from orchestrator.recovery.command import CommandProvider
 from orchestrator.recovery.controller import Controller
-from orchestrator.recovery.provider import LaunchRequest, RelaunchError, build_provider
+from orchestrator.recovery.build import build_provider
+from orchestrator.recovery.provider import LaunchRequest, RelaunchError
 from orchestrator.store import Store
 
 UID = "0123456789abcdef0123456789abcdef"
