@@ -36,6 +36,9 @@ from ..model.states import EventKind
 from ..store import Store
 from ..objectstore import claims as cl
 from . import market as mk
+from . import deciding as dc
+from .policy import Decision, decide
+from ..model.markets import IDLE, ON_DEMAND, SPOT
 from .launcher import InlineLauncher, Launcher, Outcome
 from .placing import Group, Placement, group
 from .provider import LaunchRequest, NoCapacity, Provider, RelaunchError
@@ -107,6 +110,13 @@ class Controller:
         self._in_flight: dict[str, tuple[float, Group]] = {}  # launcher key -> (since, the group)
         self._placing: list[Placement] = []  # this pass's launches, placed together after it
         self._views: dict[str, JobView] = {}  # this pass's views, for outcomes that land in it
+        # The market policy (policy.decide; the market benchmark passes its baselines here), what
+        # this controller has seen of the spot market across its jobs, and the earliest moment a
+        # decision of the last pass changes by itself (a simulated clock jumps there).
+        self.policy: Callable[..., Decision] = decide
+        self.market = dc.MarketView()
+        self.next_review: Optional[float] = None
+        self.reaction_s = self.stale_after_s + self.rc.poll_seconds
 
     # -- one pass -----------------------------------------------------------------------------
 
@@ -116,6 +126,7 @@ class Controller:
         views = []
         self._collect()
         self._placing, self._views = [], {}
+        self.next_review = None
         for uid in sorted(self.remote.list_dirs("jobs")):
             try:
                 view = self._job(uid)
@@ -170,6 +181,7 @@ class Controller:
             return JobView(uid, name, DONE, str(m.get("state")))
         own = dict(m.get("owner") or {})
         claims = cl.read_claims(self.remote, uid)
+        self.market.note_claims(uid, claims)
         launches = cl.launches(claims)
         losses = _losses(claims)
         view = JobView(uid, name, ALIVE, launches=launches, losses=losses)
@@ -198,6 +210,7 @@ class Controller:
                     f"job {uid[:12]} ({name}): launch {latest.n} on {latest.market} came up: {latest.launched}",
                 )
             view.note = f"lease held by {own.get('host') or '?'}"
+            self._consider_move(uid, m, own, claims, losses, view)
             return view
         # The lease has lapsed (or there never was one).
         lost_at = float(own.get("heartbeat") or m.get("written_at") or now)
@@ -211,7 +224,8 @@ class Controller:
             if latest.status == cl.NO_CAPACITY:
                 due = latest.updated_at + self.capacity_retry_s
                 view.market = latest.market
-                if now < due:
+                waiting = self._decide(m, claims, IDLE, losses)
+                if now < due and waiting.market != ON_DEMAND:
                     view.note = (
                         f"no {latest.market} capacity (launch {latest.n} waits, free); next try in {due - now:.0f} s"
                     )
@@ -262,15 +276,10 @@ class Controller:
                 f"job {uid[:12]} ({name}): {view.note}; adopt it by hand (`orch adopt URL --job {uid[:12]}`)",
             )
             return view
-        choice = mk.choose_market(
-            losses=losses,
-            on_demand_after=self.rc.on_demand_after,
-            now=now,
-            deadline=_deadline(m),
-            remaining=mk.remaining_s(m),
-            run_s=float((m.get("cost") or {}).get("run_seconds") or 0.0),
-            recovery_s=self.stale_after_s + self.rc.poll_seconds + mk.BOOT_S,
-        )
+        choice = self._decide(m, claims, IDLE, losses)
+        if choice.market == IDLE:
+            view.note = choice.why
+            return view
         market = choice.market
         problem = mk.budget_problem(m, self.config.pricing, market)
         if problem and market == mk.ON_DEMAND and mk.budget_problem(m, self.config.pricing, mk.SPOT) is None:
@@ -288,6 +297,53 @@ class Controller:
         n = reuse.n if reuse is not None else (claims[-1].n + 1 if claims else 1)
         self._placing.append(Placement(uid, m, own, n, market, choice.why, view, reuse=reuse))
         return view
+
+    # -- the market ---------------------------------------------------------------------------
+
+    def _decide(self, m: dict[str, Any], claims: list[cl.Claim], current: str, losses: int) -> Decision:
+        """The policy's answer for this job now (and when it would change by itself)."""
+        now = self.clock()
+        started = float(m.get("submitted_at") or m.get("started_at") or m.get("written_at") or now)
+        situation = dc.situation(
+            m,
+            now=now,
+            started=started,
+            deadline=_deadline(m),
+            current=current,
+            losses=losses,
+            market=self.market,
+            rc=self.rc,
+            pricing=self.config.pricing,
+            reaction_s=self.reaction_s,
+            retry_s=self.capacity_retry_s,
+        )
+        decision = self.policy(situation)
+        self._review(decision.review_at)
+        if situation.deadline is None and _deadline(m) is not None:
+            decision = Decision(decision.market, decision.why + " (no pace measured yet)", decision.review_at)
+        return decision
+
+    def _review(self, at: Optional[float]) -> None:
+        if at is not None and (self.next_review is None or at < self.next_review):
+            self.next_review = at
+
+    def _consider_move(
+        self, uid: str, m: dict[str, Any], own: dict[str, Any], claims: list[cl.Claim], losses: int, view: JobView
+    ) -> None:
+        """A job on a machine this controller launched: does the policy want it on the other market?"""
+        current = dc.current_market(claims, lease_alive=True)
+        if current not in (SPOT, ON_DEMAND):
+            return
+        view.market = current
+        decision = self._decide(m, claims, current, losses)
+        if decision.market in (current, IDLE):
+            return
+        self._ask_move(uid, m, own, current, decision, view)
+
+    def _ask_move(
+        self, uid: str, m: dict[str, Any], own: dict[str, Any], current: str, decision: Decision, view: JobView
+    ) -> None:
+        view.note = f"should move from {current} to {decision.market}: {decision.why}"
 
     # -- launching ----------------------------------------------------------------------------
 
