@@ -36,7 +36,10 @@ from ..model.states import EventKind
 from ..store import Store
 from ..objectstore import claims as cl
 from . import market as mk
+from . import moving as mv
+from ..objectstore import moves
 from .launcher import InlineLauncher, Launcher, Outcome
+from .stopping import Stopper
 from .placing import Group, Placement, group
 from .provider import LaunchRequest, NoCapacity, Provider, RelaunchError
 
@@ -107,6 +110,13 @@ class Controller:
         self._in_flight: dict[str, tuple[float, Group]] = {}  # launcher key -> (since, the group)
         self._placing: list[Placement] = []  # this pass's launches, placed together after it
         self._views: dict[str, JobView] = {}  # this pass's views, for outcomes that land in it
+        self.stopper = Stopper(
+            provider, self.launcher, store, clock, self._event, self.rc.poll_seconds, redact_text, say
+        )
+        self._homes: dict[str, str] = {}  # this pass: uid -> the home holding an unfinished job's lease
+        self._finished: dict[str, tuple[str, list[str], dict[str, Any]]] = {}  # uid -> (machine, its jobs, m)
+        self._settled: set[str] = set()  # finished jobs this process has looked at once
+        self._machines: dict[str, tuple[str, list[str], dict[str, Any]]] = {}
 
     # -- one pass -----------------------------------------------------------------------------
 
@@ -115,7 +125,7 @@ class Controller:
         when the mirror cannot be listed (the loop retries at the next poll)."""
         views = []
         self._collect()
-        self._placing, self._views = [], {}
+        self._placing, self._views, self._homes, self._finished = [], {}, {}, {}
         for uid in sorted(self.remote.list_dirs("jobs")):
             try:
                 view = self._job(uid)
@@ -126,6 +136,7 @@ class Controller:
             views.append(view)
             self._views[uid] = view
         self._place()
+        self._stop_finished_machines()
         self._collect()
         for view in views:
             uid = view.uid
@@ -167,20 +178,26 @@ class Controller:
         m, _ = read
         name = str(m.get("name") or "")
         if m.get("state") not in UNFINISHED:
+            self._settle_finished(uid, m)
             return JobView(uid, name, DONE, str(m.get("state")))
         own = dict(m.get("owner") or {})
+        if own.get("home_id") and not own.get("released"):
+            self._homes[uid] = str(own["home_id"])
         claims = cl.read_claims(self.remote, uid)
         launches = cl.launches(claims)
         losses = _losses(claims)
         view = JobView(uid, name, ALIVE, launches=launches, losses=losses)
+        move: Optional[moves.MoveRequest] = None
         if own.get("released"):
-            view.state, view.note = RELEASED, "its lease was released by a clean stop; not relaunched"
-            return view
+            move = mv.handed_over(self.store, self.remote, uid, own)  # a planned move: launch on `to`
+            if move is None:
+                view.state, view.note = RELEASED, "its lease was released by a clean stop; not relaunched"
+                return view
         now = self.clock()
         age = mf.lease_age(m, now)
         latest = claims[-1] if claims else None
         reuse: Optional[cl.Claim] = None
-        if age is not None and age < self.stale_after_s:
+        if move is None and age is not None and age < self.stale_after_s:
             came_back = latest is not None and latest.lost.get("home_id") == own.get("home_id")
             if latest is not None and latest.status == cl.CLAIMED and came_back:
                 # The machine we thought lost heartbeats again (a slow heartbeat, a network blip).
@@ -198,6 +215,7 @@ class Controller:
                     f"job {uid[:12]} ({name}): launch {latest.n} on {latest.market} came up: {latest.launched}",
                 )
             view.note = f"lease held by {own.get('host') or '?'}"
+            self._settle_move(uid, m, own, view)
             return view
         # The lease has lapsed (or there never was one).
         lost_at = float(own.get("heartbeat") or m.get("written_at") or now)
@@ -234,7 +252,7 @@ class Controller:
             if latest.status == cl.LAUNCHED:  # it never took the job: that machine is lost too
                 losses += 1
                 view.losses = losses
-        else:
+        elif move is None:
             # A new loss: ask the provider, then say so once.
             gone = self._gone(own)
             if gone is False:
@@ -262,15 +280,19 @@ class Controller:
                 f"job {uid[:12]} ({name}): {view.note}; adopt it by hand (`orch adopt URL --job {uid[:12]}`)",
             )
             return view
-        choice = mk.choose_market(
-            losses=losses,
-            on_demand_after=self.rc.on_demand_after,
-            now=now,
-            deadline=_deadline(m),
-            remaining=mk.remaining_s(m),
-            run_s=float((m.get("cost") or {}).get("run_seconds") or 0.0),
-            recovery_s=self.stale_after_s + self.rc.poll_seconds + mk.BOOT_S,
-        )
+        if move is not None:
+            why = f"planned move from {move.from_market or '?'} to {move.to}: {move.why}"
+            choice = mk.Choice(move.to, why)
+        else:
+            choice = mk.choose_market(
+                losses=losses,
+                on_demand_after=self.rc.on_demand_after,
+                now=now,
+                deadline=_deadline(m),
+                remaining=mk.remaining_s(m),
+                run_s=float((m.get("cost") or {}).get("run_seconds") or 0.0),
+                recovery_s=self.stale_after_s + self.rc.poll_seconds + mk.BOOT_S,
+            )
         market = choice.market
         problem = mk.budget_problem(m, self.config.pricing, market)
         if problem and market == mk.ON_DEMAND and mk.budget_problem(m, self.config.pricing, mk.SPOT) is None:
@@ -286,7 +308,7 @@ class Controller:
             return view
         view.market = market
         n = reuse.n if reuse is not None else (claims[-1].n + 1 if claims else 1)
-        self._placing.append(Placement(uid, m, own, n, market, choice.why, view, reuse=reuse))
+        self._placing.append(Placement(uid, m, own, n, market, choice.why, view, reuse=reuse, move=move))
         return view
 
     # -- launching ----------------------------------------------------------------------------
@@ -336,7 +358,8 @@ class Controller:
         if again is not None:
             fresh = dict(again[0].get("owner") or {})
             age = mf.lease_age(again[0], self.clock())
-            if not claim.for_loss(fresh) or (age is not None and age < self.stale_after_s):
+            alive = age is not None and age < self.stale_after_s and not fresh.get("released")
+            if not claim.for_loss(fresh) or alive:
                 self._cancel(claim, "the lease came back to life before the launch")
                 p.view.state, p.view.note, p.view.waiting_since = ALIVE, "lease came back; launch cancelled", None
                 return False
@@ -357,6 +380,8 @@ class Controller:
     def _collect(self) -> None:
         """Record the provider calls that finished since the last look."""
         for outcome in self.launcher.finished():
+            if self.stopper.outcome(outcome):
+                continue
             flight = self._in_flight.pop(outcome.key, None)
             if flight is not None:
                 self._launched(flight[1], outcome)
@@ -403,6 +428,8 @@ class Controller:
                 if len(g.placements) > 1:
                     claim.extra["together"] = list(g.uids)
                 self._update(claim)
+                if p.move is not None:
+                    mv.mark(self.remote, p.move, moves.LAUNCHED, f"launch {n}: {claim.launched}", now)
                 view.state, view.note = WAITING, f"launch {n} ({g.market}): {claim.launched}"
                 self._event(
                     f"{uid}:launch:{n}",
@@ -411,6 +438,56 @@ class Controller:
                     f"job {uid[:12]} ({name}): launch {n} on {g.market} ({p.why}){together}: {claim.launched}",
                 )
             view.launches = cl.launches(cl.read_claims(self.remote, uid))
+
+    # -- planned moves and stops --------------------------------------------------------------
+
+    def ask_move(self, uid: str, to: str, why: str) -> moves.MoveRequest:
+        """Ask, through the bucket, that the lease holder hand job `uid` over for market `to`
+        (moving.py). Raises moving.MoveRefused (a finished job, no holder, a move under way)."""
+        return mv.ask(self.store, self.remote, self.config, uid, to, why, by=self.controller_id, now=self.clock())
+
+    def _settle_move(self, uid: str, m: dict[str, Any], own: dict[str, Any], view: JobView) -> None:
+        """A machine holds the job's lease: when that is the new market's machine of a move this
+        controller asked, stop the old one, then close the move."""
+        move = mv.under_way(self.store, self.remote, uid)
+        if move is None or own.get("home_id") == move.from_home:
+            return
+        why = f"job moved from {move.from_market or '?'} to {move.to}"
+        self.stopper.want(move.from_instance, uid, why, m)
+        state = self.stopper.state(move.from_instance) if move.from_instance else "nothing to stop"
+        view.note += f"; moved to {move.to}, old machine {move.from_instance or '?'}: {state}"
+        if not self.stopper.can_stop or state in ("stopped", "nothing to stop") or "could not" in (state or ""):
+            mv.mark(self.remote, move, moves.DONE, state or "", self.clock())
+
+    def _settle_finished(self, uid: str, m: dict[str, Any]) -> None:
+        """Once per finished job (per controller process): refuse a move that came too late, and
+        note the machine that ran it, to be stopped when none of its jobs is left unfinished."""
+        if uid in self._settled:
+            if uid in self._machines:
+                self._finished[uid] = self._machines[uid]
+            return
+        self._settled.add(uid)
+        move = mv.under_way(self.store, self.remote, uid)
+        if move is not None and move.status == moves.ASKED:
+            mv.mark(self.remote, move, moves.REFUSED, f"the job was {m.get('state')} first", self.clock())
+        launched = [c for c in cl.read_claims(self.remote, uid) if c.status == cl.LAUNCHED and c.launched]
+        if launched:
+            last = launched[-1]
+            together = [str(u) for u in last.extra.get("together") or [uid]]
+            self._machines[uid] = (last.launched.split()[0], together, m)
+            self._finished[uid] = self._machines[uid]
+
+    def _stop_finished_machines(self) -> None:
+        """A machine this controller launched whose jobs have all finished is stopped (its daemon
+        also powers it off with [idle] shutdown; this is for machines that do not)."""
+        busy = set(self._homes.values())
+        for uid, (instance, together, m) in self._finished.items():
+            if self.stopper.stopped(instance) or any(u in self._homes for u in together):
+                continue
+            holder = str((m.get("owner") or {}).get("home_id") or "")
+            if holder and holder in busy:
+                continue  # the machine still holds another unfinished job's lease
+            self.stopper.want(instance, uid, f"its job(s) finished ({m.get('state')})", m)
 
     # -- helpers ------------------------------------------------------------------------------
 
