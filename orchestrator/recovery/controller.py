@@ -49,6 +49,7 @@ UNFINISHED = ("queued", "running")  # a stopped job stays stopped: the user stop
 MAX_BACKOFF_S = 1800.0
 
 # What a job is doing, as `orch watch` and `orch status` in the controller's home say it.
+UNTRUSTED = "not trusted"  # a job in the bucket no machine ever held, not put there by `orch launch` here
 ALIVE, WAITING, LAUNCHING, LEFT, RELEASED, DONE, UNREADABLE = (
     "alive",
     "waiting",  # for a replacement machine (since `waiting_since`)
@@ -218,6 +219,14 @@ class Controller:
             self._settle_move(uid, m, own, view)
             return view
         # The lease has lapsed (or there never was one).
+        never_leased = not own.get("home_id") and own.get("heartbeat") is None
+        if never_leased and not self.store.recovery_marked(launch_key(uid)):
+            # The bucket is untrusted: a job no machine ever held is launched (paid) only when
+            # `orch launch` in this home put it there. Anything else is reported, never launched.
+            view.state = UNTRUSTED
+            view.note = "never held by a machine and not put in the bucket by `orch launch` here: not launched"
+            self._event(f"{uid}:untrusted", EventKind.RELAUNCH_FAILED, m, f"job {uid[:12]} ({name}): {view.note}")
+            return view
         lost_at = float(own.get("heartbeat") or m.get("written_at") or now)
         view.state, view.waiting_since = WAITING, lost_at
         if latest is not None and latest.for_loss(own) and latest.status != cl.CANCELLED:
@@ -252,7 +261,7 @@ class Controller:
             if latest.status == cl.LAUNCHED:  # it never took the job: that machine is lost too
                 losses += 1
                 view.losses = losses
-        elif move is None:
+        elif move is None and not never_leased:
             # A new loss: ask the provider, then say so once.
             gone = self._gone(own)
             if gone is False:
@@ -518,6 +527,11 @@ class Controller:
         }
         if self.store.recovery_event(key, kind.value, detail, self.clock(), outgoing_for(self.config, kind, payload)):
             self.say(f"{kind.value}: {detail}")
+
+
+def launch_key(uid: str) -> str:
+    """The controller's record that `orch launch` in its home put job `uid` in the bucket."""
+    return f"launch:{uid}"
 
 
 def _timed(call: Callable[[], str]) -> Callable[[], tuple[float, str]]:
