@@ -198,6 +198,7 @@ class Controller:
         age = mf.lease_age(m, now)
         latest = claims[-1] if claims else None
         reuse: Optional[cl.Claim] = None
+        spot_wait = ""  # set when the wait for spot capacity is over: on-demand now
         if move is None and age is not None and age < self.stale_after_s:
             came_back = latest is not None and latest.lost.get("home_id") == own.get("home_id")
             if latest is not None and latest.status == cl.CLAIMED and came_back:
@@ -244,6 +245,9 @@ class Controller:
                     )
                     return view
                 reuse = latest
+                waited = now - float(latest.extra.get("capacity_since") or latest.claimed_at)
+                if latest.market == mk.SPOT and waited >= self.rc.max_spot_wait_minutes * 60:
+                    spot_wait = f"spot refused for capacity for {waited / 60:.1f} min (max_spot_wait_minutes)"
             if latest.status == cl.CLAIMED and now - latest.claimed_at < self.launch_timeout_s:
                 view.state, view.market = LAUNCHING, latest.market
                 view.note = f"launch {latest.n} claimed by {latest.controller[:12]} (in progress)"
@@ -292,6 +296,8 @@ class Controller:
         if move is not None:
             why = f"planned move from {move.from_market or '?'} to {move.to}: {move.why}"
             choice = mk.Choice(move.to, why)
+        elif spot_wait:
+            choice = mk.Choice(mk.ON_DEMAND, spot_wait)
         else:
             choice = mk.choose_market(
                 losses=losses,

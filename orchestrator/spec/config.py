@@ -190,6 +190,8 @@ class RecoverySection(_Section):
     poll_seconds: float = Field(default=30.0, gt=0)  # how often the controller reads the mirror
     # A launched machine that has not adopted its job within this long is lost too: the next launch.
     launch_timeout_minutes: float = Field(default=20.0, gt=0)
+    # A job without a deadline waits this long for spot capacity before it goes on-demand.
+    max_spot_wait_minutes: float = Field(default=60.0, ge=0)
     aws: RecoveryAwsSection = RecoveryAwsSection()
 
     @field_validator("launch", "stop")
