@@ -10,12 +10,14 @@ orchestrator.recovery.policy.decide, so the benchmark runs them through the same
 
 Their safety net also leaves room for the controller's reaction time (a lost machine is noticed
 after stale_after + a poll), exactly as orch's policy does: the paper's simulator decides at every
-tick with no detection delay, and without that room a job on spot at the net's moment is late."""
+tick with no detection delay, and without that room a job on spot at the net's moment is late.
+Before a job's pace is measured (its first minutes) no policy can know its slack: all of them
+then follow orch's rule for it (spot if it can be had, else on-demand)."""
 
 from __future__ import annotations
 
 from orchestrator.model.markets import IDLE, ON_DEMAND, SPOT
-from orchestrator.recovery.policy import Decision, Situation
+from orchestrator.recovery.policy import Decision, Situation, decide
 
 
 def on_demand(s: Situation) -> Decision:
@@ -32,8 +34,8 @@ def _net_at(s: Situation) -> float:
 def greedy(s: Situation) -> Decision:
     if s.left_s <= 0:
         return Decision(IDLE, "no work left")
-    if s.deadline is None:
-        return Decision(SPOT if s.spot_now else IDLE, "greedy, no deadline")
+    if s.deadline is None:  # no deadline, or no pace measured yet: orch's own rule
+        return decide(s)
     if s.now >= _net_at(s):
         return Decision(ON_DEMAND, "safety net")
     if s.spot_now:
@@ -45,7 +47,7 @@ def uniform_progress(s: Situation) -> Decision:
     if s.left_s <= 0:
         return Decision(IDLE, "no work left")
     if s.deadline is None:
-        return Decision(SPOT if s.spot_now else IDLE, "uniform progress, no deadline")
+        return decide(s)
     net_at = _net_at(s)
     if s.now >= net_at:
         return Decision(ON_DEMAND, "safety net")

@@ -5,19 +5,18 @@ the moment the policy said its answer would change) instead of polling every 30 
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from orchestrator.recovery.controller import LEFT, Controller
+from orchestrator.recovery.controller import LEFT, Controller, launch_key
 from orchestrator.recovery.launcher import InlineLauncher
 from orchestrator.recovery.policy import Decision, Situation
 from orchestrator.spec.config import Config
 from orchestrator.store import Store
 
 from .memory_remote import MemoryRemote
-from .world import Market, World
+from .world import UID, Market, World
 
 EPOCH = 1_700_000_000.0  # the trace's first tick, as Unix time (any will do: deadlines are ISO text)
 PASSES_AT_ONCE = 4  # a pass that changed the bucket is followed by another at the same moment
@@ -90,6 +89,7 @@ def replay(
         config, store, remote, world, controller_id="benchmark", clock=clock, launcher=InlineLauncher()
     )  # type: ignore[arg-type]
     controller.policy = policy
+    store.recovery_mark(launch_key(UID), t0)  # `orch launch` put the job in the bucket
     stale_s, timeout_s = config.storage.stale_after_minutes * 60, rc.launch_timeout_minutes * 60
     given_up = False
     end = market.end()
@@ -133,5 +133,3 @@ def replay(
 def open_store(folder: Path) -> Store:
     return Store(folder / "orch.db")
 
-
-_ = itertools

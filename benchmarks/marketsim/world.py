@@ -15,9 +15,11 @@ from typing import Any, Mapping, Optional
 
 from orchestrator.model.markets import SPOT
 from orchestrator.objectstore import manifest as mf
+from orchestrator.objectstore import moves
 from orchestrator.recovery.provider import LaunchRequest, NoCapacity
 
 UID = "5" * 32
+HEARTBEAT_S = 30.0  # a daemon reads its jobs' move requests at each heartbeat
 
 
 @dataclass
@@ -134,21 +136,14 @@ class World:
                     break
 
     def _honour_move(self, t: float) -> None:
-        """A move request naming the holder's home: checkpoint, hand over, power off."""
-        try:
-            from orchestrator.objectstore import moves
-        except ImportError:  # before planned moves exist
-            return
+        """A move request naming the holder's home: checkpoint, hand the job over (a released
+        lease), power off -- as the daemon's mirror/moves.py and stop_for_move do."""
         h = self.holder
         if h is None or self.released or not h.alive(t):
             return
-        got = self.remote.get_with_etag(moves.move_key(UID))
-        if got is None:
-            return
-        request = moves.parse(UID, got[0], got[1])
+        request = moves.read(self.remote, UID)
         if request is None or request.status != moves.ASKED or request.from_home != h.home_id:
             return
-        moves.hand_over(self.remote, request, now=t)
         self.released = True
         h.end_at = t
 
@@ -163,6 +158,9 @@ class World:
             times.append(m.launched_at + launch_timeout_s + 1.0)  # a launch that never adopted
         h = self.holder
         if h is not None and h.alive(t) and not self.released and self.finished_at is None:
+            request = moves.read(self.remote, UID)
+            if request is not None and request.status == moves.ASKED and request.from_home == h.home_id:
+                times.append(t + HEARTBEAT_S)  # the holder's daemon reads it at its next heartbeat
             times.append(max(t, h.ready_at) + self.total_s - self.done_s)
         later = [x for x in times if x > t + 1e-6]
         return min(later) if later else float("inf")
@@ -171,7 +169,7 @@ class World:
 
     def write_manifest(self) -> None:
         h = self.holder
-        state = "succeeded" if self.finished_at is not None else ("running" if h is not None else "queued")
+        state = "succeeded" if self.finished_at is not None else ("running" if h and not self.released else "queued")
         m: dict[str, Any] = {
             "version": 1,
             "uid": UID,

@@ -52,6 +52,7 @@ class Intent(Word):
     LEASE_LOST = "lease_lost"  # another machine adopted the job (the mirror's owner lease): stop here
     HANG = "hang"  # the hang watchdog stopped it: a charged retry whatever the exit code
     PRUNE = "prune"  # a sweep's pruner judged the trial a loser
+    MOVE = "move"  # `orch watch` asked, through the mirror, that the job move market: hand it over here
 
 
 class AttemptOutcome(Word):

@@ -52,6 +52,7 @@ _HINTS = {
 
 class AwsProvider:
     name = "aws"
+    can_stop = True
 
     def __init__(self, settings: Any):
         self.region: Optional[str] = getattr(settings, "region", None)

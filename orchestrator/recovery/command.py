@@ -42,6 +42,7 @@ class CommandProvider:
             raise RelaunchError("[recovery] launch is empty: name the program to run")
         self.argv = list(argv)
         self.stop_argv = list(stop_argv) if stop_argv else None
+        self.can_stop = self.stop_argv is not None
         self.timeout_s = timeout_s
         self.cwd = cwd
 

@@ -39,7 +39,10 @@ from . import market as mk
 from . import deciding as dc
 from .policy import Decision, decide
 from ..model.markets import IDLE, ON_DEMAND, SPOT
+from . import moving as mv
+from ..objectstore import moves
 from .launcher import InlineLauncher, Launcher, Outcome
+from .stopping import Stopper
 from .placing import Group, Placement, group
 from .provider import LaunchRequest, NoCapacity, Provider, RelaunchError
 
@@ -49,6 +52,7 @@ UNFINISHED = ("queued", "running")  # a stopped job stays stopped: the user stop
 MAX_BACKOFF_S = 1800.0
 
 # What a job is doing, as `orch watch` and `orch status` in the controller's home say it.
+UNTRUSTED = "not trusted"  # a job in the bucket no machine ever held, not put there by `orch launch` here
 ALIVE, WAITING, LAUNCHING, LEFT, RELEASED, DONE, UNREADABLE = (
     "alive",
     "waiting",  # for a replacement machine (since `waiting_since`)
@@ -117,6 +121,13 @@ class Controller:
         self.market = dc.MarketView()
         self.next_review: Optional[float] = None
         self.reaction_s = self.stale_after_s + self.rc.poll_seconds
+        self.stopper = Stopper(
+            provider, self.launcher, store, clock, self._event, self.rc.poll_seconds, redact_text, say
+        )
+        self._homes: dict[str, str] = {}  # this pass: uid -> the home holding an unfinished job's lease
+        self._finished: dict[str, tuple[str, list[str], dict[str, Any]]] = {}  # uid -> (machine, its jobs, m)
+        self._settled: set[str] = set()  # finished jobs this process has looked at once
+        self._machines: dict[str, tuple[str, list[str], dict[str, Any]]] = {}
 
     # -- one pass -----------------------------------------------------------------------------
 
@@ -125,7 +136,7 @@ class Controller:
         when the mirror cannot be listed (the loop retries at the next poll)."""
         views = []
         self._collect()
-        self._placing, self._views = [], {}
+        self._placing, self._views, self._homes, self._finished = [], {}, {}, {}
         self.next_review = None
         for uid in sorted(self.remote.list_dirs("jobs")):
             try:
@@ -137,6 +148,7 @@ class Controller:
             views.append(view)
             self._views[uid] = view
         self._place()
+        self._stop_finished_machines()
         self._collect()
         for view in views:
             uid = view.uid
@@ -178,21 +190,27 @@ class Controller:
         m, _ = read
         name = str(m.get("name") or "")
         if m.get("state") not in UNFINISHED:
+            self._settle_finished(uid, m)
             return JobView(uid, name, DONE, str(m.get("state")))
         own = dict(m.get("owner") or {})
+        if own.get("home_id") and not own.get("released"):
+            self._homes[uid] = str(own["home_id"])
         claims = cl.read_claims(self.remote, uid)
         self.market.note_claims(uid, claims)
         launches = cl.launches(claims)
         losses = _losses(claims)
         view = JobView(uid, name, ALIVE, launches=launches, losses=losses)
+        move: Optional[moves.MoveRequest] = None
         if own.get("released"):
-            view.state, view.note = RELEASED, "its lease was released by a clean stop; not relaunched"
-            return view
+            move = mv.handed_over(self.store, self.remote, uid, own)  # a planned move: launch on `to`
+            if move is None:
+                view.state, view.note = RELEASED, "its lease was released by a clean stop; not relaunched"
+                return view
         now = self.clock()
         age = mf.lease_age(m, now)
         latest = claims[-1] if claims else None
         reuse: Optional[cl.Claim] = None
-        if age is not None and age < self.stale_after_s:
+        if move is None and age is not None and age < self.stale_after_s:
             came_back = latest is not None and latest.lost.get("home_id") == own.get("home_id")
             if latest is not None and latest.status == cl.CLAIMED and came_back:
                 # The machine we thought lost heartbeats again (a slow heartbeat, a network blip).
@@ -210,9 +228,18 @@ class Controller:
                     f"job {uid[:12]} ({name}): launch {latest.n} on {latest.market} came up: {latest.launched}",
                 )
             view.note = f"lease held by {own.get('host') or '?'}"
+            self._settle_move(uid, m, own, view)
             self._consider_move(uid, m, own, claims, losses, view)
             return view
         # The lease has lapsed (or there never was one).
+        never_leased = not own.get("home_id") and own.get("heartbeat") is None
+        if never_leased and not self.store.recovery_marked(launch_key(uid)):
+            # The bucket is untrusted: a job no machine ever held is launched (paid) only when
+            # `orch launch` in this home put it there. Anything else is reported, never launched.
+            view.state = UNTRUSTED
+            view.note = "never held by a machine and not put in the bucket by `orch launch` here: not launched"
+            self._event(f"{uid}:untrusted", EventKind.RELAUNCH_FAILED, m, f"job {uid[:12]} ({name}): {view.note}")
+            return view
         lost_at = float(own.get("heartbeat") or m.get("written_at") or now)
         view.state, view.waiting_since = WAITING, lost_at
         if latest is not None and latest.for_loss(own) and latest.status != cl.CANCELLED:
@@ -235,7 +262,14 @@ class Controller:
                 view.state, view.market = LAUNCHING, latest.market
                 view.note = f"launch {latest.n} claimed by {latest.controller[:12]} (in progress)"
                 return view
-            if latest.status == cl.LAUNCHED and now - latest.updated_at < self.launch_timeout_s:
+            coming = latest.status == cl.LAUNCHED and now - latest.updated_at < self.launch_timeout_s
+            if coming and self._gone({"instance_id": latest.launched.split(" ")[0]}) is True:
+                # A machine gone while it boots (spot reclaimed) is lost now, not at the launch
+                # timeout; on spot that is the market's doing, not a failed launch.
+                latest.extra["gone_while_booting"] = now
+                self._update(latest)
+                coming = False
+            if coming:
                 view.market = latest.market
                 view.note = f"launch {latest.n} ({latest.market}) is coming up: {latest.launched}"
                 return view
@@ -248,7 +282,7 @@ class Controller:
             if latest.status == cl.LAUNCHED:  # it never took the job: that machine is lost too
                 losses += 1
                 view.losses = losses
-        else:
+        elif move is None and not never_leased:
             # A new loss: ask the provider, then say so once.
             gone = self._gone(own)
             if gone is False:
@@ -266,9 +300,10 @@ class Controller:
                 f"job {uid[:12]} ({name}): the lease of host {own.get('host') or '?'} has been silent "
                 f"{age or 0:.0f} s (stale after {self.stale_after_s:.0f} s)",
             )
-        if launches >= self.rc.max_launches:
+        wasted = _wasted_launches(claims)
+        if wasted >= self.rc.max_launches:
             view.state = LEFT
-            view.note = f"{launches} launch(es), max_launches = {self.rc.max_launches}: left alone"
+            view.note = f"{wasted} launch(es) that never brought the job back, max_launches = {self.rc.max_launches}: left alone"
             self._event(
                 f"{uid}:max",
                 EventKind.RELAUNCH_FAILED,
@@ -276,7 +311,11 @@ class Controller:
                 f"job {uid[:12]} ({name}): {view.note}; adopt it by hand (`orch adopt URL --job {uid[:12]}`)",
             )
             return view
+        # A handed-over job goes where the policy says now: the move's market, unless it can no
+        # longer be had (spot refused meanwhile) -- then idle or on-demand, as for any job.
         choice = self._decide(m, claims, IDLE, losses)
+        if move is not None and choice.market == move.to:
+            choice = Decision(move.to, f"planned move from {move.from_market or '?'} to {move.to}: {move.why}")
         if choice.market == IDLE:
             view.note = choice.why
             return view
@@ -295,7 +334,7 @@ class Controller:
             return view
         view.market = market
         n = reuse.n if reuse is not None else (claims[-1].n + 1 if claims else 1)
-        self._placing.append(Placement(uid, m, own, n, market, choice.why, view, reuse=reuse))
+        self._placing.append(Placement(uid, m, own, n, market, choice.why, view, reuse=reuse, move=move))
         return view
 
     # -- the market ---------------------------------------------------------------------------
@@ -332,18 +371,18 @@ class Controller:
     ) -> None:
         """A job on a machine this controller launched: does the policy want it on the other market?"""
         current = dc.current_market(claims, lease_alive=True)
-        if current not in (SPOT, ON_DEMAND):
-            return
         view.market = current
+        if current not in (SPOT, ON_DEMAND) or mv.under_way(self.store, self.remote, uid) is not None:
+            return
         decision = self._decide(m, claims, current, losses)
         if decision.market in (current, IDLE):
             return
-        self._ask_move(uid, m, own, current, decision, view)
-
-    def _ask_move(
-        self, uid: str, m: dict[str, Any], own: dict[str, Any], current: str, decision: Decision, view: JobView
-    ) -> None:
-        view.note = f"should move from {current} to {decision.market}: {decision.why}"
+        try:
+            self.ask_move(uid, decision.market, decision.why)
+        except mv.MoveRefused as exc:
+            view.note = f"would move from {current} to {decision.market} ({decision.why}), but {exc}"
+            return
+        view.note = f"moving from {current} to {decision.market}: {decision.why}"
 
     # -- launching ----------------------------------------------------------------------------
 
@@ -392,7 +431,8 @@ class Controller:
         if again is not None:
             fresh = dict(again[0].get("owner") or {})
             age = mf.lease_age(again[0], self.clock())
-            if not claim.for_loss(fresh) or (age is not None and age < self.stale_after_s):
+            alive = age is not None and age < self.stale_after_s and not fresh.get("released")
+            if not claim.for_loss(fresh) or alive:
                 self._cancel(claim, "the lease came back to life before the launch")
                 p.view.state, p.view.note, p.view.waiting_since = ALIVE, "lease came back; launch cancelled", None
                 return False
@@ -413,6 +453,8 @@ class Controller:
     def _collect(self) -> None:
         """Record the provider calls that finished since the last look."""
         for outcome in self.launcher.finished():
+            if self.stopper.outcome(outcome):
+                continue
             flight = self._in_flight.pop(outcome.key, None)
             if flight is not None:
                 self._launched(flight[1], outcome)
@@ -459,6 +501,8 @@ class Controller:
                 if len(g.placements) > 1:
                     claim.extra["together"] = list(g.uids)
                 self._update(claim)
+                if p.move is not None:
+                    mv.mark(self.remote, p.move, moves.LAUNCHED, f"launch {n}: {claim.launched}", now)
                 view.state, view.note = WAITING, f"launch {n} ({g.market}): {claim.launched}"
                 self._event(
                     f"{uid}:launch:{n}",
@@ -467,6 +511,56 @@ class Controller:
                     f"job {uid[:12]} ({name}): launch {n} on {g.market} ({p.why}){together}: {claim.launched}",
                 )
             view.launches = cl.launches(cl.read_claims(self.remote, uid))
+
+    # -- planned moves and stops --------------------------------------------------------------
+
+    def ask_move(self, uid: str, to: str, why: str) -> moves.MoveRequest:
+        """Ask, through the bucket, that the lease holder hand job `uid` over for market `to`
+        (moving.py). Raises moving.MoveRefused (a finished job, no holder, a move under way)."""
+        return mv.ask(self.store, self.remote, self.config, uid, to, why, by=self.controller_id, now=self.clock())
+
+    def _settle_move(self, uid: str, m: dict[str, Any], own: dict[str, Any], view: JobView) -> None:
+        """A machine holds the job's lease: when that is the new market's machine of a move this
+        controller asked, stop the old one, then close the move."""
+        move = mv.under_way(self.store, self.remote, uid)
+        if move is None or own.get("home_id") == move.from_home:
+            return
+        why = f"job moved from {move.from_market or '?'} to {move.to}"
+        self.stopper.want(move.from_instance, uid, why, m)
+        state = self.stopper.state(move.from_instance) if move.from_instance else "nothing to stop"
+        view.note += f"; moved to {move.to}, old machine {move.from_instance or '?'}: {state}"
+        if not self.stopper.can_stop or state in ("stopped", "nothing to stop") or "could not" in (state or ""):
+            mv.mark(self.remote, move, moves.DONE, state or "", self.clock())
+
+    def _settle_finished(self, uid: str, m: dict[str, Any]) -> None:
+        """Once per finished job (per controller process): refuse a move that came too late, and
+        note the machine that ran it, to be stopped when none of its jobs is left unfinished."""
+        if uid in self._settled:
+            if uid in self._machines:
+                self._finished[uid] = self._machines[uid]
+            return
+        self._settled.add(uid)
+        move = mv.under_way(self.store, self.remote, uid)
+        if move is not None and move.status == moves.ASKED:
+            mv.mark(self.remote, move, moves.REFUSED, f"the job was {m.get('state')} first", self.clock())
+        launched = [c for c in cl.read_claims(self.remote, uid) if c.status == cl.LAUNCHED and c.launched]
+        if launched:
+            last = launched[-1]
+            together = [str(u) for u in last.extra.get("together") or [uid]]
+            self._machines[uid] = (last.launched.split()[0], together, m)
+            self._finished[uid] = self._machines[uid]
+
+    def _stop_finished_machines(self) -> None:
+        """A machine this controller launched whose jobs have all finished is stopped (its daemon
+        also powers it off with [idle] shutdown; this is for machines that do not)."""
+        busy = set(self._homes.values())
+        for uid, (instance, together, m) in self._finished.items():
+            if self.stopper.stopped(instance) or any(u in self._homes for u in together):
+                continue
+            holder = str((m.get("owner") or {}).get("home_id") or "")
+            if holder and holder in busy:
+                continue  # the machine still holds another unfinished job's lease
+            self.stopper.want(instance, uid, f"its job(s) finished ({m.get('state')})", m)
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -499,6 +593,11 @@ class Controller:
             self.say(f"{kind.value}: {detail}")
 
 
+def launch_key(uid: str) -> str:
+    """The controller's record that `orch launch` in its home put job `uid` in the bucket."""
+    return f"launch:{uid}"
+
+
 def _timed(call: Callable[[], str]) -> Callable[[], tuple[float, str]]:
     def run() -> tuple[float, str]:
         started = time.monotonic()
@@ -527,6 +626,21 @@ def _losses(claims: list[cl.Claim]) -> int:
         1 for i, c in enumerate(claims) if c.status == cl.LAUNCHED and any(d.for_loss(c.lost) for d in claims[i + 1 :])
     )
     return len(seen) + never_came
+
+
+def _wasted_launches(claims: list[cl.Claim]) -> int:
+    """Launches that did not bring the job back: failed ones, and launched machines that never
+    took the job. A machine that ran the job and was reclaimed later (spot) or handed it over (a
+    planned move) did its work: it does not count toward max_launches, nor does a capacity wait."""
+    failed = sum(1 for c in claims if c.status == cl.FAILED)
+    never_came = sum(
+        1
+        for i, c in enumerate(claims)
+        if c.status == cl.LAUNCHED
+        and not (c.market == SPOT and c.extra.get("gone_while_booting"))
+        and any(d.for_loss(c.lost) for d in claims[i + 1 :])
+    )
+    return failed + never_came
 
 
 def _failures_in_row(claims: list[cl.Claim], own: dict[str, Any]) -> int:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..objectstore import claims as cl
+from ..objectstore import moves
 from ..objectstore.remote import Remote
 
 
@@ -25,6 +26,7 @@ class Placement:
     view: Any  # the pass's JobView for the job, updated with what happened
     reuse: Optional[cl.Claim] = None  # a capacity wait's claim, claimed again for this try
     claim: Optional[cl.Claim] = None  # set once claimed
+    move: Optional[moves.MoveRequest] = None  # a planned move this launch completes
 
     @property
     def gpus(self) -> int:

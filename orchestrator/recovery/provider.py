@@ -39,6 +39,7 @@ class LaunchRequest:
 
 class Provider(Protocol):
     name: str
+    can_stop: bool  # False: `stop` is not configured (the machine's own [idle] shutdown powers it off)
 
     def launch(self, request: LaunchRequest) -> str:
         """Launch a machine that will adopt `request.job_uids`; return a description of what was

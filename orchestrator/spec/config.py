@@ -186,7 +186,7 @@ class RecoverySection(_Section):
     launch: Optional[list[str]] = None  # command provider: argv run with ORCH_RECOVERY_*; exit 0 = coming
     stop: Optional[list[str]] = None  # command provider: argv run with ORCH_RECOVERY_INSTANCE; exit 0 = stopped
     on_demand_after: int = Field(default=3, ge=0)  # losses of one job before its next machine is on-demand
-    max_launches: int = Field(default=10, ge=1)  # per job; past it the job is left alone, with a notification
+    max_launches: int = Field(default=10, ge=1)  # launches of a job that never brought it back; then left alone
     poll_seconds: float = Field(default=30.0, gt=0)  # how often the controller reads the mirror
     # A launched machine that has not adopted its job within this long is lost too: the next launch.
     launch_timeout_minutes: float = Field(default=20.0, gt=0)

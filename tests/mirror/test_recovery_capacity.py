@@ -25,11 +25,11 @@ from orchestrator.recovery.launcher import Launcher
 from orchestrator.spec.config import load_config
 from orchestrator.store import Store
 
-# A launch command whose market has capacity only while the file `capacity` exists; it writes
+# A launch command whose spot market has capacity only while the file `capacity` exists; it writes
 # down every request it got (jobs, market, GPUs) and answers with a machine name.
 LAUNCH_SH = r"""#!/bin/bash
 echo "$ORCH_RECOVERY_LAUNCH $ORCH_RECOVERY_MARKET $ORCH_RECOVERY_GPUS $ORCH_RECOVERY_JOBS" >> "$DIR/requests"
-if [ ! -e "$DIR/capacity" ]; then echo "InsufficientInstanceCapacity in zone a"; exit 69; fi
+if [ "$ORCH_RECOVERY_MARKET" = spot ] && [ ! -e "$DIR/capacity" ]; then echo "InsufficientInstanceCapacity in zone a"; exit 69; fi
 if [ -e "$DIR/hang-$ORCH_RECOVERY_JOBS" ]; then while [ -e "$DIR/hang-$ORCH_RECOVERY_JOBS" ]; do sleep 0.05; done; fi
 echo "machine-$ORCH_RECOVERY_LAUNCH"
 """
@@ -115,6 +115,24 @@ def test_no_capacity_waits_free_with_one_event_and_one_reused_claim_then_launche
     assert [(x.n, x.status) for x in claims] == [(1, cl.LAUNCHED)] and claims[0].launched == "machine-1"
     assert kinds(c) == ["machine_lost", "capacity_wait", "relaunched"]
     assert c.store.recovery_row(uid)["launches"] == 1  # max_launches = 2 is far away
+
+
+def test_after_max_spot_wait_the_waiting_job_goes_on_demand_on_the_same_claim(tmp_path, remote, monkeypatch):
+    monkeypatch.setenv("DIR", str(tmp_path))
+    clock = Clock(10_000.0)
+    uid = uid_of(3)
+    put_job(remote, uid, clock.t - 120)
+    c = make_controller(tmp_path, remote, clock, max_spot_wait_minutes=1.0, max_launches=1)
+    for _ in range(6):  # 50 s of refusals: still waiting for spot
+        c.pass_once()
+        clock.t += 10
+    assert [r.split()[1] for r in requests(tmp_path)] == ["spot"] * 6
+    clock.t += 10  # 60 s since the first refusal
+    c.pass_once()
+    assert requests(tmp_path)[-1].split()[:2] == ["1", "on-demand"]
+    (claim,) = cl.read_claims(remote, uid)
+    assert claim.status == cl.LAUNCHED and claim.market == "on-demand" and "max_spot_wait_minutes" in claim.extra["why"]
+    assert kinds(c) == ["machine_lost", "capacity_wait", "relaunched"]  # max_launches = 1 was enough
 
 
 @pytest.mark.parametrize("code", [70, 1])
