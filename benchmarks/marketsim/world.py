@@ -30,6 +30,7 @@ class Machine:
     ready_at: float
     end_at: Optional[float] = None
     work_s: float = 0.0  # progress made on it
+    adopted: bool = False  # it has held the job
 
     @property
     def home_id(self) -> str:
@@ -132,7 +133,7 @@ class World:
         if not held:
             for m in sorted(self.machines.values(), key=lambda m: m.ready_at):
                 if m is not h and m.alive(t) and m.ready_at <= t:
-                    self.holder, self.released = m, False
+                    self.holder, self.released, m.adopted = m, False, True
                     break
 
     def _honour_move(self, t: float) -> None:
@@ -153,9 +154,10 @@ class World:
         for m in self.machines.values():
             if m.end_at is None and m.ready_at > t:
                 times.append(m.ready_at)
-            if m.end_at is not None:
+            if m.end_at is not None and m.adopted and m.end_at + stale_after_s + 1.0 > t:
                 times.append(m.end_at + stale_after_s + 1.0)  # its lease lapses
-            times.append(m.launched_at + launch_timeout_s + 1.0)  # a launch that never adopted
+            if not m.adopted and m.launched_at + launch_timeout_s + 1.0 > t:
+                times.append(m.launched_at + launch_timeout_s + 1.0)  # a launch that never adopted
         h = self.holder
         if h is not None and h.alive(t) and not self.released and self.finished_at is None:
             request = moves.read(self.remote, UID)

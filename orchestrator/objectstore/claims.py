@@ -7,6 +7,8 @@ that a job waits for a replacement machine, and since when."""
 
 from __future__ import annotations
 
+import copy as _copy
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -101,6 +103,22 @@ def _parse(uid: str, n: int, raw: bytes, etag: Optional[str]) -> Optional[Claim]
         return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_bytes(uid: str, n: int, raw: bytes) -> Optional[Claim]:
+    return _parse(uid, n, raw, None)
+
+
+def _parsed(uid: str, n: int, raw: bytes, etag: Optional[str]) -> Optional[Claim]:
+    """_parse, remembered by content: a controller reads every claim of every job each poll, and
+    most have not changed. A copy each time: callers change the claims they hold."""
+    claim = _parse_bytes(uid, n, raw)
+    if claim is None:
+        return None
+    copy = _copy.copy(claim)
+    copy.lost, copy.extra, copy.etag = dict(claim.lost), dict(claim.extra), etag
+    return copy
+
+
 def read_claims(remote: Remote, uid: str) -> list[Claim]:
     """The job's claims, oldest first. One that cannot be read still counts as a launch (its
     number is taken), as a failed one."""
@@ -114,7 +132,7 @@ def read_claims(remote: Remote, uid: str) -> list[Claim]:
         got = remote.get_with_etag(claim_key(uid, n), max_bytes=MAX_CLAIM_BYTES)
         if got is None:
             continue
-        claim = _parse(uid, n, got[0], got[1])
+        claim = _parsed(uid, n, got[0], got[1])
         if claim is None:
             claim = Claim(uid, n, FAILED, "", {}, 0.0, "", 0.0, error="unreadable claim", etag=got[1])
         out.append(claim)

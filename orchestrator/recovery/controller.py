@@ -21,7 +21,7 @@ import logging
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ..jobs.backoff import backoff_s
 from ..spec.config import Config
@@ -212,7 +212,9 @@ class Controller:
         reuse: Optional[cl.Claim] = None
         if move is None and age is not None and age < self.stale_after_s:
             came_back = latest is not None and latest.lost.get("home_id") == own.get("home_id")
-            if latest is not None and latest.status == cl.CLAIMED and came_back:
+            if latest is not None and latest.extra.get("move_for"):
+                pass  # a planned move's new machine, launched while this one holds the lease
+            elif latest is not None and latest.status == cl.CLAIMED and came_back:
                 # The machine we thought lost heartbeats again (a slow heartbeat, a network blip).
                 self._cancel(latest, "the lease came back to life")
             elif latest is not None and latest.status == cl.CLAIMED:
@@ -242,6 +244,15 @@ class Controller:
             return view
         lost_at = float(own.get("heartbeat") or m.get("written_at") or now)
         view.state, view.waiting_since = WAITING, lost_at
+        if move is not None:
+            coming = self._move_machine(claims, move.from_home)
+            if coming is not None and coming.status == cl.LAUNCHED and coming.market == move.to:
+                if move.status == moves.ASKED:
+                    mv.mark(self.remote, move, moves.LAUNCHED, f"launch {coming.n}: {coming.launched}", now)
+                if now - coming.updated_at < self.launch_timeout_s and self._gone(_instance(coming)) is not True:
+                    view.market = coming.market
+                    view.note = f"handed over for a move to {move.to}; launch {coming.n} takes it: {coming.launched}"
+                    return view
         if latest is not None and latest.for_loss(own) and latest.status != cl.CANCELLED:
             since = self._since(uid, latest.n)
             if latest.status == cl.CLAIMED and since is not None:
@@ -263,7 +274,7 @@ class Controller:
                 view.note = f"launch {latest.n} claimed by {latest.controller[:12]} (in progress)"
                 return view
             coming = latest.status == cl.LAUNCHED and now - latest.updated_at < self.launch_timeout_s
-            if coming and self._gone({"instance_id": latest.launched.split(" ")[0]}) is True:
+            if coming and self._gone(_instance(latest)) is True:
                 # A machine gone while it boots (spot reclaimed) is lost now, not at the launch
                 # timeout; on spot that is the market's doing, not a failed launch.
                 latest.extra["gone_while_booting"] = now
@@ -370,19 +381,47 @@ class Controller:
         self, uid: str, m: dict[str, Any], own: dict[str, Any], claims: list[cl.Claim], losses: int, view: JobView
     ) -> None:
         """A job on a machine this controller launched: does the policy want it on the other market?"""
-        current = dc.current_market(claims, lease_alive=True)
+        current = dc.current_market(claims, own)
         view.market = current
         if current not in (SPOT, ON_DEMAND) or mv.under_way(self.store, self.remote, uid) is not None:
             return
         decision = self._decide(m, claims, current, losses)
         if decision.market in (current, IDLE):
             return
-        try:
-            self.ask_move(uid, decision.market, decision.why)
-        except mv.MoveRefused as exc:
-            view.note = f"would move from {current} to {decision.market} ({decision.why}), but {exc}"
-            return
+        # The new machine first: only once it is launched (the market had capacity) is the holder
+        # asked to hand the job over, so a refused spot launch never leaves the job without one.
+        home = str(own.get("home_id") or "")
+        coming = self._move_machine(claims, home)
+        if coming is not None and coming.market == decision.market:
+            if coming.status == cl.CLAIMED:
+                view.note = f"moving to {decision.market}: launch {coming.n} in progress"
+                return
+            if coming.status == cl.LAUNCHED and self._gone(_instance(coming)) is not True:
+                ready_at = coming.updated_at + self.rc.changeover_minutes * 60
+                if self.clock() < ready_at:  # it boots: the old machine works on meanwhile
+                    self._review(ready_at)
+                    view.note = f"moving to {decision.market}: launch {coming.n} boots ({coming.launched})"
+                    return
+                try:
+                    self.ask_move(uid, decision.market, decision.why)
+                except mv.MoveRefused as exc:
+                    view.note = f"would move from {current} to {decision.market} ({decision.why}), but {exc}"
+                    return
+                view.note = f"moving from {current} to {decision.market} (launch {coming.n} is up): {decision.why}"
+                return
+        reuse = claims[-1] if claims and claims[-1].status == cl.NO_CAPACITY and claims[-1] is coming else None
+        n = reuse.n if reuse is not None else (claims[-1].n + 1 if claims else 1)
+        self._placing.append(
+            Placement(uid, m, own, n, decision.market, decision.why, view, reuse=reuse, move_for=home)
+        )
         view.note = f"moving from {current} to {decision.market}: {decision.why}"
+
+    def _move_machine(self, claims: list[cl.Claim], home: str) -> Optional[cl.Claim]:
+        """The newest claim for a planned move's new machine, made while `home` held the lease."""
+        for c in reversed(claims):
+            if c.extra.get("move_for") == home and home:
+                return c
+        return None
 
     # -- launching ----------------------------------------------------------------------------
 
@@ -412,7 +451,9 @@ class Controller:
         its ETag), then look at the lease again. False: not this controller's to launch."""
         now = self.clock()
         lost = {k: p.owner.get(k) for k in ("host", "home_id", "heartbeat")}
-        extra = {"controller_host": self.host, "why": p.why}
+        extra: dict[str, Any] = {"controller_host": self.host, "why": p.why}
+        if p.move_for:
+            extra["move_for"] = p.move_for
         try:
             if p.reuse is not None:
                 claim = p.reuse
@@ -427,7 +468,7 @@ class Controller:
             p.view.state, p.view.note = LAUNCHING, f"launch {p.n} was claimed by another controller"
             return False
         # The lease may have come back (a slow heartbeat) or another machine adopted: look again.
-        again = self._read(p.uid)
+        again = None if p.move_for else self._read(p.uid)
         if again is not None:
             fresh = dict(again[0].get("owner") or {})
             age = mf.lease_age(again[0], self.clock())
@@ -621,11 +662,23 @@ def _deadline(m: dict[str, Any]) -> Optional[float]:
 def _losses(claims: list[cl.Claim]) -> int:
     """Machines this job has lost: every lapsed lease a launch was claimed for, plus every launched
     machine that never took the job (a later claim for the same lapsed lease)."""
-    seen = {cl.lost_identity(c.lost) for c in claims if c.status != cl.CANCELLED}
-    never_came = sum(
-        1 for i, c in enumerate(claims) if c.status == cl.LAUNCHED and any(d.for_loss(c.lost) for d in claims[i + 1 :])
-    )
-    return len(seen) + never_came
+    seen = {cl.lost_identity(c.lost) for c in claims if c.status != cl.CANCELLED and not c.extra.get("move_for")}
+    return len(seen) + sum(1 for _ in _never_came(claims))
+
+
+def _never_came(claims: list[cl.Claim]) -> Iterator[cl.Claim]:
+    """Launched machines that never took the job: a later claim is for the same lapsed lease."""
+    later: set[tuple[str, Any]] = set()
+    for c in reversed(claims):
+        identity = cl.lost_identity(c.lost)
+        if c.status == cl.LAUNCHED and identity in later:
+            yield c
+        later.add(identity)
+
+
+def _instance(claim: cl.Claim) -> dict[str, Any]:
+    """What the provider can ask the cloud about a launched machine: its instance id."""
+    return {"instance_id": claim.launched.split(" ")[0] if claim.launched else ""}
 
 
 def _wasted_launches(claims: list[cl.Claim]) -> int:
@@ -633,14 +686,8 @@ def _wasted_launches(claims: list[cl.Claim]) -> int:
     took the job. A machine that ran the job and was reclaimed later (spot) or handed it over (a
     planned move) did its work: it does not count toward max_launches, nor does a capacity wait."""
     failed = sum(1 for c in claims if c.status == cl.FAILED)
-    never_came = sum(
-        1
-        for i, c in enumerate(claims)
-        if c.status == cl.LAUNCHED
-        and not (c.market == SPOT and c.extra.get("gone_while_booting"))
-        and any(d.for_loss(c.lost) for d in claims[i + 1 :])
-    )
-    return failed + never_came
+    reclaimed = sum(1 for c in _never_came(claims) if c.market == SPOT and c.extra.get("gone_while_booting"))
+    return failed + sum(1 for _ in _never_came(claims)) - reclaimed
 
 
 def _failures_in_row(claims: list[cl.Claim], own: dict[str, Any]) -> int:

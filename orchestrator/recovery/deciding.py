@@ -28,17 +28,21 @@ def work_of(m: Mapping[str, Any]) -> Optional[tuple[float, float]]:
     return step * pace, max(0, total - step) * pace
 
 
-def current_market(claims: list[cl.Claim], lease_alive: bool) -> str:
-    """The market of the machine holding the job: the newest launch that came up, while the lease
-    is alive; IDLE when no machine holds it. A job on a machine the controller did not launch
-    (its first machine, started by hand) counts as on "" (unknown): it is never moved."""
-    if not lease_alive:
+def current_market(claims: list[cl.Claim], owner: Mapping[str, Any]) -> str:
+    """The market of the machine holding the job's lease: the launch whose instance the lease
+    names, else the newest launch that came up and was not a planned move's new machine still
+    waiting to take over. "" (unknown) when the controller did not launch it (a job's first
+    machine, started by hand): such a job is never moved. IDLE when no machine holds the lease."""
+    if not owner.get("home_id") or owner.get("released"):
         return IDLE
-    for c in reversed(claims):
-        if c.status == cl.LAUNCHED:
+    launched = [c for c in claims if c.status == cl.LAUNCHED]
+    instance = owner.get("instance_id")
+    for c in reversed(launched):
+        if instance and c.launched.split(" ")[0] == instance:
             return c.market
-        if c.status in (cl.CLAIMED, cl.FAILED, cl.NO_CAPACITY, cl.CANCELLED):
-            continue
+    for c in reversed(launched):
+        if c.extra.get("move_for") != owner.get("home_id"):
+            return c.market
     return ""
 
 
@@ -52,7 +56,7 @@ def spot_lifetimes(claims: list[cl.Claim]) -> list[tuple[float, float]]:
             continue
         nxt = claims[i + 1]
         hb = nxt.lost.get("heartbeat")
-        if nxt.extra.get("move") or not isinstance(hb, (int, float)) or hb <= c.updated_at:
+        if nxt.extra.get("move_for") or not isinstance(hb, (int, float)) or hb <= c.updated_at:
             continue
         out.append((float(hb), float(hb) - c.updated_at))
     return out

@@ -59,7 +59,8 @@ def ask(
     own = dict(m.get("owner") or {})
     if own.get("released") or not own.get("home_id"):
         raise MoveRefused(f"job {uid[:12]} ({name}): no machine holds its lease to hand it over")
-    launched = [c for c in cl.read_claims(remote, uid) if c.status == cl.LAUNCHED]
+    # (A move's new machine, launched before the holder is asked, is not what the job runs on.)
+    launched = [c for c in cl.read_claims(remote, uid) if c.status == cl.LAUNCHED and not c.extra.get("move_for")]
     current = launched[-1].market if launched else ""
     if current == to:
         raise MoveRefused(f"job {uid[:12]} ({name}) already runs on {to}")

@@ -27,6 +27,9 @@ class Placement:
     reuse: Optional[cl.Claim] = None  # a capacity wait's claim, claimed again for this try
     claim: Optional[cl.Claim] = None  # set once claimed
     move: Optional[moves.MoveRequest] = None  # a planned move this launch completes
+    # A planned move's new machine, launched while the old one still holds the lease (the move is
+    # asked once it is up): the home it will take the job from.
+    move_for: str = ""
 
     @property
     def gpus(self) -> int:
