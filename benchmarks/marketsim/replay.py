@@ -41,7 +41,9 @@ class Clock:
         return self.t
 
 
-def sim_config(*, changeover_h: float, stale_after_minutes: float = 1.0, poll_seconds: float = 30.0) -> Config:
+def sim_config(
+    *, changeover_h: float, price_ratio: float = 3.14, stale_after_minutes: float = 1.0, poll_seconds: float = 30.0
+) -> Config:
     return Config.model_validate(
         {
             "storage": {"url": "s3://market-benchmark/orch", "stale_after_minutes": stale_after_minutes},
@@ -53,7 +55,7 @@ def sim_config(*, changeover_h: float, stale_after_minutes: float = 1.0, poll_se
                 # a launched machine has the changeover to come up, and some more
                 "launch_timeout_minutes": max(20.0, changeover_h * 60 * 2),
             },
-            "pricing": {"gpu_hour": 1.0, "on_demand_gpu_hour": 1.0},
+            "pricing": {"gpu_hour": 1.0, "on_demand_gpu_hour": price_ratio},  # what the policy's ratio reads
         }
     )
 

@@ -7,7 +7,6 @@ that a job waits for a replacement machine, and since when."""
 
 from __future__ import annotations
 
-import copy as _copy
 import functools
 import json
 import re
@@ -114,16 +113,35 @@ def _parsed(uid: str, n: int, raw: bytes, etag: Optional[str]) -> Optional[Claim
     claim = _parse_bytes(uid, n, raw)
     if claim is None:
         return None
-    copy = _copy.copy(claim)
+    return _fresh(claim, etag)
+
+
+def _fresh(claim: Claim, etag: Optional[str]) -> Claim:
+    copy = object.__new__(Claim)
+    copy.__dict__.update(claim.__dict__)
     copy.lost, copy.extra, copy.etag = dict(claim.lost), dict(claim.extra), etag
     return copy
 
 
-def read_claims(remote: Remote, uid: str) -> list[Claim]:
+def read_claims(remote: Remote, uid: str, cache: Optional[dict[str, Any]] = None) -> list[Claim]:
     """The job's claims, oldest first. One that cannot be read still counts as a launch (its
-    number is taken), as a failed one."""
+    number is taken), as a failed one. `cache` (a dict the caller keeps): when the listing shows
+    the same objects with the same ETags as last time, the claims read then (copies), no reads."""
+    listing = remote.list(claims_prefix(uid))
+    seen = tuple((str(meta["path"]), meta.get("e_tag")) for meta in listing)
+    if cache is not None and all(tag for _, tag in seen):
+        held = cache.get(uid)
+        if held is not None and held[0] == seen:
+            return [_fresh(c, c.etag) for c in held[1]]
+    out = _read_listed(remote, uid, listing)
+    if cache is not None:
+        cache[uid] = (seen, [_fresh(c, c.etag) for c in out])
+    return out
+
+
+def _read_listed(remote: Remote, uid: str, listing: list[Any]) -> list[Claim]:
     out: list[Claim] = []
-    for meta in remote.list(claims_prefix(uid)):
+    for meta in listing:
         name = str(meta["path"]).rsplit("/", 1)[-1]
         m = _NAME.match(name)
         if not m:

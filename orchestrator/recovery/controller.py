@@ -120,6 +120,8 @@ class Controller:
         self.policy: Callable[..., Decision] = decide
         self.market = dc.MarketView()
         self.next_review: Optional[float] = None
+        self._claims: dict[str, Any] = {}  # uid -> the claims as last listed and read (claims.read_claims)
+        self._parsed: dict[str, tuple[bytes, dict[str, Any]]] = {}  # uid -> its manifest as last read
         self.reaction_s = self.stale_after_s + self.rc.poll_seconds
         self.stopper = Stopper(
             provider, self.launcher, store, clock, self._event, self.rc.poll_seconds, redact_text, say
@@ -178,10 +180,15 @@ class Controller:
             return None
         if got is None:
             return None
+        held = self._parsed.get(uid)
+        if held is not None and held[0] == got[0]:
+            return held[1], got[1]  # unchanged since the last pass: checked then
         try:
-            return parse_manifest(got[0], self.remote.where(key), uid), got[1]
+            m = parse_manifest(got[0], self.remote.where(key), uid)
         except ManifestError:
             return None
+        self._parsed[uid] = (got[0], m)
+        return m, got[1]
 
     def _job(self, uid: str) -> Optional[JobView]:
         read = self._read(uid)
@@ -195,7 +202,7 @@ class Controller:
         own = dict(m.get("owner") or {})
         if own.get("home_id") and not own.get("released"):
             self._homes[uid] = str(own["home_id"])
-        claims = cl.read_claims(self.remote, uid)
+        claims = cl.read_claims(self.remote, uid, self._claims)
         self.market.note_claims(uid, claims)
         launches = cl.launches(claims)
         losses = _losses(claims)
