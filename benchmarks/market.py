@@ -32,6 +32,10 @@ POLICIES = ("orch", "greedy", "uniform_progress", "on_demand")
 TAIL_H = 24.0  # trace kept after the deadline, so a late job can still finish and be counted late
 
 
+class BadTraces(ValueError):
+    """TRACE_DIR cannot be replayed (the message names the file and the problem)."""
+
+
 def load_traces(folder: Path, reverse: bool) -> dict[str, tuple[list[int], float]]:
     traces = {}
     for path in sorted(folder.glob("*.json")):
@@ -40,17 +44,17 @@ def load_traces(folder: Path, reverse: bool) -> dict[str, tuple[list[int], float
             values = [1 if int(v) > 0 else 0 for v in raw["data"]]
             gap = float((raw.get("metadata") or {}).get("gap_seconds") or 600)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SystemExit(f"{path}: not a spot trace ({exc})") from None
+            raise BadTraces(f"{path}: not a spot trace ({exc})") from None
         traces[path.stem] = (values[::-1] if reverse else values, gap)
     if not traces:
-        raise SystemExit(f"{folder}: no *.json traces")
+        raise BadTraces(f"{folder}: no *.json traces")
     return traces
 
 
 def starts_for(values: list[int], gap: float, n: int, horizon_h: float, rng: random.Random) -> list[int]:
     room = len(values) - int((horizon_h + TAIL_H) * 3600 / gap)
     if room <= 0:
-        raise SystemExit(f"a trace of {len(values)} ticks is too short for {horizon_h} h + {TAIL_H} h")
+        raise BadTraces(f"a trace of {len(values)} ticks is too short for {horizon_h} h + {TAIL_H} h")
     return [rng.randrange(0, room) for _ in range(n)]
 
 
@@ -123,8 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.starts < 1 or args.job_hours <= 0 or args.deadline_hours < args.job_hours or args.price_ratio < 1:
         print("--starts >= 1, --job-hours > 0, --deadline-hours >= --job-hours, --price-ratio >= 1", file=sys.stderr)
         return 2
-    traces = load_traces(args.trace_dir, args.reverse)
     rng = random.Random(args.seed)
+    try:
+        traces = load_traces(args.trace_dir, args.reverse)
+        starts = {name: starts_for(v, g, args.starts, args.deadline_hours, rng) for name, (v, g) in traces.items()}
+    except BadTraces as exc:
+        print(f"market.py: {exc}", file=sys.stderr)
+        return 2
     opts = {
         "job_h": args.job_hours,
         "deadline_h": args.deadline_hours,
@@ -132,12 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         "price_ratio": args.price_ratio,
     }
     tasks = []
-    for values, gap in traces.values():
-        starts = starts_for(values, gap, args.starts, args.deadline_hours, rng)
-        chunk = max(1, len(starts) // 4)  # a few tasks per trace and policy: both workers busy to the end
+    for trace, (values, gap) in traces.items():
+        chunk = max(1, len(starts[trace]) // 4)  # a few tasks per trace and policy: both workers busy to the end
         for name in POLICIES:
-            for i in range(0, len(starts), chunk):
-                tasks.append((name, values, gap, starts[i : i + chunk], opts))
+            for i in range(0, len(starts[trace]), chunk):
+                tasks.append((name, values, gap, starts[trace][i : i + chunk], opts))
     rows: dict[str, list[tuple[float, ...]]] = {name: [] for name in POLICIES}
     with multiprocessing.get_context("spawn").Pool(max(1, args.workers)) as pool:
         for name, got in pool.imap_unordered(_run, tasks):
@@ -151,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         f"changeover {args.changeover_hours:g} h, on-demand = {args.price_ratio:g} x spot"
         + (", traces reversed" if args.reverse else "")
     )
-    print(f"{'policy':<17} {'on-demand h':>11} {'spot h':>7} {'cost/OD':>8} {'missed':>7} {'given up':>9}   paper's accounting")
+    print(
+        f"{'policy':<17} {'on-demand h':>11} {'spot h':>7} {'cost/OD':>8} {'missed':>7} {'given up':>9}   paper's accounting"
+    )
     for name, r in result.items():
         p = r["paper"]
         print(

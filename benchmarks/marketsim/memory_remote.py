@@ -54,8 +54,14 @@ class MemoryRemote:
         self.objects.pop(key, None)
 
     def list(self, prefix: str) -> list[dict[str, Any]]:
-        return [{"path": k, "size": len(v[0]), "e_tag": v[1]} for k, v in sorted(self.objects.items()) if k.startswith(prefix)]
+        return [
+            {"path": k, "size": len(v[0]), "e_tag": v[1]}
+            for k, v in sorted(self.objects.items())
+            if k.startswith(prefix)
+        ]
 
     def list_dirs(self, prefix: str) -> list[str]:
         base = prefix.rstrip("/") + "/" if prefix else ""
-        return sorted({k[len(base) :].split("/", 1)[0] for k in self.objects if k.startswith(base) and "/" in k[len(base) :]})
+        return sorted(
+            {k[len(base) :].split("/", 1)[0] for k in self.objects if k.startswith(base) and "/" in k[len(base) :]}
+        )

@@ -134,4 +134,3 @@ def replay(
 
 def open_store(folder: Path) -> Store:
     return Store(folder / "orch.db")
-

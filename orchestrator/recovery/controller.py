@@ -418,9 +418,7 @@ class Controller:
                 return
         reuse = claims[-1] if claims and claims[-1].status == cl.NO_CAPACITY and claims[-1] is coming else None
         n = reuse.n if reuse is not None else (claims[-1].n + 1 if claims else 1)
-        self._placing.append(
-            Placement(uid, m, own, n, decision.market, decision.why, view, reuse=reuse, move_for=home)
-        )
+        self._placing.append(Placement(uid, m, own, n, decision.market, decision.why, view, reuse=reuse, move_for=home))
         view.note = f"moving from {current} to {decision.market}: {decision.why}"
 
     def _move_machine(self, claims: list[cl.Claim], home: str) -> Optional[cl.Claim]:
