@@ -68,9 +68,10 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[float, ...]]]:
     policy = decide if policy_name == "orch" else baselines.POLICIES[policy_name]
     config = sim_config(changeover_h=opts["changeover_h"], price_ratio=opts["price_ratio"])
     out = []
+    seen: dict[tuple[str, float], float] = {}  # spot lifetimes observed on this trace, across its jobs
     with tempfile.TemporaryDirectory(prefix="orch-market-") as tmp:
         store = open_store(Path(tmp))
-        for start in starts:
+        for start in sorted(starts):
             r = replay(
                 values,
                 gap,
@@ -80,6 +81,7 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[float, ...]]]:
                 store=store,
                 job_h=opts["job_h"],
                 deadline_h=opts["deadline_h"],
+                seen=seen,
             )
             out.append((r.od_h, r.spot_h, r.od_work_h, r.spot_work_h, float(r.missed), float(r.given_up)))
         store.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from orchestrator.recovery.controller import LEFT, Controller, launch_key
 from orchestrator.recovery.launcher import InlineLauncher
@@ -16,7 +16,7 @@ from orchestrator.spec.config import Config
 from orchestrator.store import Store
 
 from .memory_remote import MemoryRemote
-from .world import UID, Market, World
+from .world import Market, World
 
 EPOCH = 1_700_000_000.0  # the trace's first tick, as Unix time (any will do: deadlines are ISO text)
 PASSES_AT_ONCE = 4  # a pass that changed the bucket is followed by another at the same moment
@@ -31,6 +31,7 @@ class Result:
     missed: bool
     given_up: bool
     machines: int
+    world: Any = None  # the replay's world (its bucket, machines), for tests
 
 
 class Clock:
@@ -70,15 +71,21 @@ def replay(
     store: Store,
     job_h: float,
     deadline_h: Optional[float],
+    seen: Optional[dict[tuple[str, float], float]] = None,
 ) -> Result:
+    """`seen`: the spot lifetimes observed by the controllers of this trace's earlier replays, kept
+    across them (a controller watches one market for weeks, over many jobs); each replay's
+    controller sees only those that ended before its own clock."""
     market = Market(values, gap_s, EPOCH)
     t0 = EPOCH + start_tick * gap_s
     clock = Clock(t0)
     remote = MemoryRemote()
     rc = config.recovery
     assert rc is not None
+    uid = f"{start_tick:032x}"
     world = World(
         market=market,
+        uid=uid,
         remote=remote,
         clock=clock,
         total_s=job_h * 3600,
@@ -91,7 +98,9 @@ def replay(
         config, store, remote, world, controller_id="benchmark", clock=clock, launcher=InlineLauncher()
     )  # type: ignore[arg-type]
     controller.policy = policy
-    store.recovery_mark(launch_key(UID), t0)  # `orch launch` put the job in the bucket
+    if seen is not None:
+        controller.market.lifetimes = seen
+    store.recovery_mark(launch_key(uid), t0)  # `orch launch` put the job in the bucket
     stale_s, timeout_s = config.storage.stale_after_minutes * 60, rc.launch_timeout_minutes * 60
     given_up = False
     end = market.end()
@@ -129,6 +138,7 @@ def replay(
         missed=world.deadline is not None and (finished is None or finished > world.deadline + 1e-6),
         given_up=given_up,
         machines=len(world.machines),
+        world=world,
     )
 
 

@@ -19,7 +19,6 @@ from orchestrator.objectstore import manifest as mf
 from orchestrator.objectstore import moves
 from orchestrator.recovery.provider import LaunchRequest, NoCapacity
 
-UID = "5" * 32
 HEARTBEAT_S = 30.0  # a daemon reads its jobs' move requests at each heartbeat
 
 
@@ -67,6 +66,7 @@ class Market:
 @dataclass
 class World:
     market: Market
+    uid: str  # the job's
     remote: Any
     clock: Any
     total_s: float
@@ -143,7 +143,7 @@ class World:
         h = self.holder
         if h is None or self.released or not h.alive(t):
             return
-        request = moves.read(self.remote, UID)
+        request = moves.read(self.remote, self.uid)
         if request is None or request.status != moves.ASKED or request.from_home != h.home_id:
             return
         self.released = True
@@ -161,7 +161,7 @@ class World:
                 times.append(m.launched_at + launch_timeout_s + 1.0)  # a launch that never adopted
         h = self.holder
         if h is not None and h.alive(t) and not self.released and self.finished_at is None:
-            request = moves.read(self.remote, UID)
+            request = moves.read(self.remote, self.uid)
             if request is not None and request.status == moves.ASKED and request.from_home == h.home_id:
                 times.append(t + HEARTBEAT_S)  # the holder's daemon reads it at its next heartbeat
             times.append(max(t, h.ready_at) + self.total_s - self.done_s)
@@ -175,7 +175,7 @@ class World:
         state = "succeeded" if self.finished_at is not None else ("running" if h and not self.released else "queued")
         m: dict[str, Any] = {
             "version": 1,
-            "uid": UID,
+            "uid": self.uid,
             "name": "market-benchmark",
             "state": state,
             "gpus": 1,
@@ -199,4 +199,4 @@ class World:
                 "instance_id": h.id,
             }
         # Compact, unlike a daemon's (mf.dump): the same content, written a few hundred times a job.
-        self.remote.put_bytes(mf.manifest_key(UID), json.dumps(m, separators=(",", ":")).encode())
+        self.remote.put_bytes(mf.manifest_key(self.uid), json.dumps(m, separators=(",", ":")).encode())

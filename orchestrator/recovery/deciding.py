@@ -69,13 +69,15 @@ class MarketView:
     refused_at: Optional[float] = None  # the newest spot refusal for capacity
     refused_since: Optional[float] = None  # ... and since when spot has been refused without a launch between
     launched_at: Optional[float] = None  # the newest spot launch that came up
-    lifetimes: dict[tuple[str, float], float] = field(default_factory=dict)  # (uid, ended) -> lived
+    # (uid, when it ended) -> how long it lived; may be shared by several controllers' views of
+    # one market (the market benchmark's replays of one trace): seen() keeps what ended by then.
+    lifetimes: dict[tuple[str, float], float] = field(default_factory=dict)
 
     def note_claims(self, uid: str, claims: list[cl.Claim]) -> None:
         for ended, lived in spot_lifetimes(claims):
             self.lifetimes[(uid, ended)] = lived
-        if len(self.lifetimes) > MAX_LIFETIMES:
-            for key in sorted(self.lifetimes)[: len(self.lifetimes) - MAX_LIFETIMES]:
+        if len(self.lifetimes) > 4 * MAX_LIFETIMES:
+            for key in sorted(self.lifetimes, key=lambda k: k[1])[: len(self.lifetimes) - MAX_LIFETIMES]:
                 del self.lifetimes[key]
         for c in claims:
             if c.market != SPOT:
@@ -106,9 +108,9 @@ class MarketView:
             return None
         return self.refused_since
 
-    def seen(self) -> Seen:
-        ordered = sorted(self.lifetimes.items(), key=lambda kv: kv[0][1])
-        return Seen(lifetimes_s=tuple(lived for _, lived in ordered))
+    def seen(self, now: float) -> Seen:
+        ordered = sorted((k for k in self.lifetimes.items() if k[0][1] <= now), key=lambda kv: kv[0][1])
+        return Seen(lifetimes_s=tuple(lived for _, lived in ordered[-MAX_LIFETIMES:]))
 
 
 def price_ratio(pricing: Any, gpus: int) -> float:
@@ -152,7 +154,7 @@ def situation(
         changeover_s=rc.changeover_minutes * 60,
         price_ratio=price_ratio(pricing, int(m.get("gpus") or 0)),
         reaction_s=reaction_s,
-        seen=market.seen(),
+        seen=market.seen(now),
         started=started,
         deadline=deadline,
         losses=losses,
