@@ -35,7 +35,7 @@ from orchestrator.store import Store
 
 pytestmark = pytest.mark.slow
 
-STALE_MIN = 0.1  # 6 s
+STALE_MIN = 0.5  # 30 s: no false loss on a busy machine (nothing here waits for a lease to lapse)
 
 # In front of the harness's launch script: no spot while the file `no-spot` exists (exit 69).
 GATE_SH = r"""#!/bin/bash
@@ -133,7 +133,9 @@ def test_spot_refused_waits_goes_on_demand_then_moves_back_to_spot_and_ends_iden
             what=lambda: f"the on-demand machine training\n{watch.output()}",
         )
         assert read_market(on_demand) == "on-demand"
-        (first,) = claims(remote, uid)
+        found = claims(remote, uid)  # one claim: waited on, then launched on-demand
+        assert len(found) == 1, ([(c.market, c.status) for c in found], watch.output())
+        first = found[0]
         assert first.n == 1 and first.market == "on-demand" and first.extra["capacity_tries"] >= 2
         assert "capacity_wait" in watch.output()
 
