@@ -137,14 +137,11 @@ def situation(
     retry_s: float,
 ) -> Situation:
     """The policy's view of one job. Before its pace is measured (no step done yet) the work left
-    is unknown and the job is placed as one without a deadline (a deadline job without the wait)."""
+    is unknown and the job is placed as one without a deadline: spot first, on-demand after
+    max_spot_wait_minutes without capacity."""
     work = work_of(m)
-    max_wait_s = rc.max_spot_wait_minutes * 60
-    if work is None:
-        # No slack can be known without a pace: a deadline job takes spot if it can be had, else
-        # on-demand at once (as Uniform Progress does at its start); one without waits as usual.
-        work, max_wait_s = (0.0, float("inf")), (0.0 if deadline is not None else max_wait_s)
-        deadline = None
+    if work is None:  # no slack can be known without a pace: placed as a job without a deadline
+        work, deadline = (0.0, float("inf")), None
     return Situation(
         now=now,
         done_s=work[0],
@@ -159,7 +156,7 @@ def situation(
         deadline=deadline,
         losses=losses,
         on_demand_after=rc.on_demand_after,
-        max_spot_wait_s=max_wait_s,
+        max_spot_wait_s=rc.max_spot_wait_minutes * 60,
         spot_refused_since=market.waiting_since(),
     )
 

@@ -4,7 +4,7 @@ deadline straight into a file:// bucket (no machine running); `orch watch` (a su
 capacity", and otherwise brings up a "machine" (a fresh ORCH_HOME that adopts and starts a
 daemon; recovery_harness.py). The job waits for spot (free: one capacity_wait, not a launch),
 goes on-demand after max_spot_wait_minutes, and when spot capacity is back a planned move --
-asked through the controller's own mechanism, as its policy asks it -- hands it over (the
+asked by the controller's market policy, its spot machine launched first -- hands it over (the
 on-demand daemon checkpoints, releases, exits 75, `moved`), a spot machine adopts and resumes it,
 the on-demand machine is stopped by `[recovery] stop`, and the job ends with weights torch.equal
 to an uninterrupted run; the spot machine is stopped once its job is done. max_launches = 2: the
@@ -29,7 +29,6 @@ from orchestrator.model.states import JobState
 from orchestrator.objectstore import claims as cl
 from orchestrator.objectstore import moves
 from orchestrator.objectstore.remote import Remote
-from orchestrator.recovery import moving
 from orchestrator.spec.config import load_config
 from orchestrator.store import Store
 
@@ -108,6 +107,7 @@ def test_spot_refused_waits_goes_on_demand_then_moves_back_to_spot_and_ends_iden
             "poll_seconds": 0.3,
             "max_spot_wait_minutes": 0.05,  # 3 s without spot capacity: on-demand
             "launch_timeout_minutes": 2,
+            "changeover_minutes": 0.05,  # these "machines" come up in seconds
         },
         stale_after_minutes=STALE_MIN,
     )
@@ -139,13 +139,9 @@ def test_spot_refused_waits_goes_on_demand_then_moves_back_to_spot_and_ends_iden
         assert first.n == 1 and first.market == "on-demand" and first.extra["capacity_tries"] >= 2
         assert "capacity_wait" in watch.output()
 
-        # Spot capacity is back: the policy's planned move, asked through the controller's own records.
+        # Spot capacity is back: the policy moves the job (the job is far ahead of its deadline's
+        # uniform line): a spot machine first, then the holder is asked to hand over.
         (machines / "no-spot").unlink()
-        store = Store(croot / "orch.db")
-        try:
-            moving.ask(store, remote, config, uid, "spot", "spot capacity is back", by="policy", now=time.time())
-        finally:
-            store.close()
         wait_for(
             lambda: state_of(on_demand, uid) is JobState.MOVED,
             120,
