@@ -1,21 +1,19 @@
 """The market policy: for one unfinished job, now, idle (wait for spot, free), spot or on-demand,
 with a one-line reason and the moment the answer would change if nothing else did.
 
-One pure function, `decide`, fed by the controller every pass and by the benchmark's replay.
+One pure function, `decide`, fed by the controller every pass and by the market benchmark.
 With a deadline its floor is Uniform Progress ("Can't Be Late", Wu et al., NSDI'24, section 4):
 take spot whenever it can be had; when it cannot and the job is behind the uniform line
-t * C / R, run on-demand; leave on-demand only when ahead of the line at t + 2d; and a safety
-net, on-demand for good once the time left is under the work left + 2d. Beyond that floor it
-uses what the controller has observed of this spot market (`Seen`), never a trace:
-  - spot lifetimes: when spot machines here typically live longer than the break-even lifetime
-    (`break_even_lifetime_s`: what one move to spot and one back to on-demand cost, against what
-    an hour on spot saves), a job on on-demand takes spot as soon as it can be had, even behind
-    the line (the paper's "taking risks" rule, gated by evidence);
-  - outage lengths: a job on on-demand with no spot to go to goes idle only when it is ahead of
-    the line by 2d plus a typical outage, so it can wait one out without a second changeover.
-With no evidence (fewer than MIN_EVIDENCE observations) both rules fall back to Uniform Progress.
-Without a deadline: spot first; on-demand after `max_spot_wait_s` without capacity or after
-`on_demand_after` lost machines; back to spot under the same evidence rule."""
+t * C / R, run on-demand; leave on-demand (for spot) only when ahead of the line at t + 2d; and a
+safety net, on-demand for good once the time left is under the work left + 2d (+ the controller's
+reaction time: a lost machine is noticed after stale_after and a poll).
+Beyond that floor it uses what the controller has observed of this spot market (`Seen`), never a
+trace: when the spot machines seen here did, on average, more work than a move to them costs
+(`_spot_pays`), a job on on-demand takes spot as soon as it can be had, even behind the line
+(the paper's "taking risks" rule, gated by evidence). With fewer than MIN_EVIDENCE observations
+it is Uniform Progress. Without a deadline: spot first; on-demand after `max_spot_wait_s`
+without capacity or after `on_demand_after` lost machines (unless the same evidence says spot
+pays); back to spot when it can be had."""
 
 from __future__ import annotations
 
@@ -25,7 +23,7 @@ from typing import Optional
 
 from ..model.markets import IDLE, ON_DEMAND, SPOT
 
-MIN_EVIDENCE = 3  # observations before a typical lifetime or outage is believed (one is luck)
+MIN_EVIDENCE = 3  # spot lifetimes observed before they are believed (one is luck)
 WINDOW = 20  # the newest observations that count: a market changes over days
 
 
@@ -33,14 +31,7 @@ WINDOW = 20  # the newest observations that count: a market changes over days
 class Seen:
     """What the controller has observed of this spot market, across its jobs, newest last."""
 
-    lifetimes_s: tuple[float, ...] = ()  # spot machines: up until the cloud reclaimed them
-    outages_s: tuple[float, ...] = ()  # spot refused for capacity: first refusal to next success
-
-    def typical_lifetime_s(self) -> Optional[float]:
-        return _typical(self.lifetimes_s)
-
-    def typical_outage_s(self) -> Optional[float]:
-        return _typical(self.outages_s)
+    lifetimes_s: tuple[float, ...] = ()  # spot machines: from launch until the cloud reclaimed them
 
 
 @dataclass(frozen=True)
@@ -168,11 +159,6 @@ def _spot_pays(s: Situation) -> str:
     if work <= bill:
         return ""
     return f"{_h(work)} of work per machine against {_h(bill)} of on-demand cost (last {len(recent)} observed)"
-
-
-def _typical(values: tuple[float, ...]) -> Optional[float]:
-    recent = values[-WINDOW:]
-    return statistics.median(recent) if len(recent) >= MIN_EVIDENCE else None
 
 
 def _h(seconds: float) -> str:
