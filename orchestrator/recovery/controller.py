@@ -280,14 +280,14 @@ class Controller:
                 view.state, view.market = LAUNCHING, latest.market
                 view.note = f"launch {latest.n} claimed by {latest.controller[:12]} (in progress)"
                 return view
-            coming = latest.status == cl.LAUNCHED and now - latest.updated_at < self.launch_timeout_s
-            if coming and self._gone(_instance(latest)) is True:
+            booting = latest.status == cl.LAUNCHED and now - latest.updated_at < self.launch_timeout_s
+            if booting and self._gone(_instance(latest)) is True:
                 # A machine gone while it boots (spot reclaimed) is lost now, not at the launch
                 # timeout; on spot that is the market's doing, not a failed launch.
                 latest.extra["gone_while_booting"] = now
                 self._update(latest)
-                coming = False
-            if coming:
+                booting = False
+            if booting:
                 view.market = latest.market
                 view.note = f"launch {latest.n} ({latest.market}) is coming up: {latest.launched}"
                 return view
