@@ -90,21 +90,18 @@ class _with_deadline:
     relative paths in it mean the same; the copy is removed after."""
 
     def __init__(self, job_toml: Path, deadline: Optional[str]):
-        self.job_toml, self.deadline, self.copy = job_toml, deadline, None
+        self.job_toml, self.deadline = job_toml, deadline
+        self.copy: Optional[Path] = None
 
     def __enter__(self) -> Path:
         if self.deadline is None:
             return self.job_toml
-        import tomllib
-
         import tomli_w
 
         from ..model.errors import SpecError
+        from ..spec.tomlfile import read_toml
 
-        try:
-            data = tomllib.loads(self.job_toml.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise SpecError([f"{self.job_toml}: {exc}"]) from None
+        data = read_toml(self.job_toml, str(self.job_toml), SpecError)  # submit's own reading, refusals
         data["deadline"] = self.deadline
         data.setdefault("name", self.job_toml.stem)
         fd, name = tempfile.mkstemp(prefix=f".{self.job_toml.stem}-", suffix=".toml", dir=self.job_toml.parent)

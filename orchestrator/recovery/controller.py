@@ -17,6 +17,7 @@ mid-launch, or the machine never came up) is followed by the next claim. The con
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import time
@@ -448,7 +449,7 @@ class Controller:
                     LAUNCHING,
                     f"launch {p.n} ({g.market}) in progress since {_hms(self.clock())}",
                 )
-            self.launcher.submit(key, _timed(lambda r=request: self.provider.launch(r)))
+            self.launcher.submit(key, _timed(functools.partial(self.provider.launch, request)))
         self._placing = []
 
     def _claim(self, p: Placement) -> bool:

@@ -178,6 +178,12 @@ def test_spot_refused_waits_goes_on_demand_then_moves_back_to_spot_and_ends_iden
         finally:
             od_store.close()
 
+        # The bill spans both machines and names their markets (orch show on the last machine).
+        spot_job = machine_job(spot, uid)
+        shown = orch("show", str(spot_job.id), "--json", home=spot / "home")
+        data = __import__("json").loads(shown.stdout)
+        assert [mc["market"] for mc in data["machines"]] == ["on-demand", "spot"], data["machines"]
+
         # From anywhere: the bucket's view.
         shown = orch("status", "--url", url, home=tmp_path / "laptop")
         assert shown.returncode == 0 and f"{uid[:12]}  market  succeeded  spot" in shown.stdout, shown.stdout
