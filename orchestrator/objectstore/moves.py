@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from . import manifest as mf
+from ..model.markets import MARKETS
 from .remote import Remote
 
 ASKED, HANDED_OVER, LAUNCHED, DONE, REFUSED = "asked", "handed_over", "launched", "done", "refused"
 STATUSES = (ASKED, HANDED_OVER, LAUNCHED, DONE, REFUSED)
-MARKETS = ("spot", "on-demand")
 MAX_MOVE_BYTES = 16 * 1024
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
+from ..model.markets import SPOT
 from .bootstrap import bootstrap_script, check_request, decode_user_data, with_bootstrap
 from .provider import LaunchRequest, NoCapacity, RelaunchError, StopError
 
@@ -86,7 +87,7 @@ class AwsProvider:
                 {"ResourceType": "instance", "Tags": _template_tags(data, "instance") + launch_tags(request)}
             ],
         }
-        if request.market == "spot":
+        if request.market == SPOT:
             params["InstanceMarketOptions"] = {
                 "MarketType": "spot",
                 "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},

@@ -17,10 +17,10 @@ from email.mime.text import MIMEText
 from typing import Optional
 
 from ..contract import ENV_CONFIG, ENV_HOME
+from ..model.markets import MARKETS
 from ..home.paths import BOOT_ENV
 from .provider import LaunchRequest, RelaunchError
 
-MARKETS = ("spot", "on-demand")
 UID_PATTERN = re.compile(r"^[0-9A-Za-z_-]{1,64}$")  # the mirror's job uids (objectstore/manifest_model.py)
 USER_DATA_LIMIT = 16 * 1024  # EC2 refuses user data over 16 KB (before base64)
 BOOTSTRAP_MARK = "# --- orch recovery bootstrap"
