@@ -101,7 +101,7 @@ def _with_deadline(s: Situation, deadline: float) -> Decision:
         if s.done_s >= line(s.now + 2 * d):
             return Decision(SPOT, "spot can be had and the job is ahead of the uniform line at now + 2d")
         if risky:
-            return Decision(SPOT, f"spot can be had and machines here typically live {risky}")
+            return Decision(SPOT, f"spot can be had and the spot machines here did {risky}")
         return Decision(
             ON_DEMAND,
             "spot can be had, but the job is behind the uniform line at now + 2d: stays on on-demand",
@@ -132,16 +132,17 @@ def _without_deadline(s: Situation) -> Decision:
     lost_too_many = s.losses >= s.on_demand_after
     if lost_too_many and not risky:
         return Decision(ON_DEMAND, f"{s.losses} machine(s) of this job lost (on_demand_after = {s.on_demand_after})")
+    since = s.now if s.spot_refused_since is None else s.spot_refused_since
+    give_up_at = since + s.max_spot_wait_s
+    if s.current != ON_DEMAND and s.spot_refused_since is not None and s.now >= give_up_at:
+        # Refused that long: on-demand, even if the next try might have had spot.
+        return Decision(ON_DEMAND, f"no spot capacity for {_h(s.now - since)} (max_spot_wait_minutes)")
     if s.spot_now:
         if s.current == ON_DEMAND and lost_too_many:
-            return Decision(SPOT, f"spot can be had again and machines here typically live {risky}")
+            return Decision(SPOT, f"spot can be had again and the spot machines here did {risky}")
         return Decision(SPOT, "spot can be had" + (" again" if s.current == ON_DEMAND else ""))
     if s.current == ON_DEMAND:
         return Decision(ON_DEMAND, "no spot to go back to")
-    since = s.now if s.spot_refused_since is None else s.spot_refused_since
-    give_up_at = since + s.max_spot_wait_s
-    if s.now >= give_up_at:
-        return Decision(ON_DEMAND, f"no spot capacity for {_h(s.now - since)} (max_spot_wait_minutes)")
     return Decision(IDLE, f"no spot capacity; waits until {_h(s.max_spot_wait_s)} without it", review_at=give_up_at)
 
 

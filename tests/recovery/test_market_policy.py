@@ -86,6 +86,11 @@ CASES = [
     ("no deadline, spot up: spot", case(deadline=None, spot_now=True), SPOT),
     ("no deadline, refused 10 min: waits", case(deadline=None, spot_refused_since=10 * H - 600), IDLE),
     ("no deadline, refused past max_spot_wait: on-demand", case(deadline=None, spot_refused_since=8 * H), ON_DEMAND),
+    (
+        "no deadline, refused past max_spot_wait, a retry due: on-demand, not one more try",
+        case(deadline=None, spot_now=True, spot_refused_since=8 * H),
+        ON_DEMAND,
+    ),
     ("no deadline, on-demand, spot back: spot", case(deadline=None, current=ON_DEMAND, spot_now=True), SPOT),
     ("no deadline, on-demand, no spot: stays", case(deadline=None, current=ON_DEMAND), ON_DEMAND),
     ("no deadline, lost on_demand_after machines: on-demand", case(deadline=None, spot_now=True, losses=3), ON_DEMAND),
