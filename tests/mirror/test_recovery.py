@@ -296,6 +296,7 @@ def test_a_paused_lease_never_triggers_a_launch_and_a_dead_one_does(tmp_path, ho
         detected = time.monotonic() - lost
         assert marker.read_text().split() == ["1", "spot", uid]
         assert detected < 9 + 0.2 + 5, detected  # stale_after + one poll (+ a loaded machine's slack)
+
         # The launch runs off the controller's loop: its outcome is recorded at the next pass.
         def kinds() -> list[str]:
             out = Store(croot / "orch.db")
