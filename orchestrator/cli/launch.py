@@ -34,6 +34,11 @@ def launch(
     from ..adopt.plan import storage_for
     from ..objectstore.remote import Remote
 
+    from ..model.errors import UsageError
+    from ..sweeps.spec import is_sweep_file
+
+    if is_sweep_file(job_toml):
+        raise UsageError(f"{job_toml}: a [sweep] file runs its trials on one machine: `orch submit` it there")
     config = ctx.config()
     section = storage_for(config, url)
     with _with_deadline(job_toml, deadline) as path:

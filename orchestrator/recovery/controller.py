@@ -131,6 +131,7 @@ class Controller:
         self._finished: dict[str, tuple[str, list[str], dict[str, Any]]] = {}  # uid -> (machine, its jobs, m)
         self._settled: set[str] = set()  # finished jobs this process has looked at once
         self._machines: dict[str, tuple[str, list[str], dict[str, Any]]] = {}
+        self._watched: set[str] = set()  # jobs this process has seen unfinished
 
     # -- one pass -----------------------------------------------------------------------------
 
@@ -201,6 +202,7 @@ class Controller:
             self._settle_finished(uid, m)
             return JobView(uid, name, DONE, str(m.get("state")))
         own = dict(m.get("owner") or {})
+        self._watched.add(uid)
         if own.get("home_id") and not own.get("released"):
             self._homes[uid] = str(own["home_id"])
         claims = cl.read_claims(self.remote, uid, self._claims)
@@ -590,6 +592,8 @@ class Controller:
         move = mv.under_way(self.store, self.remote, uid)
         if move is not None and move.status == moves.ASKED:
             mv.mark(self.remote, move, moves.REFUSED, f"the job was {m.get('state')} first", self.clock())
+        if uid not in self._watched:
+            return  # finished before this process saw it run: its machine is not this process's to stop
         launched = [c for c in cl.read_claims(self.remote, uid) if c.status == cl.LAUNCHED and c.launched]
         if launched:
             last = launched[-1]

@@ -72,6 +72,15 @@ def test_launch_refuses_what_submit_refuses_the_same_way_and_writes_nothing(tmp_
     assert bucket_jobs(url) == []
 
 
+def test_a_sweep_file_is_refused_with_exit_2(tmp_path):
+    url = f"file://{tmp_path}/bucket"
+    path = tmp_path / "sweep.toml"
+    path.write_text('name = "s"\ncommand = ["true"]\n[sweep]\nmetric = "val_loss"\n')
+    done = orch(controller(tmp_path, "ctl", url), "launch", str(path))
+    assert done.returncode == 2 and "`orch submit` it there" in done.stderr and "Traceback" not in done.stderr
+    assert bucket_jobs(url) == []
+
+
 def test_a_launched_job_is_placed_and_a_planted_one_never(tmp_path, monkeypatch):
     monkeypatch.setenv("DIR", str(tmp_path))
     url = f"file://{tmp_path}/bucket"

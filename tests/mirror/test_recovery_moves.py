@@ -202,3 +202,25 @@ def test_a_controller_killed_mid_move_leaves_the_next_one_to_finish_it_launching
     second.pass_once()
     assert lines(tmp_path / "stopped") == ["vm-1"]
     assert [x.status for x in cl.read_claims(remote, UID)] == [cl.LAUNCHED, cl.LAUNCHED]
+
+
+def test_a_machine_whose_job_finished_is_stopped_once_but_not_one_finished_before_the_controller_looked(
+    tmp_path, remote
+):
+    clock = Clock(10_000.0)
+    on_demand_job(remote, clock)  # running on vm-1, which the controller launched
+    c = controller(tmp_path, remote, clock)
+    c.pass_once()
+    put(remote, manifest(clock.t, "home-od", state="succeeded", released=True))
+    for _ in range(3):
+        c.pass_once()
+        clock.t += 10
+    assert lines(tmp_path / "stopped") == ["vm-1"]
+
+    (tmp_path / "stopped").unlink()
+    (tmp_path / "again").mkdir()
+    restarted = controller(tmp_path / "again", remote, clock)  # another home: nothing it saw run
+    for _ in range(3):
+        restarted.pass_once()
+        clock.t += 10
+    assert lines(tmp_path / "stopped") == []  # finished before this controller saw it run
