@@ -595,8 +595,16 @@ class Controller:
         if uid not in self._watched:
             return  # finished before this process saw it run: its machine is not this process's to stop
         launched = [c for c in cl.read_claims(self.remote, uid) if c.status == cl.LAUNCHED and c.launched]
+        # The machine that ran it: the one its lease names, else the newest launch that was not a
+        # planned move's new machine; such a machine that never took the job over is stopped too.
+        instance = str((m.get("owner") or {}).get("instance_id") or "")
+        ran = [c for c in launched if instance and c.launched.split()[0] == instance]
+        ran = ran or [c for c in launched if not c.extra.get("move_for")] or launched
+        for c in launched:
+            if c.extra.get("move_for") and c is not ran[-1]:
+                self.stopper.want(c.launched.split()[0], uid, "the job finished before it moved there", m)
         if launched:
-            last = launched[-1]
+            last = ran[-1]
             together = [str(u) for u in last.extra.get("together") or [uid]]
             self._machines[uid] = (last.launched.split()[0], together, m)
             self._finished[uid] = self._machines[uid]
