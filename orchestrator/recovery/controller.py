@@ -597,11 +597,13 @@ class Controller:
         launched = [c for c in cl.read_claims(self.remote, uid) if c.status == cl.LAUNCHED and c.launched]
         # The machine that ran it: the one its lease names, else the newest launch that was not a
         # planned move's new machine; such a machine that never took the job over is stopped too.
-        instance = str((m.get("owner") or {}).get("instance_id") or "")
+        own = m.get("owner") or {}
+        instance, home = str(own.get("instance_id") or ""), str(own.get("home_id") or "")
+        unused = [c for c in launched if home and c.extra.get("move_for") == home]  # it never left `home`
         ran = [c for c in launched if instance and c.launched.split()[0] == instance]
-        ran = ran or [c for c in launched if not c.extra.get("move_for")] or launched
-        for c in launched:
-            if c.extra.get("move_for") and c is not ran[-1]:
+        ran = ran or [c for c in launched if c not in unused] or launched
+        for c in unused:
+            if c is not ran[-1]:
                 self.stopper.want(c.launched.split()[0], uid, "the job finished before it moved there", m)
         if launched:
             last = ran[-1]
