@@ -55,6 +55,11 @@ TABLE = {
         "ok+result": SUCCESS,
         "vanished": (S.MOVED, E.LEASE_LOST, O.LOST, False),
     },
+    I.MOVE: {  # a planned market move: handed over, it runs on the new market's machine
+        **{end: (S.MOVED, E.MARKET_MOVE, O.MOVED, False) for end in ENDS},
+        "ok+result": SUCCESS,
+        "vanished": (S.MOVED, E.MARKET_MOVE, O.LOST, False),
+    },
     I.PRUNE: {
         **{end: (S.PRUNED, E.PRUNED, O.PRUNED, False) for end in ENDS},
         "ok+result": SUCCESS,

@@ -27,6 +27,7 @@ from ..objectstore.fetch import fetch_checkpoint
 from ..objectstore.remote import Conflict, Remote, StorageError
 from ..home.paths import Home
 from ..model.records import Outgoing
+from ..model.markets import MARKETS
 from ..model.states import JobState
 from ..store import Store
 from .candidates import Refused
@@ -176,7 +177,7 @@ def _launched_for(remote: Remote, uid: str, own: dict[str, Any], now: float) -> 
     except StorageError:
         found = []
     market = found[-1].market if found else os.environ.get(RECOVERY_ENV_MARKET, "")
-    market = market if market in ("spot", "on-demand") else ""
+    market = market if market in MARKETS else ""
     waited = ""
     if found and found[-1].for_loss(own):
         since = claims.waiting_since(found, {"owner": own})

@@ -80,6 +80,20 @@ def submit(
         err("note: no daemon is running; start one with `orch daemon start` (or run it now with `orch run`)")
 
 
+def _bucket_status(url: str, as_json: bool) -> None:
+    from ..adopt.plan import storage_for
+    from ..objectstore.remote import Remote
+    from .bucket_status import bucket_rows, print_bucket_status
+
+    section = storage_for(ctx.config(), url)
+    remote = Remote(section)
+    rows = bucket_rows(remote, time.time(), section.stale_after_minutes * 60)
+    if as_json:
+        emit_json(rows)
+    else:
+        print_bucket_status(rows, remote.url.raw)
+
+
 def _preflight(job_toml: Path, now: float, machine_gpus: int, executor: str) -> None:
     """Everything a job file can be refused for, before it is queued or a probe is paid for:
     jobs/admission.py's one check (the file's own checks, then the built-in job's pre-flight)."""
@@ -183,8 +197,11 @@ def _refuse_when_the_total_budget_is_spent() -> None:
 def status(
     show_all: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
     as_json: bool = typer.Option(False, "--json", help="A JSON list, one object per job."),
+    url: Optional[str] = typer.Option(None, "--url", help="A bucket's jobs instead: market, machine, state."),
 ) -> None:
     """The queue: id, name, state, attempt, progress, ETA, runtime, cost."""
+    if url is not None:
+        return _bucket_status(url, as_json)
     from ..views.queue_view import queue_view
 
     home = ctx.home

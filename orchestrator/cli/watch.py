@@ -38,7 +38,8 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
     from ..objectstore import manifest as mf
     from ..objectstore.remote import Remote, StorageError
     from ..recovery.controller import Controller
-    from ..recovery.provider import build_provider
+    from ..recovery.launcher import Launcher
+    from ..recovery.build import build_provider
 
     if config.recovery is None:
         where = config.path or home.config_path(None)
@@ -60,7 +61,11 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
     def say(text: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {redact(text)}", flush=True)
 
-    controller = Controller(config, store, remote, provider, controller_id=mf.home_identity(home), say=say)
+    # Provider calls off the loop (a hanging launch never stalls the others); at once with --once.
+    launcher = None if once else Launcher(config.recovery.launch_timeout_minutes * 60)
+    controller = Controller(
+        config, store, remote, provider, controller_id=mf.home_identity(home), say=say, launcher=launcher
+    )
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
     if not once:
@@ -98,8 +103,10 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
             if not views:
                 print(f"no jobs in {remote.url.raw}")
             return 0
-        if stop.wait(config.recovery.poll_seconds):
+        if stop.wait(_next_look(controller, config.recovery.poll_seconds)):
             say("stopped")
+            if launcher is not None:
+                launcher.close()
             return 0
 
 
@@ -117,6 +124,12 @@ def _refuse_a_missing_folder(url: str) -> None:
             f"orch watch: the mirror folder {parsed.prefix} ({url}) does not exist: check the path, or mount "
             "the disk that holds it"
         )
+
+
+def _next_look(controller: Any, poll_s: float) -> float:
+    """The next pass: at the poll, or sooner while a provider call runs (its outcome is recorded
+    within a second or so of its return)."""
+    return min(poll_s, 1.0) if controller.in_flight() else poll_s
 
 
 def status_note(store: Any, out: Optional[Any] = None) -> None:

@@ -43,6 +43,19 @@ def stop_for_lost_lease(d: StepContext, job_id: int, reason: str, now: float) ->
         d.store.record_event(job.id, EventKind.LEASE_LOST, now, detail=reason, outgoing=outgoing)
 
 
+def stop_for_move(d: StepContext, job_id: int, reason: str, now: float) -> None:
+    """`orch watch` asked that the job move market (objectstore/moves.py): a running attempt stops
+    here with a checkpoint, like a preemption notice for that job alone, and the job ends `moved`
+    with its lease released (its last manifest hands it over); a queued one is handed over at once.
+    A job already stopping for another reason (a notice, a cancel) is left to that."""
+    job = d.store.get(job_id)
+    if job.state is JobState.RUNNING and job.intent is Intent.NONE:
+        signal_job(d, job, Intent.MOVE, now, reason)
+    elif job.state is JobState.QUEUED:
+        d.store.update(job.id, now, only_if_state=[JobState.QUEUED], intent=Intent.MOVE.value)
+        d.change(job, JobState.MOVED, EventKind.MARKET_MOVE, now, reason=reason)
+
+
 def apply_cancels(d: StepContext, now: float) -> None:
     for job in d.store.jobs([JobState.RUNNING]):
         if job.cancel_requested_at is not None and job.intent is not Intent.CANCEL:

@@ -91,6 +91,8 @@ def _decide(
         return Decision(JobState.STOPPED, EventKind.STOPPED, AttemptOutcome.STOPPED, "")
     if intent is Intent.LEASE_LOST:  # another machine adopted the job: it runs there now, never again here
         return Decision(JobState.MOVED, EventKind.LEASE_LOST, AttemptOutcome.MOVED, "")
+    if intent is Intent.MOVE:  # a planned market move: checkpointed and handed over, it runs elsewhere now
+        return Decision(JobState.MOVED, EventKind.MARKET_MOVE, AttemptOutcome.MOVED, "")
     if intent is Intent.PRUNE:
         return Decision(JobState.PRUNED, EventKind.PRUNED, AttemptOutcome.PRUNED, "")
     if intent is Intent.HANG:  # an exit 75 or 76 after the watchdog's SIGTERM still spends a retry

@@ -52,6 +52,7 @@ class Intent(Word):
     LEASE_LOST = "lease_lost"  # another machine adopted the job (the mirror's owner lease): stop here
     HANG = "hang"  # the hang watchdog stopped it: a charged retry whatever the exit code
     PRUNE = "prune"  # a sweep's pruner judged the trial a loser
+    MOVE = "move"  # `orch watch` asked, through the mirror, that the job move market: hand it over here
 
 
 class AttemptOutcome(Word):
@@ -104,6 +105,9 @@ class EventKind(Word):
     MACHINE_LOST = "machine_lost"  # a job's owner lease lapsed (silent past stale_after, not released)
     RELAUNCHED = "relaunched"  # the [recovery] provider was asked for a replacement machine (and on which market)
     RELAUNCH_FAILED = "relaunch_failed"  # the provider failed, or the job is left alone (max_launches, budget)
+    CAPACITY_WAIT = "capacity_wait"  # the provider had no capacity on that market: the job waits, free
+    MARKET_MOVE = "market_move"  # a planned move of a job between markets (from, to, why)
+    STOP_FAILED = "stop_failed"  # the provider could not stop a machine orch no longer needs (retried)
 
 
 # History-only kinds: part of `orch show`, never a notification or hook.
@@ -129,6 +133,7 @@ DEFAULT_NOTIFY_EVENTS = frozenset(
         "machine_lost",
         "relaunched",
         "relaunch_failed",
+        "stop_failed",
     }
 )
 

@@ -7,6 +7,7 @@ that a job waits for a replacement machine, and since when."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -16,6 +17,11 @@ from . import manifest as mf
 from .remote import Remote
 
 CLAIMED, LAUNCHED, FAILED, CANCELLED = "claimed", "launched", "failed", "cancelled"
+# The provider had no capacity on that market: the job waits, free. Such a claim is not a launch
+# (it does not count toward max_launches); the next try reuses it, conditional on its ETag.
+NO_CAPACITY = "no_capacity"
+STATUSES = (CLAIMED, LAUNCHED, FAILED, CANCELLED, NO_CAPACITY)
+_FIELDS = ("uid", "n", "status", "market", "lost", "claimed_at", "controller", "updated_at", "launched", "error")
 _NAME = re.compile(r"^launch-(\d{4,9})\.json$")
 MAX_CLAIM_BYTES = 64 * 1024
 
@@ -73,7 +79,7 @@ def _parse(uid: str, n: int, raw: bytes, etag: Optional[str]) -> Optional[Claim]
         d = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         return None
-    if not isinstance(d, dict) or d.get("status") not in (CLAIMED, LAUNCHED, FAILED, CANCELLED):
+    if not isinstance(d, dict) or d.get("status") not in STATUSES:
         return None
     raw_lost = d.get("lost")
     lost: dict[str, Any] = raw_lost if isinstance(raw_lost, dict) else {}
@@ -90,16 +96,52 @@ def _parse(uid: str, n: int, raw: bytes, etag: Optional[str]) -> Optional[Claim]
             launched=str(d.get("launched") or "")[:300],
             error=str(d.get("error") or "")[:1000],
             etag=etag,
+            extra={k: v for k, v in d.items() if k not in _FIELDS},
         )
     except (TypeError, ValueError):
         return None
 
 
-def read_claims(remote: Remote, uid: str) -> list[Claim]:
+@functools.lru_cache(maxsize=4096)
+def _parse_bytes(uid: str, n: int, raw: bytes) -> Optional[Claim]:
+    return _parse(uid, n, raw, None)
+
+
+def _parsed(uid: str, n: int, raw: bytes, etag: Optional[str]) -> Optional[Claim]:
+    """_parse, remembered by content: a controller reads every claim of every job each poll, and
+    most have not changed. A copy each time: callers change the claims they hold."""
+    claim = _parse_bytes(uid, n, raw)
+    if claim is None:
+        return None
+    return _fresh(claim, etag)
+
+
+def _fresh(claim: Claim, etag: Optional[str]) -> Claim:
+    copy = object.__new__(Claim)
+    copy.__dict__.update(claim.__dict__)
+    copy.lost, copy.extra, copy.etag = dict(claim.lost), dict(claim.extra), etag
+    return copy
+
+
+def read_claims(remote: Remote, uid: str, cache: Optional[dict[str, Any]] = None) -> list[Claim]:
     """The job's claims, oldest first. One that cannot be read still counts as a launch (its
-    number is taken), as a failed one."""
+    number is taken), as a failed one. `cache` (a dict the caller keeps): when the listing shows
+    the same objects with the same ETags as last time, the claims read then (copies), no reads."""
+    listing = remote.list(claims_prefix(uid))
+    seen = tuple((str(meta["path"]), meta.get("e_tag")) for meta in listing)
+    if cache is not None and all(tag for _, tag in seen):
+        held = cache.get(uid)
+        if held is not None and held[0] == seen:
+            return [_fresh(c, c.etag) for c in held[1]]
+    out = _read_listed(remote, uid, listing)
+    if cache is not None:
+        cache[uid] = (seen, [_fresh(c, c.etag) for c in out])
+    return out
+
+
+def _read_listed(remote: Remote, uid: str, listing: list[Any]) -> list[Claim]:
     out: list[Claim] = []
-    for meta in remote.list(claims_prefix(uid)):
+    for meta in listing:
         name = str(meta["path"]).rsplit("/", 1)[-1]
         m = _NAME.match(name)
         if not m:
@@ -108,11 +150,16 @@ def read_claims(remote: Remote, uid: str) -> list[Claim]:
         got = remote.get_with_etag(claim_key(uid, n), max_bytes=MAX_CLAIM_BYTES)
         if got is None:
             continue
-        claim = _parse(uid, n, got[0], got[1])
+        claim = _parsed(uid, n, got[0], got[1])
         if claim is None:
             claim = Claim(uid, n, FAILED, "", {}, 0.0, "", 0.0, error="unreadable claim", etag=got[1])
         out.append(claim)
     return sorted(out, key=lambda c: c.n)
+
+
+def launches(claims: list[Claim]) -> int:
+    """The launches that count toward max_launches: every claim but a capacity wait."""
+    return sum(1 for c in claims if c.status != NO_CAPACITY)
 
 
 def put_new(remote: Remote, claim: Claim) -> Claim:

@@ -9,14 +9,30 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
+from ..model.markets import SPOT
 from .bootstrap import bootstrap_script, check_request, decode_user_data, with_bootstrap
-from .provider import LaunchRequest, RelaunchError
+from .provider import LaunchRequest, NoCapacity, RelaunchError, StopError
 
 GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 ALIVE_STATES = frozenset({"pending", "running"})
 INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 TAG_PREFIX = "orch:"
 TAG_VALUE_MAX = 256  # EC2's limit on a tag's value
+
+# EC2's answers that mean "no machine of this kind on this market now" (its API reference, "Error
+# codes"): a market signal, so the job waits and the try does not count toward max_launches.
+# Quotas (MaxSpotInstanceCountExceeded, InstanceLimitExceeded, VcpuLimitExceeded), a maximum price
+# below the spot price (SpotMaxPriceTooLow), credentials and a bad template are the user's to fix:
+# real failures, which back off and count.
+CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "InsufficientCapacity",
+        "UnfulfillableCapacity",
+    }
+)
 
 # What a tired researcher should do about each EC2 error code a launch meets most.
 _HINTS = {
@@ -37,6 +53,7 @@ _HINTS = {
 
 class AwsProvider:
     name = "aws"
+    can_stop = True
 
     def __init__(self, settings: Any):
         self.region: Optional[str] = getattr(settings, "region", None)
@@ -70,7 +87,7 @@ class AwsProvider:
                 {"ResourceType": "instance", "Tags": _template_tags(data, "instance") + launch_tags(request)}
             ],
         }
-        if request.market == "spot":
+        if request.market == SPOT:
             params["InstanceMarketOptions"] = {
                 "MarketType": "spot",
                 "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
@@ -78,7 +95,10 @@ class AwsProvider:
         try:  # boto3 fills in a ClientToken and keeps it across its retries: a retry never launches twice
             reply = ec2.run_instances(**params)
         except Exception as exc:
-            raise self._error(f"run-instances from launch template {self.template!r}", exc) from None
+            error = self._error(f"run-instances from launch template {self.template!r}", exc)
+            if _code(exc) in CAPACITY_CODES:
+                raise NoCapacity(str(error)) from None
+            raise error from None
         try:
             instance = reply["Instances"][0]
             return f"{instance['InstanceId']} ({instance.get('InstanceType') or '?'}, {request.market})"
@@ -99,6 +119,27 @@ class AwsProvider:
         except Exception as exc:
             raise self._error(f"reading launch template {self.template!r}", exc) from None
         return int(version["VersionNumber"]), dict(version.get("LaunchTemplateData") or {})
+
+    # -- stop -------------------------------------------------------------------------------------
+
+    def stop(self, instance_id: str) -> str:
+        """Terminate the instance (a machine orch launched is one-time: nothing to keep). An
+        instance EC2 no longer knows is already gone: that is a success."""
+        if not INSTANCE_ID.match(instance_id):
+            raise StopError(f"aws provider: {instance_id[:80]!r} is not an EC2 instance id (i-...)")
+        try:
+            ec2 = self._ec2()
+            reply = ec2.terminate_instances(InstanceIds=[instance_id])
+        except RelaunchError as exc:
+            raise StopError(str(exc)) from None
+        except Exception as exc:
+            if _code(exc).startswith("InvalidInstanceID.NotFound"):
+                return f"{instance_id} already gone"
+            raise StopError(str(self._error(f"terminate-instances {instance_id}", exc))) from None
+        states = [
+            str((i.get("CurrentState") or {}).get("Name") or "?") for i in reply.get("TerminatingInstances") or []
+        ]
+        return f"{instance_id} {states[0] if states else 'terminating'}"
 
     # -- is the old machine gone? -----------------------------------------------------------------
 

@@ -17,10 +17,10 @@ from email.mime.text import MIMEText
 from typing import Optional
 
 from ..contract import ENV_CONFIG, ENV_HOME, is_job_uid
+from ..model.markets import MARKETS
 from ..home.paths import BOOT_ENV
 from .provider import LaunchRequest, RelaunchError
 
-MARKETS = ("spot", "on-demand")
 USER_DATA_LIMIT = 16 * 1024  # EC2 refuses user data over 16 KB (before base64)
 BOOTSTRAP_MARK = "# --- orch recovery bootstrap"
 BOOTSTRAP_PART = "orch-recovery-bootstrap.sh"  # the part's file name in a MIME multipart user data
@@ -87,9 +87,17 @@ orch_recovery() {{
   fi
   local env_file="${ENV_HOME}/{BOOT_ENV}"  # the secrets config.toml names with *_env, if the image has them
   if [ -f "$env_file" ]; then set -a; . "$env_file"; set +a; fi
-  local uid
+  local uid out try
   for uid in $ORCH_RECOVERY_JOBS; do
-    "$orch" adopt "$ORCH_RECOVERY_URL" --job "$uid" --yes || echo "orch recovery: adopting job $uid failed" >&2
+    # A planned move's new machine boots before the old one hands the job over: while the lease
+    # is still held, wait for it (up to 20 minutes), then adopt.
+    for try in $(seq 80); do
+      if out=$("$orch" adopt "$ORCH_RECOVERY_URL" --job "$uid" --yes 2>&1); then echo "$out"; break; fi
+      case "$out" in
+        *"still owned by"*) sleep 15 ;;
+        *) echo "$out" >&2; echo "orch recovery: adopting job $uid failed" >&2; break ;;
+      esac
+    done
   done
   "$orch" daemon install || echo "orch recovery: the daemon will not start at boot" >&2
   "$orch" daemon start

@@ -186,14 +186,19 @@ class RecoverySection(_Section):
 
     provider: Literal["command", "aws"] = "command"
     launch: Optional[list[str]] = None  # command provider: argv run with ORCH_RECOVERY_*; exit 0 = coming
+    stop: Optional[list[str]] = None  # command provider: argv run with ORCH_RECOVERY_INSTANCE; exit 0 = stopped
     on_demand_after: int = Field(default=3, ge=0)  # losses of one job before its next machine is on-demand
-    max_launches: int = Field(default=10, ge=1)  # per job; past it the job is left alone, with a notification
+    max_launches: int = Field(default=10, ge=1)  # launches of a job that never brought it back; then left alone
     poll_seconds: float = Field(default=30.0, gt=0)  # how often the controller reads the mirror
     # A launched machine that has not adopted its job within this long is lost too: the next launch.
     launch_timeout_minutes: float = Field(default=20.0, gt=0)
+    # A job without a deadline waits this long for spot capacity before it goes on-demand.
+    max_spot_wait_minutes: float = Field(default=60.0, ge=0)
+    # A new machine's boot, install, adopt and resume: paid, no progress (the policy's changeover d).
+    changeover_minutes: float = Field(default=12.0, ge=0)
     aws: RecoveryAwsSection = RecoveryAwsSection()
 
-    @field_validator("launch")
+    @field_validator("launch", "stop")
     @classmethod
     def _launch(cls, v: Optional[list[str]]) -> Optional[list[str]]:
         if v is None:

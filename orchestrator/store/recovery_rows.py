@@ -25,6 +25,19 @@ class RecoveryRows(SweepRows):
             db.execute("INSERT INTO recovery_sent(key, event_id, at) VALUES(?,?,?)", (key, event_id, now))
             return True
 
+    def recovery_mark(self, key: str, now: float) -> bool:
+        """Remember `key` (a record only this controller writes: a move it asked, a job `orch
+        launch` put in the bucket, a machine it stopped). True when new."""
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM recovery_sent WHERE key=?", (key,)).fetchone() is not None:
+                return False
+            db.execute("INSERT INTO recovery_sent(key, event_id, at) VALUES(?,?,?)", (key, 0, now))
+            return True
+
+    def recovery_marked(self, key: str) -> bool:
+        """`key` was queued or marked here before."""
+        return self.db.execute("SELECT 1 FROM recovery_sent WHERE key=?", (key,)).fetchone() is not None
+
     def recovery_set(self, uid: str, now: float, **fields: Any) -> None:
         unknown = set(fields) - set(_COLUMNS)
         if unknown:

@@ -42,7 +42,11 @@ set -eu
 export ORCH_HOME="$1/home"
 echo "booted $(date +%s.%N)" >> "$1/times"
 for uid in $ORCH_RECOVERY_JOBS; do
-  "$PYTHON" -m orchestrator.cli adopt "$ORCH_RECOVERY_URL" --job "$uid" --yes
+  # A planned move's new machine comes up before the holder hands the job over: wait for it.
+  for try in $(seq 600); do
+    if out=$("$PYTHON" -m orchestrator.cli adopt "$ORCH_RECOVERY_URL" --job "$uid" --yes 2>&1); then break; fi
+    case "$out" in *"still owned by"*) sleep 0.2 ;; *) echo "$out" >&2; exit 1 ;; esac
+  done
 done
 echo "adopted $(date +%s.%N)" >> "$1/times"
 "$PYTHON" -m orchestrator.cli daemon start

@@ -32,7 +32,8 @@ from orchestrator.objectstore.remote import Remote
 from orchestrator.recovery import market as mk
 from orchestrator.recovery.command import CommandProvider
 from orchestrator.recovery.controller import Controller
-from orchestrator.recovery.provider import LaunchRequest, RelaunchError, build_provider
+from orchestrator.recovery.build import build_provider
+from orchestrator.recovery.provider import LaunchRequest, RelaunchError
 from orchestrator.store import Store
 
 UID = "0123456789abcdef0123456789abcdef"
@@ -232,30 +233,6 @@ def test_two_controllers_on_one_store_launch_once(tmp_path, remote):
     assert [x.status for x in cl.read_claims(remote, UID)] == ["launched"]
 
 
-def test_the_market_policy():
-    now = 1_000_000.0
-    pick = lambda **kw: mk.choose_market(  # noqa: E731
-        **{
-            "on_demand_after": 3,
-            "now": now,
-            "deadline": None,
-            "remaining": 3600.0,
-            "run_s": 7200.0,
-            "recovery_s": 600.0,
-            **kw,
-        }
-    )
-    assert pick(losses=1).market == "spot"
-    assert pick(losses=3).market == "on-demand"
-    assert pick(losses=1, on_demand_after=0).market == "on-demand"
-    # A deadline: 1 h of work left; 2 losses in 2 h of running -> 1 more expected, 10 min each; on spot
-    # it ends in 10 + 60 + 10 min, and one more recovery as a margin makes 90 min: past 85.
-    assert pick(losses=1, deadline=now + 3 * 3600).market == "spot"
-    tight = pick(losses=2, deadline=now + 3600 + 2 * 600 + 300)
-    assert tight.market == "on-demand" and "deadline" in tight.why
-    assert pick(losses=0, deadline=now + 3600 + 2 * 600 + 300).market == "spot"  # no losses seen: no margin for them
-
-
 def test_the_budget_refuses_a_launch_it_cannot_pay_for(tmp_path, file_remote):
     pricing = config_for(tmp_path, "file:///x").pricing
     pricing.gpu_hour, pricing.on_demand_gpu_hour = 1.0, 3.0
@@ -315,9 +292,13 @@ def test_a_paused_lease_never_triggers_a_launch_and_a_dead_one_does(tmp_path, ho
         wait_for(marker.exists, 60, what=lambda: f"a launch\n{watch.output()}")  # once stale_after has passed
         assert marker.read_text().split() == ["1", "spot", uid]
         out = Store(croot / "orch.db")
-        kinds = [e["kind"] for e in out.recovery_events()]
+
+        def kinds() -> list[str]:
+            return [e["kind"] for e in out.recovery_events()]
+
+        # The launch runs off the controller's loop: its outcome is recorded at the pass after it returns.
+        wait_for(lambda: kinds() == ["machine_lost", "relaunched"], 30, what=lambda: f"relaunched\n{kinds()}")
         out.close()
-        assert kinds == ["machine_lost", "relaunched"]
     finally:
         watch.stop()
         try:

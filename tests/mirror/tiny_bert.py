@@ -33,6 +33,17 @@ def make_workload(root: Path) -> dict[str, Path]:
 
 
 def submit(h: OrchHome, workload: dict[str, Path], name: str, tracking: Any = None) -> int:
+    path = h.jobs_dir / f"{name}.toml"
+    path.write_bytes(tomli_w.dumps(job_spec(workload, name, tracking=tracking)).encode())
+    job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0)
+    poke(h.home.wake_socket)
+    return job.id
+
+
+def job_spec(
+    workload: dict[str, Path], name: str, *, tracking: Any = None, slow_step_s: float = SLOW_STEP_S
+) -> dict[str, Any]:
+    """The job file's contents (`slow_step_s`: how long each step sleeps, so a test can act mid-run)."""
     spec: dict[str, Any] = {
         "name": name,
         "gpus": 0,
@@ -50,16 +61,12 @@ def submit(h: OrchHome, workload: dict[str, Path], name: str, tracking: Any = No
             "TOKENIZERS_PARALLELISM": "false",
             "OMP_NUM_THREADS": "1",
             "ORCH_PROGRESS_EVERY_S": "0.3",
-            "ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S),
+            "ORCH_FAULT_SLOW_STEP_S": str(slow_step_s),
         },
     }
     if tracking:
         spec["tracking"] = tracking
-    path = h.jobs_dir / f"{name}.toml"
-    path.write_bytes(tomli_w.dumps(spec).encode())
-    job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0)
-    poke(h.home.wake_socket)
-    return job.id
+    return spec
 
 
 def progress_step(h: OrchHome, job_id: int) -> int:

@@ -25,7 +25,7 @@ from orchestrator.objectstore import claims as cl  # noqa: E402
 from orchestrator.objectstore import manifest as mf  # noqa: E402
 from orchestrator.objectstore.remote import Remote  # noqa: E402
 from orchestrator.recovery import controller as controller_module  # noqa: E402
-from orchestrator.recovery.provider import build_provider  # noqa: E402
+from orchestrator.recovery.build import build_provider  # noqa: E402
 from orchestrator.store import Store  # noqa: E402
 
 UID = "a1b2c3d4e5f60718293a4b5c6d7e8f90"

@@ -34,8 +34,9 @@ __all__ = ["Mirror", "build_mirror"]
 
 def build_mirror(rt: Any) -> Optional[Mirror]:
     """The runtime's uploader, wired to its daemon: a lost lease stops the job here with a
-    checkpoint (its own intent: SIGTERM, exit 75, `moved`), or cancels it if it is queued; the
-    store going down and coming back are recorded events with notifications."""
+        checkpoint (its own intent: SIGTERM, exit 75, `moved`), or cancels it if it is queued; a planned
+    market move asked through the mirror (moves.py) hands the job over the same way; the
+        store going down and coming back are recorded events with notifications."""
     if not rt.config.storage.url:
         return None
     from ...jobs.lifecycle import machine_outgoing
@@ -48,10 +49,15 @@ def build_mirror(rt: Any) -> Optional[Mirror]:
         with d.lock:
             stop_requests.stop_for_lost_lease(d, job.id, reason, now)
 
+    def move_asked(job: Job, reason: str) -> None:
+        now = time.time()
+        with d.lock:
+            stop_requests.stop_for_move(d, job.id, reason, now)
+
     def event(kind: EventKind, detail: str) -> None:
         rt.store.record_event(
             None, kind, time.time(), detail=detail, outgoing=machine_outgoing(rt.config, kind, detail)
         )
         rt.hooks.submit_event(kind.value, None)
 
-    return Mirror(rt.home, rt.config, rt.store, on_lease_lost=lease_lost, on_event=event)
+    return Mirror(rt.home, rt.config, rt.store, on_lease_lost=lease_lost, on_event=event, on_move=move_asked)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 from ...contract import BATCH, MODEL, PROGRESS, RESULT, read_json
 from ...home.paths import Home
 from ...model.records import Job
-from ...model.states import TERMINAL, JobState
+from ...model.states import TERMINAL, Intent, JobState
 from ...objectstore import machines
 from ...objectstore import manifest as mf
 from ...objectstore.remote import Conflict, Remote
@@ -70,6 +70,9 @@ class ManifestWriter:
         model = None
         if job.state is JobState.SUCCEEDED and (run_dir / MODEL).is_dir():
             model = [mf.model_key(job.uid, rel) for rel in files_under(run_dir / MODEL)]
+        # A planned market move (objectstore/moves.py): the last manifest hands the job over --
+        # queued, its lease released -- for the machine `orch watch` launches on the new market.
+        handing_over = job.state is JobState.MOVED and job.intent is Intent.MOVE
         manifest = mf.build_manifest(
             job,
             self.store.attempts(job.id),
@@ -92,6 +95,8 @@ class ManifestWriter:
             ),
             instance_id=self.instance_id(now),
         )
+        if handing_over:
+            manifest["state"] = JobState.QUEUED.value
         key = mf.manifest_key(job.uid)
         try:
             etag = self.remote.cas_put(key, mf.dump(manifest), row.get("etag"))

@@ -23,6 +23,7 @@ from .events import Outage
 from .files import FileSync
 from .lease import ACTIVE, ManifestWriter
 from .machine import MachineIdentity
+from .moves import MoveWatch
 from .stall import StallWatch
 from .uploads import UploadQueue
 
@@ -40,6 +41,7 @@ class Mirror:
         *,
         on_lease_lost: Optional[Callable[[Job, str], None]] = None,
         on_event: Optional[Callable[[EventKind, str], None]] = None,
+        on_move: Optional[Callable[[Job, str], None]] = None,
         remote: Optional[Remote] = None,
     ):
         self.home, self.config, self.store = home, config, store
@@ -55,6 +57,7 @@ class Mirror:
             home, store, self.remote, home_id, on_lease_lost or (lambda job, holder: None), self.machine.instance_id
         )
         self.files = FileSync(home, store, self.s, self.remote)
+        self.moves = MoveWatch(self.remote, home_id, on_move or (lambda job, reason: None))
         self.outage = Outage(store, self.remote, on_event or (lambda kind, detail: None))
         self.stall_watch = StallWatch(self.remote, self.uploads, self.outage, self.stopping)
         self._thread: Optional[threading.Thread] = None
@@ -234,6 +237,8 @@ class Mirror:
         )
         if due:
             self.write_manifest(job, row, now, released=job.state in TERMINAL)
+            if job.state in ACTIVE:  # at each heartbeat: has `orch watch` asked that the job move?
+                self.moves.check(job, now)
 
     def _commit(self, job_id: int) -> None:
         """A checkpoint was just uploaded: an active job's manifest names it now (a finished job's

@@ -1,0 +1,177 @@
+"""The market policy on public spot traces: every job replayed through the real recovery controller
+(its pass loop, claims, planned moves and policy) against a simulated cloud whose spot market
+follows an availability trace (benchmarks/marketsim/). Beside orch's policy, the same controller
+runs the baselines of "Can't Be Late" (Wu et al., NSDI'24): Greedy, Uniform Progress and
+on-demand only.
+
+    python benchmarks/market.py TRACE_DIR [--starts 300] [--job-hours 48] [--deadline-hours 60]
+        [--changeover-hours 0.2] [--price-ratio 3.14] [--seed 0] [--reverse] [--workers 2] [--json]
+
+TRACE_DIR holds traces in the skypilot-org/spot-traces format ({"metadata": {"gap_seconds": 600},
+"data": [1, 0, ...]}, 1 = spot can be had). Per policy: billed on-demand and spot machine hours
+per job (changeovers included), cost / on-demand only, deadlines missed, jobs given up; and the
+paper's own accounting (the hours of work done on each market, changeovers not billed), which is
+what its Table 3 reports. `--reverse` replays every trace backwards: a held-out check that no
+figure depends on the eight traces' particular order."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import random
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+
+POLICIES = ("orch", "greedy", "uniform_progress", "on_demand")
+TAIL_H = 24.0  # trace kept after the deadline, so a late job can still finish and be counted late
+
+
+class BadTraces(ValueError):
+    """TRACE_DIR cannot be replayed (the message names the file and the problem)."""
+
+
+def load_traces(folder: Path, reverse: bool) -> dict[str, tuple[list[int], float]]:
+    traces = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            raw = json.loads(path.read_text())
+            values = [1 if int(v) > 0 else 0 for v in raw["data"]]
+            gap = float((raw.get("metadata") or {}).get("gap_seconds") or 600)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BadTraces(f"{path}: not a spot trace ({exc})") from None
+        traces[path.stem] = (values[::-1] if reverse else values, gap)
+    if not traces:
+        raise BadTraces(f"{folder}: no *.json traces")
+    return traces
+
+
+def starts_for(values: list[int], gap: float, n: int, horizon_h: float, rng: random.Random) -> list[int]:
+    room = len(values) - int((horizon_h + TAIL_H) * 3600 / gap)
+    if room <= 0:
+        raise BadTraces(f"a trace of {len(values)} ticks is too short for {horizon_h} h + {TAIL_H} h")
+    return [rng.randrange(0, room) for _ in range(n)]
+
+
+def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[float, ...]]]:
+    policy_name, values, gap, starts, opts = task
+    from marketsim import baselines
+    from marketsim.replay import open_store, replay, sim_config
+
+    from orchestrator.recovery.policy import decide
+
+    policy = decide if policy_name == "orch" else baselines.POLICIES[policy_name]
+    config = sim_config(changeover_h=opts["changeover_h"], price_ratio=opts["price_ratio"])
+    out = []
+    seen: dict[tuple[str, float], float] = {}  # spot lifetimes observed on this trace, across its jobs
+    with tempfile.TemporaryDirectory(prefix="orch-market-") as tmp:
+        store = open_store(Path(tmp))
+        for start in sorted(starts):
+            r = replay(
+                values,
+                gap,
+                start,
+                policy,
+                config=config,
+                store=store,
+                job_h=opts["job_h"],
+                deadline_h=opts["deadline_h"],
+                seen=seen,
+            )
+            out.append((r.od_h, r.spot_h, r.od_work_h, r.spot_work_h, float(r.missed), float(r.given_up)))
+        store.close()
+    return policy_name, out
+
+
+def summarize(rows: dict[str, list[tuple[float, ...]]], k: float, job_h: float) -> dict[str, dict[str, Any]]:
+    def mean(name: str, i: int) -> float:
+        return sum(r[i] for r in rows[name]) / max(len(rows[name]), 1)
+
+    od_only = mean("on_demand", 0) + mean("on_demand", 1) / k
+    out = {}
+    for name in POLICIES:
+        od_h, spot_h = mean(name, 0), mean(name, 1)
+        od_work, spot_work = mean(name, 2), mean(name, 3)
+        out[name] = {
+            "od_h": round(od_h, 2),
+            "spot_h": round(spot_h, 2),
+            "cost_vs_on_demand": round((od_h + spot_h / k) / od_only, 4),
+            "missed": int(sum(r[4] for r in rows[name])),
+            "given_up": int(sum(r[5] for r in rows[name])),
+            "runs": len(rows[name]),
+            "paper": {  # the paper's accounting: hours of work on each market
+                "od_h": round(od_work, 2),
+                "spot_h": round(spot_work, 2),
+                "cost_vs_on_demand": round((od_work + spot_work / k) / job_h, 4),
+            },
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace_dir", type=Path)
+    ap.add_argument("--starts", type=int, default=300, help="random start points per trace")
+    ap.add_argument("--job-hours", type=float, default=48.0)
+    ap.add_argument("--deadline-hours", type=float, default=60.0, help="after the start")
+    ap.add_argument("--changeover-hours", type=float, default=0.2)
+    ap.add_argument("--price-ratio", type=float, default=3.14, help="on-demand price / spot price")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reverse", action="store_true", help="replay each trace backwards (a held-out check)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    if args.starts < 1 or args.job_hours <= 0 or args.deadline_hours < args.job_hours or args.price_ratio < 1:
+        print("--starts >= 1, --job-hours > 0, --deadline-hours >= --job-hours, --price-ratio >= 1", file=sys.stderr)
+        return 2
+    rng = random.Random(args.seed)
+    try:
+        traces = load_traces(args.trace_dir, args.reverse)
+        starts = {name: starts_for(v, g, args.starts, args.deadline_hours, rng) for name, (v, g) in traces.items()}
+    except BadTraces as exc:
+        print(f"market.py: {exc}", file=sys.stderr)
+        return 2
+    opts = {
+        "job_h": args.job_hours,
+        "deadline_h": args.deadline_hours,
+        "changeover_h": args.changeover_hours,
+        "price_ratio": args.price_ratio,
+    }
+    tasks = []
+    for trace, (values, gap) in traces.items():
+        chunk = max(1, len(starts[trace]) // 4)  # a few tasks per trace and policy: both workers busy to the end
+        for name in POLICIES:
+            for i in range(0, len(starts[trace]), chunk):
+                tasks.append((name, values, gap, starts[trace][i : i + chunk], opts))
+    rows: dict[str, list[tuple[float, ...]]] = {name: [] for name in POLICIES}
+    with multiprocessing.get_context("spawn").Pool(max(1, args.workers)) as pool:
+        for name, got in pool.imap_unordered(_run, tasks):
+            rows[name] += got
+    result = summarize(rows, args.price_ratio, args.job_hours)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    print(
+        f"{len(traces)} trace(s) x {args.starts} starts: {args.job_hours:g} h of work, deadline {args.deadline_hours:g} h, "
+        f"changeover {args.changeover_hours:g} h, on-demand = {args.price_ratio:g} x spot"
+        + (", traces reversed" if args.reverse else "")
+    )
+    print(
+        f"{'policy':<17} {'on-demand h':>11} {'spot h':>7} {'cost/OD':>8} {'missed':>7} {'given up':>9}   paper's accounting"
+    )
+    for name, r in result.items():
+        p = r["paper"]
+        print(
+            f"{name:<17} {r['od_h']:>11.1f} {r['spot_h']:>7.1f} {r['cost_vs_on_demand']:>8.3f} {r['missed']:>7} "
+            f"{r['given_up']:>9}   {p['od_h']:.1f} / {p['spot_h']:.1f} h, {p['cost_vs_on_demand']:.3f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

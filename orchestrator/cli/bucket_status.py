@@ -1,0 +1,99 @@
+"""`orch status --url URL`: the bucket's jobs, from anywhere (a laptop with no GPU machine): each
+job's state, the market and machine it is on (or waits for), and its progress. Read-only: a
+listing and a few small reads per job, nothing written."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+from ..objectstore import claims as cl
+from ..objectstore import manifest as mf
+from ..objectstore import moves
+from ..objectstore.manifest_model import MAX_MANIFEST_BYTES, ManifestError
+from ..objectstore.manifest_model import parse as parse_manifest
+from ..objectstore.remote import Remote
+
+
+def bucket_rows(remote: Remote, now: float, stale_after_s: float) -> list[dict[str, Any]]:
+    rows = []
+    for uid in sorted(remote.list_dirs("jobs")):
+        key = mf.manifest_key(uid)
+        got = remote.get_with_etag(key, max_bytes=MAX_MANIFEST_BYTES)
+        if got is None:
+            continue
+        try:
+            m = parse_manifest(got[0], remote.where(key), uid)
+        except ManifestError as exc:
+            rows.append({"uid": uid, "name": "?", "state": "unreadable", "market": "", "machine": "", "note": str(exc)})
+            continue
+        rows.append(_row(remote, uid, m, now, stale_after_s))
+    return rows
+
+
+def _row(remote: Remote, uid: str, m: dict[str, Any], now: float, stale_after_s: float) -> dict[str, Any]:
+    own = m.get("owner") or {}
+    claims = cl.read_claims(remote, uid)
+    launched = [c for c in claims if c.status == cl.LAUNCHED]
+    latest = claims[-1] if claims else None
+    market = launched[-1].market if launched else ""
+    progress = m.get("progress") or {}
+    step, total = progress.get("step"), progress.get("total_steps")
+    machine, note = _machine(own, now, stale_after_s), ""
+    if m.get("state") in ("queued", "running") and machine.endswith("(no lease)"):
+        if latest is not None and latest.status == cl.NO_CAPACITY:
+            note = f"waits for {latest.market} capacity (free) since {_hms(latest.extra.get('capacity_since'))}"
+        elif latest is not None and latest.status == cl.CLAIMED:
+            note = f"launch {latest.n} on {latest.market} in progress since {_hms(latest.claimed_at)}"
+        elif latest is not None and latest.status == cl.FAILED:
+            note = f"launch {latest.n} failed: {latest.error[:120]}"
+        elif latest is not None and latest.status == cl.LAUNCHED:
+            note = f"launch {latest.n} on {latest.market} coming up: {latest.launched}"
+        else:
+            note = "waits for `orch watch` to place it"
+    move = moves.read(remote, uid) if m.get("state") in ("queued", "running") else None
+    if move is not None and move.status in (moves.ASKED, moves.HANDED_OVER, moves.LAUNCHED):
+        note = (note + "; " if note else "") + f"moving to {move.to} ({move.status}): {move.why[:120]}"
+    return {
+        "uid": uid,
+        "name": str(m.get("name") or ""),
+        "state": str(m.get("state") or ""),
+        "market": market,
+        "machine": machine,
+        "launches": cl.launches(claims),
+        "progress": f"{step}/{total}" if isinstance(step, int) and isinstance(total, int) else "",
+        "cost": (m.get("cost") or {}).get("cost"),
+        "note": note,
+    }
+
+
+def _machine(own: dict[str, Any], now: float, stale_after_s: float) -> str:
+    name = str(own.get("instance_id") or own.get("host") or "")
+    hb = own.get("heartbeat")
+    if not own.get("home_id") or not isinstance(hb, (int, float)):
+        return "(no lease)"
+    if own.get("released"):
+        return f"{name} (released)"
+    age = now - hb
+    return f"{name} (heartbeat {age:.0f} s ago)" if age < stale_after_s else f"{name} silent {age:.0f} s (no lease)"
+
+
+def _hms(ts: Optional[float]) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts)) if isinstance(ts, (int, float)) else "?"
+
+
+def print_bucket_status(rows: list[dict[str, Any]], url: str) -> None:
+    if not rows:
+        print(f"no jobs in {url}")
+        return
+    for r in rows:
+        line = f"{r['uid'][:12]}  {r['name']}  {r['state']}"
+        if r["market"]:
+            line += f"  {r['market']}"
+        if r["machine"]:
+            line += f"  on {r['machine']}"
+        if r["progress"]:
+            line += f"  step {r['progress']}"
+        if r["note"]:
+            line += f"; {r['note']}"
+        print(line)

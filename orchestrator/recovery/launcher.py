@@ -1,0 +1,93 @@
+"""Provider calls (launches and stops) off the controller's polling loop.
+
+A launch command that hangs, or an EC2 call that crawls, must not stall the controller: while it
+runs, every other job is still watched and placed. `Launcher` runs each call on a small thread
+pool; the controller asks each pass what has finished (`finished()`) and records it itself, on its
+own thread (the store and the claims are written by the loop only). A call still running past
+`timeout_s` is reported as failed by timeout (a thread cannot be killed; the providers bound their
+own calls -- the command provider kills its command at the same limit -- so this is the last net).
+
+`InlineLauncher` runs the call at once, on the caller's thread: the controller's tests and the
+market benchmark's simulated clock, where a pass must see its own launch's outcome."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+WORKERS = 4  # provider calls at once; more jobs lost at once wait their turn (and say so)
+
+
+@dataclass
+class Outcome:
+    key: str  # what the controller called the call: "launch:<uid>:<n>", "stop:<instance>"
+    value: Any = None  # what the call returned
+    error: Optional[BaseException] = None  # what it raised (or a TimeoutError past timeout_s)
+
+
+class Launcher:
+    def __init__(self, timeout_s: float, *, workers: int = WORKERS, clock: Callable[[], float] = time.time):
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="orch-launch")
+        self._running: dict[str, tuple[float, Future[Any]]] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, key: str, call: Callable[[], Any]) -> None:
+        """Run `call` off the loop, unless a call of that key is still running."""
+        with self._lock:
+            if key in self._running:
+                return
+            self._running[key] = (self.clock(), self._pool.submit(call))
+
+    def since(self, key: str) -> Optional[float]:
+        """When the call `key` started, while it runs; None when it is not running."""
+        with self._lock:
+            got = self._running.get(key)
+        return got[0] if got else None
+
+    def finished(self) -> list[Outcome]:
+        """The calls that returned, raised or ran past timeout_s since the last time (each once)."""
+        out = []
+        now = self.clock()
+        with self._lock:
+            for key, (started, future) in list(self._running.items()):
+                if future.done():
+                    exc = future.exception()
+                    out.append(Outcome(key, None if exc else future.result(), exc))
+                elif now - started > self.timeout_s:
+                    future.cancel()
+                    out.append(Outcome(key, error=TimeoutError(f"did not return within {self.timeout_s:.0f} s")))
+                else:
+                    continue
+                del self._running[key]
+        return out
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class InlineLauncher:
+    """The same interface, each call run at once on the caller's thread."""
+
+    def __init__(self) -> None:
+        self._done: list[Outcome] = []
+
+    def submit(self, key: str, call: Callable[[], Any]) -> None:
+        try:
+            self._done.append(Outcome(key, call()))
+        except Exception as exc:  # the controller decides what each error means
+            self._done.append(Outcome(key, error=exc))
+
+    def since(self, key: str) -> Optional[float]:
+        return None
+
+    def finished(self) -> list[Outcome]:
+        out, self._done = self._done, []
+        return out
+
+    def close(self) -> None:
+        pass
