@@ -43,3 +43,17 @@ def test_a_daemon_starting_while_the_lock_is_asked_about_still_starts(tmp_path):
     lock = DaemonLock(home)
     lock.acquire()
     lock.release()
+
+
+def test_a_daemon_records_the_python_its_jobs_run_with_for_the_preflight(tmp_path):
+    import sys
+
+    home = Home(tmp_path / "home").ensure()
+    assert home.job_python("fallback") == "fallback"  # no daemon yet: the CLI's own
+    lock = DaemonLock(home)
+    lock.acquire()
+    lock.release()
+    assert home.daemon_python_file.read_text().strip() == sys.executable  # kept after the stop
+    assert home.job_python("fallback") == sys.executable
+    home.daemon_python_file.write_text(str(tmp_path / "gone" / "python") + "\n")  # that venv was removed
+    assert home.job_python("fallback") == "fallback"

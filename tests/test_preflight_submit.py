@@ -255,3 +255,37 @@ def test_a_data_file_of_a_type_the_runner_cannot_read_is_refused_at_submit(tmp_p
     (tmp_path / "w" / "data" / "train.xlsx").write_bytes(b"PK\x03\x04" + bytes(196))
     _refused(cli("submit", job), "data.train:", "train.xlsx is an unsupported file type (.xlsx)")
     _nothing_queued(home)
+
+
+# -- the pre-flight runs in the daemon's Python (issue 37, item 8) -------------------------------
+
+
+def _recorded_python(home: Path, script: Path, body: str) -> None:
+    """Record `script` as the Python this home's daemon runs jobs with, as a daemon's start does."""
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (home / "daemon.python").write_text(f"{script}\n")
+
+
+def test_the_preflight_checks_a_job_in_the_python_its_daemon_runs_jobs_with(tmp_path, home, cli, assets):
+    job = _job(tmp_path / "w", assets)
+    for f in (tmp_path / "w" / "tiny-bert").glob("*"):
+        if "token" in f.name or f.name in ("vocab.txt", "special_tokens_map.json"):
+            f.unlink()  # a model folder without its tokenizer: only the pre-flight finds it
+    mark = tmp_path / "ran-in-the-daemons-python"
+    _recorded_python(home, tmp_path / "daemon-python", f'touch "{mark}"\nexec "{sys.executable}" "$@"\n')
+    _refused(cli("submit", job), f"{job}: ", "tokenizer")
+    assert mark.exists()  # the check ran in the daemon's interpreter, not the CLI's
+    _nothing_queued(home)
+
+
+def test_a_daemon_python_that_lacks_the_training_stack_is_named_in_the_note(tmp_path, home, cli, assets):
+    """The CLI's own Python has torch; the daemon's does not: the job would fail there, and the
+    note says where the check ran instead of passing on the CLI's packages."""
+    job = _job(tmp_path / "w", assets)
+    script = tmp_path / "bare-python"
+    _recorded_python(home, script, "echo \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
+    ran = cli("submit", job)
+    assert ran.rc == 0, ran.err
+    assert f"the pre-flight failed in {script}, the daemon's Python (ModuleNotFoundError: No module named" in ran.err

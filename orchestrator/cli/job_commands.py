@@ -46,7 +46,8 @@ def submit(
     config = ctx.config(build_notifiers=True)  # the checks `config check` and the daemon's start make
     store = ctx.store()
     machine_gpus = len(gpu_slots(config))  # the one GPU capacity (planning/capacity.py)
-    _preflight(job_toml, now, machine_gpus, config.executor.kind)
+    # checked in the Python the daemon runs built-in jobs with, not the CLI's own
+    _preflight(job_toml, now, machine_gpus, config.executor.kind, python=ctx.home.job_python(sys.executable))
     if estimate_first:
         from .estimate import ask_after, estimate_data
 
@@ -94,9 +95,10 @@ def _bucket_status(url: str, as_json: bool) -> None:
         print_bucket_status(rows, remote.url.raw)
 
 
-def _preflight(job_toml: Path, now: float, machine_gpus: int, executor: str) -> None:
+def _preflight(job_toml: Path, now: float, machine_gpus: int, executor: str, python: Optional[str] = None) -> None:
     """Everything a job file can be refused for, before it is queued or a probe is paid for:
-    jobs/admission.py's one check (the file's own checks, then the built-in job's pre-flight)."""
+    jobs/admission.py's one check (the file's own checks, then the built-in job's pre-flight, in
+    `python`: the interpreter the job will run with)."""
     from ..jobs.admission import admit
     from ..jobs.preflight import Check
     from ..spec.jobspec import load_jobspec
@@ -113,6 +115,7 @@ def _preflight(job_toml: Path, now: float, machine_gpus: int, executor: str) -> 
         also=placeholder_problems(spec, label),
         preflight_checks=[Check(label, spec.to_toml_dict())],
         note=err,
+        python=python,
     )
 
 

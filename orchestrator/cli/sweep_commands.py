@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -53,6 +55,7 @@ def submit_sweep(
         now=None,
         preflight_checks=preflight_checks(section, base, str(path)),
         note=err,
+        python=ctx.home.job_python(sys.executable),  # the trials run with the daemon's Python
     )
     if estimate:
         from .estimate import ask_after, estimate_data, sweep_bound

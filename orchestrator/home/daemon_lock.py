@@ -40,6 +40,11 @@ class DaemonLock:
         tmp = self.home.pid_file.with_suffix(".tmp")
         tmp.write_text(f"{os.getpid()}\n")
         tmp.replace(self.home.pid_file)
+        # kept after the daemon stops: the next one is started the same way, and submit's
+        # pre-flight checks a job in the Python its daemon runs jobs with (Home.job_python)
+        tmp = self.home.daemon_python_file.with_suffix(".tmp")
+        tmp.write_text(f"{sys.executable}\n")
+        tmp.replace(self.home.daemon_python_file)
 
     def release(self) -> None:
         if self.fd is None:

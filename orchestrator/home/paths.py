@@ -139,6 +139,20 @@ class Home:
         return self.root / "daemon.pid"
 
     @property
+    def daemon_python_file(self) -> Path:
+        """The interpreter the last daemon of this home ran with (its built-in jobs run with it):
+        `orch submit`'s pre-flight checks a job there, not in whatever Python the CLI has."""
+        return self.root / "daemon.python"
+
+    def job_python(self, fallback: str) -> str:
+        """The daemon's interpreter as recorded, while it still exists; else `fallback`."""
+        try:
+            recorded = self.daemon_python_file.read_text().strip()
+        except OSError:
+            return fallback
+        return recorded if recorded and os.access(recorded, os.X_OK) else fallback
+
+    @property
     def lock_file(self) -> Path:
         return self.root / "daemon.lock"
 

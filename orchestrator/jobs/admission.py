@@ -43,6 +43,7 @@ def admit(
     also: Iterable[str] = (),
     preflight_checks: Optional[Sequence[Check]] = None,
     note: Callable[[str], None] = lambda _text: None,
+    python: Optional[str] = None,
 ) -> None:
     """Raise SpecError (exit 2) with every problem found; nothing is recorded before this passes.
     `preflight_checks`: the built-in specs to pre-flight after the instant checks pass (None:
@@ -51,7 +52,7 @@ def admit(
     if problems:
         raise SpecError(problems)
     if preflight_checks is not None:
-        preflight(preflight_checks, note=note)
+        preflight(preflight_checks, note=note, python=python)
 
 
 def check_gpus(spec: JobSpec, label: str, machine_gpus: int) -> None:

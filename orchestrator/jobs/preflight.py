@@ -40,9 +40,17 @@ def enabled(env: Optional[dict[str, str]] = None) -> bool:
     return value not in ("off", "0", "no", "false")
 
 
-def preflight(checks: Sequence[Check], *, note: Callable[[str], None], timeout: float = PREFLIGHT_TIMEOUT_S) -> None:
+def preflight(
+    checks: Sequence[Check],
+    *,
+    note: Callable[[str], None],
+    timeout: float = PREFLIGHT_TIMEOUT_S,
+    python: Optional[str] = None,
+) -> None:
     """Raise SpecError with every problem the pre-flight finds in the built-in specs of `checks`;
-    command jobs have none to check. `note` gets what it could not check, or why it did not run."""
+    command jobs have none to check. `note` gets what it could not check, or why it did not run.
+    `python`: the interpreter the job will run with (the daemon's, Home.job_python), so a job is
+    checked against the packages it will have; default this process's own."""
     builtin = [c for c in checks if "command" not in c.spec]
     if not builtin or not enabled():
         return
@@ -51,14 +59,16 @@ def preflight(checks: Sequence[Check], *, note: Callable[[str], None], timeout: 
     # on this machine yet is fetched, and checked, when the job runs.
     env = {**os.environ, **(builtin[0].spec.get("env") or {}), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     try:
+        own = python is None or python == sys.executable
         done = subprocess.run(
-            [sys.executable, "-m", "training.preflight"],
+            [python or sys.executable, "-m", "training.preflight"],
             input=request,
             capture_output=True,
             text=True,
             timeout=timeout,
             env=env,
-            cwd=str(Path(__file__).resolve().parents[2]),  # where `training` is, as for the runner
+            # where this `training` is; another interpreter finds its own install's
+            cwd=str(Path(__file__).resolve().parents[2]) if own else None,
         )
     except subprocess.TimeoutExpired:
         note(f"note: the pre-flight took over {timeout:.0f} s and was stopped; the job is checked when it runs")
@@ -69,7 +79,8 @@ def preflight(checks: Sequence[Check], *, note: Callable[[str], None], timeout: 
     answer = _answer(done.stdout)
     if done.returncode != 0 or answer is None:
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
-        note(f"note: the pre-flight failed ({last[0][:200]}); the job is checked when it runs")
+        where = "" if python is None or python == sys.executable else f" in {python}, the daemon's Python"
+        note(f"note: the pre-flight failed{where} ({last[0][:200]}); the job is checked when it runs")
         return
     for line in answer.get("notes") or []:
         note(f"note: {line}")
