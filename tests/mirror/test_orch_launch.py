@@ -63,7 +63,9 @@ def bucket_jobs(url: str) -> list[str]:
 def test_launch_refuses_what_submit_refuses_the_same_way_and_writes_nothing(tmp_path, extra, says):
     url = f"file://{tmp_path}/bucket"
     home = controller(tmp_path, "ctl", url)
-    path = job_file(tmp_path, **extra)
+    # gpus = 0: submit also checks this machine's GPUs (launch does not: the job runs elsewhere),
+    # and it names every problem of a file at once
+    path = job_file(tmp_path, gpus=0, **extra)
     launched = orch(home, "launch", str(path))
     submitted = orch(tmp_path / "other", "submit", str(path))
     assert launched.returncode == 2 and submitted.returncode == 2
