@@ -27,7 +27,7 @@ def send_test(config: Config, channel: Optional[str] = None) -> int:
         return 1
     msg = Message(
         event="test",
-        job_name="orch notify test",
+        job_name="",  # no job: the title says which machine's orch is testing ("orch on HOST")
         state="ok",
         host=socket.gethostname(),
         reason="a test message from `orch notify test`: this channel works",

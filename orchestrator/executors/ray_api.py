@@ -11,6 +11,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..model.errors import OrchError
+
 # The job's states as Ray names them (ray.job_submission.JobStatus).
 PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED = "PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"
 TERMINAL = frozenset({STOPPED, SUCCEEDED, FAILED})
@@ -22,11 +24,11 @@ MACHINE_LOST_ERRORS = frozenset({"JOB_SUPERVISOR_ACTOR_DIED", "JOB_SUPERVISOR_AC
 START_TIMEOUT_ERRORS = frozenset({"JOB_SUPERVISOR_ACTOR_START_TIMEOUT"})
 
 
-class RayUnreachable(OSError):
+class RayUnreachable(OrchError, OSError):
     """The head did not answer (down, restarting, a wrong address): unknown, not an ending."""
 
 
-class RayRefused(OSError):
+class RayRefused(OrchError, OSError):
     """The head answered with an error about this request (a bad runtime_env, say)."""
 
 
