@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from ..jobs.attempts import grace_for
 from ..jobs.lifecycle import machine_outgoing
+from ..jobs import preflight_server
 from ..jobs.notify import build_channels
 from ..spec.config import Config, preemption_file
 from ..home.daemon_lock import DaemonLock
@@ -202,6 +203,8 @@ class DaemonRuntime:
         self.daemon.recover(time.time())
         sock = listen(self.home.wake_socket)
         sock.settimeout(1.0)
+        # the pre-flight kept warm for `orch submit`, in this interpreter; a new one per daemon
+        warm_preflight = preflight_server.start(self.home)
         threading.Thread(target=self._listen_loop, args=(sock,), daemon=True, name="wake").start()
         sched = BackgroundScheduler(
             timezone=timezone.utc, job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30}
@@ -234,6 +237,7 @@ class DaemonRuntime:
         self.signal_stop()
         sched.shutdown(wait=True)
         self.shutdown()
+        preflight_server.stop(warm_preflight, self.home)
         sock.close()
         return 0
 
