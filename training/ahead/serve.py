@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from training.ahead.preflight import run
+
 # The environment that decides which cached models and tokenizers a check sees: a request from a
 # shell where any differs from this server's is declined (the one-shot pre-flight runs there).
 CACHE_ENV = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "XDG_CACHE_HOME")
@@ -68,10 +70,9 @@ def changed(files: dict[str, float]) -> Optional[str]:
     return None
 
 
-def answer_one(conn: socket.socket, files: dict[str, float], owner: int) -> bool:
-    """Read one request, write one answer; False when this server must exit (stale)."""
-    from training.ahead.preflight import run
-
+def answer_one(conn: socket.socket, files: dict[str, float], owner: int, number: int) -> bool:
+    """Read one request, write one answer (request `number`, said in the daemon's log); False
+    when this server must exit (stale)."""
     chunks, size = [], 0
     while True:
         chunk = conn.recv(1 << 16)
@@ -82,6 +83,8 @@ def answer_one(conn: socket.socket, files: dict[str, float], owner: int) -> bool
         if size > MAX_REQUEST:
             return True
     request = json.loads(b"".join(chunks) or b"{}")
+    if not isinstance(request, dict):
+        raise ValueError("a request is a JSON object")
     stale = changed(files) or (None if os.getppid() == owner else f"daemon {owner} is gone")
     if stale:
         reply: dict[str, Any] = {"stale": stale}
@@ -92,7 +95,15 @@ def answer_one(conn: socket.socket, files: dict[str, float], owner: int) -> bool
         reply["python"] = sys.executable
         reply["server"] = os.getpid()
     conn.sendall((json.dumps(reply) + "\n").encode())
+    # what the checks imported lazily (a model type's configuration, its tokenizer) is watched too
+    files.update({path: mtime for path, mtime in loaded_files().items() if path not in files})
+    what = f"stale ({stale}): exiting" if stale else reply.get("declined") or f"answered in {reply['seconds']} s"
+    _say(f"request {number}: {what}")
     return not stale
+
+
+def _say(line: str) -> None:
+    print(f"warm pre-flight {os.getpid()}: {line}", flush=True)  # stdout is the daemon's log
 
 
 def serve(socket_path: Path, owner: int) -> int:
@@ -108,19 +119,24 @@ def serve(socket_path: Path, owner: int) -> int:
     ours = os.stat(socket_path).st_ino  # a newer server may bind the same path: leave its socket be
     listener.listen(8)
     listener.settimeout(1.0)
+    _say(f"ready on {socket_path} ({sys.executable})")
+    served = 0
     try:
         while os.getppid() == owner:  # the daemon gone (or replaced): so is this server
             try:
                 conn, _ = listener.accept()
             except socket.timeout:
                 continue
+            served += 1
             with conn:
                 conn.settimeout(60.0)
                 try:
-                    if not answer_one(conn, files, owner):
+                    if not answer_one(conn, files, owner, served):
                         return 0
                 except (OSError, ValueError):  # a client gone mid-request, or one that sent no JSON
                     continue
+                except Exception as exc:  # a check's own failure: the CLI runs the one-shot, which notes it
+                    _say(f"request {served} failed ({type(exc).__name__}: {exc}); the CLI runs the one-shot pre-flight")
         return 0
     finally:
         listener.close()
