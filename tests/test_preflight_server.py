@@ -79,7 +79,7 @@ def _refused_for_val_f1(h: OrchHome, job: Path) -> None:
 
 
 def test_a_daemon_keeps_one_warm_preflight_that_submits_reuse_and_a_new_daemon_a_new_one(orch_home, assets):
-    h = orch_home()
+    h = orch_home(warm_preflight=True)
     daemon = h.start_daemon()
     pid = _server_pid(h)
     bad, good = _job(h.jobs_dir, assets, "val_f1"), _job(h.jobs_dir, assets, "val_acc")
@@ -101,7 +101,7 @@ def test_a_daemon_keeps_one_warm_preflight_that_submits_reuse_and_a_new_daemon_a
 
 
 def test_a_killed_warm_preflight_leaves_submit_to_the_subprocess(orch_home, assets):
-    h = orch_home()
+    h = orch_home(warm_preflight=True)
     h.start_daemon()
     pid = _server_pid(h)
     os.kill(pid, signal.SIGKILL)
@@ -119,7 +119,7 @@ def test_a_stale_warm_preflight_is_not_used_and_exits(orch_home, assets, tmp_pat
     module = site / "sitecustomize.py"  # loaded by every Python the daemon starts, the server too
     module.write_text("# a module the warm pre-flight has loaded\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
-    h = orch_home()
+    h = orch_home(warm_preflight=True)
     h.start_daemon()
     pid = _server_pid(h)
     home = Home(h.root)
@@ -137,3 +137,11 @@ def test_a_stale_warm_preflight_is_not_used_and_exits(orch_home, assets, tmp_pat
 def test_without_a_warm_preflight_there_is_no_answer(tmp_path):
     home = Home(tmp_path / "home").ensure()
     assert preflight_server.ask(home, {"checks": []}, sys.executable, 5) is None  # no socket at all
+
+
+def test_a_daemon_with_warm_preflight_false_starts_none(orch_home, assets):
+    h = orch_home(warm_preflight=False)
+    h.start_daemon()
+    assert "warm pre-flight" not in h.log_text()
+    assert not preflight_server.socket_path(h.home).exists()
+    _refused_for_val_f1(h, _job(h.jobs_dir, assets, "val_f1"))  # the one-shot subprocess, as before

@@ -204,7 +204,7 @@ class DaemonRuntime:
         sock = listen(self.home.wake_socket)
         sock.settimeout(1.0)
         # the pre-flight kept warm for `orch submit`, in this interpreter; a new one per daemon
-        warm_preflight = preflight_server.start(self.home)
+        warm_preflight = preflight_server.start(self.home) if self.config.daemon.warm_preflight else None
         threading.Thread(target=self._listen_loop, args=(sock,), daemon=True, name="wake").start()
         sched = BackgroundScheduler(
             timezone=timezone.utc, job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30}

@@ -107,7 +107,11 @@ def _say(line: str) -> None:
 
 
 def serve(socket_path: Path, owner: int) -> int:
-    warm_up()
+    try:
+        warm_up()
+    except ImportError as exc:  # a daemon's Python without the training stack: submits run the one-shot
+        _say(f"not started: {exc}")
+        return 0
     files = loaded_files()
     try:
         os.unlink(socket_path)
