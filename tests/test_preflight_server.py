@@ -111,9 +111,10 @@ def test_a_killed_warm_preflight_leaves_submit_to_the_subprocess(orch_home, asse
     assert _answered(h, pid) == 0
 
 
-def test_a_stale_warm_preflight_is_not_used_and_exits(orch_home, assets, tmp_path, monkeypatch):
+def test_a_stale_warm_preflight_is_not_used_and_is_replaced(orch_home, assets, tmp_path, monkeypatch):
     """A module file the server loaded changes (a package upgraded, our code edited): it answers
-    nothing from what it imported before, and the subprocess checks the job."""
+    nothing from what it imported before, the subprocess checks the job, and the daemon starts a
+    fresh server."""
     site = tmp_path / "site"
     site.mkdir()
     module = site / "sitecustomize.py"  # loaded by every Python the daemon starts, the server too
@@ -132,6 +133,11 @@ def test_a_stale_warm_preflight_is_not_used_and_exits(orch_home, assets, tmp_pat
     wait_for(lambda: _gone(pid), 30, what="the stale warm pre-flight to exit")
     assert f"warm pre-flight {pid}: request 3: stale ({module}" in h.log_text()
     _refused_for_val_f1(h, _job(h.jobs_dir, assets, "val_f1"))
+    # the daemon starts a new one on the files as they are now, and it answers
+    fresh = _server_pid(h, after=1)
+    assert fresh != pid
+    answer = preflight_server.ask(home, {"checks": []}, sys.executable, 60)
+    assert answer is not None and answer["server"] == fresh
 
 
 def test_without_a_warm_preflight_there_is_no_answer(tmp_path):

@@ -24,6 +24,7 @@ from training.ahead.preflight import run
 # The environment that decides which cached models and tokenizers a check sees: a request from a
 # shell where any differs from this server's is declined (the one-shot pre-flight runs there).
 CACHE_ENV = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "XDG_CACHE_HOME")
+NOT_STARTED = 3  # the exit of a server that could not import the training stack: not started again
 MAX_REQUEST = 64 * 1024 * 1024  # a sweep's distinct trials, resolved: far under this
 
 
@@ -111,7 +112,7 @@ def serve(socket_path: Path, owner: int) -> int:
         warm_up()
     except ImportError as exc:  # a daemon's Python without the training stack: submits run the one-shot
         _say(f"not started: {exc}")
-        return 0
+        return NOT_STARTED
     files = loaded_files()
     try:
         os.unlink(socket_path)
