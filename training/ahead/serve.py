@@ -154,7 +154,12 @@ def serve(socket_path: Path, owner: int) -> int:
 
 def serve_main(argv: list[str]) -> int:
     import logging
+    import signal
     import warnings
+
+    # a Ctrl-C at a foreground `orch daemon run` reaches its whole process group: the daemon
+    # stops this server itself (SIGTERM), after its jobs
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore")
