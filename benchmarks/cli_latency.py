@@ -2,9 +2,12 @@
 against `python -c pass` measured in the same run; and proof (sys.modules in a subprocess) that
 none of these commands imports torch, lightning, transformers or datasets.
 
-    python benchmarks/cli_latency.py [--jobs 10000] [--runs 9] [--keep DIR]
+    python benchmarks/cli_latency.py [--jobs 10000] [--runs 9] [--keep DIR] [--submit-runs 5]
 
-Goal: `orch status` on 10,000 jobs under 300 ms. Exits 1 if a heavy library is imported.
+Then `orch submit` of the quickstart job, a built-in job with its pre-flight, with and without a
+daemon (benchmarks/builtin_submit.py; `--submit-runs 0` skips it).
+Goals: `orch status` on 10,000 jobs under 300 ms; the built-in submit with a daemon under 1.5 s.
+Exits 1 if a heavy library is imported.
 """
 
 from __future__ import annotations
@@ -162,6 +165,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=9, help="timed runs per command (median reported; at least 7)")
     parser.add_argument("--keep", type=Path, default=None, help="fill (or reuse) this ORCH_HOME and keep it")
+    parser.add_argument(
+        "--submit-runs", type=int, default=5, help="alternated rounds of the built-in submit arms (0: skip them)"
+    )
     opts = parser.parse_args()
     runs = max(7, opts.runs)
 
@@ -226,6 +232,11 @@ def main() -> int:
         print(
             f"orch status on {sum(counts.values())} jobs: {status_ms:.0f} ms, {verdict} the {GOAL_STATUS_S * 1000:.0f} ms goal"
         )
+        if opts.submit_runs > 0:
+            from builtin_submit import measure, report  # beside this file (sys.path[0] when run as a script)
+
+            env.pop("ORCH_HOME", None)
+            report(measure(orch, env, opts.submit_runs, tmp), opts.submit_runs)
         return 1 if failures else 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

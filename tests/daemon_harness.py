@@ -79,6 +79,7 @@ class OrchHome:
             "grace_seconds": 3,
             "retry_backoff_seconds": 0.2,
             "gpus": [],
+            "warm_preflight": False,  # torch imported beside every test daemon: only its own tests want it
             **cfg.get("daemon", {}),
             **daemon,
         }

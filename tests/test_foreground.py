@@ -159,7 +159,7 @@ def test_orch_cancel_reaches_a_foreground_job_through_the_daemon(tmp_path):
     job = tmp_path / "fg.toml"
     job.write_text(f'gpus = 0\nretries = 0\ncommand = ["{sys.executable}", "{script}"]\n')
     home.mkdir()
-    (home / "config.toml").write_text("[daemon]\ntick_seconds = 0.5\ngrace_seconds = 5\n")
+    (home / "config.toml").write_text("[daemon]\ntick_seconds = 0.5\ngrace_seconds = 5\nwarm_preflight = false\n")
     assert orch(home, "daemon", "start").returncode == 0
     env = {**os.environ, "ORCH_HOME": str(home)}
     proc = subprocess.Popen(

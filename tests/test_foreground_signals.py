@@ -159,7 +159,7 @@ def test_sigusr1_kills_the_job_not_orch_run_which_records_it(tmp_path):
 def test_daemon_stop_leaves_a_foreground_run_alone(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    (home / "config.toml").write_text("[daemon]\ntick_seconds = 0.5\ngrace_seconds = 5\n")
+    (home / "config.toml").write_text("[daemon]\ntick_seconds = 0.5\ngrace_seconds = 5\nwarm_preflight = false\n")
     assert orch(home, "daemon", "start").returncode == 0
     env = {**os.environ, "ORCH_HOME": str(home)}
     proc = subprocess.Popen(

@@ -47,7 +47,9 @@ def submit(
     store = ctx.store()
     machine_gpus = len(gpu_slots(config))  # the one GPU capacity (planning/capacity.py)
     # checked in the Python the daemon runs built-in jobs with, not the CLI's own
-    _preflight(job_toml, now, machine_gpus, config.executor.kind, python=ctx.home.job_python(sys.executable))
+    _preflight(
+        job_toml, now, machine_gpus, config.executor.kind, python=ctx.home.job_python(sys.executable), home=ctx.home
+    )
     if estimate_first:
         from .estimate import ask_after, estimate_data
 
@@ -95,7 +97,14 @@ def _bucket_status(url: str, as_json: bool) -> None:
         print_bucket_status(rows, remote.url.raw)
 
 
-def _preflight(job_toml: Path, now: float, machine_gpus: int, executor: str, python: Optional[str] = None) -> None:
+def _preflight(
+    job_toml: Path,
+    now: float,
+    machine_gpus: int,
+    executor: str,
+    python: Optional[str] = None,
+    home: Optional[Home] = None,
+) -> None:
     """Everything a job file can be refused for, before it is queued or a probe is paid for:
     jobs/admission.py's one check (the file's own checks, then the built-in job's pre-flight, in
     `python`: the interpreter the job will run with)."""
@@ -116,6 +125,7 @@ def _preflight(job_toml: Path, now: float, machine_gpus: int, executor: str, pyt
         preflight_checks=[Check(label, spec.to_toml_dict())],
         note=err,
         python=python,
+        home=home,  # the daemon's warm pre-flight, when it runs
     )
 
 

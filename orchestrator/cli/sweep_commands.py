@@ -56,6 +56,7 @@ def submit_sweep(
         preflight_checks=preflight_checks(section, base, str(path)),
         note=err,
         python=ctx.home.job_python(sys.executable),  # the trials run with the daemon's Python
+        home=ctx.home,  # its warm pre-flight, when it runs
     )
     if estimate:
         from .estimate import ask_after, estimate_data, sweep_bound

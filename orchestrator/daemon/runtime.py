@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ from typing import Any, Optional
 
 from ..jobs.attempts import grace_for
 from ..jobs.lifecycle import machine_outgoing
+from ..jobs import preflight_server
 from ..jobs.notify import build_channels
 from ..spec.config import Config, preemption_file
 from ..home.daemon_lock import DaemonLock
@@ -87,6 +89,7 @@ class DaemonRuntime:
         from .mirror import build_mirror
 
         self.mirror = build_mirror(self)  # [storage]: the uploader; None without a url
+        self.warm_preflight: Optional[subprocess.Popen[bytes]] = None
 
     def _on_event(self, kind: str, job: Any) -> None:
         info = None
@@ -202,6 +205,9 @@ class DaemonRuntime:
         self.daemon.recover(time.time())
         sock = listen(self.home.wake_socket)
         sock.settimeout(1.0)
+        # the pre-flight kept warm for `orch submit`, in this interpreter; a new one per daemon
+        if self.config.daemon.warm_preflight:
+            self.warm_preflight = preflight_server.start(self.home)
         threading.Thread(target=self._listen_loop, args=(sock,), daemon=True, name="wake").start()
         sched = BackgroundScheduler(
             timezone=timezone.utc, job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30}
@@ -214,6 +220,8 @@ class DaemonRuntime:
             )
         if self.config.notifiers:
             sched.add_job(self.deliver, "interval", seconds=1.0, id="outbox", next_run_time=now)
+        if self.warm_preflight is not None:
+            sched.add_job(self.keep_preflight_warm, "interval", seconds=5.0, id="preflight")
         self.scheduler = sched
         sched.start()
         if self.mirror is not None:
@@ -234,8 +242,17 @@ class DaemonRuntime:
         self.signal_stop()
         sched.shutdown(wait=True)
         self.shutdown()
+        preflight_server.stop(self.warm_preflight, self.home)
         sock.close()
         return 0
+
+    def keep_preflight_warm(self) -> None:
+        """A warm pre-flight that exited because a module it loaded changed (exit 0: a package
+        upgraded, the code edited) is started again, on the files as they are now; one that could
+        not start or crashed (any other exit) is not, so it cannot loop: submits use the subprocess."""
+        proc = self.warm_preflight
+        if proc is not None and proc.poll() == 0:
+            self.warm_preflight = preflight_server.start(self.home)
 
     def _listen_loop(self, sock: Any) -> None:
         while not self.stop_event.is_set():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Optional, Sequence
 
+from ..home.paths import Home
 from ..model.errors import SpecError
 from ..spec.jobspec import JobSpec, check_deadline
 from .preflight import Check, preflight
@@ -44,15 +45,17 @@ def admit(
     preflight_checks: Optional[Sequence[Check]] = None,
     note: Callable[[str], None] = lambda _text: None,
     python: Optional[str] = None,
+    home: Optional[Home] = None,
 ) -> None:
     """Raise SpecError (exit 2) with every problem found; nothing is recorded before this passes.
     `preflight_checks`: the built-in specs to pre-flight after the instant checks pass (None:
-    none, e.g. submit_job's own re-check of a file already admitted)."""
+    none, e.g. submit_job's own re-check of a file already admitted). `home`: where the daemon's
+    warm pre-flight may answer (jobs/preflight_server.py)."""
     problems = admission_problems(spec, label, machine_gpus=machine_gpus, executor=executor, now=now) + list(also)
     if problems:
         raise SpecError(problems)
     if preflight_checks is not None:
-        preflight(preflight_checks, note=note, python=python)
+        preflight(preflight_checks, note=note, python=python, home=home)
 
 
 def check_gpus(spec: JobSpec, label: str, machine_gpus: int) -> None:

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..contract import ENV_PREFLIGHT
+from ..home.paths import Home
 from ..model.errors import SpecError
+from . import preflight_server
 
 PREFLIGHT_TIMEOUT_S = 180.0  # seconds on an idle machine, half a minute on a busy one; past this: a note
 
@@ -46,15 +48,24 @@ def preflight(
     note: Callable[[str], None],
     timeout: float = PREFLIGHT_TIMEOUT_S,
     python: Optional[str] = None,
+    home: Optional[Home] = None,
 ) -> None:
     """Raise SpecError with every problem the pre-flight finds in the built-in specs of `checks`;
     command jobs have none to check. `note` gets what it could not check, or why it did not run.
     `python`: the interpreter the job will run with (the daemon's, Home.job_python), so a job is
-    checked against the packages it will have; default this process's own."""
+    checked against the packages it will have; default this process's own. `home`: where the
+    daemon's warm pre-flight listens (preflight_server.py), asked first; the subprocess otherwise."""
     builtin = [c for c in checks if "command" not in c.spec]
     if not builtin or not enabled():
         return
-    request = json.dumps({"checks": [c.as_json() for c in builtin]})
+    request = {"checks": [c.as_json() for c in builtin]}
+    # A job with its own [env] (HF_HOME: where its models are cached) is checked in that
+    # environment, which the warm server (started with the daemon's) does not have.
+    if home is not None and not any(c.spec.get("env") for c in builtin):
+        answer = preflight_server.ask(home, request, python or sys.executable, timeout)
+        if answer is not None:
+            _report(answer, note)
+            return
     # The job's [env] (HF_HOME: where its models are cached), and never a download: what is not
     # on this machine yet is fetched, and checked, when the job runs.
     env = {**os.environ, **(builtin[0].spec.get("env") or {}), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -62,7 +73,7 @@ def preflight(
         own = python is None or python == sys.executable
         done = subprocess.run(
             [python or sys.executable, "-m", "training.preflight"],
-            input=request,
+            input=json.dumps(request),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -82,6 +93,10 @@ def preflight(
         where = "" if python is None or python == sys.executable else f" in {python}, the daemon's Python"
         note(f"note: the pre-flight failed{where} ({last[0][:200]}); the job is checked when it runs")
         return
+    _report(answer, note)
+
+
+def _report(answer: dict[str, Any], note: Callable[[str], None]) -> None:
     for line in answer.get("notes") or []:
         note(f"note: {line}")
     if answer.get("problems"):

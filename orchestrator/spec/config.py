@@ -33,6 +33,9 @@ class DaemonSection(_Section):
     max_retry_backoff_seconds: float = Field(default=300.0, ge=0)
     log_max_mb: float = Field(default=10.0, gt=0)
     log_backups: int = Field(default=3, ge=0)
+    # the pre-flight kept warm for `orch submit` (jobs/preflight_server.py): ~0.5 GB of memory
+    # for torch and transformers, which a daemon that runs only command jobs may not want
+    warm_preflight: bool = True
 
     @field_validator("gpus")
     @classmethod
