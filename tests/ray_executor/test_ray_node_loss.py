@@ -56,6 +56,9 @@ def spec_dict(bert: dict[str, Path], name: str) -> dict[str, Any]:
         "checkpoint": {"every_n_steps": 10, "keep": 2},
         "env": {
             "OMP_NUM_THREADS": "1",
+            # the workers' GPUs are Ray's fake ones: without this the runner refuses (exit 78)
+            # to train a gpus = 1 job on the CPU
+            "ORCH_GPUS_ON_CPU": "1",
             "ORCH_PROGRESS_EVERY_S": "0.3",
             "ORCH_FAULT_SLOW_STEP_S": "0.3",  # a window to act in (a sleep: the weights do not change)
             "HF_HUB_OFFLINE": "1",
