@@ -1,5 +1,6 @@
 """The warm pre-flight beside the daemon (issue 36): a real daemon starts `python -m
-training.preflight --serve`, submits of built-in jobs are answered by it (one process, request
+training.preflight --serve` at the first built-in submit it hears of (not at its own start: a daemon
+that runs only command jobs never pays for it), submits of built-in jobs are answered by it (one process, request
 after request), and whenever it cannot answer — killed, stale (a module file it loaded changed), a
 daemon gone — `orch submit` runs the one-shot pre-flight subprocess and refuses the same job the
 same way. No clock: each step waits for the daemon's log or the process."""
@@ -78,10 +79,18 @@ def _refused_for_val_f1(h: OrchHome, job: Path) -> None:
     assert "Traceback" not in ran.stderr
 
 
+def _warmed(h: OrchHome, assets: Path, after: int = 0) -> int:
+    """A daemon starts no warm pre-flight of its own: the first built-in submit (checked by the
+    subprocess) asks for one. Its pid, once ready."""
+    assert "warm pre-flight" not in h.log_text()[h.log_text().rfind("daemon started") :]
+    _refused_for_val_f1(h, _job(h.jobs_dir, assets, "val_f1"))
+    return _server_pid(h, after=after)
+
+
 def test_a_daemon_keeps_one_warm_preflight_that_submits_reuse_and_a_new_daemon_a_new_one(orch_home, assets):
     h = orch_home(warm_preflight=True)
     daemon = h.start_daemon()
-    pid = _server_pid(h)
+    pid = _warmed(h, assets)
     bad, good = _job(h.jobs_dir, assets, "val_f1"), _job(h.jobs_dir, assets, "val_acc")
     _refused_for_val_f1(h, bad)
     _refused_for_val_f1(h, bad)
@@ -94,7 +103,7 @@ def test_a_daemon_keeps_one_warm_preflight_that_submits_reuse_and_a_new_daemon_a
     wait_for(lambda: _gone(pid), 30, what="the warm pre-flight to end with its daemon")
     assert not preflight_server.socket_path(h.home).exists()
     h.start_daemon()
-    second = _server_pid(h, after=1)
+    second = _warmed(h, assets, after=1)
     assert second != pid
     _refused_for_val_f1(h, bad)
     assert _answered(h, second) == 1
@@ -103,7 +112,7 @@ def test_a_daemon_keeps_one_warm_preflight_that_submits_reuse_and_a_new_daemon_a
 def test_a_killed_warm_preflight_leaves_submit_to_the_subprocess(orch_home, assets):
     h = orch_home(warm_preflight=True)
     h.start_daemon()
-    pid = _server_pid(h)
+    pid = _warmed(h, assets)
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: _gone(pid), 30, what="the warm pre-flight to die")
     assert preflight_server.socket_path(h.home).exists()  # a socket nobody listens on: refused, not hung
@@ -122,7 +131,7 @@ def test_a_stale_warm_preflight_is_not_used_and_is_replaced(orch_home, assets, t
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
     h = orch_home(warm_preflight=True)
     h.start_daemon()
-    pid = _server_pid(h)
+    pid = _warmed(h, assets)
     home = Home(h.root)
     answer = preflight_server.ask(home, {"checks": []}, sys.executable, 60)
     assert answer is not None and answer["server"] == pid

@@ -21,6 +21,7 @@ from ..jobs.notify import build_channels
 from ..spec.config import Config, preemption_file
 from ..home.daemon_lock import DaemonLock
 from ..home.paths import Home
+from ..home.wake import WARM_PREFLIGHT, listen
 from ..model.states import EventKind, JobState, notice_detail
 from ..store import Store
 from .tick import Daemon
@@ -90,6 +91,7 @@ class DaemonRuntime:
 
         self.mirror = build_mirror(self)  # [storage]: the uploader; None without a url
         self.warm_preflight: Optional[subprocess.Popen[bytes]] = None
+        self._preflight_lock = threading.Lock()  # the wake thread starts it, the scheduler restarts it
 
     def _on_event(self, kind: str, job: Any) -> None:
         info = None
@@ -196,7 +198,6 @@ class DaemonRuntime:
         from apscheduler.schedulers.background import BackgroundScheduler
 
         from ..home.drain import clear, requested
-        from ..home.wake import listen
 
         if requested(self.home) is not None:
             log.info("a drain request left by an earlier daemon is dropped: this one runs the queue")
@@ -205,9 +206,8 @@ class DaemonRuntime:
         self.daemon.recover(time.time())
         sock = listen(self.home.wake_socket)
         sock.settimeout(1.0)
-        # the pre-flight kept warm for `orch submit`, in this interpreter; a new one per daemon
-        if self.config.daemon.warm_preflight:
-            self.warm_preflight = preflight_server.start(self.home)
+        # the pre-flight kept warm for `orch submit`, in this interpreter: started at the first
+        # built-in submit this daemon hears of (wake.WARM_PREFLIGHT), a new one per daemon
         threading.Thread(target=self._listen_loop, args=(sock,), daemon=True, name="wake").start()
         sched = BackgroundScheduler(
             timezone=timezone.utc, job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30}
@@ -220,7 +220,7 @@ class DaemonRuntime:
             )
         if self.config.notifiers:
             sched.add_job(self.deliver, "interval", seconds=1.0, id="outbox", next_run_time=now)
-        if self.warm_preflight is not None:
+        if self.config.daemon.warm_preflight:
             sched.add_job(self.keep_preflight_warm, "interval", seconds=5.0, id="preflight")
         self.scheduler = sched
         sched.start()
@@ -242,7 +242,8 @@ class DaemonRuntime:
         self.signal_stop()
         sched.shutdown(wait=True)
         self.shutdown()
-        preflight_server.stop(self.warm_preflight, self.home)
+        with self._preflight_lock:  # a submit's word that came during the stop starts nothing now
+            preflight_server.stop(self.warm_preflight, self.home)
         sock.close()
         return 0
 
@@ -250,18 +251,30 @@ class DaemonRuntime:
         """A warm pre-flight that exited because a module it loaded changed (exit 0: a package
         upgraded, the code edited) is started again, on the files as they are now; one that could
         not start or crashed (any other exit) is not, so it cannot loop: submits use the subprocess."""
-        proc = self.warm_preflight
-        if proc is not None and proc.poll() == 0:
-            self.warm_preflight = preflight_server.start(self.home)
+        with self._preflight_lock:
+            proc = self.warm_preflight
+            if proc is not None and proc.poll() == 0:
+                self.warm_preflight = preflight_server.start(self.home)
+
+    def want_warm_preflight(self) -> None:
+        """A built-in job was submitted and found no warm pre-flight: start one (once per daemon;
+        one that could not start or crashed is not started again)."""
+        if not self.config.daemon.warm_preflight or self.stop_event.is_set():
+            return
+        with self._preflight_lock:
+            if self.warm_preflight is None:
+                self.warm_preflight = preflight_server.start(self.home)
 
     def _listen_loop(self, sock: Any) -> None:
         while not self.stop_event.is_set():
             try:
-                sock.recvfrom(64)
+                what, _ = sock.recvfrom(64)
             except TimeoutError:
                 continue
             except OSError:
                 return
+            if what == WARM_PREFLIGHT:
+                self.want_warm_preflight()
             self.poke()
 
     def signal_stop(self) -> list[int]:

@@ -8,12 +8,16 @@ import socket
 from pathlib import Path
 
 
-def poke(sock_path: Path) -> bool:
+WAKE = b"w"  # look at the queue now
+WARM_PREFLIGHT = b"p"  # a built-in job was submitted: keep the pre-flight warm from now on
+
+
+def poke(sock_path: Path, what: bytes = WAKE) -> bool:
     """True when a daemon was listening."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
             s.setblocking(False)
-            s.sendto(b"w", str(sock_path))
+            s.sendto(what, str(sock_path))
         return True
     except OSError:
         return False

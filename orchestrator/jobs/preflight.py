@@ -66,6 +66,12 @@ def preflight(
         if answer is not None:
             _report(answer, note)
             return
+        if not preflight_server.socket_path(home).exists():
+            # none yet: the daemon starts one on this word, for the next submits (never for a
+            # daemon that only ever runs command jobs, nor at every start of a test daemon)
+            from ..home.wake import WARM_PREFLIGHT, poke
+
+            poke(home.wake_socket, WARM_PREFLIGHT)
     # The job's [env] (HF_HOME: where its models are cached), and never a download: what is not
     # on this machine yet is fetched, and checked, when the job runs.
     env = {**os.environ, **(builtin[0].spec.get("env") or {}), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
