@@ -67,6 +67,13 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     return text
 
 
+# Any other variable whose name ends like a credential's (ORCH_SMTP_PASSWORD, MY_WEBHOOK_KEY); a
+# suffix, not a substring: TOKENIZERS_PARALLELISM=false must not mask every "false".
+_SECRET_SUFFIX = re.compile(r"(?i)(?:^|_)(?:key|token|secret|password|passwd|credentials?)$")
+
+
 def environ_secrets(environ: Mapping[str, str]) -> list[str]:
-    """The values of the SECRET_ENV variables set in `environ`, for redact(text, secrets)."""
-    return [value for name in SECRET_ENV if (value := environ.get(name))]
+    """The values of the SECRET_ENV variables, and of any variable named like a credential, set in
+    `environ`, for redact(text, secrets)."""
+    named = [name for name in environ if name not in SECRET_ENV and _SECRET_SUFFIX.search(name)]
+    return [value for name in (*SECRET_ENV, *named) if (value := environ.get(name))]

@@ -63,6 +63,12 @@ def test_the_secret_variables_values_come_from_the_environment_given() -> None:
     assert "k" * 40 not in redact(f"header {'k' * 40}", environ_secrets(env))
 
 
+def test_a_variable_named_like_a_credential_is_a_secret_and_a_mere_mention_is_not() -> None:
+    env = {"ORCH_SMTP_PASSWORD": "hunter2-long", "MY_WEBHOOK_KEY": "abcd1234", "TOKENIZERS_PARALLELISM": "false"}
+    assert sorted(environ_secrets(env)) == ["abcd1234", "hunter2-long"]
+    assert redact("false, true", environ_secrets(env)) == "false, true"
+
+
 def test_the_module_is_standard_library_only():
     """training/ imports it before torch, the daemon and the notifiers beside it: nothing heavy
     and nothing of the core may come with it."""

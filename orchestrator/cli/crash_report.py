@@ -5,7 +5,6 @@ messages) can carry a webhook key or a password, and it is 150 lines a user cann
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 import time
 import traceback
@@ -13,10 +12,6 @@ from pathlib import Path
 from typing import Optional
 
 REPORTS_FOLDER = "crash-reports"  # in $ORCH_HOME
-
-# Environment variables whose values are masked wherever they appear in a report (a password
-# has no `key=` in front of it for redact() to find).
-_SECRET_NAME = re.compile(r"(?i)(token|key|secret|password|passwd|auth|credential)")
 
 
 def report_text(exc: BaseException, argv: list[str]) -> str:
@@ -26,9 +21,10 @@ def report_text(exc: BaseException, argv: list[str]) -> str:
 
 
 def _masked(text: str) -> str:
-    from ..redaction import redact  # the one masker
+    from ..redaction import environ_secrets, redact  # the one masker, and its one list of secret variables
 
-    return redact(text, [value for name, value in os.environ.items() if _SECRET_NAME.search(name)])
+    # a password has no `key=` in front of it for the patterns to find: the variables' values too
+    return redact(text, environ_secrets(os.environ))
 
 
 def write_report(text: str, home_root: Optional[Path]) -> tuple[Optional[Path], Optional[str]]:
