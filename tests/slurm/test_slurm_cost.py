@@ -49,7 +49,7 @@ def test_gpu_job_costs_allocated_gpus_times_slurm_running_time_and_nothing_pendi
         assert done.gpu_seconds == pytest.approx(2 * done.run_seconds, rel=1e-6)
         # Slurm's own clock saw it run too (the daemon's polls lag Slurm's by a poll or two either
         # way, so the two are not compared closer: on a loaded machine that would be a race)
-        assert elapsed >= 1 and done.run_seconds >= 3, (done.run_seconds, elapsed)
+        assert elapsed > 0 and done.run_seconds >= 3, (done.run_seconds, elapsed)  # 3: waited for above
         ledger = h.store.ledger()
         assert ledger.get("idle_cost", 0.0) == 0.0  # a cluster has no idle cost of ours
     finally:
