@@ -25,8 +25,18 @@ class Plan:
     to_fetch: list[str]
 
 
-def storage_for(config: Config, url: Optional[str], env: Optional[dict[str, str]] = None) -> Any:
-    """[storage] with the URL given on the command line (the other keys from config.toml)."""
+def storage_for(
+    config: Config,
+    url: Optional[str],
+    env: Optional[dict[str, str]] = None,
+    *,
+    how: str = "orch adopt s3://bucket/prefix",
+    must_exist: bool = False,
+) -> Any:
+    """[storage] with the URL given on the command line (the other keys from config.toml). `how`:
+    how this command takes a URL, for the message when there is none. `must_exist`: a command
+    that only reads the mirror (watch, status) refuses a file:// folder that is not there — a
+    typo or a disk not mounted, which would read as "no jobs"."""
     from pydantic import ValidationError
 
     from ..spec.config import StorageSection
@@ -36,7 +46,7 @@ def storage_for(config: Config, url: Optional[str], env: Optional[dict[str, str]
     if url:
         data["url"] = url
     if not data.get("url"):
-        raise UsageError("give the mirror's URL (orch adopt s3://bucket/prefix) or set [storage] url in config.toml")
+        raise UsageError(f"give the mirror's URL ({how}) or set [storage] url in config.toml")
     try:
         section = StorageSection.model_validate(data)
     except ValidationError as exc:
@@ -46,6 +56,8 @@ def storage_for(config: Config, url: Optional[str], env: Optional[dict[str, str]
     problems = credential_problems(section, os.environ if env is None else env)
     if problems:
         raise ConfigError(problems)
+    if must_exist:
+        _refuse_a_missing_folder(str(section.url))
     return section
 
 
@@ -117,3 +129,16 @@ def preview(plans: list[Plan]) -> list[str]:
         if m["spec"].get("env"):
             lines.append(f"      env: {', '.join(sorted(m['spec']['env']))}")
     return lines
+
+
+def _refuse_a_missing_folder(url: str) -> None:
+    from pathlib import Path
+
+    from ..model.errors import BadInput
+    from ..spec.storage_url import parse_storage_url
+
+    parsed = parse_storage_url(url)
+    if parsed.scheme == "file" and not Path(parsed.prefix).is_dir():
+        raise BadInput(
+            f"the mirror folder {parsed.prefix} ({url}) does not exist: check the path, or mount the disk that holds it"
+        )

@@ -88,7 +88,7 @@ def _bucket_status(url: str, as_json: bool) -> None:
     from ..objectstore.remote import Remote
     from .bucket_status import bucket_rows, print_bucket_status
 
-    section = storage_for(ctx.config(), url)
+    section = storage_for(ctx.config(), url, how="orch status --url s3://bucket/prefix", must_exist=True)
     remote = Remote(section)
     rows = bucket_rows(remote, time.time(), section.stale_after_minutes * 60)
     if as_json:

@@ -40,7 +40,7 @@ def launch(
     if is_sweep_file(job_toml):
         raise UsageError(f"{job_toml}: a [sweep] file runs its trials on one machine: `orch submit` it there")
     config = ctx.config()
-    section = storage_for(config, url)
+    section = storage_for(config, url, how="orch launch JOB.toml --url s3://bucket/prefix")
     with _with_deadline(job_toml, deadline) as path:
         from .job_commands import _preflight
 

@@ -46,8 +46,7 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
         raise ConfigError(
             [f"{where}: recovery: no [recovery] table; `orch watch` needs one (provider, launch: docs/recovery.md)"]
         )
-    section = storage_for(config, url)
-    _refuse_a_missing_folder(section.url)
+    section = storage_for(config, url, how="orch watch s3://bucket/prefix", must_exist=True)
     remote = Remote(section)
     provider = build_provider(config.recovery)
     sender = OutboxSender(
@@ -108,22 +107,6 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
             if launcher is not None:
                 launcher.close()
             return 0
-
-
-def _refuse_a_missing_folder(url: str) -> None:
-    """A file:// mirror is read, never made, here: a folder that is not there is a typo or a disk
-    not mounted, and watching it would say "no jobs" while the real mirror's machines go unwatched."""
-    from pathlib import Path
-
-    from ..model.errors import BadInput
-    from ..spec.storage_url import parse_storage_url
-
-    parsed = parse_storage_url(url)
-    if parsed.scheme == "file" and not Path(parsed.prefix).is_dir():
-        raise BadInput(
-            f"orch watch: the mirror folder {parsed.prefix} ({url}) does not exist: check the path, or mount "
-            "the disk that holds it"
-        )
 
 
 def _next_look(controller: Any, poll_s: float) -> float:

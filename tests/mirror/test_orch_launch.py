@@ -109,3 +109,22 @@ def test_a_launched_job_is_placed_and_a_planted_one_never(tmp_path, monkeypatch)
     other = controller(tmp_path, "other-ctl", url)  # another home never put the job there
     assert orch(other, "watch", "--once").returncode == 0
     assert (tmp_path / "launched").read_text().split() == ["spot", uid]
+
+
+def test_status_url_refuses_a_file_mirror_folder_that_does_not_exist(tmp_path):
+    """A typo in the folder read as "no jobs" (exit 0); it is refused as `orch watch` refuses it."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    missing = tmp_path / "typo-bucket"
+    ran = orch(home, "status", "--url", f"file://{missing}")
+    assert ran.returncode == 2, ran
+    assert str(missing) in ran.stderr and "does not exist" in ran.stderr and "Traceback" not in ran.stderr
+    assert not missing.exists()
+
+
+def test_launch_without_a_url_says_how_launch_takes_one(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    ran = orch(home, "launch", str(job_file(tmp_path, gpus=0)))
+    assert ran.returncode == 2, ran
+    assert "orch launch JOB.toml --url s3://bucket/prefix" in ran.stderr and "orch adopt" not in ran.stderr
