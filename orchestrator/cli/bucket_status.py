@@ -97,3 +97,17 @@ def print_bucket_status(rows: list[dict[str, Any]], url: str) -> None:
         if r["note"]:
             line += f"; {r['note']}"
         print(line)
+
+
+def show_bucket_status(config: Any, url: str, as_json: bool) -> None:
+    """`orch status --url URL`: the table, or the rows as JSON."""
+    from ..adopt.plan import storage_for
+    from .context import emit_json
+
+    section = storage_for(config, url, how="orch status --url s3://bucket/prefix", must_exist=True)
+    remote = Remote(section)
+    rows = bucket_rows(remote, time.time(), section.stale_after_minutes * 60)
+    if as_json:
+        emit_json(rows)
+    else:
+        print_bucket_status(rows, remote.url.raw)

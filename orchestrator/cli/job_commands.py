@@ -83,20 +83,6 @@ def submit(
         err("note: no daemon is running; start one with `orch daemon start` (or run it now with `orch run`)")
 
 
-def _bucket_status(url: str, as_json: bool) -> None:
-    from ..adopt.plan import storage_for
-    from ..objectstore.remote import Remote
-    from .bucket_status import bucket_rows, print_bucket_status
-
-    section = storage_for(ctx.config(), url, how="orch status --url s3://bucket/prefix", must_exist=True)
-    remote = Remote(section)
-    rows = bucket_rows(remote, time.time(), section.stale_after_minutes * 60)
-    if as_json:
-        emit_json(rows)
-    else:
-        print_bucket_status(rows, remote.url.raw)
-
-
 def _preflight(
     job_toml: Path,
     now: float,
@@ -214,7 +200,9 @@ def status(
 ) -> None:
     """The queue: id, name, state, attempt, progress, ETA, runtime, cost."""
     if url is not None:
-        return _bucket_status(url, as_json)
+        from .bucket_status import show_bucket_status
+
+        return show_bucket_status(ctx.config(), url, as_json)
     from ..views.queue_view import queue_view
 
     home = ctx.home
