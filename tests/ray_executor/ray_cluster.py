@@ -54,6 +54,16 @@ def children(pid: int) -> list[tuple[int, str]]:
     return out
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process under pid, at any depth (a new session does not take a process out of it)."""
+    found, todo = [], [pid]
+    while todo:
+        kids = [child for child, _ in children(todo.pop())]
+        found += kids
+        todo += kids
+    return found
+
+
 class RayCluster:
     def __init__(self) -> None:
         # A short folder: Ray's unix sockets live under it (a path over 107 bytes cannot be bound).
@@ -110,16 +120,26 @@ class RayCluster:
         self.wait(lambda: len(self.gpu_nodes()) > before, 120, f"worker {name} to join")
 
     def raylet(self, name: str) -> int:
-        proc = self.workers[name]
+        return self.raylet_of(self.workers[name], name)
+
+    @staticmethod
+    def raylet_of(proc: subprocess.Popen, name: str) -> int:
         found = [pid for pid, comm in children(proc.pid) if comm == "raylet"]
         assert found, f"no raylet under worker {name} (pid {proc.pid}): {children(proc.pid)}"
         return found[0]
 
     def lose_worker(self, name: str) -> None:
-        """The machine is lost: its raylet killed outright (its `ray start --block` then takes the
-        node's other processes down, as a dead machine would)."""
-        os.kill(self.raylet(name), signal.SIGKILL)
+        """The machine is lost: its raylet and every process under it (the job's supervisor, the
+        job itself) killed outright at once, as a dead machine's are. Killing the raylet alone
+        leaves the job training on as an orphan for the 10-15 s Ray takes to notice, which on one
+        host can carry a short job to its end before the loss is seen."""
         proc = self.workers.pop(name)
+        raylet = self.raylet_of(proc, name)
+        for pid in [raylet, *descendants(raylet)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self._stop(proc)
 
     def _get(self, path: str) -> Optional[dict]:
