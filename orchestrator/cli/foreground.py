@@ -1,6 +1,6 @@
 """`orch run`: record a job like submit, then run it here, in the foreground, with the same runner,
 run folder and steps the daemon uses: `attempts.begin_attempt` starts each attempt and
-`attempts.settle_attempt` decides what its exit makes of the job (retries, the result.json rule,
+`settling.settle_attempt` decides what its exit makes of the job (retries, the result.json rule,
 OOM). Ctrl-C records a cancel and asks the job to checkpoint (SIGTERM), then prints the command
 that continues it; during a retry's backoff or while waiting for a GPU it cancels the queued job.
 
@@ -17,7 +17,8 @@ import time
 from typing import Optional
 from pathlib import Path
 
-from ..jobs.attempts import Begun, Settled, begin_attempt, settle_attempt
+from ..jobs.attempts import Begun, begin_attempt
+from ..jobs.settling import Settled, settle_attempt
 from ..jobs.runners import settle_a_runnerless_attempt
 from ..spec.config import Config
 from ..contract import EX_CHECKPOINTED, attempt_exit, attempt_log, exit_record, write_json_atomic

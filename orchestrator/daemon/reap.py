@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 
-from ..jobs.attempts import lose_attempt, settle_attempt
+from ..jobs.settling import lose_attempt, settle_attempt
 from ..model.records import Job
 from ..model.states import JobState
 from .guard import fail_job

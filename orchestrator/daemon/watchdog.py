@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from ..jobs.attempts import attempt_started_at
+from ..jobs.settling import attempt_started_at
 from ..contract import PROGRESS, read_json
 from ..jobs.lifecycle import outgoing_for, payload_for
 from ..model.records import Job

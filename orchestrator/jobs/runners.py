@@ -56,7 +56,8 @@ def settle_a_runnerless_attempt(
     attempt is settled here the way the daemon would (its exit record, else lost: its strays
     stopped, a notice checkpoint kept), and the job can resume. Otherwise it says who has the job
     and returns None."""
-    from .attempts import grace_for, lose_attempt, settle_attempt
+    from .attempts import grace_for
+    from .settling import lose_attempt, settle_attempt
 
     if job.executor != "local" and not job.in_foreground:
         print(

@@ -21,54 +21,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
-from ..model.errors import OrchError
 from ..spec.storage_url import StorageURL, parse_storage_url
 from ..contract import atomic_file
-from ..redaction import redact
+from .errors import Conflict, StorageError, TooLarge, is_missing, short_error, sha256_file
 from .stall import MIN_REQUEST_S, MIN_UPLOAD_BYTES_PER_S, READ_TIMEOUT_S, RETRY_WINDOW_S
 
+__all__ = ["LOCKS", "Conflict", "Remote", "StorageError", "TooLarge", "sha256_file"]
+
 LOCKS = ".orch-locks"  # file:// only: lock files for conditional writes (never listed as objects)
-
-
-class TooLarge(OrchError, ValueError):
-    """An object bigger than its reader allows (a manifest): refused unread."""
-
-
-class StorageError(OrchError):
-    """The store could not be reached or refused a request (`retryable` unless the request
-    itself is wrong: a bad url, a missing bucket, refused credentials)."""
-
-    def __init__(self, message: str, *, retryable: bool = True):
-        self.retryable = retryable
-        super().__init__(message)
-
-
-class Conflict(StorageError):
-    """A conditional write lost: the object exists already, or changed since it was read."""
-
-
-def _short(exc: BaseException) -> str:
-    """One line of a store error, with anything that looks like a signature or token masked."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return redact(text)[:300]
-
-
-def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> tuple[str, int]:
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(chunk)
-            if not block:
-                break
-            h.update(block)
-            size += len(block)
-    return h.hexdigest(), size
-
-
-def _missing(exc: BaseException) -> bool:
-    """The object is not there: a local FileNotFoundError, or obstore's NotFoundError (any store)."""
-    return isinstance(exc, FileNotFoundError) or type(exc).__name__ == "NotFoundError"
 
 
 class Remote:
@@ -122,7 +82,7 @@ class Remote:
         try:
             return from_url(self.url.raw, client_options=client, retry_config=retry, **kwargs)  # type: ignore[call-overload]
         except Exception as exc:  # obstore's config errors
-            raise StorageError(f"[storage] url {self.url.raw}: {_short(exc)}", retryable=False) from None
+            raise StorageError(f"[storage] url {self.url.raw}: {short_error(exc)}", retryable=False) from None
 
     # -- objects --------------------------------------------------------------------------
 
@@ -226,7 +186,7 @@ class Remote:
         except TooLarge:
             raise
         except Exception as exc:
-            if _missing(exc):
+            if is_missing(exc):
                 return None
             raise self._error("read", key, exc) from None
 
@@ -246,7 +206,7 @@ class Remote:
                     f.write(view)
                     size += len(view)
         except Exception as exc:
-            if _missing(exc):
+            if is_missing(exc):
                 raise FileNotFoundError(self.where(key)) from None
             raise self._error("download", key, exc) from None
         return h.hexdigest(), size
@@ -266,7 +226,7 @@ class Remote:
             await obstore.head_async(self.store, key)
             return True
         except Exception as exc:
-            if _missing(exc):
+            if is_missing(exc):
                 return False
             raise self._error("look up", key, exc) from None
 
@@ -276,7 +236,7 @@ class Remote:
         try:
             obstore.delete(self.store, key)
         except Exception as exc:
-            if _missing(exc):
+            if is_missing(exc):
                 return
             raise self._error("delete", key, exc) from None
 
@@ -369,7 +329,7 @@ class Remote:
         try:
             return obstore.head(self.store, key).get("e_tag")
         except Exception as exc:
-            if _missing(exc):
+            if is_missing(exc):
                 return None
             raise self._error("look up", key, exc) from None
 
@@ -408,4 +368,4 @@ class Remote:
             "InvalidPathError",
             "UnknownConfigurationKeyError",
         )
-        return StorageError(f"cannot {what} {self.where(key)}: {_short(exc)}", retryable=not permanent)
+        return StorageError(f"cannot {what} {self.where(key)}: {short_error(exc)}", retryable=not permanent)
