@@ -5,20 +5,25 @@ runs the baselines of "Can't Be Late" (Wu et al., NSDI'24): Greedy, Uniform Prog
 on-demand only.
 
     python benchmarks/market.py TRACE_DIR [--starts 300] [--job-hours 48] [--deadline-hours 60]
-        [--changeover-hours 0.2] [--price-ratio 3.14] [--seed 0] [--reverse] [--workers 2] [--json]
+        [--changeover-hours 0.2] [--price-ratio 3.14] [--seed 0] [--reverse] [--shuffle-spells]
+        [--oracle] [--workers 2] [--json]
 
 TRACE_DIR holds traces in the skypilot-org/spot-traces format ({"metadata": {"gap_seconds": 600},
 "data": [1, 0, ...]}, 1 = spot can be had). Per policy: billed on-demand and spot machine hours
 per job (changeovers included), cost / on-demand only, deadlines missed, jobs given up; and the
 paper's own accounting (the hours of work done on each market, changeovers not billed), which is
-what its Table 3 reports. `--reverse` replays every trace backwards: a held-out check that no
-figure depends on the eight traces' particular order."""
+what its Table 3 reports. Held-out checks that no figure depends on the traces' particular order:
+`--reverse` replays every trace backwards; `--shuffle-spells` rebuilds each trace from its own
+spells of spot and of no spot in a random order (seeded by --seed: the same lengths, the same
+share of spot, another history). `--oracle` adds what a scheduler that knows the trace's future
+would pay for the same jobs (marketsim/oracle.py), a lower bound for any policy."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import multiprocessing
+import os
 import random
 import sys
 import tempfile
@@ -29,11 +34,33 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 POLICIES = ("orch", "greedy", "uniform_progress", "on_demand")
+ORACLE = "oracle"  # --oracle: the cheapest schedule knowing the trace's future (marketsim/oracle.py)
 TAIL_H = 24.0  # trace kept after the deadline, so a late job can still finish and be counted late
 
 
 class BadTraces(ValueError):
     """TRACE_DIR cannot be replayed (the message names the file and the problem)."""
+
+
+def shuffle_spells(values: list[int], rng: random.Random) -> list[int]:
+    """The trace's spells (runs of 1s and of 0s) in a random order, alternating as before."""
+    spells: list[list[int]] = []
+    for v in values:
+        if spells and spells[-1][0] == v:
+            spells[-1][1] += 1
+        else:
+            spells.append([v, 1])
+    ups = [n for v, n in spells if v]
+    downs = [n for v, n in spells if not v]
+    rng.shuffle(ups)
+    rng.shuffle(downs)
+    first, second = (ups, downs) if values and values[0] else (downs, ups)
+    out: list[int] = []
+    for i in range(max(len(first), len(second))):
+        for group in (first, second):
+            if i < len(group):
+                out += [1 if group is ups else 0] * group[i]
+    return out
 
 
 def load_traces(folder: Path, reverse: bool) -> dict[str, tuple[list[int], float]]:
@@ -60,6 +87,8 @@ def starts_for(values: list[int], gap: float, n: int, horizon_h: float, rng: ran
 
 def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[float, ...]]]:
     policy_name, values, gap, starts, opts = task
+    if policy_name == ORACLE:
+        return policy_name, _oracle(values, gap, starts, opts)
     from marketsim import baselines
     from marketsim.replay import open_store, replay, sim_config
 
@@ -69,7 +98,10 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[float, ...]]]:
     config = sim_config(changeover_h=opts["changeover_h"], price_ratio=opts["price_ratio"])
     out = []
     seen: dict[tuple[str, float], float] = {}  # spot lifetimes observed on this trace, across its jobs
-    with tempfile.TemporaryDirectory(prefix="orch-market-") as tmp:
+    ram = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    with tempfile.TemporaryDirectory(
+        prefix="orch-market-", dir=ram
+    ) as tmp:  # the controller's SQLite, in memory where it can
         store = open_store(Path(tmp))
         for start in sorted(starts):
             r = replay(
@@ -86,6 +118,20 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[float, ...]]]:
             out.append((r.od_h, r.spot_h, r.od_work_h, r.spot_work_h, float(r.missed), float(r.given_up)))
         store.close()
     return policy_name, out
+
+
+def _oracle(values: list[int], gap: float, starts: list[int], opts: dict[str, Any]) -> list[tuple[float, ...]]:
+    from marketsim.oracle import job_cost_h
+
+    args = {k: opts[k] for k in ("job_h", "deadline_h", "changeover_h", "price_ratio")}
+    out = []
+    for start in starts:
+        billed = job_cost_h(values, gap, start, **args)
+        paper = job_cost_h(values, gap, start, **args, paper=True)
+        if billed is None or paper is None:
+            return []  # too fine a grid: no oracle row
+        out.append((billed, paper))
+    return out
 
 
 def summarize(rows: dict[str, list[tuple[float, ...]]], k: float, job_h: float) -> dict[str, dict[str, Any]]:
@@ -110,6 +156,13 @@ def summarize(rows: dict[str, list[tuple[float, ...]]], k: float, job_h: float) 
                 "cost_vs_on_demand": round((od_work + spot_work / k) / job_h, 4),
             },
         }
+    if rows.get(ORACLE):
+        n = len(rows[ORACLE])
+        out[ORACLE] = {
+            "cost_vs_on_demand": round(sum(r[0] for r in rows[ORACLE]) / n / od_only, 4),
+            "runs": n,
+            "paper": {"cost_vs_on_demand": round(sum(r[1] for r in rows[ORACLE]) / n / job_h, 4)},
+        }
     return out
 
 
@@ -123,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--price-ratio", type=float, default=3.14, help="on-demand price / spot price")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reverse", action="store_true", help="replay each trace backwards (a held-out check)")
+    ap.add_argument(
+        "--shuffle-spells", action="store_true", help="replay each trace with its spells reordered (a held-out check)"
+    )
+    ap.add_argument(
+        "--oracle", action="store_true", help="also what a scheduler that knows the future would pay (a lower bound)"
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -132,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     try:
         traces = load_traces(args.trace_dir, args.reverse)
+        if args.shuffle_spells:
+            shuffler = random.Random(f"spells-{args.seed}")
+            traces = {name: (shuffle_spells(v, shuffler), g) for name, (v, g) in traces.items()}
         starts = {name: starts_for(v, g, args.starts, args.deadline_hours, rng) for name, (v, g) in traces.items()}
     except BadTraces as exc:
         print(f"market.py: {exc}", file=sys.stderr)
@@ -145,10 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     tasks = []
     for trace, (values, gap) in traces.items():
         chunk = max(1, len(starts[trace]) // 4)  # a few tasks per trace and policy: both workers busy to the end
-        for name in POLICIES:
+        for name in POLICIES + ((ORACLE,) if args.oracle else ()):
             for i in range(0, len(starts[trace]), chunk):
                 tasks.append((name, values, gap, starts[trace][i : i + chunk], opts))
-    rows: dict[str, list[tuple[float, ...]]] = {name: [] for name in POLICIES}
+    rows: dict[str, list[tuple[float, ...]]] = {name: [] for name in POLICIES + (ORACLE,)}
     with multiprocessing.get_context("spawn").Pool(max(1, args.workers)) as pool:
         for name, got in pool.imap_unordered(_run, tasks):
             rows[name] += got
@@ -160,12 +222,19 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(traces)} trace(s) x {args.starts} starts: {args.job_hours:g} h of work, deadline {args.deadline_hours:g} h, "
         f"changeover {args.changeover_hours:g} h, on-demand = {args.price_ratio:g} x spot"
         + (", traces reversed" if args.reverse else "")
+        + (", spells shuffled" if args.shuffle_spells else "")
     )
     print(
         f"{'policy':<17} {'on-demand h':>11} {'spot h':>7} {'cost/OD':>8} {'missed':>7} {'given up':>9}   paper's accounting"
     )
     for name, r in result.items():
         p = r["paper"]
+        if name == ORACLE:
+            print(
+                f"{'oracle (future)':<17} {'-':>11} {'-':>7} {r['cost_vs_on_demand']:>8.3f} {'-':>7} {'-':>9}"
+                f"   {p['cost_vs_on_demand']:.3f} (its own cheapest schedule in that accounting)"
+            )
+            continue
         print(
             f"{name:<17} {r['od_h']:>11.1f} {r['spot_h']:>7.1f} {r['cost_vs_on_demand']:>8.3f} {r['missed']:>7} "
             f"{r['given_up']:>9}   {p['od_h']:.1f} / {p['spot_h']:.1f} h, {p['cost_vs_on_demand']:.3f}"

@@ -5,6 +5,7 @@ Pure functions of what was read from the mirror; the controller calls them every
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -72,13 +73,19 @@ class MarketView:
     # (uid, when it ended) -> how long it lived; may be shared by several controllers' views of
     # one market (the market benchmark's replays of one trace): seen() keeps what ended by then.
     lifetimes: dict[tuple[str, float], float] = field(default_factory=dict)
+    # seen()'s sort of `lifetimes` by when each ended, kept until note_claims changes them (or
+    # another view sharing the dict changed its size): a decision per job per pass reads it.
+    _ordered: Optional[tuple[int, list[float], list[float]]] = field(default=None, repr=False)
 
     def note_claims(self, uid: str, claims: list[cl.Claim]) -> None:
         for ended, lived in spot_lifetimes(claims):
-            self.lifetimes[(uid, ended)] = lived
+            if self.lifetimes.get((uid, ended)) != lived:
+                self.lifetimes[(uid, ended)] = lived
+                self._ordered = None
         if len(self.lifetimes) > 4 * MAX_LIFETIMES:
             for key in sorted(self.lifetimes, key=lambda k: k[1])[: len(self.lifetimes) - MAX_LIFETIMES]:
                 del self.lifetimes[key]
+            self._ordered = None
         for c in claims:
             if c.market != SPOT:
                 continue
@@ -109,8 +116,14 @@ class MarketView:
         return self.refused_since
 
     def seen(self, now: float) -> Seen:
-        ordered = sorted((k for k in self.lifetimes.items() if k[0][1] <= now), key=lambda kv: kv[0][1])
-        return Seen(lifetimes_s=tuple(lived for _, lived in ordered[-MAX_LIFETIMES:]))
+        """The lifetimes of the spot machines that ended by `now`, oldest first (the newest
+        MAX_LIFETIMES)."""
+        if self._ordered is None or self._ordered[0] != len(self.lifetimes):
+            ordered = sorted(self.lifetimes.items(), key=lambda kv: kv[0][1])
+            self._ordered = (len(self.lifetimes), [k[1] for k, _ in ordered], [lived for _, lived in ordered])
+        _, ends, lives = self._ordered
+        upto = bisect.bisect_right(ends, now)
+        return Seen(lifetimes_s=tuple(lives[max(0, upto - MAX_LIFETIMES) : upto]))
 
 
 def price_ratio(pricing: Any, gpus: int) -> float:

@@ -1,6 +1,7 @@
 """benchmarks/market.py on a short synthetic trace: the real controller replays a handful of jobs
-for each policy; the JSON has the documented shape, on-demand only costs exactly 1.0, and no
-policy misses a deadline or gives a job up on a market with long spot runs and short outages."""
+for each policy; the JSON has the documented shape, on-demand only costs exactly 1.0, no policy misses a
+deadline or gives a job up on a market with long spot runs and short outages, and none costs less
+than the oracle (--oracle) that knows the trace's future."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def test_market_benchmark_json_on_a_synthetic_trace(tmp_path):
             "12",
             "--workers",
             "1",
+            "--oracle",
             "--json",
         ],
         capture_output=True,
@@ -39,8 +41,13 @@ def test_market_benchmark_json_on_a_synthetic_trace(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert set(result) == {"orch", "greedy", "uniform_progress", "on_demand"}
+    assert set(result) == {"orch", "greedy", "uniform_progress", "on_demand", "oracle"}
+    oracle = result.pop("oracle")
+    assert oracle["runs"] == 3
     for name, row in result.items():
+        # Knowing the future, no schedule costs more than the oracle's, in either accounting.
+        assert oracle["cost_vs_on_demand"] <= row["cost_vs_on_demand"], name
+        assert oracle["paper"]["cost_vs_on_demand"] <= row["paper"]["cost_vs_on_demand"], name
         assert {"od_h", "spot_h", "cost_vs_on_demand", "missed", "given_up", "runs"} <= set(row), name
         assert row["runs"] == 3 and row["missed"] == 0 and row["given_up"] == 0, (name, row)
     assert result["on_demand"]["cost_vs_on_demand"] == 1.0

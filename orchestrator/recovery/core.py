@@ -1,0 +1,181 @@
+"""The controller's state and what every part of its pass uses: the manifest reader, the market
+policy's call, provider questions, claim updates, events, planned moves asked. controller.py
+puts the parts together (jobpass.py, outcomes.py, finishing.py)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from typing import Any, Callable, Optional
+
+from ..jobs.lifecycle import outgoing_for
+from ..model.errors import OrchError
+from ..model.states import EventKind
+from ..objectstore import claims as cl
+from ..objectstore import manifest as mf
+from ..objectstore import moves
+from ..objectstore.manifest_model import MAX_MANIFEST_BYTES, ManifestError
+from ..objectstore.manifest_model import parse as parse_manifest
+from ..objectstore.remote import Conflict, Remote, TooLarge
+from ..redaction import redact
+from ..spec.config import Config
+from ..store import Store
+from . import deciding as dc
+from . import moving as mv
+from .jobview import JobView, deadline_of
+from .launcher import InlineLauncher, Launcher
+from .placing import Group, Placement
+from .policy import Decision, decide
+from .provider import Provider
+from .stopping import Stopper
+
+log = logging.getLogger("orch.watch")
+
+
+class ControllerCore:
+    """The controller's state (what it has read, launched, decided, seen of the market) and its
+    shared helpers; the parts of its pass are the subclasses in jobpass.py, outcomes.py and
+    finishing.py."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        remote: Remote,
+        provider: Provider,
+        *,
+        controller_id: str,
+        clock: Callable[[], float] = time.time,
+        say: Callable[[str], None] = lambda s: None,
+        launcher: "Launcher | InlineLauncher | None" = None,
+    ):
+        assert config.recovery is not None
+        self.config = config
+        self.rc = config.recovery
+        self.store = store
+        self.remote = remote
+        self.provider = provider
+        self.controller_id = controller_id
+        self.clock = clock
+        self.say = say
+        self.stale_after_s = config.storage.stale_after_minutes * 60
+        self.launch_timeout_s = self.rc.launch_timeout_minutes * 60
+        self.host = socket.gethostname()
+        self._shown: dict[str, tuple[Any, ...]] = {}  # uid -> what the store last got
+        # Provider calls run here; by default at once (tests, the benchmark's simulated clock).
+        self.launcher = launcher or InlineLauncher()
+        self.capacity_retry_s = self.rc.poll_seconds  # a capacity wait's next try: the next poll
+        self._in_flight: dict[str, tuple[float, Group]] = {}  # launcher key -> (since, the group)
+        self._placing: list[Placement] = []  # this pass's launches, placed together after it
+        self._views: dict[str, JobView] = {}  # this pass's views, for outcomes that land in it
+        # The market policy (policy.decide; the market benchmark passes its baselines here), what
+        # this controller has seen of the spot market across its jobs, and the earliest moment a
+        # decision of the last pass changes by itself (a simulated clock jumps there).
+        self.policy: Callable[..., Decision] = decide
+        self.market = dc.MarketView()
+        self.next_review: Optional[float] = None
+        self._claims: dict[str, Any] = {}  # uid -> the claims as last listed and read (claims.read_claims)
+        self._parsed: dict[str, tuple[bytes, dict[str, Any]]] = {}  # uid -> its manifest as last read
+        self.reaction_s = self.stale_after_s + self.rc.poll_seconds
+        self.stopper = Stopper(provider, self.launcher, store, clock, self._event, self.rc.poll_seconds, redact, say)
+        self._homes: dict[str, str] = {}  # this pass: uid -> the home holding an unfinished job's lease
+        self._finished: dict[str, tuple[str, list[str], dict[str, Any]]] = {}  # uid -> (machine, its jobs, m)
+        self._settled: set[str] = set()  # finished jobs this process has looked at once
+        self._machines: dict[str, tuple[str, list[str], dict[str, Any]]] = {}
+        self._watched: set[str] = set()  # jobs this process has seen unfinished
+
+    def _read(self, uid: str) -> Optional[tuple[dict[str, Any], Optional[str]]]:
+        key = mf.manifest_key(uid)
+        try:
+            got = self.remote.get_with_etag(key, max_bytes=MAX_MANIFEST_BYTES)
+        except TooLarge:
+            return None
+        if got is None:
+            return None
+        held = self._parsed.get(uid)
+        if held is not None and held[0] == got[0]:
+            return held[1], got[1]  # unchanged since the last pass: checked then
+        try:
+            m = parse_manifest(got[0], self.remote.where(key), uid)
+        except ManifestError:
+            return None
+        self._parsed[uid] = (got[0], m)
+        return m, got[1]
+
+    # -- the market ---------------------------------------------------------------------------
+
+    def _decide(self, m: dict[str, Any], claims: list[cl.Claim], current: str, losses: int) -> Decision:
+        """The policy's answer for this job now (and when it would change by itself)."""
+        now = self.clock()
+        started = float(m.get("submitted_at") or m.get("started_at") or m.get("written_at") or now)
+        situation = dc.situation(
+            m,
+            now=now,
+            started=started,
+            deadline=deadline_of(m),
+            current=current,
+            losses=losses,
+            market=self.market,
+            rc=self.rc,
+            pricing=self.config.pricing,
+            reaction_s=self.reaction_s,
+            retry_s=self.capacity_retry_s,
+        )
+        decision = self.policy(situation)
+        self._review(decision.review_at)
+        if situation.deadline is None and deadline_of(m) is not None:
+            decision = Decision(decision.market, decision.why + " (no pace measured yet)", decision.review_at)
+        return decision
+
+    def _review(self, at: Optional[float]) -> None:
+        if at is not None and (self.next_review is None or at < self.next_review):
+            self.next_review = at
+
+    def in_flight(self) -> int:
+        """Provider calls running now."""
+        return len(self._in_flight)
+
+    def _since(self, uid: str, n: int) -> Optional[float]:
+        """When this controller's launch n of `uid` started, while the provider call runs."""
+        for since, g in self._in_flight.values():
+            if any(p.uid == uid and p.n == n for p in g.placements):
+                return since
+        return None
+
+    # -- planned moves and stops --------------------------------------------------------------
+
+    def ask_move(self, uid: str, to: str, why: str) -> moves.MoveRequest:
+        """Ask, through the bucket, that the lease holder hand job `uid` over for market `to`
+        (moving.py). Raises moving.MoveRefused (a finished job, no holder, a move under way)."""
+        return mv.ask(self.store, self.remote, self.config, uid, to, why, by=self.controller_id, now=self.clock())
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _gone(self, own: dict[str, Any]) -> Optional[bool]:
+        try:
+            return self.provider.machine_gone(own)
+        except OrchError as exc:
+            log.warning("provider %s cannot tell whether %s is gone: %s", self.provider.name, own.get("host"), exc)
+            return None
+
+    def _cancel(self, claim: cl.Claim, why: str) -> None:
+        claim.status, claim.error, claim.updated_at = cl.CANCELLED, why, self.clock()
+        self._update(claim)
+
+    def _update(self, claim: cl.Claim) -> None:
+        try:
+            cl.update(self.remote, claim)
+        except Conflict:
+            log.warning("launch %d of %s changed under us; left as the other writer wrote it", claim.n, claim.uid)
+
+    def _event(self, key: str, kind: EventKind, m: dict[str, Any], detail: str) -> None:
+        payload = {
+            "event": kind.value,
+            "job_name": str(m.get("name") or ""),
+            "state": str(m.get("state") or ""),
+            "reason": detail,
+            "host": self.host,
+        }
+        if self.store.recovery_event(key, kind.value, detail, self.clock(), outgoing_for(self.config, kind, payload)):
+            self.say(f"{kind.value}: {detail}")

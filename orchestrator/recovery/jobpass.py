@@ -1,0 +1,263 @@
+"""The per-job pass: what the controller does for one job in the mirror each pass -- leave it, say it
+is alive, note a loss, wait for capacity, move it to the other market, or place a launch (which
+outcomes.py claims and makes after the pass)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..jobs.backoff import backoff_s
+from ..model.markets import IDLE, ON_DEMAND, SPOT
+from ..model.states import EventKind
+from ..objectstore import claims as cl
+from ..objectstore import manifest as mf
+from ..objectstore import moves
+from . import deciding as dc
+from . import market as mk
+from . import moving as mv
+from .finishing import Finishing
+from .jobview import (
+    ALIVE,
+    DONE,
+    LAUNCHING,
+    LEFT,
+    MAX_BACKOFF_S,
+    RELEASED,
+    UNFINISHED,
+    UNTRUSTED,
+    WAITING,
+    JobView,
+    count_losses,
+    failures_in_row,
+    hms,
+    instance_of,
+    launch_key,
+    wasted_launches,
+)
+from .placing import Placement
+from .policy import Decision
+
+
+class JobPass(Finishing):
+    def _job(self, uid: str) -> Optional[JobView]:
+        read = self._read(uid)
+        if read is None:
+            return None
+        m, _ = read
+        name = str(m.get("name") or "")
+        if m.get("state") not in UNFINISHED:
+            self._settle_finished(uid, m)
+            return JobView(uid, name, DONE, str(m.get("state")))
+        own = dict(m.get("owner") or {})
+        self._watched.add(uid)
+        if own.get("home_id") and not own.get("released"):
+            self._homes[uid] = str(own["home_id"])
+        claims = cl.read_claims(self.remote, uid, self._claims)
+        self.market.note_claims(uid, claims)
+        launches = cl.launches(claims)
+        losses = count_losses(claims)
+        view = JobView(uid, name, ALIVE, launches=launches, losses=losses)
+        move: Optional[moves.MoveRequest] = None
+        if own.get("released"):
+            move = mv.handed_over(self.store, self.remote, uid, own)  # a planned move: launch on `to`
+            if move is None:
+                view.state, view.note = RELEASED, "its lease was released by a clean stop; not relaunched"
+                return view
+        now = self.clock()
+        age = mf.lease_age(m, now)
+        latest = claims[-1] if claims else None
+        reuse: Optional[cl.Claim] = None
+        if move is None and age is not None and age < self.stale_after_s:
+            came_back = latest is not None and latest.lost.get("home_id") == own.get("home_id")
+            if latest is not None and latest.extra.get("move_for"):
+                pass  # a planned move's new machine, launched while this one holds the lease
+            elif latest is not None and latest.status == cl.CLAIMED and came_back:
+                # The machine we thought lost heartbeats again (a slow heartbeat, a network blip).
+                self._cancel(latest, "the lease came back to life")
+            elif latest is not None and latest.status == cl.CLAIMED:
+                # Another machine took the job while the claim was open: the launch happened,
+                # though the controller that made it died before it could say so.
+                latest.status, latest.updated_at = cl.LAUNCHED, now
+                latest.launched = f"adopted by {own.get('host') or '?'}"
+                self._update(latest)
+                self._event(
+                    f"{uid}:launch:{latest.n}",
+                    EventKind.RELAUNCHED,
+                    m,
+                    f"job {uid[:12]} ({name}): launch {latest.n} on {latest.market} came up: {latest.launched}",
+                )
+            view.note = f"lease held by {own.get('host') or '?'}"
+            self._settle_move(uid, m, own, view)
+            self._consider_move(uid, m, own, claims, losses, view)
+            return view
+        # The lease has lapsed (or there never was one).
+        never_leased = not own.get("home_id") and own.get("heartbeat") is None
+        if never_leased and not self.store.recovery_marked(launch_key(uid)):
+            # The bucket is untrusted: a job no machine ever held is launched (paid) only when
+            # `orch launch` in this home put it there. Anything else is reported, never launched.
+            view.state = UNTRUSTED
+            view.note = "never held by a machine and not put in the bucket by `orch launch` here: not launched"
+            self._event(f"{uid}:untrusted", EventKind.RELAUNCH_FAILED, m, f"job {uid[:12]} ({name}): {view.note}")
+            return view
+        lost_at = float(own.get("heartbeat") or m.get("written_at") or now)
+        view.state, view.waiting_since = WAITING, lost_at
+        if move is not None:
+            coming = self._move_machine(claims, move.from_home)
+            if coming is not None and coming.status == cl.LAUNCHED and coming.market == move.to:
+                if move.status == moves.ASKED:
+                    mv.mark(self.remote, move, moves.LAUNCHED, f"launch {coming.n}: {coming.launched}", now)
+                if now - coming.updated_at < self.launch_timeout_s and self._gone(instance_of(coming)) is not True:
+                    view.market = coming.market
+                    view.note = f"handed over for a move to {move.to}; launch {coming.n} takes it: {coming.launched}"
+                    return view
+        if latest is not None and latest.for_loss(own) and latest.status != cl.CANCELLED:
+            since = self._since(uid, latest.n)
+            if latest.status == cl.CLAIMED and since is not None:
+                view.state, view.market = LAUNCHING, latest.market
+                view.note = f"launch {latest.n} ({latest.market}) in progress since {hms(since)}"
+                return view
+            if latest.status == cl.NO_CAPACITY:
+                due = latest.updated_at + self.capacity_retry_s
+                view.market = latest.market
+                waiting = self._decide(m, claims, IDLE, losses)
+                if now < due and waiting.market != ON_DEMAND:
+                    view.note = (
+                        f"no {latest.market} capacity (launch {latest.n} waits, free); next try in {due - now:.0f} s"
+                    )
+                    return view
+                reuse = latest
+            if latest.status == cl.CLAIMED and now - latest.claimed_at < self.launch_timeout_s:
+                view.state, view.market = LAUNCHING, latest.market
+                view.note = f"launch {latest.n} claimed by {latest.controller[:12]} (in progress)"
+                return view
+            booting = latest.status == cl.LAUNCHED and now - latest.updated_at < self.launch_timeout_s
+            if booting and self._gone(instance_of(latest)) is True:
+                # A machine gone while it boots (spot reclaimed) is lost now, not at the launch
+                # timeout; on spot that is the market's doing, not a failed launch.
+                latest.extra["gone_while_booting"] = now
+                self._update(latest)
+                booting = False
+            if booting:
+                view.market = latest.market
+                view.note = f"launch {latest.n} ({latest.market}) is coming up: {latest.launched}"
+                return view
+            if latest.status == cl.FAILED:
+                failed_in_row = failures_in_row(claims, own)
+                due = latest.updated_at + backoff_s(failed_in_row - 1, self.rc.poll_seconds, MAX_BACKOFF_S)
+                if now < due:
+                    view.note = f"launch {latest.n} failed; next try in {due - now:.0f} s: {latest.error[:200]}"
+                    return view
+            if latest.status == cl.LAUNCHED:  # it never took the job: that machine is lost too
+                losses += 1
+                view.losses = losses
+        elif move is None and not never_leased:
+            # A new loss: ask the provider, then say so once.
+            gone = self._gone(own)
+            if gone is False:
+                view.state = ALIVE
+                view.note = (
+                    f"lease silent {age or 0:.0f} s, but the {self.provider.name} provider says the machine is up"
+                )
+                return view
+            losses += 1
+            view.losses = losses
+            self._event(
+                f"{uid}:lost:{cl.lost_identity(own)}",
+                EventKind.MACHINE_LOST,
+                m,
+                f"job {uid[:12]} ({name}): the lease of host {own.get('host') or '?'} has been silent "
+                f"{age or 0:.0f} s (stale after {self.stale_after_s:.0f} s)",
+            )
+        wasted = wasted_launches(claims)
+        if wasted >= self.rc.max_launches:
+            view.state = LEFT
+            view.note = f"{wasted} launch(es) that never brought the job back, max_launches = {self.rc.max_launches}: left alone"
+            self._event(
+                f"{uid}:max",
+                EventKind.RELAUNCH_FAILED,
+                m,
+                f"job {uid[:12]} ({name}): {view.note}; adopt it by hand (`orch adopt URL --job {uid[:12]}`)",
+            )
+            return view
+        # A handed-over job goes where the policy says now: the move's market, unless it can no
+        # longer be had (spot refused meanwhile) -- then idle or on-demand, as for any job.
+        choice = self._decide(m, claims, IDLE, losses)
+        if move is not None and choice.market == move.to:
+            choice = Decision(move.to, f"planned move from {move.from_market or '?'} to {move.to}: {move.why}")
+        if choice.market == IDLE:
+            view.note = choice.why
+            return view
+        market = choice.market
+        problem = mk.budget_problem(m, self.config.pricing, market)
+        if problem and market == mk.ON_DEMAND and mk.budget_problem(m, self.config.pricing, mk.SPOT) is None:
+            market, problem = mk.SPOT, None  # on-demand is over budget, spot is not
+        if problem:
+            view.state, view.note = LEFT, f"not relaunched: {problem}"
+            self._event(
+                f"{uid}:budget:{cl.lost_identity(own)}",
+                EventKind.RELAUNCH_FAILED,
+                m,
+                f"job {uid[:12]} ({name}) not relaunched: {problem}",
+            )
+            return view
+        view.market = market
+        n = reuse.n if reuse is not None else (claims[-1].n + 1 if claims else 1)
+        self._placing.append(Placement(uid, m, own, n, market, choice.why, view, reuse=reuse, move=move))
+        return view
+
+    def _consider_move(
+        self, uid: str, m: dict[str, Any], own: dict[str, Any], claims: list[cl.Claim], losses: int, view: JobView
+    ) -> None:
+        """A job on a machine this controller launched: does the policy want it on the other market?"""
+        current = dc.current_market(claims, own)
+        view.market = current
+        if current not in (SPOT, ON_DEMAND) or mv.under_way(self.store, self.remote, uid) is not None:
+            return
+        decision = self._decide(m, claims, current, losses)
+        if decision.market in (current, IDLE):
+            return
+        # The new machine first: only once it is launched (the market had capacity) is the holder
+        # asked to hand the job over, so a refused spot launch never leaves the job without one.
+        home = str(own.get("home_id") or "")
+        coming = self._move_machine(claims, home)
+        if coming is not None and coming.market == decision.market:
+            if coming.status == cl.CLAIMED:
+                view.note = f"moving to {decision.market}: launch {coming.n} in progress"
+                return
+            if coming.status == cl.LAUNCHED and self._gone(instance_of(coming)) is not True:
+                ready_at = coming.updated_at + self.rc.changeover_minutes * 60
+                if self.clock() < ready_at:  # it boots: the old machine works on meanwhile
+                    self._review(ready_at)
+                    view.note = f"moving to {decision.market}: launch {coming.n} boots ({coming.launched})"
+                    return
+                try:
+                    self.ask_move(uid, decision.market, decision.why)
+                except mv.MoveRefused as exc:
+                    view.note = f"would move from {current} to {decision.market} ({decision.why}), but {exc}"
+                    return
+                view.note = f"moving from {current} to {decision.market} (launch {coming.n} is up): {decision.why}"
+                return
+        reuse = claims[-1] if claims and claims[-1].status == cl.NO_CAPACITY and claims[-1] is coming else None
+        n = reuse.n if reuse is not None else (claims[-1].n + 1 if claims else 1)
+        self._placing.append(Placement(uid, m, own, n, decision.market, decision.why, view, reuse=reuse, move_for=home))
+        view.note = f"moving from {current} to {decision.market}: {decision.why}"
+
+    def _move_machine(self, claims: list[cl.Claim], home: str) -> Optional[cl.Claim]:
+        """The newest claim for a planned move's new machine, made while `home` held the lease."""
+        for c in reversed(claims):
+            if c.extra.get("move_for") == home and home:
+                return c
+        return None
+
+    def _settle_move(self, uid: str, m: dict[str, Any], own: dict[str, Any], view: JobView) -> None:
+        """A machine holds the job's lease: when that is the new market's machine of a move this
+        controller asked, stop the old one, then close the move."""
+        move = mv.under_way(self.store, self.remote, uid)
+        if move is None or own.get("home_id") == move.from_home:
+            return
+        why = f"job moved from {move.from_market or '?'} to {move.to}"
+        self.stopper.want(move.from_instance, uid, why, m)
+        state = self.stopper.state(move.from_instance) if move.from_instance else "nothing to stop"
+        view.note += f"; moved to {move.to}, old machine {move.from_instance or '?'}: {state}"
+        if not self.stopper.can_stop or state in ("stopped", "nothing to stop") or "could not" in (state or ""):
+            mv.mark(self.remote, move, moves.DONE, state or "", self.clock())

@@ -1,0 +1,148 @@
+"""Launch outcomes: this pass's launches claimed (create-only, before the provider is called) and
+submitted off the loop, one machine per group; what the provider answered recorded on each claim
+(launched, no capacity: a free wait, or failed)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ..model.states import EventKind
+from ..objectstore import claims as cl
+from ..objectstore import manifest as mf
+from ..objectstore import moves
+from ..objectstore.remote import Conflict
+from ..redaction import redact
+from . import moving as mv
+from .core import ControllerCore
+from .jobview import (
+    ALIVE,
+    LAUNCHING,
+    WAITING,
+    hms,
+    timed,
+)
+from .launcher import Outcome
+from .placing import Group, Placement, group
+from .provider import LaunchRequest, NoCapacity, RelaunchError
+
+
+class Launching(ControllerCore):
+    # -- launching ----------------------------------------------------------------------------
+
+    def _place(self) -> None:
+        """Claim this pass's launches, then launch each group (the jobs of one lost machine, one
+        market) on one machine, off the loop."""
+        for g in group(self._placing):
+            g.placements = [p for p in g.placements if self._claim(p)]
+            if not g.placements:
+                continue
+            first = g.placements[0]
+            request = LaunchRequest(
+                url=self.remote.url.raw, job_uids=g.uids, market=g.market, launch_number=first.n, gpus=g.gpus
+            )
+            key = g.key()
+            self._in_flight[key] = (self.clock(), g)
+            for p in g.placements:
+                p.view.state, p.view.note = (
+                    LAUNCHING,
+                    f"launch {p.n} ({g.market}) in progress since {hms(self.clock())}",
+                )
+            self.launcher.submit(key, timed(functools.partial(self.provider.launch, request)))
+        self._placing = []
+
+    def _claim(self, p: Placement) -> bool:
+        """Claim launch p.n (create-only; a capacity wait's claim is claimed again, conditional on
+        its ETag), then look at the lease again. False: not this controller's to launch."""
+        now = self.clock()
+        lost = {k: p.owner.get(k) for k in ("host", "home_id", "heartbeat")}
+        extra: dict[str, Any] = {"controller_host": self.host, "why": p.why}
+        if p.move_for:
+            extra["move_for"] = p.move_for
+        try:
+            if p.reuse is not None:
+                claim = p.reuse
+                claim.status, claim.market, claim.claimed_at, claim.updated_at = cl.CLAIMED, p.market, now, now
+                claim.controller, claim.error = self.controller_id, ""
+                claim.extra.update(extra)
+                cl.update(self.remote, claim)
+            else:
+                claim = cl.Claim(p.uid, p.n, cl.CLAIMED, p.market, lost, now, self.controller_id, now, extra=extra)
+                cl.put_new(self.remote, claim)
+        except Conflict:
+            p.view.state, p.view.note = LAUNCHING, f"launch {p.n} was claimed by another controller"
+            return False
+        # The lease may have come back (a slow heartbeat) or another machine adopted: look again.
+        again = None if p.move_for else self._read(p.uid)
+        if again is not None:
+            fresh = dict(again[0].get("owner") or {})
+            age = mf.lease_age(again[0], self.clock())
+            alive = age is not None and age < self.stale_after_s and not fresh.get("released")
+            if not claim.for_loss(fresh) or alive:
+                self._cancel(claim, "the lease came back to life before the launch")
+                p.view.state, p.view.note, p.view.waiting_since = ALIVE, "lease came back; launch cancelled", None
+                return False
+        p.claim = claim
+        return True
+
+    def _collect(self) -> None:
+        """Record the provider calls that finished since the last look."""
+        for outcome in self.launcher.finished():
+            if self.stopper.outcome(outcome):
+                continue
+            flight = self._in_flight.pop(outcome.key, None)
+            if flight is not None:
+                self._launched(flight[1], outcome)
+
+    def _launched(self, g: Group, outcome: Outcome) -> None:
+        error = outcome.error
+        took = None
+        if error is None:
+            took, what = outcome.value
+        together = f" (with {len(g.placements) - 1} more job(s) of the same machine)" if len(g.placements) > 1 else ""
+        for p in g.placements:
+            claim, m, n, uid = p.claim, p.manifest, p.n, p.uid
+            assert claim is not None
+            name = str(m.get("name") or "")
+            view = self._views.get(uid, p.view)
+            now = self.clock()
+            if isinstance(error, NoCapacity):
+                text = redact(str(error))
+                claim.status, claim.error, claim.updated_at = cl.NO_CAPACITY, text, now
+                claim.extra["capacity_tries"] = int(claim.extra.get("capacity_tries") or 0) + 1
+                claim.extra.setdefault("capacity_since", now)
+                self._update(claim)
+                view.state, view.note = WAITING, f"no {g.market} capacity (launch {n} waits, free): {text[:200]}"
+                self._event(
+                    f"{uid}:capacity:{n}",
+                    EventKind.CAPACITY_WAIT,
+                    m,
+                    f"job {uid[:12]} ({name}): no {g.market} capacity; the job waits (free, not a launch): {text}",
+                )
+            elif error is not None:
+                text = redact(str(error) if isinstance(error, RelaunchError) else f"provider: {error}")
+                claim.status, claim.error, claim.updated_at = cl.FAILED, text, now
+                self._update(claim)
+                view.state, view.note = WAITING, f"launch {n} ({g.market}) failed: {text[:200]}"
+                self._event(
+                    f"{uid}:launch:{n}",
+                    EventKind.RELAUNCH_FAILED,
+                    m,
+                    f"job {uid[:12]} ({name}): launch {n} on {g.market} failed: {text}",
+                )
+            else:
+                claim.status, claim.launched, claim.updated_at = cl.LAUNCHED, redact(what)[:300], now
+                claim.extra["launch_seconds"] = took
+                if len(g.placements) > 1:
+                    claim.extra["together"] = list(g.uids)
+                self._update(claim)
+                if p.move is not None:
+                    mv.mark(self.remote, p.move, moves.LAUNCHED, f"launch {n}: {claim.launched}", now)
+                view.state, view.note = WAITING, f"launch {n} ({g.market}): {claim.launched}"
+                self._event(
+                    f"{uid}:launch:{n}",
+                    EventKind.RELAUNCHED,
+                    m,
+                    f"job {uid[:12]} ({name}): launch {n} on {g.market} ({p.why}){together}: {claim.launched}",
+                )
+            view.launches = cl.launches(cl.read_claims(self.remote, uid))
