@@ -33,22 +33,6 @@ if compgen -G "$WHEELS/*.whl" > /dev/null; then
   export PYTHONPATH="$SITE:$PYTHONPATH" GPUCHECK_WHEELS_PLAN="$SITE/gpucheck-wheels.json"
 fi
 
-missing=$("$PY" - <<'EOF'
-import importlib
-gone = []
-for name in ("torch", "pytorch_lightning", "transformers", "datasets", "pydantic", "apscheduler", "torchdata",
-             "typer", "tomli_w", "safetensors"):
-    try:
-        importlib.import_module(name)
-    except Exception as exc:
-        gone.append(f"{name} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
-print("; ".join(gone))
-EOF
-)
-if [ -n "$missing" ]; then
-  echo "gpu-check: cannot import: $missing" >&2
-  echo "gpu-check: on a machine with network run 'bash scripts/fetch-wheels.sh' and bring wheels/ along" >&2
-  exit 2
-fi
-
+# python -m tools.gpucheck first imports what it needs and exits 2 naming what does not import
+# (tools/gpucheck/deps.py), in the one interpreter that then runs the sections.
 exec "$PY" -m tools.gpucheck "$@"

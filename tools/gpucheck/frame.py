@@ -38,6 +38,7 @@ class Sizes:
     resume_steps: int
     resume_batch: int
     resume_precision: str
+    resume_arms: tuple[bool, ...]  # d: `deterministic` of each interrupted-vs-uninterrupted pair
     notice_batch: int
     notice_seq: int
     notice_precision: str
@@ -67,6 +68,7 @@ GPU = Sizes(
     resume_steps=60,
     resume_batch=16,
     resume_precision="16-mixed",
+    resume_arms=(True, False),
     notice_batch=8,
     notice_seq=128,
     notice_precision="bf16-mixed",
@@ -92,6 +94,7 @@ CPU = Sizes(
     resume_steps=24,
     resume_batch=8,
     resume_precision="32",
+    resume_arms=(True,),  # on one CPU thread a job is deterministic either way: nothing more to see
     notice_batch=8,
     notice_seq=32,
     notice_precision="32",
@@ -220,6 +223,10 @@ class Ctx:
                 "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
             }
         )
+        if sizes.mode == "cpu":
+            # A tiny model gains nothing from a second thread, and on shared cores OpenMP's spinning
+            # threads make each step many times slower (40 steps: 29 s vs 1.4 s on a loaded machine).
+            base.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
         self.base_env = base
 
     @property
@@ -336,10 +343,64 @@ class Ctx:
         proc = self.start_job(run_dir, attempt=attempt, wrap=wrap, **env)
         return proc.wait(self.timeout(timeout)), proc
 
+    def run_jobs(
+        self, jobs: dict[str, tuple[Path, Optional[list[str]]]], *, timeout: float, side_by_side: bool
+    ) -> dict[str, tuple[Optional[int], Proc]]:
+        """run_job for each (run folder, wrap) in `jobs`: one after the other, or all started at
+        once and then waited for."""
+        if not side_by_side:
+            return {key: self.run_job(run, timeout=timeout, wrap=wrap) for key, (run, wrap) in jobs.items()}
+        procs = {key: self.start_job(run, wrap=wrap) for key, (run, wrap) in jobs.items()}
+        return {key: (proc.wait(self.timeout(timeout)), proc) for key, proc in procs.items()}
+
     def cleanup(self) -> None:
         for proc in self.procs:
             if proc.alive():
                 proc.kill()
+
+
+def run_here(func: Callable[[], int], log: Path, *, threads: Optional[int] = None) -> int:
+    """func() in this process with its output (fds 1 and 2, so C and logging output too) appended
+    to `log`, as a Proc's would be: its return value, or 1 with the traceback in the log. threads:
+    torch's intra-op threads while it runs (as OMP_NUM_THREADS in a job process)."""
+    import traceback
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    before = None
+    with open(log, "ab") as fh:
+        os.dup2(fh.fileno(), 1)
+        os.dup2(fh.fileno(), 2)
+        try:
+            if threads:
+                import torch
+
+                before = torch.get_num_threads()
+                torch.set_num_threads(threads)
+            return func()
+        except Exception:
+            traceback.print_exc()
+            return 1
+        finally:
+            if before:
+                import torch
+
+                torch.set_num_threads(before)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def tail(log: Path, n: int = 12) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").strip().splitlines()[-n:])
+    except OSError:
+        return ""
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.01) -> Any:

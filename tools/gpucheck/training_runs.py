@@ -12,7 +12,8 @@ from typing import Any
 
 from .assets import loss_curve
 from .common import finite_weights, lightning_precision, on_device, precision_ran_as, train_data
-from .frame import Ctx, Section, free_run, read_json
+from .plain import main as plain_script
+from .frame import Ctx, Section, free_run, read_json, run_here, tail
 
 
 def precision_runs(ctx: Ctx, sec: Section) -> None:
@@ -20,12 +21,20 @@ def precision_runs(ctx: Ctx, sec: Section) -> None:
     model, data = ctx.model(s.model), train_data(ctx)
     runs: dict[str, Any] = {}
     head = []
-    for precision in s.precisions:
-        run = ctx.work / f"a-{precision}"
+    folders = {p: ctx.work / f"a-{p}" for p in s.precisions}
+    for precision, run in folders.items():
         ctx.write_job(
             run, model=model, train=data, seq=s.seq, batch=s.batch, precision=precision, lr=s.lr, steps=s.steps
         )
-        code, proc = ctx.run_job(run, timeout=240 if ctx.gpu else 150, wrap=["--clock", str(run / "clock.json")])
+    # On the GPU one run at a time (each one's samples/s is the GPU's alone); on the CPU side by
+    # side, one thread each (the rehearsal's rates are reported, not judged).
+    done = ctx.run_jobs(
+        {p: (run, ["--clock", str(run / "clock.json")]) for p, run in folders.items()},
+        timeout=240 if ctx.gpu else 150,
+        side_by_side=not ctx.gpu,
+    )
+    for precision, run in folders.items():
+        code, proc = done[precision]
         log = proc.output()
         if not sec.check(f"{precision}: the runner exits 0", code == 0, f"exit {code}: {proc.tail()}"):
             continue
@@ -124,12 +133,19 @@ def throughput(ctx: Ctx, sec: Section) -> None:
                 "clock": str(clock),
             }
             (folder / "args.json").write_text(json.dumps(args))
-            proc = ctx.start(
-                [sys.executable, "-m", "tools.gpucheck.plain", str(folder / "args.json")],
-                ctx.env(),
-                folder / "plain.log",
-            )
-            code = proc.wait(ctx.timeout(240 if ctx.gpu else 150))
+            if ctx.gpu:
+                proc = ctx.start(
+                    [sys.executable, "-m", "tools.gpucheck.plain", str(folder / "args.json")],
+                    ctx.env(),
+                    folder / "plain.log",
+                )
+                code = proc.wait(ctx.timeout(240))
+                said = proc.tail()
+            else:
+                # the baseline, not what is checked: in this process, which has its imports
+                # already (deps.py), at one thread like the runner's processes
+                code = run_here(lambda: plain_script(str(folder / "args.json")), folder / "plain.log", threads=1)
+                said = tail(folder / "plain.log")
         else:
             ctx.write_job(
                 folder,
@@ -142,7 +158,8 @@ def throughput(ctx: Ctx, sec: Section) -> None:
                 steps=s.steps,
             )
             code, proc = ctx.run_job(folder, timeout=240 if ctx.gpu else 150, wrap=["--clock", str(clock)])
-        sec.require(f"{arm} run {n + 1}: exits 0", code == 0, f"exit {code}: {proc.tail()}")
+            said = proc.tail()
+        sec.require(f"{arm} run {n + 1}: exits 0", code == 0, f"exit {code}: {said}")
         rate = (read_json(clock) or {}).get("samples_per_s")
         sec.require(f"{arm} run {n + 1}: timed", bool(rate), "" if rate else "no clock.json")
         (plain if arm == "plain" else runner).append(rate)
