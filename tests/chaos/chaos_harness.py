@@ -26,6 +26,7 @@ from daemon_harness import OrchHome, wait_for
 from orchestrator.spec.config import load_config
 from orchestrator.contract import TEMP_MARK, read_json
 from orchestrator.host.procs import is_alive
+from orchestrator.model.records import Job
 from orchestrator.model.states import TRANSITIONS, JobState
 
 ROWS, BATCH, EPOCHS = 256, 16, 3
@@ -34,6 +35,7 @@ TOTAL_STEPS = STEPS_PER_EPOCH * EPOCHS  # 48
 EVERY = 5  # periodic checkpoints: a kill loses at most a few steps
 SLOW_STEP_S = 0.05  # the runner's per-step sleep: a window to act in
 SLOW_SAVE_S = 0.25  # the runner's sleep inside a checkpoint write (the mid-write fault's window)
+STALL_S = 180  # nothing moved for this long (no state change, no step): a hang, not a slow machine
 KINDS = ("daemon_kill", "daemon_restart", "job_kill", "supervisor_kill", "notice", "kill_mid_checkpoint")
 
 
@@ -49,7 +51,10 @@ def build_workload(root: Path) -> dict[str, Path]:
     return {"model": model, "train": train, "hf_cache": root / "hf-cache"}
 
 
-def job_file(workload: dict[str, Path], folder: Path, name: str, seed: int, workers: int) -> Path:
+def job_file(workload: dict[str, Path], folder: Path, name: str, seed: int, workers: int, *, slow: bool) -> Path:
+    """The job's spec. `slow` adds the test-only sleeps (per step, inside a checkpoint write) that
+    give the faults their windows; they change no number the job computes, so a reference run,
+    which nothing interrupts, goes without them."""
     spec: dict[str, Any] = {
         "name": name,
         "gpus": 0,
@@ -67,10 +72,10 @@ def job_file(workload: dict[str, Path], folder: Path, name: str, seed: int, work
             "TOKENIZERS_PARALLELISM": "false",
             "OMP_NUM_THREADS": "1",
             "ORCH_PROGRESS_EVERY_S": "0.2",
-            "ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S),
-            "ORCH_FAULT_SLOW_SAVE_S": str(SLOW_SAVE_S),
         },
     }
+    if slow:
+        spec["env"].update({"ORCH_FAULT_SLOW_STEP_S": str(SLOW_STEP_S), "ORCH_FAULT_SLOW_SAVE_S": str(SLOW_SAVE_S)})
     path = folder / f"{name}.toml"
     path.write_bytes(tomli_w.dumps(spec).encode())
     return path
@@ -79,9 +84,22 @@ def job_file(workload: dict[str, Path], folder: Path, name: str, seed: int, work
 JOBS = (("alpha", 7, 0), ("beta", 8, 1), ("gamma", 9, 0))  # name, seed, data-loader workers
 
 
-def make_home(folder: Path, *, chaos: bool) -> OrchHome:
+class ChaosHome(OrchHome):
+    """An OrchHome whose daemons (so every supervisor, job and fork under them) carry TREE_VAR
+    naming this home: the process watcher's proof that a process can never become one of its jobs."""
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), TREE_VAR: str(self.root)}
+
+
+TREE_VAR = "ORCH_CHAOS_TREE"
+
+
+def make_home(folder: Path, *, chaos: bool, cpu_slots: int = 2) -> OrchHome:
     folder.mkdir(parents=True)
-    h = OrchHome(folder, cpu_slots=2, grace_seconds=30, retry_backoff_seconds=0.2, max_retry_backoff_seconds=1.0)
+    h = ChaosHome(
+        folder, cpu_slots=cpu_slots, grace_seconds=30, retry_backoff_seconds=0.2, max_retry_backoff_seconds=1.0
+    )
     config = h.root / "config.toml"
     extra = ["", "[pricing]", "instance_hour = 3.6"]
     if chaos:
@@ -91,13 +109,13 @@ def make_home(folder: Path, *, chaos: bool) -> OrchHome:
     return h
 
 
-def submit_all(h: OrchHome, workload: dict[str, Path]) -> dict[str, int]:
+def submit_all(h: OrchHome, workload: dict[str, Path], *, slow: bool = True) -> dict[str, int]:
     from orchestrator.jobs.lifecycle import submit_job
     from orchestrator.home.wake import poke
 
     ids = {}
     for name, seed, workers in JOBS:
-        path = job_file(workload, h.jobs_dir, name, seed, workers)
+        path = job_file(workload, h.jobs_dir, name, seed, workers, slow=slow)
         ids[name] = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0).id
     poke(h.home.wake_socket)
     return ids
@@ -118,6 +136,44 @@ def differing_tensors(expected: dict[str, Any], got: dict[str, Any]) -> list[str
     return [k for k in expected if not torch.equal(expected[k], got[k])]
 
 
+class References:
+    """The three jobs once, uninterrupted, under their own daemon. They start before the chaos and
+    are collected after it: their processes fill the cores the chaos leaves idle (restarts, backoff,
+    one job left running) instead of running first on their own. Three slots: all at once."""
+
+    def __init__(self, folder: Path):
+        self.h = make_home(folder, chaos=False, cpu_slots=len(JOBS))
+        self.ids: dict[str, int] = {}
+        self.weights: Optional[dict[str, dict[str, Any]]] = None
+        self.cleaned = False
+
+    def start(self, workload: dict[str, Path]) -> None:
+        self.h.start_daemon()
+        self.ids = submit_all(self.h, workload, slow=False)
+
+    def collect(self, timeout: float = 600) -> dict[str, dict[str, Any]]:
+        """Each job's exported weights, once all three succeeded in one attempt."""
+        if self.weights is None:
+            h = self.h
+            wait_for(
+                lambda: all(h.state(j).is_terminal for j in self.ids.values()),
+                timeout,
+                interval=0.2,
+                what=lambda: f"the reference runs (daemon log: {h.log_tail()})",
+            )
+            for name, job_id in self.ids.items():
+                job = h.job(job_id)
+                assert job.state is JobState.SUCCEEDED and job.attempt == 1, (name, job.state, job.reason)
+            self.weights = {name: exported_weights(h.run_dir(job_id)) for name, job_id in self.ids.items()}
+            self.cleanup()
+        return self.weights
+
+    def cleanup(self) -> None:
+        if not self.cleaned:
+            self.cleaned = True
+            self.h.cleanup()
+
+
 # -- watching the processes -------------------------------------------------------------------------
 
 
@@ -127,9 +183,17 @@ class AttemptWatcher(threading.Thread):
     supervisor carries the job's environment too but holds nothing once the job is gone, so only
     the job's own processes count."""
 
-    def __init__(self, runs: Path, interval: float = 0.02):
+    def __init__(self, runs: Path, interval: float = 0.02, tree: Optional[Path] = None):
         super().__init__(daemon=True, name="attempt-watcher")
         self.prefix = str(runs) + os.sep
+        self.marker = b"ORCH_RUN_DIR=" + os.fsencode(self.prefix)  # a cheap first sieve of the environment
+        # With `tree` (a ChaosHome's root), a process whose environment has neither the marker nor
+        # TREE_VAR=tree is outside the home's daemons and stays so (a fork carries its parent's
+        # environment until it execs, and only the daemons' tree execs jobs): it is not read again
+        # while its pid stays listed. Linux hands pids out in a cycle (pid_max), so a pid listed in
+        # two scans in a row is one process.
+        self.tree = None if tree is None else f"\0{TREE_VAR}={tree}\0".encode()
+        self.outside: set[str] = set()
         self.interval = interval
         self.stop_flag = threading.Event()
         self.overlaps: list[dict[str, Any]] = []
@@ -139,19 +203,28 @@ class AttemptWatcher(threading.Thread):
         self.scans = 0
 
     def scan(self) -> dict[str, dict[str, list[int]]]:
+        # Bare os calls, and no second look at a process outside the tree: reading every process's
+        # environment through pathlib at each scan made the watcher a fifth of a core.
         alive: dict[str, dict[str, list[int]]] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
+        listed = {entry for entry in os.listdir("/proc") if entry.isdigit()}
+        self.outside &= listed
+        for entry in listed - self.outside:
+            raw = proc_file(entry, "environ")
+            if raw is None or self.marker not in raw:
+                # Unreadable: a kernel thread, another user's process, or gone. An empty environment
+                # is no verdict: a process in the middle of an execve shows one.
+                if self.tree is not None and (raw is None or (raw and self.tree not in b"\0" + raw)):
+                    self.outside.add(entry)
                 continue
-            try:
-                raw = Path(f"/proc/{entry}/environ").read_bytes()
-                if b"ORCH_JOB_ID=" not in raw:
-                    continue
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
+            if b"ORCH_JOB_ID=" not in raw:
                 continue
-            if stat[stat.rfind(")") + 2 :].split()[0] in ("Z", "X") or b"orchestrator.executors.supervisor" in cmdline:
+            stat, cmdline = proc_file(entry, "stat"), proc_file(entry, "cmdline")
+            if stat is None or cmdline is None:
+                continue
+            if (
+                stat[stat.rfind(b")") + 2 :].split()[0] in (b"Z", b"X")
+                or b"orchestrator.executors.supervisor" in cmdline
+            ):
                 continue
             env = dict(part.split(b"=", 1) for part in raw.split(b"\0") if b"=" in part)
             run_dir = env.get(b"ORCH_RUN_DIR", b"").decode(errors="replace")
@@ -190,6 +263,23 @@ class AttemptWatcher(threading.Thread):
         return sorted(gaps)
 
 
+def proc_file(pid: str, name: str) -> Optional[bytes]:
+    """/proc/<pid>/<name> whole, or None once the process is gone."""
+    try:
+        fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 # -- the schedule -------------------------------------------------------------------------------------
 
 
@@ -207,11 +297,14 @@ class Fault:
         return f"{when}  {self.kind:<20} target={self.target or '-':<6} gap={self.gap}  {self.note}"
 
 
-def schedule(seed: int, count: int = 12) -> list[Fault]:
-    """Every kind at least once, the rest drawn at random; order, gaps and targets from the seed."""
+def schedule(seed: int, extra: int = 1) -> list[Fault]:
+    """Every kind once in a random order, then `extra` more of kinds drawn at random; gaps and targets
+    from the seed too. The kinds come first so that every kind fires even when the jobs end before
+    the extras do."""
     rng = random.Random(seed)
-    kinds = list(KINDS) + [rng.choice(KINDS) for _ in range(count - len(KINDS))]
+    kinds = list(KINDS)
     rng.shuffle(kinds)
+    kinds += [rng.choice(KINDS) for _ in range(extra)]
     return [Fault(kind, gap=rng.randint(2, 6), pick=rng.random()) for kind in kinds]
 
 
@@ -223,48 +316,79 @@ class Chaos:
         self.hit: set[tuple[int, int]] = set()  # attempts a fault already targeted: one fault each
         self.daemon = h.start_daemon()
         self.t0 = time.time()
+        self.last_motion: tuple[Any, ...] = ()
+        self.moved_at = self.looked_at = time.monotonic()
 
     # -- looking --------------------------------------------------------------------------------
 
-    def advanced(self, job_id: int) -> int:
+    def advanced(self, job: Job) -> int:
         """Steps made by the job's current attempt so far (0 when it is not running)."""
-        job = self.h.job(job_id)
         if job.state is not JobState.RUNNING or not job.attempt:
             return 0
-        run_dir = self.h.run_dir(job_id)
+        run_dir = self.h.run_dir(job.id)
         pids = read_json(run_dir / f"attempt-{job.attempt}.pid")
         progress = read_json(run_dir / "progress.json")
         if not pids or not progress or (progress.get("train_started_at") or 0) < pids["started_at"]:
             return 0
-        first = self.first_step.setdefault((job_id, job.attempt), progress["step"])
+        first = self.first_step.setdefault((job.id, job.attempt), progress["step"])
         return progress["step"] - first
 
-    def ready(self, fault: Fault) -> list[int]:
-        return [
-            j for j in self.ids.values() if (j, self.h.job(j).attempt) not in self.hit and self.advanced(j) >= fault.gap
-        ]
+    def ready(self, fault: Fault, jobs: list[Job]) -> list[int]:
+        return [j.id for j in jobs if (j.id, j.attempt) not in self.hit and self.advanced(j) >= fault.gap]
 
-    def all_done(self) -> bool:
-        return all(self.h.state(j).is_terminal for j in self.ids.values())
+    def jobs(self) -> list[Job]:
+        return [self.h.job(j) for j in self.ids.values()]
+
+    def all_done(self, jobs: Optional[list[Job]] = None) -> bool:
+        return all(j.state.is_terminal for j in (jobs or self.jobs()))
+
+    def wait_all_done(self, stall: float = STALL_S) -> None:
+        """After the last fault: until every job ends, failing only when nothing moves."""
+        while True:
+            jobs = self.jobs()
+            if self.all_done(jobs):
+                return
+            if self.stalled(jobs, stall):
+                raise AssertionError(
+                    f"no job changed state or made a step for {stall:g}s (daemon log: {self.h.log_tail()})"
+                )
+            time.sleep(0.2)
 
     # -- firing ---------------------------------------------------------------------------------
 
-    def run(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+    def motion(self, jobs: list[Job]) -> tuple[Any, ...]:
+        """What changes while the chaos gets anywhere: each job's state, attempt and step."""
+        steps = [(read_json(self.h.run_dir(j.id) / "progress.json") or {}).get("step") for j in jobs]
+        return tuple((j.state, j.attempt, step) for j, step in zip(jobs, steps))
+
+    def stalled(self, jobs: list[Job], stall: float) -> bool:
+        """True once nothing has moved for `stall` seconds. A hang guard, not a time limit: a
+        loaded machine slows every step but still makes them."""
+        now = time.monotonic()
+        if now - self.looked_at >= 1:  # once a second is plenty for a guard of minutes
+            self.looked_at, motion = now, self.motion(jobs)
+            if motion != self.last_motion:
+                self.last_motion, self.moved_at = motion, now
+        return now - self.moved_at > stall
+
+    def run(self, stall: float = STALL_S) -> None:
         for fault in self.faults:
             while True:
-                if self.all_done():
+                jobs = self.jobs()
+                if self.all_done(jobs):
                     return
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"the faults did not all fire within {timeout:g}s")
+                if self.stalled(jobs, stall):
+                    raise AssertionError(f"no job changed state or made a step for {stall:g}s")
                 if self.daemon.poll() is not None:
                     raise AssertionError(f"the daemon died by itself: {self.h.daemon_output(self.daemon)[-2000:]}")
-                candidates = self.ready(fault)
+                candidates = self.ready(fault, jobs)
                 if candidates:
                     target = candidates[int(fault.pick * len(candidates))]
                     if self.fire(fault, target):
                         break
-                time.sleep(0.01)
+                # progress.json changes every 0.2 s (ORCH_PROGRESS_EVERY_S); a checkpoint write lasts
+                # at least SLOW_SAVE_S. Looking more often only takes CPU from the jobs.
+                time.sleep(0.05)
 
     def fire(self, fault: Fault, job_id: int) -> bool:
         h, job = self.h, self.h.job(job_id)

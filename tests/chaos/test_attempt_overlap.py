@@ -12,8 +12,8 @@ import signal
 import sys
 
 import pytest
-from chaos_harness import AttemptWatcher
-from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
+from chaos_harness import AttemptWatcher, ChaosHome
+from daemon_harness import wait_for
 
 from orchestrator.host.procs import is_alive, start_time
 from orchestrator.model.states import JobState
@@ -36,11 +36,11 @@ time.sleep(600)
 """
 
 
-def test_the_next_attempt_waits_for_every_process_of_the_last(orch_home):
-    h = orch_home(cpu_slots=3, retry_backoff_seconds=0.0)
+def test_the_next_attempt_waits_for_every_process_of_the_last(tmp_path):
+    h = ChaosHome(tmp_path, cpu_slots=3, retry_backoff_seconds=0.0)
     script = h.tmp / "family.py"
     script.write_text(FAMILY)
-    watcher = AttemptWatcher(h.home.runs, interval=0.005)
+    watcher = AttemptWatcher(h.home.runs, interval=0.005, tree=h.root)
     watcher.start()
     try:
         h.start_daemon()
@@ -86,5 +86,6 @@ def test_the_next_attempt_waits_for_every_process_of_the_last(orch_home):
         assert [a.outcome for a in h.store.attempts(ids["leader_exits"])] == ["failed", "succeeded"]
     finally:
         watcher.stop()
+        h.cleanup()
     assert watcher.seen, "the watcher saw no job process"
     assert not watcher.overlaps, watcher.overlaps[:3]
