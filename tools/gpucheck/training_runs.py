@@ -186,4 +186,8 @@ def throughput(ctx: Ctx, sec: Section) -> None:
         sec.check(f"runner/plain samples/s >= {s.goal_throughput}", ratio >= s.goal_throughput, f"{ratio:.3f}")
     else:
         sec.check("both arms trained and were timed", True)
-        sec.notes.append("CPU rehearsal: the ratio is reported, not judged (a tiny model on shared cores).")
+        beside = "the runner's run went beside a's other precision, " if prior and prior.get("samples_per_s") else ""
+        sec.notes.append(
+            "CPU rehearsal: the ratio is reported, not judged (a tiny model on shared cores; "
+            f"{beside}the plain baseline ran in the check's own process)."
+        )
