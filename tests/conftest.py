@@ -148,3 +148,81 @@ def store(home: Path):
     s = Store(Home(home).ensure().db)
     yield s
     s.close()
+
+
+# ---- pytest-xdist: which tests share a worker, and which start first -------------------------------
+# scripts/test.sh runs the suite as `-n 2 --dist loadgroup`. A group runs whole on one worker: each
+# file is a group (its module-scoped reference runs are made once), and files that share a per-host
+# resource or a costly session fixture form one group between them. (xdist's own `xdist_group` mark
+# does nothing under pytest 9, which no longer reads the node id xdist rewrites: the scheduler
+# below groups by the node id's file instead.)
+HOST_WIDE_FOLDERS = {
+    "tests/slurm/": "slurm",  # one private Slurm cluster per session (munged, slurmctld, two slurmd)
+    "tests/ray_executor/": "ray",  # one local Ray cluster (head + two workers, fixed ports) per session
+    "tests/look/": "look",  # one dashboard scenario: four jobs trained, notified and screenshotted
+}
+# the session fixture `uninterrupted` (tests/mirror/conftest.py): the lost-machine reference run
+SHARED_REFERENCE_FILES = {
+    "tests/mirror/test_market_e2e.py": "mirror-uninterrupted",
+    "tests/mirror/test_lost_instance_e2e.py": "mirror-uninterrupted",
+    "tests/mirror/test_recovery_e2e.py": "mirror-uninterrupted",
+}
+# The longest groups start first, so that no long one is left for last with the other worker idle.
+# Rough order from `--durations` (only the order matters: a stale entry costs balance, nothing else).
+LONG_FIRST = [
+    "ray",
+    "slurm",
+    "tests/training/test_training_sweeps.py",
+    "tests/test_foreground.py",
+    "tests/test_estimate_cli.py",
+    "tests/chaos/test_chaos.py",
+    "mirror-uninterrupted",
+    "tests/test_gpu_check.py",
+    "tests/test_daemon_oom.py",
+    "tests/test_tasks_e2e.py",
+    "tests/test_budget.py",
+    "look",
+    "tests/test_foreground_signals.py",
+    "tests/test_preemption_e2e.py",
+    "tests/test_hang_watchdog.py",
+    "tests/training/test_training_runner.py",
+    "tests/training/test_training_preemption.py",
+    "tests/test_foreground_accounting.py",
+    "tests/test_tracking_e2e.py",
+    "tests/test_daemon_recovery.py",
+]
+
+
+def xdist_group_of(nodeid: str) -> str:
+    """The group of a test by its node id (`tests/x/test_y.py::test_z[...]`)."""
+    path = nodeid.split("::", 1)[0]
+    for folder, group in HOST_WIDE_FOLDERS.items():
+        if path.startswith(folder):
+            return group
+    return SHARED_REFERENCE_FILES.get(path, path)
+
+
+def _grouping(config: pytest.Config) -> bool:
+    # the controller sees `--dist loadgroup` as `dist`, xdist's workers as the option `loadgroup`
+    return bool(getattr(config.option, "loadgroup", False)) or getattr(config.option, "dist", "no") == "loadgroup"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    if not _grouping(config):
+        return None  # xdist's own scheduler for the other --dist modes
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+    config.option.loadscopereorder = False  # the order below, not the groups' test counts
+    return ByGroup(config, log)  # type: ignore[arg-type]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _grouping(config):
+        return
+    # every worker sorts its collection alike: the scheduler hands out groups in this order
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(xdist_group_of(item.nodeid), len(rank)))  # stable
