@@ -30,18 +30,30 @@ def webhook():
 
 
 def test_total_budget_stops_the_running_job_and_holds_the_queue(make_orch, webhook):
-    # 1 per second of uptime, 3 in all: the running job is stopped about 3 s after the daemon starts.
+    # 0.1 per second of uptime, 30 in all. The spend is brought to 0.2 short of the total only once the
+    # job has set its SIGTERM handler (its progress.json): on a busy machine a Python start-up takes
+    # seconds, and a budget that tripped before it would kill a job that never could checkpoint.
     o = make_orch(
         {
-            "pricing": {"currency": "CNY", "instance_hour": 3600.0},
-            "budget": {"total": 3.0},
+            "pricing": {"currency": "CNY", "instance_hour": 360.0},
+            "budget": {"total": 30.0},
             "notifiers": [{"type": "webhook", "url": webhook.url, "events": ["stopped"]}],
         }
     )
-    first = o.submit(o.command_job("first", sleep=60, notice_ckpt=7))
+    first = o.submit(o.command_job("first", sleep=120, notice_ckpt=7, step=1))
     daemon = o.start_daemon()
+    wait_for((o.home.run_dir(first) / "progress.json").exists, 60, "the job to set its SIGTERM handler")
+    assert o.job(first).state is JobState.RUNNING
+    spent = o.store.total_cost()
+    assert spent < 29.8, spent  # not yet crossed: the stop below is the accrual's doing
+    # what was spent before, as idle time in the ledger; the daemon's accrual adds to it
+    o.store.db.execute(
+        "INSERT INTO ledger(key, value) VALUES('idle_cost', ?) ON CONFLICT(key) DO UPDATE SET value=value+excluded.value",
+        (29.8 - spent,),
+    )
+    o.store.db.commit()
     job = o.wait_state(first, JobState.STOPPED)
-    assert job.reason.startswith("budget: spent") and "[budget] total is 3.00" in job.reason
+    assert job.reason.startswith("budget: spent") and "[budget] total is 30.00" in job.reason
     assert (o.home.run_dir(first) / "checkpoints" / "notice-step-00000007.ckpt").exists()
     assert o.store.attempts(first)[-1].exit_code == 75  # it checkpointed on SIGTERM, not killed
 
@@ -52,7 +64,7 @@ def test_total_budget_stops_the_running_job_and_holds_the_queue(make_orch, webho
         "the queued job to be held for the budget",
     )
     [row] = [r for r in o.cli_json("status") if r["id"] == second]
-    assert row["state"] == "queued" and row["reason"].startswith("held: the total budget of 3.00")
+    assert row["state"] == "queued" and row["reason"].startswith("held: the total budget of 30.00")
     assert "held: the total budget" in o.cli("status").stdout  # the NOTE column
     assert o.job(second).attempt == 0  # held, never started
 

@@ -1,6 +1,7 @@
 """`orch estimate` and `orch submit --estimate` with the real CLI: a real probe of a tiny built-in
 job (a subprocess of the training package: the CLI process itself never imports torch), a command
-job estimated from its name's history or plainly not, and no probe touching the store's jobs."""
+job estimated from its name's history or plainly not (these and the sweep cases through the same app
+in-process: nothing is probed there), and no probe touching the store's jobs."""
 
 from __future__ import annotations
 
@@ -71,13 +72,16 @@ def offline(home: Path) -> dict[str, str]:
 
 
 def test_estimate_of_a_builtin_job_probes_it_and_the_cli_never_imports_torch(home, builtin_job, job_count, write_file):
+    # Named as usual, `cd project && orch estimate job.toml`: the probe (a subprocess in another
+    # folder) was once handed the relative name and failed with a traceback.
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text('[pricing]\ncurrency = "CNY"\ninstance_hour = 3.6\n')
     proc = subprocess.run(
-        [sys.executable, "-c", IN_PROCESS, str(builtin_job)],
+        [sys.executable, "-c", IN_PROCESS, builtin_job.name],
         capture_output=True,
         text=True,
-        env=offline(home),
+        env={**offline(home), "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        cwd=builtin_job.parent,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -101,56 +105,34 @@ def test_estimate_of_a_builtin_job_probes_it_and_the_cli_never_imports_torch(hom
     assert job_count() == 0  # a probe is no job
 
 
-def test_submit_with_estimate_asks_first_and_queues_only_on_yes(orch, home, builtin_job, job_count):
-    ran = orch(
-        "submit", builtin_job, "--estimate", env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}, timeout=600
-    )
+def test_submit_with_estimate_asks_first_and_queues_only_on_yes(orch, home, builtin_job, job_count, write_file):
+    # a built-in job of 6 steps (its probe runs all of them): the estimate, then the question
+    body = builtin_job.read_text()
+    assert "\n[train]\n" in body
+    short = write_file("short.toml", body.replace("\n[train]\n", "\n[train]\nmax_steps = 6\n"))
+    ran = orch("submit", short, "--estimate", env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}, timeout=600)
     assert ran.rc == 1 and "steps/s" in ran.err and "not queued" in ran.err, ran.err  # no tty: the answer is no
     assert job_count() == 0
-    ran = orch("submit", builtin_job, "--estimate", "--yes", "--json", timeout=600)
-    assert ran.rc == 0, ran.err
+    # --yes: the same estimate, then queued. After the estimate submit does the same whatever the
+    # kind, so a command job shows it without paying for a second probe (a process of ~10-30 s).
+    job = write_file("cmd.toml", 'name = "nightly"\ngpus = 0\ncommand = ["true"]\n')
+    ran = orch("submit", job, "--estimate", "--yes", "--json")
+    assert ran.rc == 0 and "cannot estimate" in ran.err, ran.err
     assert json.loads(ran.out)["state"] == "queued" and job_count() == 1
 
 
-def test_a_command_job_is_estimated_from_its_names_history_or_not_at_all(orch, write_file, store):
+def test_a_command_job_is_estimated_from_its_names_history_or_not_at_all(cli, write_file, store):
     job = write_file("cmd.toml", 'name = "nightly"\ngpus = 0\ncommand = ["true"]\n')
-    ran = orch("estimate", job)
+    ran = cli("estimate", job)
     assert ran.rc == 0 and "cannot estimate" in ran.out and "nightly" in ran.out, ran.out + ran.err
-    assert json.loads(orch("estimate", job, "--json").out)["wall_s"] is None
+    assert json.loads(cli("estimate", job, "--json").out)["wall_s"] is None
     # a finished job of that name: its run time and cost are the estimate
-    orch("submit", job).assert_ok()
+    cli("submit", job).assert_ok()
     (row,) = store.jobs()
     store.db.execute("UPDATE jobs SET state='succeeded', run_seconds=120, cost=0.5 WHERE id=?", (row.id,))
     store.db.commit()
-    d = json.loads(orch("estimate", job, "--json").out)
+    d = json.loads(cli("estimate", job, "--json").out)
     assert d["wall_s"] == 120 and d["history_runs"] == 1 and d["queue_wait_s"] == 0
-
-
-def test_estimate_of_a_job_file_named_relative_to_the_users_folder(home, builtin_job):
-    # The usual call, `cd project && orch estimate job.toml`: the probe (a subprocess in another
-    # folder) was handed the relative name and failed with a traceback.
-    env = {**offline(home), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "orchestrator.cli",
-            "estimate",
-            builtin_job.name,
-            "--json",
-            "--warmup",
-            "3",
-            "--steps",
-            "6",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=builtin_job.parent,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout)["total_steps"] == 40
 
 
 def test_estimate_of_a_job_asking_for_more_gpus_than_here_is_refused_before_any_probe(orch, builtin_job, tmp_path):
@@ -164,7 +146,7 @@ def test_estimate_of_a_job_asking_for_more_gpus_than_here_is_refused_before_any_
     assert ran.out == ""
 
 
-def test_a_sweep_file_gets_its_base_jobs_estimate_and_the_bound_of_every_trial_run_out(orch, home, write_file, store):
+def test_a_sweep_file_gets_its_base_jobs_estimate_and_the_bound_of_every_trial_run_out(cli, home, write_file, store):
     # It used to say "unknown key 'sweep'": the sweep file is what the user has in hand.
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text('[pricing]\ncurrency = "CNY"\ninstance_hour = 3.6\n')
@@ -174,11 +156,11 @@ def test_a_sweep_file_gets_its_base_jobs_estimate_and_the_bound_of_every_trial_r
         '[sweep]\njob = "base.toml"\ntrials = 5\nparallel = 2\nobjective = "loss"\ndirection = "minimize"\n'
         "max_cost = 9.0\n\n[sweep.params]\nlr = { values = [0.1, 0.01, 0.001, 0.0001, 0.00001] }\n",
     )
-    orch("submit", write_file("one.toml", 'name = "nightly"\ngpus = 0\ncommand = ["true"]\n')).assert_ok()
+    cli("submit", write_file("one.toml", 'name = "nightly"\ngpus = 0\ncommand = ["true"]\n')).assert_ok()
     (row,) = store.jobs()
     store.db.execute("UPDATE jobs SET state='succeeded', run_seconds=120, cost=0.5 WHERE id=?", (row.id,))
     store.db.commit()
-    d = json.loads(orch("estimate", sweep, "--json").out)
+    d = json.loads(cli("estimate", sweep, "--json").out)
     assert d["job"] == "nightly" and d["wall_s"] == 120 and d["cost"] == pytest.approx(0.12), d  # 120 s at 3.6/h
     # one CPU slot (the default): the trials run one at a time here, whatever `parallel` says
     # each trial at most the slowest run seen (120 s), and a tick of the daemon to start each wave
@@ -191,23 +173,23 @@ def test_a_sweep_file_gets_its_base_jobs_estimate_and_the_bound_of_every_trial_r
         "wall_s_at_most": 605.0,
         "max_cost": 9.0,
     }
-    text = orch("estimate", sweep).out
+    text = cli("estimate", sweep).out
     assert "sweep of 5 trials, 1 at a time (parallel = 2, but this machine's slots run 1)" in text, text
     (home / "config.toml").write_text('[daemon]\ncpu_slots = 4\n[pricing]\ncurrency = "CNY"\ninstance_hour = 3.6\n')
-    d = json.loads(orch("estimate", sweep, "--json").out)
+    d = json.loads(cli("estimate", sweep, "--json").out)
     assert (d["sweep"]["at_once_here"], d["sweep"]["wall_s_at_most"]) == (2, 363.0), d["sweep"]
     # two CPU trials at once share the instance price: together at most 363 s of it
     assert d["sweep"]["cost_at_most"] == pytest.approx(0.363), d["sweep"]
-    text = orch("estimate", sweep).out
+    text = cli("estimate", sweep).out
     assert "sweep of 5 trials, 2 at a time, each like" in text and "6m" in text and "max_cost" in text, text
     # submit --estimate: the same bound, then a question; no terminal means no sweep
-    ran = orch("submit", sweep, "--estimate")
+    ran = cli("submit", sweep, "--estimate")
     assert ran.rc == 1 and "sweep of 5 trials" in ran.err and "not queued" in ran.err, ran.err
     assert store.sweeps() == []
-    ran = orch("submit", sweep, "--estimate", "--yes", "--json")
+    ran = cli("submit", sweep, "--estimate", "--yes", "--json")
     assert ran.rc == 0 and json.loads(ran.out)["kind"] == "sweep", ran.err
     assert len(store.sweeps()) == 1
     # a bad sweep file is refused before anything is probed, naming the file and field
     bad = write_file("bad.toml", sweep.read_text().replace("trials = 5", "trials = 0"))
-    ran = orch("estimate", bad)
+    ran = cli("estimate", bad)
     assert ran.rc == 2 and f"{bad}: sweep.trials" in ran.err and "Traceback" not in ran.err, ran.err

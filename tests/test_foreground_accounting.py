@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from daemon_harness import OrchHome, orch_home, wait_for  # noqa: F401  (fixture)
@@ -198,21 +199,50 @@ def test_a_daemon_leaves_alone_a_job_orch_run_is_starting(orch_home):
     assert h.store.ledger()["uptime_s"] > 0  # the daemon did accrue its own uptime meanwhile
 
 
+def _orch_run(h: OrchHome, *args: str) -> tuple[subprocess.Popen, Path]:
+    """`orch run ARGS` in the background, its stderr to a file: (process, that file)."""
+    err_file = h.tmp / "run.err"
+    with open(err_file, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "--home", str(h.root), "run", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=h.env(),
+        )
+    return proc, err_file
+
+
+def _finish(proc: subprocess.Popen, err_file: Path) -> tuple[int, str]:
+    try:
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return code, _read(err_file)
+
+
 def test_a_lone_orch_run_stops_its_job_at_the_budget_and_a_bigger_one_finishes_it(orch_home):
     """No daemon to apply [budget]: `orch run` applies the daemon's rule itself. At 1.0 a second,
-    max_cost = 2 stops a 30 s job after about 2 s of running (a checkpoint, then `stopped`)."""
+    a max_cost 2 above what the job has spent once it set its SIGTERM handler (its "start" record;
+    a Python start-up can take seconds on a busy machine) stops the 30 s job about 2 s later (a
+    checkpoint, then `stopped`)."""
     h = orch_home()
     _priced(h)
     path = h.job_file("capped", sleep=30.0, on_term=75, notice_ckpt=4, per_attempt={"2": {"sleep": 0.5}})
-    path.write_text(path.read_text() + "\n[budget]\nmax_cost = 2.0\n")
-    res = h.cli("run", str(path), timeout=120)
-    assert res.returncode == 75, res.stderr  # the job's own exit after its checkpoint
+    path.write_text(path.read_text() + "\n[budget]\nmax_cost = 1000.0\n")
+    proc, err_file = _orch_run(h, str(path))
+    h.wait_record("capped", timeout=120)
+    limit = h.job(1).cost + 2.0
+    h.store.update(1, time.time(), max_cost=limit)  # as `orch retry --budget` sets it, in the store
+    code, err = _finish(proc, err_file)
+    assert code == 75, err  # the job's own exit after its checkpoint
     job = h.job(1)
     assert job.state is JobState.STOPPED and job.reason.startswith("budget: spent"), job.reason
-    assert 2.0 <= job.cost < 30.0, job.cost  # stopped at the budget, long before the job's own 30 s
+    assert limit <= job.cost < 30.0, (limit, job.cost)  # stopped at the budget, long before the job's own 30 s
     assert h.records("capped", "sigterm"), "the job was told to checkpoint, not killed"
-    assert "orch retry 1 --budget N" in res.stderr and "orch run --resume 1" in res.stderr, res.stderr
-    assert "Traceback" not in res.stderr
+    assert "orch retry 1 --budget N" in err and "orch run --resume 1" in err, err
+    assert "Traceback" not in err
     # a bigger budget: it resumes from its checkpoint and finishes
     assert h.cli("retry", "1", "--budget", "100").returncode == 0
     again = h.cli("run", "--resume", "1")
@@ -224,13 +254,25 @@ def test_a_lone_orch_run_stops_its_job_at_the_budget_and_a_bigger_one_finishes_i
 
 def test_orch_run_starts_nothing_while_the_total_budget_is_spent(orch_home):
     """config.toml's [budget] total: the first job spends it (and is stopped there), after which
-    `orch run` records and starts nothing, as a daemon would hold the queue."""
+    `orch run` records and starts nothing, as a daemon would hold the queue. The spend is brought to
+    1.5 short of the total once the job has set its SIGTERM handler; its running crosses it."""
     h = orch_home()
-    h.configure({**PER_SECOND, "budget": {"total": 1.5}})
-    first = h.cli("run", str(h.job_file("spends", sleep=20.0, on_term=75)))
-    assert first.returncode == 75 and h.job(1).state is JobState.STOPPED, first.stderr
-    assert "[budget] total is 1.50" in h.job(1).reason
-    assert "raise [budget] total in config.toml, then `orch run --resume 1`" in first.stderr, first.stderr
+    h.configure({**PER_SECOND, "budget": {"total": 30.0}})
+    proc, err_file = _orch_run(h, str(h.job_file("spends", sleep=20.0, on_term=75)))
+    h.wait_record("spends", timeout=120)
+    spent = h.store.total_cost()
+    assert spent < 28.5, spent
+    # spent before, as idle time in the ledger; `orch run`'s own accrual adds to it
+    h.store.db.execute(
+        "INSERT INTO ledger(key, value) VALUES('idle_cost', ?) ON CONFLICT(key) DO UPDATE SET value=value+excluded.value",
+        (28.5 - spent,),
+    )
+    h.store.db.commit()
+    code, err = _finish(proc, err_file)
+    assert code == 75 and h.job(1).state is JobState.STOPPED, err
+    assert h.records("spends", "sigterm"), "the job was told to checkpoint, not killed"
+    assert "[budget] total is 30.00" in h.job(1).reason
+    assert "raise [budget] total in config.toml, then `orch run --resume 1`" in err, err
     for args in (["run", str(h.job_file("next", sleep=0.1))], ["run", "--resume", "1"]):
         res = h.cli(*args)
         assert res.returncode == 1 and "nothing was started" in res.stderr and "[budget] total" in res.stderr, res

@@ -24,7 +24,11 @@ if attempt != "1":
     print("attempt", attempt, "finishes", flush=True)
     sys.exit(0)
 def on_term(signum, frame):
-    time.sleep(float(os.environ.get("SAVE_S", "0")))  # a checkpoint that takes this long to save
+    if os.environ.get("SAVE_UNTIL"):  # a checkpoint whose save ends when the test says so
+        open(os.path.join(run_dir, "saving"), "w").close()
+        deadline = time.time() + 120
+        while not os.path.exists(os.environ["SAVE_UNTIL"]) and time.time() < deadline:
+            time.sleep(0.02)
     open(os.path.join(run_dir, "got-sigterm"), "w").close()
     sys.exit(75)
 signal.signal(signal.SIGTERM, signal.SIG_IGN if os.environ.get("DEAF") else on_term)
@@ -105,12 +109,32 @@ def test_resume_stops_an_orphan_that_ignores_sigterm_before_the_next_attempt(tmp
 
 
 def test_resume_right_after_the_kill_lets_the_job_finish_saving_its_checkpoint(tmp_path):
-    """`orch run --resume` typed while the killed run's job is still saving (3 s here): it waits
-    for the save within the job's grace instead of killing it halfway."""
-    home, job_pid = start_then_kill_orch_run(tmp_path, 'SAVE_S = "3"\n')
-    res = orch(home, "run", "--resume", "1")
-    assert res.returncode == 0, res.stderr
-    assert "attempt 1 still runs" in res.stderr, res.stderr
+    """`orch run --resume` typed while the killed run's job is still saving: it waits for the save
+    within the job's grace (25 s) instead of killing it halfway. The save lasts until the resume has
+    said it waits (a file the test writes then), so a slow start of either process changes nothing."""
+    saved = tmp_path / "save-done"
+    home, job_pid = start_then_kill_orch_run(tmp_path, f'SAVE_UNTIL = "{saved}"\n')
+    wait_for((home / "runs" / "1" / "saving").exists, 60, "the job to start saving on its SIGTERM")
+    env = {**os.environ, "ORCH_HOME": str(home)}
+    resume = subprocess.Popen(
+        [*ORCH, "run", "--resume", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert resume.stderr is not None
+        said = []
+        for line in resume.stderr:
+            said.append(line)
+            if "attempt 1 still runs" in line:
+                break
+        assert any("attempt 1 still runs" in line for line in said), "".join(said)
+        assert is_alive(job_pid, None)  # still saving: the resume waits for it
+        saved.touch()
+        out, err = resume.communicate(timeout=60)
+    finally:
+        if resume.poll() is None:
+            resume.kill()
+        resume.wait()
+    assert resume.returncode == 0, "".join(said) + err
     assert (home / "runs" / "1" / "got-sigterm").exists()  # the save finished: it was not SIGKILLed
     shown = json.loads(orch(home, "show", "1", "--json").stdout)
     assert shown["state"] == "succeeded" and [a["n"] for a in shown["attempts"]] == [1, 2]

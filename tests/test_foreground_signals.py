@@ -82,8 +82,16 @@ def job_file(tmp: Path, **env: str) -> Path:
 
 
 def shown(home: Path) -> dict:
-    res = orch(home, "show", "1", "--json")
-    assert res.returncode == 0, res.stderr
+    """`orch show 1 --json` through the same app in-process: a read of the store the `orch run`
+    processes wrote, without one more CLI process start per look."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli.app import app
+
+    res = CliRunner().invoke(app, ["show", "1", "--json"], env={"ORCH_HOME": str(home), "NO_COLOR": "1"})
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    assert res.exit_code == 0, res.stderr
     return json.loads(res.stdout)
 
 
