@@ -64,17 +64,6 @@ def test_sigterm_mid_epoch_resumes_to_identical_weights_and_metrics(make_run_dir
     assert_same_metrics(straight, run)
 
 
-def test_sigterm_during_model_load_exits_75(make_run_dir, start_job):
-    run = make_run_dir("early")
-    job = start_job(run)
-    # The runner prints this right after reading job.toml, before tokenizer/model load and tokenization.
-    wait_for(lambda: "starting from scratch" in job.output(), 60, "the runner to start")
-    job.signal_group(signal.SIGTERM)
-    code = job.wait(timeout=25)
-    assert code == 75, job.output()
-    assert "SIGTERM before training started" in job.output()
-
-
 def test_ddp_two_cpu_processes_sigterm_checkpoints_exits_75_and_resumes(make_run_dir, start_job, run_job):
     # gpus = 2 on a machine without CUDA runs two CPU processes under DDP (gloo) when asked to
     # (ORCH_GPUS_ON_CPU=1; without it the job is refused: test_missing_gpus.py).
