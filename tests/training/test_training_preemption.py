@@ -32,10 +32,12 @@ def small_dev(tmp_path_factory):
     return write_jsonl(tmp_path_factory.mktemp("dev16") / "dev16.jsonl", sentiment_rows(16, seed=12))
 
 
-def test_sigterm_mid_epoch_resumes_to_identical_weights_and_metrics(make_run_dir, start_job, run_job, small_dev):
+def test_sigterm_mid_epoch_resumes_to_identical_weights_and_metrics(
+    make_run_dir, start_job, run_job, run_here, small_dev
+):
     job = dict(RESUME_JOB, data={**RESUME_JOB["data"], "validation": str(small_dev)})
     straight = make_run_dir("straight", **job)
-    code, out = run_job(straight)
+    code, out = run_here(straight)  # the reference: what it trains is the point, not its process
     assert code == 0, out
 
     run = make_run_dir("interrupted", **job)
