@@ -23,19 +23,22 @@ from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread(monkeypatch):
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
     """One torch (OpenMP) thread for what trains here, in this process and in the jobs it starts
     (they inherit the environment). On two cores shared with another test worker, a second thread
     spin-waits for a core it seldom gets: a tiny BERT's step measured 0.08 s with one thread and
-    0.85 s (13x the CPU) with two on a busy machine. Thread count is not what these tests test."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    0.85 s (13x the CPU) with two on a busy machine. Thread count is not what these tests test, but
+    a run compared with another must use the same count: module-scoped (and autouse, so set up
+    first), a module's shared reference runs get it too. Put back after each module."""
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        patch.setenv("MKL_NUM_THREADS", "1")
+        torch.set_num_threads(1)
+        yield
     torch.set_num_threads(before)
 
 
