@@ -23,6 +23,25 @@ from training.toy import build_tiny_bert, sentiment_rows, write_jsonl
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """One torch (OpenMP) thread for what trains here, in this process and in the jobs it starts
+    (they inherit the environment). On two cores shared with another test worker, a second thread
+    spin-waits for a core it seldom gets: a tiny BERT's step measured 0.08 s with one thread and
+    0.85 s (13x the CPU) with two on a busy machine. Thread count is not what these tests test, but
+    a run compared with another must use the same count: module-scoped (and autouse, so set up
+    first), a module's shared reference runs get it too. Put back after each module."""
+    import torch
+
+    before = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        patch.setenv("MKL_NUM_THREADS", "1")
+        torch.set_num_threads(1)
+        yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def hf_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("hf-datasets-cache")
@@ -103,7 +122,7 @@ def job_env(hf_cache: Path, run_dir: Path, extra: Optional[dict[str, str]] = Non
             "ORCH_JOB_ID": "1",
             "ORCH_ATTEMPT": "1",
             "PYTHONPATH": str(REPO),
-            "OMP_NUM_THREADS": "2",
+            "OMP_NUM_THREADS": "1",  # see one_torch_thread
             "TOKENIZERS_PARALLELISM": "false",
         }
     )
@@ -177,6 +196,31 @@ def run_job(start_job) -> Callable[..., tuple[int, str]]:
         job = start_job(run_dir, attempt, **extra_env)
         code = job.wait(timeout)
         return code, job.output()
+
+    return run
+
+
+@pytest.fixture
+def run_here(hf_cache, capfd) -> Callable[..., tuple[int, str]]:
+    """Run one attempt in this process, as `orch run` does (training.run.main): (exit code, what it
+    printed). The same environment as run_job's subprocess, set for the call and put back after it,
+    without paying a new interpreter's imports (~10 s on a busy machine) each time. For tests where
+    the trained result is the point; run_job stays for those about the process (signals, exits)."""
+    from training.run import main
+
+    def run(run_dir: Path, attempt: int = 1, **extra_env: str) -> tuple[int, str]:
+        env = job_env(hf_cache, run_dir, {"ORCH_ATTEMPT": str(attempt), **extra_env})
+        saved = dict(os.environ)
+        capfd.readouterr()  # only this attempt's output
+        os.environ.clear()
+        os.environ.update(env)
+        try:
+            code = main(run_dir)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        captured = capfd.readouterr()
+        return code, captured.out + captured.err
 
     return run
 

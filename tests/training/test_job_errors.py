@@ -131,14 +131,3 @@ def test_a_data_error_fails_the_job_after_one_attempt_through_the_daemon(tmp_pat
     assert failed.state is JobState.FAILED
     assert "tags the training data lacks: B-MISC" in (failed.reason or "")
     assert failed.failures == 0  # not charged: a deterministic error is no retry spent
-
-
-def test_a_job_asking_for_gpus_it_cannot_see_ends_at_once_with_78_never_on_the_cpu(make_run_dir, run_job):
-    # It used to run two DDP processes on the CPU, "succeed", and be billed GPU-hours (issue 38, item 5).
-    run_dir = make_run_dir("nogpu", gpus=2)
-    code, out = run_job(run_dir, CUDA_VISIBLE_DEVICES="")  # no GPU visible, on any machine
-    assert code == EX_CONFIG, out
-    message = _job_error(run_dir)["message"]
-    assert "gpus = 2, but no CUDA GPU is visible to this job" in message and "set gpus = 0" in message
-    assert "orch: job failed: gpus = 2, but no CUDA GPU" in out and "Traceback" not in out
-    assert not list((run_dir / "checkpoints").glob("*.ckpt")) and not (run_dir / "result.json").exists()

@@ -1,6 +1,8 @@
 """Out of GPU memory during SFT (LoRA, loss on responses): exit 76, the next attempt runs at half
 the micro-batch and twice the accumulation from the last periodic checkpoint, and every sample
-is trained exactly once per epoch. The OOM is injected through ORCH_FAULT_OOM_ABOVE_BATCH."""
+is trained exactly once per epoch. The OOM is injected through ORCH_FAULT_OOM_ABOVE_BATCH; both
+attempts run in this process (training.run.main), the exits through a real process being
+test_training_oom.py's."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ ROWS, BATCH = 192, 8  # 24 steps per epoch; periodic checkpoints every 10
 OOM_AT_STEP = 15  # the checkpoint before it is step 10, mid-epoch 0
 
 
-def test_sft_oom_halves_batch_keeps_effective_batch_and_trains_every_sample_once(make_run_dir, run_job, tmp_path):
+def test_sft_oom_halves_batch_keeps_effective_batch_and_trains_every_sample_once(make_run_dir, run_here, tmp_path):
     rows = instruction_rows(ROWS, seed=21)
     words = ["movie", "film", "plot", "acting", "script", "cast"]
     for i, row in enumerate(rows):  # no two prompts alike: each row is countable
@@ -42,7 +44,7 @@ def test_sft_oom_halves_batch_keeps_effective_batch_and_trains_every_sample_once
         checkpoint={"every_n_steps": 10, "keep": 3},
     )
     trace1, trace2 = tmp_path / "trace1.jsonl", tmp_path / "trace2.jsonl"
-    code, out = run_job(
+    code, out = run_here(
         run,
         attempt=1,
         ORCH_FAULT_OOM_ABOVE_BATCH="4",
@@ -54,7 +56,7 @@ def test_sft_oom_halves_batch_keeps_effective_batch_and_trains_every_sample_once
     assert (sizes["batch_size"], sizes["accumulate_grad_batches"]) == (4, 2)
     assert sizes["history"][-1]["step"] == OOM_AT_STEP
 
-    code, out = run_job(run, attempt=2, ORCH_FAULT_OOM_ABOVE_BATCH="4", ORCH_TRACE_SAMPLES=str(trace2))
+    code, out = run_here(run, attempt=2, ORCH_FAULT_OOM_ABOVE_BATCH="4", ORCH_TRACE_SAMPLES=str(trace2))
     assert code == 0, out
     assert "resuming from step-00000010.ckpt" in out
     result = read_result(run)

@@ -1,7 +1,7 @@
 """A SIGTERM that arrives while the runner is still importing, loading the model or tokenizing
 must end in exit 75 wherever it lands: an exception raised from a signal handler can be swallowed
 by library code with a bare `except:` (it was, inside `import datasets`), so the runner's early
-handler exits at once instead."""
+handler exits at once instead. (test_training_preemption.py's copy of the delay-0 case was folded in here.)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """Out of GPU memory: exit 76, the next attempt runs at half the micro-batch and twice the
 accumulation from the last periodic checkpoint, and the interrupted epoch sees every sample once.
-The OOM is injected through ORCH_FAULT_OOM_ABOVE_BATCH (a real torch.cuda.OutOfMemoryError)."""
+The OOM is injected through ORCH_FAULT_OOM_ABOVE_BATCH (a real torch.cuda.OutOfMemoryError). The
+two attempts of the accounting test run in this process (training.run.main, as `orch run` calls
+it): what they train is the point; the batch-size-one case keeps the real process and its exits."""
 
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ def rows_by_epoch(trace_lines, max_step=None):
 
 @pytest.mark.slow
 def test_oom_halves_batch_keeps_effective_batch_and_accounts_every_sample(
-    make_run_dir, run_job, unique_train, tmp_path
+    make_run_dir, run_here, unique_train, tmp_path
 ):
     run = make_run_dir(
         "oom",
@@ -60,7 +62,7 @@ def test_oom_halves_batch_keeps_effective_batch_and_accounts_every_sample(
         checkpoint={"every_n_steps": 10, "keep": 3},
     )
     trace1, trace2 = tmp_path / "trace1.jsonl", tmp_path / "trace2.jsonl"
-    code, out = run_job(
+    code, out = run_here(
         run,
         attempt=1,
         ORCH_FAULT_OOM_ABOVE_BATCH="8",
@@ -73,7 +75,7 @@ def test_oom_halves_batch_keeps_effective_batch_and_accounts_every_sample(
     assert sizes["history"][-1]["step"] == OOM_AT_STEP
     assert not (run / "result.json").exists()
 
-    code, out = run_job(run, attempt=2, ORCH_FAULT_OOM_ABOVE_BATCH="8", ORCH_TRACE_SAMPLES=str(trace2))
+    code, out = run_here(run, attempt=2, ORCH_FAULT_OOM_ABOVE_BATCH="8", ORCH_TRACE_SAMPLES=str(trace2))
     assert code == 0, out
     assert "resuming from step-00000020.ckpt" in out
     result = read_result(run)

@@ -1,4 +1,6 @@
-"""The built-in fine-tune end to end: `python -m training.run RUN_DIR` in a subprocess."""
+"""The built-in fine-tune end to end. The quickstart runs as `python -m training.run RUN_DIR` in a
+subprocess, as the daemon starts it; the other cases call the same runner in this process (as
+`orch run` does: training.run.main), where what it trains and writes is the point, not the process."""
 
 from __future__ import annotations
 
@@ -55,14 +57,14 @@ def test_quickstart_reaches_its_accuracy(tmp_path, run_job, hf_cache):
     assert (run / "metrics.csv").is_file()
 
 
-def test_exported_model_loads_and_predicts_with_string_labels(make_run_dir, run_job, data_dir):
+def test_exported_model_loads_and_predicts_with_string_labels(make_run_dir, run_here, data_dir):
     run = make_run_dir(
         "strings",
         data={"train": str(data_dir / "train_str.jsonl"), "validation": str(data_dir / "dev_str.jsonl")},
         train={"max_epochs": 3, "learning_rate": 3e-3},
         model={"num_labels": 2},
     )
-    code, out = run_job(run)
+    code, out = run_here(run)
     assert code == 0, out
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -84,7 +86,7 @@ def test_exported_model_loads_and_predicts_with_string_labels(make_run_dir, run_
     assert labels == ["positive", "negative"]
 
 
-def test_early_stopping_stops_before_max_epochs_on_a_plateau(make_run_dir, run_job):
+def test_early_stopping_stops_before_max_epochs_on_a_plateau(make_run_dir, run_here):
     # A learning rate this small leaves val_acc flat: patience 1 stops after the second epoch.
     run = make_run_dir(
         "plateau",
@@ -92,7 +94,7 @@ def test_early_stopping_stops_before_max_epochs_on_a_plateau(make_run_dir, run_j
         early_stopping={"monitor": "val_acc", "mode": "max", "patience": 1},
         checkpoint={"every_n_steps": 1000},
     )
-    code, out = run_job(run)
+    code, out = run_here(run)
     assert code == 0, out
     result = read_result(run)
     assert result["early_stopped"] is True
@@ -100,9 +102,9 @@ def test_early_stopping_stops_before_max_epochs_on_a_plateau(make_run_dir, run_j
     assert result["steps"] == 2 * 40
 
 
-def test_periodic_checkpoints_at_configured_steps_and_keep_prunes(make_run_dir, run_job):
+def test_periodic_checkpoints_at_configured_steps_and_keep_prunes(make_run_dir, run_here):
     run = make_run_dir("periodic", train={"max_epochs": 1}, checkpoint={"every_n_steps": 7, "keep": 2})
-    code, out = run_job(run)
+    code, out = run_here(run)
     assert code == 0, out
     ckpts = {p.name for p in (run / "checkpoints").iterdir()}
     # every 7 steps over 40: 7, 14, ..., 35, plus the final step 40; keep 2 periodic + best.
@@ -111,9 +113,9 @@ def test_periodic_checkpoints_at_configured_steps_and_keep_prunes(make_run_dir, 
     assert ckpt["global_step"] == 35
 
 
-def test_resume_continues_global_step_and_optimizer_state(make_run_dir, run_job):
+def test_resume_continues_global_step_and_optimizer_state(make_run_dir, run_here):
     run = make_run_dir("resume", train={"max_epochs": 1}, checkpoint={"every_n_steps": 10, "keep": 5})
-    code, out = run_job(run)
+    code, out = run_here(run)
     assert code == 0, out
     saved = load_checkpoint_file(run / "checkpoints" / "step-00000040.ckpt")
     # Pretend the first attempt died at step 20: only the checkpoints up to it survive.
@@ -122,7 +124,7 @@ def test_resume_continues_global_step_and_optimizer_state(make_run_dir, run_job)
             path.unlink()
     (run / "result.json").unlink()
     at20 = load_checkpoint_file(run / "checkpoints" / "step-00000020.ckpt")
-    code, out = run_job(run, attempt=2, **{"ORCH_RESUME_FROM": str(run / "checkpoints" / "step-00000020.ckpt")})
+    code, out = run_here(run, attempt=2, **{"ORCH_RESUME_FROM": str(run / "checkpoints" / "step-00000020.ckpt")})
     assert code == 0, out
     assert "resuming from step-00000020.ckpt" in out
     assert read_result(run)["steps"] == 40
@@ -136,29 +138,29 @@ def test_resume_continues_global_step_and_optimizer_state(make_run_dir, run_job)
         assert torch.equal(saved["state_dict"][key], again["state_dict"][key]), key
 
 
-def test_accumulation_divides_the_optimizer_steps(make_run_dir, run_job):
+def test_accumulation_divides_the_optimizer_steps(make_run_dir, run_here):
     run = make_run_dir(
         "accum",
         train={"max_epochs": 1, "batch_size": 16, "accumulate_grad_batches": 4},
         checkpoint={"every_n_steps": 1000},
     )
-    code, out = run_job(run)
+    code, out = run_here(run)
     assert code == 0, out
     result = read_result(run)
     assert result["steps"] == 10  # 40 micro-batches / 4
     assert read_progress(run)["total_steps"] == 10
 
 
-def test_bad_label_column_fails_with_one_clear_line(make_run_dir, run_job):
+def test_bad_label_column_fails_with_one_clear_line(make_run_dir, run_here):
     run = make_run_dir("badcol", data={"label_field": "sentiment"})
-    code, out = run_job(run)
+    code, out = run_here(run)
     assert code == 78  # EX_CONFIG: a data error, the same on every attempt (never retried)
     last = out.strip().splitlines()[-1]
     assert last.startswith("orch: job failed:") and "no label column 'sentiment'" in last
     assert "no label column 'sentiment'" in json.loads((run / "job_error.json").read_text())["message"]
 
 
-def test_val_check_interval_longer_than_an_epoch_counts_batches_across_epochs(make_run_dir, run_job):
+def test_val_check_interval_longer_than_an_epoch_counts_batches_across_epochs(make_run_dir, run_here):
     # 640 rows at batch 16 = 40 batches an epoch; validating every 50 batches with max_steps (the
     # sweeps guide's worked example) used to fail at the start: Lightning counted within an epoch.
     run = make_run_dir(
@@ -166,7 +168,7 @@ def test_val_check_interval_longer_than_an_epoch_counts_batches_across_epochs(ma
         train={"max_epochs": None, "max_steps": 100, "val_check_interval": 50},
         checkpoint={"every_n_steps": 50},
     )
-    code, out = run_job(run)
+    code, out = run_here(run)
     assert code == 0, out
     import csv
 
