@@ -22,6 +22,17 @@ from ray_cluster import RayCluster, why_unusable
 
 pytestmark = pytest.mark.slow
 
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every Ray test on one xdist worker (`--dist loadgroup`): the cluster is one per host and
+    per session, and two of them on two cores would starve each other."""
+    for item in items:
+        if HERE in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.xdist_group("ray"))
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[RayCluster]:
@@ -41,6 +52,8 @@ def ray_cluster() -> Iterator[RayCluster]:
 @pytest.fixture
 def ray_home(orch_home, ray_cluster) -> Callable[..., OrchHome]:  # noqa: F811
     """ray_home(**ray_keys) -> an OrchHome whose config runs attempts on the module's cluster."""
+
+    ray_cluster.ensure(["w1", "w2"])
 
     def make(daemon: dict[str, Any] | None = None, **keys: Any) -> OrchHome:
         h = orch_home(**{"grace_seconds": 10, **(daemon or {})})
