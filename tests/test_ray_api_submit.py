@@ -25,6 +25,7 @@ class SlowHead:
         self.posts = 0
         self.answer_delay_s = 0.0
         self.take = True
+        self.refusal = (500, "No available agent to submit job, please try again later.")  # Ray 2.60's words
         head = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -48,7 +49,7 @@ class SlowHead:
                     )
                 if not head.take:
                     time.sleep(head.answer_delay_s)
-                    return self.answer(503, "busy")
+                    return self.answer(head.refusal[0], head.refusal[1])
                 head.jobs[sid] = {"submission_id": sid, "status": "PENDING"}
                 time.sleep(head.answer_delay_s)
                 self.answer(200, {"job_id": None, "submission_id": sid})
@@ -88,12 +89,15 @@ def test_a_submit_sent_again_with_the_same_id_finds_the_job_ray_has_and_starts_n
     assert list(head.jobs) == ["orch-u-2"] and head.posts == 2
 
 
-def test_a_head_that_took_nothing_is_unreachable_and_a_refusal_is_a_refusal(head):
+def test_a_head_that_took_nothing_or_cannot_take_it_now_is_unreachable_and_a_refusal_is_a_refusal(head):
     head.take, head.answer_delay_s = False, 1.0
     api = RayJobsApi(head.address, timeout_s=0.2, submit_timeout_s=0.3)
     with pytest.raises(RayUnreachable, match="does not answer"):
         api.submit({"submission_id": "orch-u-3", "entrypoint": "true"})
     assert head.jobs == {}
-    head.answer_delay_s = 0.0
-    with pytest.raises(RayRefused, match="HTTP 503"):
+    head.answer_delay_s = 0.0  # its job agent not up yet: sent again later, not the attempt's end
+    with pytest.raises(RayUnreachable, match="HTTP 500: No available agent"):
+        api.submit({"submission_id": "orch-u-3", "entrypoint": "true"})
+    head.refusal = (400, "runtime_env: bad pip spec")
+    with pytest.raises(RayRefused, match="HTTP 400: runtime_env: bad pip spec"):
         api.submit({"submission_id": "orch-u-3", "entrypoint": "true"})

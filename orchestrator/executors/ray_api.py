@@ -29,7 +29,8 @@ class RayUnreachable(OrchError, OSError):
 
 
 class RayRefused(OrchError, OSError):
-    """The head answered with an error about this request (a bad runtime_env, say)."""
+    """The head answered with an error about this request (HTTP 4xx: a bad runtime_env, say). An
+    HTTP 5xx is the head's own trouble (its job agent not up yet, say): RayUnreachable, retried."""
 
 
 @dataclass(frozen=True)
@@ -127,9 +128,12 @@ class RayJobsApi:
                 text = resp.read().decode("utf-8", errors="replace")
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", errors="replace").strip().splitlines()
-            raise RayRefused(
-                f"the Ray head refused {method} {path}: HTTP {exc.code}: {(detail or [''])[-1][:300]}"
-            ) from None
+            said = (detail or [""])[-1][:300]
+            if exc.code >= 500:  # the head's own trouble ("No available agent ... try again later"): not a no
+                raise RayUnreachable(
+                    f"the Ray head at {self.address} cannot answer {method} {path} now: HTTP {exc.code}: {said}"
+                ) from None
+            raise RayRefused(f"the Ray head refused {method} {path}: HTTP {exc.code}: {said}") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise RayUnreachable(f"the Ray head at {self.address} does not answer ({reason})") from None

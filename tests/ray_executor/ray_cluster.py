@@ -71,6 +71,8 @@ class RayCluster:
         self.port = free_port()
         self.dashboard_port = free_port()
         self.client_port = free_port()
+        self.agent_port, self.agent_grpc_port = free_port(), free_port()
+        self.metrics_port, self.runtime_env_port = free_port(), free_port()
         self.address = f"http://127.0.0.1:{self.dashboard_port}"
         self.head: Optional[subprocess.Popen] = None
         self.workers: dict[str, subprocess.Popen] = {}
@@ -80,12 +82,12 @@ class RayCluster:
             "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
         }
         if fast_loss_detection:
-            # A lost node is seen in ~5 s, not Ray's default ~15 s (a check a second, 5 failures
-            # in a row; each waits up to 3 s, so two busy cores do not fail a healthy node). The
-            # benchmark keeps Ray's defaults: its figures are what a user's cluster does.
+            # A lost node is seen in ~5 s, not Ray's default ~15 s (a check a second, 5 refused in
+            # a row; each still waits Ray's 10 s for a starved raylet, so a loaded host does not
+            # fail a healthy node). The benchmark keeps Ray's defaults: its figures are what a
+            # user's cluster does.
             self.env.update(
                 RAY_health_check_period_ms="1000",
-                RAY_health_check_timeout_ms="3000",
                 RAY_health_check_failure_threshold="5",
             )
         self.env.pop("RAY_ADDRESS", None)
@@ -105,14 +107,17 @@ class RayCluster:
         self.start_head()
         self.add_workers([f"w{i + 1}" for i in range(workers)])
 
-    def ensure(self, names: list[str]) -> None:
+    def ensure(self, workers: int = 2) -> None:
         """The head and the workers a test expects, started again where an earlier test stopped
         or lost them (replaced by the next test that needs them, not by the test that lost them:
         the last test of a session then pays for nothing it does not use)."""
         if self.head is None or self.head.poll() is not None:
             self.head = None
             self.start_head()
-        missing = [n for n in names if n not in self.workers or self.workers[n].poll() is not None]
+        for name in [n for n, proc in self.workers.items() if proc.poll() is not None]:
+            self._stop(self.workers.pop(name))
+        free = (f"w{i}" for i in range(1, 100) if f"w{i}" not in self.workers)
+        missing = [next(free) for _ in range(workers - len(self.workers))]
         if missing:
             self.add_workers(missing)
 
@@ -128,17 +133,31 @@ class RayCluster:
                 "--dashboard-host=127.0.0.1",
                 f"--dashboard-port={self.dashboard_port}",
                 f"--ray-client-server-port={self.client_port}",
+                # Ray's fixed default ports (52365, 8080, ...) are one per host: a second cluster on
+                # it (another test session) would leave this head without its job agent ("No
+                # available agent to submit job")
+                f"--dashboard-agent-listen-port={self.agent_port}",
+                f"--dashboard-agent-grpc-port={self.agent_grpc_port}",
+                f"--metrics-export-port={self.metrics_port}",
+                f"--runtime-env-agent-port={self.runtime_env_port}",
                 f"--temp-dir={self.base / 't'}",
             ],
             "head.log",
         )
-        self.wait(lambda: self._get("/api/version") is not None, 120, "the Ray head's dashboard")
+        self.wait(lambda: self._get("/api/version") is not None, 300, "the Ray head's dashboard")
+        # jobs are submitted through the head's agent: wait until it listens
+        self.wait(self._agent_up, 300, "the Ray head's job agent")
         # orch dispatches from the GPU figures of the autoscaler monitor: wait for its first report
         self.wait(
             lambda: ((self._get("/api/cluster_status") or {}).get("data") or {}).get("clusterStatus"),
-            120,
+            300,
             "the head's cluster status",
         )
+
+    def _agent_up(self) -> bool:
+        data = self._get("/nodes?view=summary") or {}
+        heads = [n.get("raylet") or {} for n in (data.get("data") or {}).get("summary") or []]
+        return any(r.get("isHeadNode") and (r.get("dashboardAgentListenPort") or -1) > 0 for r in heads)
 
     def add_worker(self, name: str) -> None:
         self.add_workers([name])
@@ -150,7 +169,7 @@ class RayCluster:
                 [f"--address=127.0.0.1:{self.port}", "--num-cpus=1", "--num-gpus=1", f'--resources={{"{name}": 1}}'],
                 f"{name}.log",
             )
-        self.wait(lambda: set(names) <= self.joined(), 120, f"workers {names} to join")
+        self.wait(lambda: set(names) <= self.joined(), 300, f"workers {names} to join")
 
     def joined(self) -> set[str]:
         """The names of the live GPU workers (by their custom resource)."""
@@ -171,8 +190,8 @@ class RayCluster:
         leaves the job training on as an orphan for the 10-15 s Ray takes to notice, which on one
         host can carry a short job to its end before the loss is seen."""
         proc = self.workers.pop(name)
-        raylet = self.raylet_of(proc, name)
-        for pid in [raylet, *descendants(raylet)]:
+        raylets = [pid for pid, comm in children(proc.pid) if comm == "raylet"]  # none: it died on its own
+        for pid in [*raylets, *(d for r in raylets for d in descendants(r))]:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -13,7 +13,7 @@ from orchestrator.model.states import AttemptOutcome, JobState
 
 
 def test_the_head_stopped_and_restarted_loses_nothing_and_every_attempt_is_reconciled(ray_home):
-    h = ray_home()
+    h = ray_home(workers=1)
     h.start_daemon()
     # attempt 1 holds until it is stopped; attempt 2 ends at once with exit 0
     job = submit(h, h.job_file("survivor", gpus=1, hold="never", per_attempt={"2": {"hold": ""}}))

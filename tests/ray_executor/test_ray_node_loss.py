@@ -139,7 +139,7 @@ def test_a_worker_lost_at_a_random_step_resumes_on_the_other_to_identical_weight
 
 
 def test_a_preemption_notice_stops_through_ray_with_a_checkpoint_and_loses_no_step(ray_home, bert, reference):
-    h = ray_home(daemon={"grace_seconds": 30})
+    h = ray_home(daemon={"grace_seconds": 30}, workers=1)
     cfg = (h.root / "config.toml").read_text()
     (h.root / "config.toml").write_text(
         cfg + '\n[preemption]\nsources = ["file"]\npoll_seconds = 0.5\nfile = "preempt-notice"\n'
