@@ -135,7 +135,7 @@ def main() -> None:
     why = why_unusable()
     if why:
         sys.exit(why)
-    c = RayCluster()
+    c = RayCluster(fast_loss_detection=False)  # Ray's own node health check, as on a user's cluster
     h = None
     tmp = Path(tempfile.mkdtemp(prefix="orch-ray-bench-"))
     try:

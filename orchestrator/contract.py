@@ -191,6 +191,13 @@ def attempt_ray_info(n: int) -> str:
     return f"attempt-{n}.ray.json"
 
 
+def ray_submission_id(uid: str, n: int) -> str:
+    """Attempt n's Ray job: one per attempt, named by orch's global job id and the attempt number,
+    so a retried submit, or a daemon that died before recording the handle, finds the same job
+    (the Ray executor submits it; `orch show` names it)."""
+    return f"orch-{uid}-{n}"
+
+
 def exit_record(
     code: Optional[int], signal: Optional[int], started_at: float, ended_at: float, **extra: Any
 ) -> dict[str, Any]:

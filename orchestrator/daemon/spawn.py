@@ -32,6 +32,10 @@ def dispatch(d: StepContext, now: float) -> list[int]:
     if not queue:
         return []
     free_gpus, free_cpu = free_slots(d.store.jobs([JobState.RUNNING]), d.managed, d.config.daemon.cpu_slots)
+    # A cluster whose free GPUs the executor reads (Ray): no more GPU jobs start than it has free.
+    room = d.executor.gpu_room(now)
+    if room is not None:
+        free_gpus = free_gpus[: room[0]]
     dep_states = d.store.states_of({dep for j in queue for dep in j.after_ids})
     budget_reason = total_budget_hold(d)
     started = []
@@ -61,6 +65,8 @@ def dispatch(d: StepContext, now: float) -> list[int]:
         gpu_ids = choose_slot(job, free_gpus, free_cpu)
         if gpu_ids is None:
             gpus_reserved = gpus_reserved or 0 < job.gpus <= len(d.managed)
+            if room is not None and job.gpus > 0 and job.reason != room[1]:  # `orch status` says what it waits for
+                d.store.update(job.id, now, only_if_state=[JobState.QUEUED], reason=room[1])
             continue
         observed = d.prestart.take(job)
         if observed is None:

@@ -65,6 +65,16 @@ def apply_cancels(d: StepContext, now: float) -> None:
                 d.store.update(job.id, now, only_if_state=[JobState.RUNNING], intent=Intent.CANCEL.value)
 
 
+def apply_node_notices(d: StepContext, now: float) -> None:
+    """A notice the executor heard for one attempt's machine (a Ray node draining): that attempt
+    is stopped as for a preemption notice (SIGTERM, its checkpoint, requeued, not charged)."""
+    for job in d.store.jobs([JobState.RUNNING]):
+        if job.intent is Intent.NONE:
+            why = d.executor.notice(job)
+            if why:
+                signal_job(d, job, Intent.PREEMPT, now, why)
+
+
 def check_budgets(d: StepContext, now: float) -> None:
     total_reason = total_budget_reason(d)
     for job in d.store.jobs([JobState.RUNNING]):

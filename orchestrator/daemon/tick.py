@@ -110,6 +110,7 @@ class Daemon:
             ("health", self.watch_health),
             ("deadlines", self.watch_deadlines),
             ("cancels", self.apply_cancels),
+            ("node notices", self.apply_node_notices),
             ("budgets", self.check_budgets),
             ("escalate", self.escalate),
             ("sweeps", self.run_sweeps),
@@ -147,6 +148,10 @@ class Daemon:
 
         for job in watch_deadlines(self, now):
             self.on_event(EventKind.DEADLINE_AT_RISK.value, job)
+
+    def apply_node_notices(self, now: float) -> None:
+        """An attempt whose machine the executor says is going away (a Ray node draining)."""
+        stop_requests.apply_node_notices(self, now)
 
     def check_budgets(self, now: float) -> None:
         stop_requests.check_budgets(self, now)

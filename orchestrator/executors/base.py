@@ -68,3 +68,12 @@ class Executor(Protocol):
 
     def billable(self, job: Job) -> bool:
         """Whether a running attempt costs money now (a job pending in a cluster queue does not)."""
+
+    def notice(self, job: Job) -> Optional[str]:
+        """Why the attempt's machine is going away, heard by the executor (a Ray node draining for
+        a spot preemption): the daemon stops it as for a preemption notice. None: no notice."""
+
+    def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
+        """How many GPUs new attempts may take now, and the words for a GPU job that waits: a
+        cluster whose free GPUs the executor can read (Ray), so jobs wait in orch's queue rather
+        than in the cluster's. None where the daemon's own GPU slots decide (local, Slurm)."""

@@ -90,3 +90,9 @@ class ExecutorsByKind:
 
     def billable(self, job: Job) -> bool:
         return self.for_job(job).billable(job)
+
+    def notice(self, job: Job) -> Optional[str]:
+        return self.for_job(job).notice(job)
+
+    def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
+        return self.configured.gpu_room(now)  # new attempts start with the configured executor

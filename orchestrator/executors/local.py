@@ -280,5 +280,11 @@ class LocalExecutor:
     def billable(self, job: Job) -> bool:
         return True  # a local attempt holds its share of the machine from its start
 
+    def notice(self, job: Job) -> Optional[str]:
+        return None  # this machine's notices are the daemon's own ([preemption])
+
+    def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
+        return None  # this machine's GPUs are the daemon's own slots
+
     def _pid_file(self, job: Job) -> dict[str, Any]:
         return (read_json(self.home.run_dir(job.id) / attempt_pid(job.attempt)) if job.attempt else None) or {}

@@ -29,7 +29,8 @@ class RayUnreachable(OrchError, OSError):
 
 
 class RayRefused(OrchError, OSError):
-    """The head answered with an error about this request (a bad runtime_env, say)."""
+    """The head answered with an error about this request (HTTP 4xx: a bad runtime_env, say). An
+    HTTP 5xx is the head's own trouble (its job agent not up yet, say): RayUnreachable, retried."""
 
 
 @dataclass(frozen=True)
@@ -76,32 +77,63 @@ class RayJob:
         )
 
 
+# GcsNodeInfo.state_snapshot.state: what the node's raylet last reported (IDLE, ACTIVE, DRAINING).
+# DRAINING: Ray was asked to drain it (its autoscaler for a spot preemption or an idle node, or
+# `ray drain-node`); it takes no new work and goes away when what runs on it ends, or at the
+# drain's deadline.
+DRAINING = "DRAINING"
+
+
 @dataclass(frozen=True)
 class RayNode:
     node_id: str
     address: str
     alive: bool
     gpus: float
+    draining: bool = False
+
+    @classmethod
+    def from_summary(cls, entry: dict[str, Any]) -> "RayNode":
+        """One node of the dashboard's `/nodes?view=summary` (its `raylet` part)."""
+        raylet = entry.get("raylet") or {}
+        return cls(
+            node_id=str(raylet.get("nodeId") or ""),
+            address=str(raylet.get("nodeManagerAddress") or entry.get("ip") or ""),
+            alive=raylet.get("state") == "ALIVE",
+            gpus=float((raylet.get("resourcesTotal") or {}).get("GPU") or 0),
+            draining=raylet.get("state") == "ALIVE" and (raylet.get("stateSnapshot") or {}).get("state") == DRAINING,
+        )
+
+
+# A submit waits longer than a look: under load the head takes many seconds to create the job's
+# supervisor actor before it answers, and a submit given up on early may still have been taken.
+SUBMIT_TIMEOUT_S = 60.0
 
 
 class RayJobsApi:
-    def __init__(self, address: str, timeout_s: float = 10.0):
+    def __init__(self, address: str, timeout_s: float = 10.0, submit_timeout_s: float = SUBMIT_TIMEOUT_S):
         self.address = address.rstrip("/")
         self.timeout_s = timeout_s
+        self.submit_timeout_s = max(submit_timeout_s, timeout_s)
 
-    def _call(self, method: str, path: str, body: Optional[dict[str, Any]] = None) -> Any:
+    def _call(
+        self, method: str, path: str, body: Optional[dict[str, Any]] = None, timeout_s: Optional[float] = None
+    ) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(
             self.address + path, data=data, method=method, headers={"Content-Type": "application/json"}
         )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
                 text = resp.read().decode("utf-8", errors="replace")
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", errors="replace").strip().splitlines()
-            raise RayRefused(
-                f"the Ray head refused {method} {path}: HTTP {exc.code}: {(detail or [''])[-1][:300]}"
-            ) from None
+            said = (detail or [""])[-1][:300]
+            if exc.code >= 500:  # the head's own trouble ("No available agent ... try again later"): not a no
+                raise RayUnreachable(
+                    f"the Ray head at {self.address} cannot answer {method} {path} now: HTTP {exc.code}: {said}"
+                ) from None
+            raise RayRefused(f"the Ray head refused {method} {path}: HTTP {exc.code}: {said}") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise RayUnreachable(f"the Ray head at {self.address} does not answer ({reason})") from None
@@ -111,15 +143,26 @@ class RayJobsApi:
             raise RayUnreachable(f"{self.address} answered {path} with something that is not Ray's JSON") from None
 
     def submit(self, body: dict[str, Any]) -> str:
-        """POST a job; returns its submission id. A submission id Ray already knows (a retried
-        submit whose first answer was lost) is that same job, never a second one."""
+        """POST a job; returns its submission id. Idempotent by the submission id: a job Ray
+        already has under it (a retried submit whose first answer was lost, or came too late) is
+        that same job, adopted, never a second one. RayUnreachable only when Ray does not have it
+        (or cannot say): the caller sends the same body again later."""
+        sid = str(body["submission_id"])
         try:
-            answer = self._call("POST", "/api/jobs/", body)
+            answer = self._call("POST", "/api/jobs/", body, timeout_s=self.submit_timeout_s)
         except RayRefused as exc:
-            if "already exists" in str(exc) and self.job(body["submission_id"]) is not None:
-                return str(body["submission_id"])
+            if "already exists" in str(exc) and self.job(sid) is not None:
+                return sid
             raise
-        return str((answer or {}).get("submission_id") or body["submission_id"])
+        except RayUnreachable:
+            # No answer in time: the head may have taken it all the same. Look before saying no.
+            try:
+                if self.job(sid) is not None:
+                    return sid
+            except OSError:
+                pass
+            raise
+        return str((answer or {}).get("submission_id") or sid)
 
     def jobs(self) -> dict[str, RayJob]:
         """Every job the cluster knows, by submission id: one request per poll for all attempts."""
@@ -138,18 +181,21 @@ class RayJobsApi:
         answer = self._call("POST", f"/api/jobs/{submission_id}/stop")
         return bool((answer or {}).get("stopped"))
 
+    def gpu_usage(self) -> Optional[tuple[float, float]]:
+        """(GPUs in use, GPUs in all) over the cluster's live nodes, as Ray's autoscaler monitor last
+        reported them (`ray status`'s figures, refreshed every few seconds); None before its first
+        report (a head just started)."""
+        answer = self._call("GET", "/api/cluster_status") or {}
+        report = ((answer.get("data") or {}).get("clusterStatus") or {}).get("loadMetricsReport")
+        if not isinstance(report, dict):
+            return None
+        gpu = (report.get("usage") or {}).get("GPU") or [0.0, 0.0]
+        try:
+            return float(gpu[0]), float(gpu[1])
+        except (TypeError, ValueError, IndexError):
+            return None
+
     def nodes(self) -> list[RayNode]:
         """The cluster's nodes with their GPUs (the dashboard's node summary)."""
         answer = self._call("GET", "/nodes?view=summary") or {}
-        out = []
-        for n in (answer.get("data") or {}).get("summary") or []:
-            raylet = n.get("raylet") or {}
-            out.append(
-                RayNode(
-                    node_id=str(raylet.get("nodeId") or ""),
-                    address=str(raylet.get("nodeManagerAddress") or n.get("ip") or ""),
-                    alive=raylet.get("state") == "ALIVE",
-                    gpus=float((raylet.get("resourcesTotal") or {}).get("GPU") or 0),
-                )
-            )
-        return out
+        return [RayNode.from_summary(n) for n in (answer.get("data") or {}).get("summary") or [] if isinstance(n, dict)]

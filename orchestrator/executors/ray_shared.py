@@ -24,7 +24,7 @@ PROBE_TIMEOUT_S = 90.0
 
 def check_shared_with_ray(home: Home, ray: "RaySection", *, python: str = sys.executable) -> tuple[bool, str]:
     """(ok, what was found). Never raises: every failure is the text of the finding."""
-    api = RayJobsApi(ray.address, ray.timeout_seconds)
+    api = RayJobsApi(ray.address, ray.timeout_seconds, ray.submit_timeout_seconds)
     token = secrets.token_hex(8)
     here = home.runs / f".doctor-{token}"
     there = home.runs / f".doctor-{token}.seen"

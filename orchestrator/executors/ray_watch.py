@@ -21,11 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
-from ..contract import attempt_exit, attempt_log, attempt_ray_info, exit_record, read_json
+from ..contract import (
+    attempt_exit,
+    attempt_log,
+    attempt_ray_info,
+    exit_record,
+    ray_submission_id,
+    read_json,
+    write_exit_record,
+    write_json_atomic,
+)
 from ..home.paths import Home
 from ..model.records import Job
 from ..model.states import JobState
-from .ray_api import PENDING, RUNNING, STOPPED, RayJob, RayJobsApi, RayUnreachable
+from .ray_api import PENDING, RUNNING, STOPPED, RayJob, RayJobsApi, RayNode, RayRefused, RayUnreachable
 
 if TYPE_CHECKING:
     from ..spec.ray_section import RaySection
@@ -42,23 +51,44 @@ class Tracked:
     ended_seen_at: Optional[float] = None  # the first poll that saw it ended (or gone)
     exit_record: Optional[dict[str, Any]] = None
     gone: bool = False  # the head answered and does not know it
+    node_recorded: bool = False  # its Ray node id is in attempt-<n>.ray.json
+    gpus: int = 0  # what it asked of Ray
+
+    @property
+    def holds_gpus(self) -> bool:
+        """Submitted (or waiting to be) and not ended: its GPUs are taken, or about to be."""
+        return not self.gone and not (self.answer is not None and self.answer.ended) and self.exit_record is None
 
 
-def submission_id(uid: str, attempt: int) -> str:
-    """One Ray job per attempt, named by orch's global job id and the attempt number: a retried
-    submit, or a daemon that died before recording the handle, finds the same Ray job."""
-    return f"orch-{uid}-{attempt}"
+submission_id = ray_submission_id  # one Ray job per attempt (contract.py has the one rule)
+
+
+def drain_notices(running: Mapping[str, RayJob], nodes: Sequence[RayNode]) -> dict[str, str]:
+    """submission id -> the notice, for each running job whose node Ray marks draining."""
+    draining = {n.node_id: n for n in nodes if n.draining}
+    return {
+        sid: (
+            f"its Ray node {a.driver_node_id[:8]} ({draining[a.driver_node_id].address}) is draining "
+            "(a preemption notice): checkpoint now, resume on another node"
+        )
+        for sid, a in running.items()
+        if a.driver_node_id in draining
+    }
 
 
 class RayWatch:
     def __init__(self, home: Home, ray: "RaySection", api: Optional[RayJobsApi] = None):
         self.home, self.cfg = home, ray
-        self.api = api or RayJobsApi(ray.address, ray.timeout_seconds)
+        self.api = api or RayJobsApi(ray.address, ray.timeout_seconds, ray.submit_timeout_seconds)
         self.jobs: dict[str, Tracked] = {}
         self.polled_at = 0.0
         self.unreachable_since: Optional[float] = None
         self.unreachable_why = ""
         self.unsubmitted: dict[str, dict[str, Any]] = {}  # submission id -> the body to send again
+        self.notices: dict[str, str] = {}  # submission id -> why its node is going away (a drain)
+        self.usage: Optional[tuple[float, float]] = None  # (GPUs in use, GPUs in all), Ray's last word
+        self.usage_polled_at = 0.0
+        self.usage_why = ""  # why the usage is not known
         self._store: Any = None
 
     @staticmethod
@@ -77,6 +107,8 @@ class RayWatch:
         if now - self.polled_at >= self.cfg.poll_seconds or any(s not in self.jobs for s in tracked):
             self.polled_at = now
             self._poll(tracked, now)
+        for sid, job in tracked.items():
+            self.jobs.setdefault(sid, Tracked()).gpus = job.gpus
         self._read_exits(tracked)
         self._publish(tracked, now)
 
@@ -106,11 +138,38 @@ class RayWatch:
                 t.gone = True
             if (t.gone or (t.answer is not None and t.answer.ended)) and t.ended_seen_at is None:
                 t.ended_seen_at = now
+        self._read_drains(answers)
+
+    def _read_drains(self, answers: Mapping[str, RayJob]) -> None:
+        """Which running attempts' nodes Ray is draining: one look at the nodes, only while some
+        attempt runs. Cannot tell: the last answer stands (never a notice from silence)."""
+        running = {sid: a for sid, a in answers.items() if sid in self.jobs and a.status == RUNNING}
+        if not running:
+            self.notices = {}
+            return
+        try:
+            nodes = self.api.nodes()
+        except OSError as exc:
+            log.debug("cannot read the Ray nodes' drain state: %s", exc)
+            return
+        self.notices = drain_notices(running, nodes)
 
     def _submit_waiting(self, tracked: Mapping[str, Job]) -> None:
+        """The submits the head did not take yet, sent again with the same submission id (Ray
+        never runs one twice: a job it has under that id is adopted, ray_api.submit)."""
         for sid in [s for s in self.unsubmitted if s in tracked]:
-            self.api.submit(self.unsubmitted[sid])  # RayUnreachable: still waiting
-            log.info("job %s: the Ray head answers: attempt submitted as %s", tracked[sid].id, sid)
+            job = tracked[sid]
+            try:
+                self.api.submit(self.unsubmitted[sid])  # RayUnreachable: still waiting
+            except RayRefused as exc:  # it answers, and says no: the attempt ends with why (exit 127)
+                del self.unsubmitted[sid]
+                run_dir = self.home.run_dir(job.id)
+                with open(run_dir / attempt_log(job.attempt), "a", encoding="utf-8") as f:
+                    f.write(f"[orch] attempt {job.attempt} on Ray: Ray refused the job: {exc}\n")
+                now = time.time()
+                write_exit_record(run_dir, job.attempt, 127, None, now, now, ray_status="NOT SUBMITTED")
+                continue
+            log.info("job %s: the Ray head answers: attempt submitted as %s", job.id, sid)
             del self.unsubmitted[sid]
 
     def _read_exits(self, tracked: Mapping[str, Job]) -> None:
@@ -167,6 +226,33 @@ class RayWatch:
         log.warning("job %s: %s without an exit record; reading it as code %s signal %s", job.id, why, code, sig)
         return exit_record(code, sig, a.start_time or now, a.end_time or now, ray_status=a.status)
 
+    def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
+        """The cluster's free GPUs for new attempts: what Ray reports free, less what orch's own
+        attempts hold or are about to (submitted, or waiting to be, and not yet in Ray's figures),
+        so a job waits in orch's queue (visible, cancellable) instead of as a PENDING Ray job.
+        "Cannot tell" (the head does not answer) is no room. With the autoscaler the cluster grows
+        on demand: no limit here ([ray] max_gpus still caps what orch submits)."""
+        if self.cfg.autoscaler:
+            return None
+        if self.usage is None or now - self.usage_polled_at >= self.cfg.poll_seconds:
+            self.usage_polled_at = now
+            try:
+                self.usage, self.usage_why = self.api.gpu_usage(), ""
+            except OSError as exc:
+                self.usage, self.usage_why = None, str(exc)
+        if self.usage is None:
+            why = self.usage_why or f"the Ray head at {self.cfg.address} has not reported its GPUs yet"
+            return 0, f"waiting for the Ray head: {why}"
+        used, total = self.usage
+        ours = sum(t.gpus for t in self.jobs.values() if t.holds_gpus)
+        busy = max(used, float(ours))
+        free = max(0, int(total - busy))
+        return free, f"waiting for a free GPU on the Ray cluster ({busy:g} of {total:g} in use)"
+
+    def notice(self, job: Job) -> Optional[str]:
+        """Why the attempt must checkpoint now: its node is draining (a spot preemption)."""
+        return self.notices.get(self.sid(job) or "")
+
     def billable(self, job: Job) -> bool:
         """Charged while Ray runs it (its GPUs are held): pending costs nothing."""
         t = self.jobs.get(self.sid(job) or "")
@@ -201,6 +287,7 @@ class RayWatch:
     def _publish(self, tracked: Mapping[str, Job], now: float) -> None:
         """What Ray said, into the job row's executor_ref when it changed."""
         for sid, job in tracked.items():
+            self._record_node(job, self.jobs[sid])
             text = self._describe(job, sid, self.jobs[sid])
             ref = dict(job.executor_ref or {})
             if not ref or text == ref.get("where"):
@@ -213,6 +300,24 @@ class RayWatch:
                 self.store().update(job.id, now, only_if_state=[JobState.RUNNING], executor_ref=ref)
             except Exception as exc:  # the status line is a nicety; never let it stop the tick
                 log.warning("job %s: could not record the Ray state: %s", job.id, exc)
+
+    def _record_node(self, job: Job, t: Tracked) -> None:
+        """The Ray node id into attempt-<n>.ray.json, once: the step on the node cannot learn it
+        without importing ray, and `orch show` names each attempt's node after it ended."""
+        node = t.answer.driver_node_id if t.answer is not None else ""
+        if not node or t.node_recorded:
+            return
+        path = self.home.run_dir(job.id) / attempt_ray_info(job.attempt)
+        info = read_json(path)
+        if info is None:
+            return  # the step has not started yet: the next poll looks again
+        if info.get("node_id") != node:
+            try:
+                write_json_atomic(path, {**info, "node_id": node})
+            except OSError as exc:
+                log.warning("job %s: could not record its Ray node in %s: %s", job.id, path, exc)
+                return
+        t.node_recorded = True
 
     def store(self) -> Any:
         if self._store is None:

@@ -71,6 +71,12 @@ class SlurmExecutor(SlurmWatch):
 
     # -- capacity and cost (optional Executor capabilities the tick asks for) -------------------
 
+    def notice(self, job: Job) -> Optional[str]:
+        return None
+
+    def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
+        return None  # Slurm queues what does not fit ([slurm] max_gpus caps what orch submits)
+
     def billable(self, job: Job) -> bool:
         """Charged only while Slurm runs it: pending costs nothing."""
         t = self.cache.jobs.get(self.slurm_id(job) or "")

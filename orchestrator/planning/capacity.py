@@ -15,7 +15,7 @@ def gpu_slots(config: Any) -> list[int]:
     else nvidia-smi)."""
     if config.executor.kind == "slurm":
         return list(range(config.slurm.max_gpus))
-    if config.executor.kind == "ray":  # Ray places them on its nodes; what does not fit waits in Ray
+    if config.executor.kind == "ray":  # Ray places them; the daemon also waits for the cluster's free GPUs
         return list(range(config.ray.max_gpus))
     return machine_gpus(config)
 

@@ -23,7 +23,12 @@ class RaySection(TomlTable):
     runtime_env: dict[str, Any] = {}  # passed to every Ray job as it is (env_vars merged under orch's own)
     poll_seconds: float = Field(default=2.0, gt=0)  # one list of the cluster's jobs per this many seconds
     timeout_seconds: float = Field(default=10.0, gt=0)  # one HTTP request to the head
-    max_gpus: int = Field(default=64, ge=0)  # GPUs orch keeps submitted at once; Ray queues what does not fit
+    # one submit: under load the head answers late, and a submit given up on may have been taken
+    # (the same submission id is sent again, and a job Ray already has under it adopted)
+    submit_timeout_seconds: float = Field(default=60.0, gt=0)
+    # the most GPUs orch keeps submitted at once (and, without the autoscaler, no more than the
+    # cluster has free: the rest wait in orch's queue)
+    max_gpus: int = Field(default=64, ge=0)
     # true: the cluster grows on demand (Ray's autoscaler), so a job no node can hold yet waits for one;
     # false: such a job fails at its start with the reason, instead of waiting for a node that never comes
     autoscaler: bool = False

@@ -17,6 +17,7 @@ from ..home.paths import Home
 from ..model.records import Attempt, Job
 from ..model.states import JobState
 from ..store import Store
+from .ray_where import ray_attempt, ray_now
 
 
 def read_progress(run_dir: Path) -> Optional[dict[str, Any]]:
@@ -80,6 +81,8 @@ def status_row(
         "priority": job.priority,
         "reason": reason,
         "where": where,
+        # a Ray attempt's submission id, Ray's state and node (views/ray_where.py); absent otherwise
+        **({"ray": ray} if (ray := ray_now(job)) else {}),
         "submitted_at": job.submitted_at,
         # the spec is parsed only when its text names a deadline (`orch status` over 10,000 jobs parses none)
         **({"deadline": job.spec.get("deadline")} if job.state.is_active and '"deadline"' in job.spec_json else {}),
@@ -161,6 +164,8 @@ def show_data(
                     "outcome": a.outcome,
                     "resumed_from_step": a.resumed_from_step,
                     "step_reached": a.step_reached,
+                    # Ray's submission id and node of a Ray attempt (views/ray_where.py)
+                    **({"ray": ray} if (ray := ray_attempt(job, run_dir, a.n)) else {}),
                 }
                 for a in attempts
             ],

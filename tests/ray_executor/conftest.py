@@ -22,6 +22,28 @@ from ray_cluster import RayCluster, why_unusable
 
 pytestmark = pytest.mark.slow
 
+HERE = Path(__file__).parent
+
+
+# The tests that take nodes away run last, the most destructive last of all: each test gets the
+# nodes it needs (RayCluster.ensure), but in this order no node is ever started twice.
+LAST = ("test_a_preemption_notice", "test_a_worker_lost", "test_the_head_stopped")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every Ray test on one xdist worker (`--dist loadgroup`): the cluster is one per host and
+    per session, and two of them on two cores would starve each other."""
+    ours = [i for i, item in enumerate(items) if HERE in Path(str(item.path)).parents]
+    for i in ours:
+        items[i].add_marker(pytest.mark.xdist_group("ray"))
+        items[i].add_marker(pytest.mark.slow)
+
+    def rank(item: pytest.Item) -> int:
+        return next((n + 1 for n, prefix in enumerate(LAST) if item.name.startswith(prefix)), 0)
+
+    for i, item in zip(ours, sorted((items[i] for i in ours), key=rank)):
+        items[i] = item
+
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[RayCluster]:
@@ -42,7 +64,8 @@ def ray_cluster() -> Iterator[RayCluster]:
 def ray_home(orch_home, ray_cluster) -> Callable[..., OrchHome]:  # noqa: F811
     """ray_home(**ray_keys) -> an OrchHome whose config runs attempts on the module's cluster."""
 
-    def make(daemon: dict[str, Any] | None = None, **keys: Any) -> OrchHome:
+    def make(daemon: dict[str, Any] | None = None, workers: int = 2, **keys: Any) -> OrchHome:
+        ray_cluster.ensure(workers)  # nodes an earlier test took away, started again
         h = orch_home(**{"grace_seconds": 10, **(daemon or {})})
         settings = {"address": ray_cluster.address, "poll_seconds": 0.5, **keys}
         text = (h.root / "config.toml").read_text()

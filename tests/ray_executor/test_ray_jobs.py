@@ -20,7 +20,7 @@ from orchestrator.model.states import AttemptOutcome, JobState
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_two_one_gpu_jobs_run_at_once_on_the_two_workers_and_a_third_waits_for_a_gpu(ray_home):
+def test_two_one_gpu_jobs_run_at_once_on_the_two_workers_and_a_third_waits_in_orchs_queue_for_a_free_gpu(ray_home):
     h = ray_home()
     with open(h.root / "config.toml", "a") as f:
         f.write('\n[pricing]\ncurrency = "USD"\ngpu_hour = 3600.0\n')  # one dollar a GPU-second
@@ -31,15 +31,25 @@ def test_two_one_gpu_jobs_run_at_once_on_the_two_workers_and_a_third_waits_for_a
     assert {r["env"]["ORCH_ATTEMPT"] for r in started} == {"1"}
     refs = [wait_ray_state(h, j, "RUNNING") for j in jobs[:2]]
     assert refs[0]["node_id"] != refs[1]["node_id"], refs  # one on each worker
-    pending = wait_ray_state(h, jobs[2], "PENDING")
-    assert "waiting for 1 GPU" in pending["where"], pending
+    # The cluster's 2 GPUs are taken: the third waits in orch's queue, never submitted to Ray.
+    full = "waiting for a free GPU on the Ray cluster (2 of 2 in use)"
+    wait_for(lambda: h.job(jobs[2]).reason == full, 30, what=lambda: f"c to wait for a GPU: {h.job(jobs[2])}")
+    assert h.state(jobs[2]) is JobState.QUEUED and h.job(jobs[2]).attempt == 0
+    assert h.ray._get(f"/api/jobs/orch-{h.job(jobs[2]).uid}-1") is None  # Ray never heard of it
     assert h.records("c", "start") == []
     shown = h.cli("status")
-    assert "waiting for 1 GPU" in shown.stdout and "RUNNING on node" in shown.stdout, shown.stdout
+    assert full in shown.stdout and "RUNNING on node" in shown.stdout, shown.stdout
+    rows = {r["id"]: r for r in h.cli_json("status")}
+    for j, ref in zip(jobs[:2], refs):  # `orch status --json` names the submission id and the node
+        assert rows[j]["ray"] == {"submission_id": ref["submission_id"], "state": "RUNNING", "node_id": ref["node_id"]}
     h.release("go")
     for j in jobs:
         done = h.wait_state(j, JobState.SUCCEEDED, timeout=120)
         assert done.executor == "ray" and done.attempt == 1
+    for j, ref in zip(jobs[:2], refs):  # after it ended, `orch show` still names its Ray job and node
+        ray = h.cli_json("show", str(j))["attempts"][0]["ray"]
+        assert ray["submission_id"] == ref["submission_id"] and ray["node_id"] == ref["node_id"], (ray, ref)
+        assert f"Ray {ref['submission_id']} on node {ref['node_id'][:8]}" in h.cli("show", str(j)).stdout
     log = (h.run_dir(jobs[0]) / "attempt-1.log").read_text()
     assert "a#1 says hello on stdout" in log and "a#1 says hello on stderr" in log, log  # written on the node
     assert h.exit_record(jobs[0], 1)["code"] == 0
@@ -52,7 +62,7 @@ def test_two_one_gpu_jobs_run_at_once_on_the_two_workers_and_a_third_waits_for_a
 
 
 def test_cancel_stops_a_running_job_with_sigterm_and_a_pending_one_before_it_runs(ray_home):
-    h = ray_home()
+    h = ray_home(autoscaler=True)  # the cluster "grows on demand": the third is submitted, PENDING in Ray
     h.start_daemon()
     running = [submit(h, h.job_file(name, gpus=1, hold="never", on_term=75)) for name in ("r1", "r2")]
     pending = submit(h, h.job_file("p", gpus=1, hold="never"))
@@ -88,6 +98,19 @@ def test_an_unreachable_head_is_said_in_status_and_nothing_is_lost(ray_home):
         s.bind(("127.0.0.1", 0))
         nobody = s.getsockname()[1]  # closed at once: nothing listens there
     h = ray_home(address=f"http://127.0.0.1:{nobody}")
+    h.start_daemon()
+    job = submit(h, h.job_file("lonely", gpus=1))
+    # It cannot tell whether a GPU is free: the job waits in orch's queue, and says why.
+    wait_for(lambda: "waiting for the Ray head" in h.job(job).reason, 30, what=lambda: str(h.job(job)))
+    shown = h.cli("status")
+    assert "does not answer" in shown.stdout and f"127.0.0.1:{nobody}" in shown.stdout, shown.stdout
+    assert h.state(job) is JobState.QUEUED and h.job(job).attempt == 0
+    assert h.cli("cancel", str(job)).returncode == 0
+    h.wait_state(job, JobState.CANCELLED, timeout=30)
+    assert h.store.attempts(job) == []
+    # With the autoscaler (no free-GPU count to wait for) the attempt starts and its submit
+    # waits in the daemon until the head answers.
+    h = ray_home(address=f"http://127.0.0.1:{nobody}", autoscaler=True)
     h.start_daemon()
     job = submit(h, h.job_file("lonely", gpus=1))
     wait_for(lambda: ray_state(h, job) == "UNSUBMITTED", 30, what=lambda: str(h.job(job).executor_ref))

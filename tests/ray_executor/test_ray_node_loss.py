@@ -41,7 +41,7 @@ def bert(tmp_path_factory) -> dict[str, Path]:
         vocab_size=300,
         max_positions=64,
     )
-    train = write_jsonl(folder / "train.jsonl", sentiment_rows(1600, seed=11))  # 100 steps an epoch
+    train = write_jsonl(folder / "train.jsonl", sentiment_rows(640, seed=11))  # 40 steps an epoch
     return {"model": model, "train": train}
 
 
@@ -53,14 +53,14 @@ def spec_dict(bert: dict[str, Path], name: str) -> dict[str, Any]:
         "model": {"name_or_path": str(bert["model"]), "num_labels": 2},
         "data": {"train": str(bert["train"]), "max_length": 32, "num_workers": 0},
         "train": {"max_epochs": 1, "batch_size": 16, "precision": "32", "learning_rate": 1e-3, "seed": 7},
-        "checkpoint": {"every_n_steps": 10, "keep": 2},
+        "checkpoint": {"every_n_steps": 5, "keep": 2},
         "env": {
             "OMP_NUM_THREADS": "1",
             # the workers' GPUs are Ray's fake ones: without this the runner refuses (exit 78)
             # to train a gpus = 1 job on the CPU
             "ORCH_GPUS_ON_CPU": "1",
             "ORCH_PROGRESS_EVERY_S": "0.3",
-            "ORCH_FAULT_SLOW_STEP_S": "0.3",  # a window to act in (a sleep: the weights do not change)
+            "ORCH_FAULT_SLOW_STEP_S": "0.2",  # a window to act in (a sleep: the weights do not change)
             "HF_HUB_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
         },
@@ -123,18 +123,15 @@ def test_a_worker_lost_at_a_random_step_resumes_on_the_other_to_identical_weight
     h.start_daemon()
     job = submit_builtin(h, spec_dict(bert, "bert-node-loss"))
     ref = wait_ray_state(h, job, "RUNNING", timeout=120)
-    at = random.Random().randint(12, 60)
+    at = random.Random().randint(8, 28)
     wait_for(lambda: step(h, job) >= at, 240, what=lambda: f"step {at} (at {step(h, job)}); {h.diagnostics(job)}")
     worker = wait_for(lambda: h.ray.node_of(ref["node_id"]), 10, what="the worker the job runs on")
-    try:
-        h.ray.lose_worker(worker)
-        done = h.wait_state(job, JobState.SUCCEEDED, timeout=300)
-    finally:
-        h.ray.add_worker(worker)  # the cluster as the other tests expect it
+    h.ray.lose_worker(worker)  # the next test that needs two workers starts it again
+    done = h.wait_state(job, JobState.SUCCEEDED, timeout=300)
     attempts = h.store.attempts(job)
     assert [a.outcome for a in attempts] == [AttemptOutcome.LOST, AttemptOutcome.SUCCEEDED], attempts
     assert done.failures == 0  # not charged to retries
-    assert attempts[1].resumed_from_step is not None and 10 <= attempts[1].resumed_from_step < 100, attempts
+    assert attempts[1].resumed_from_step is not None and 5 <= attempts[1].resumed_from_step < 40, attempts
     second = read_json(h.run_dir(job) / "attempt-2.exit") or {}
     assert second.get("code") == 0 and h.exit_record(job, 1) is None  # the lost step wrote no exit
     assert_same_weights(h.run_dir(job), reference())
@@ -142,14 +139,14 @@ def test_a_worker_lost_at_a_random_step_resumes_on_the_other_to_identical_weight
 
 
 def test_a_preemption_notice_stops_through_ray_with_a_checkpoint_and_loses_no_step(ray_home, bert, reference):
-    h = ray_home(daemon={"grace_seconds": 30})
+    h = ray_home(daemon={"grace_seconds": 30}, workers=1)
     cfg = (h.root / "config.toml").read_text()
     (h.root / "config.toml").write_text(
         cfg + '\n[preemption]\nsources = ["file"]\npoll_seconds = 0.5\nfile = "preempt-notice"\n'
     )
     h.start_daemon()
     job = submit_builtin(h, spec_dict(bert, "bert-notice"))
-    at = random.Random().randint(12, 60)
+    at = random.Random().randint(8, 28)
     wait_for(lambda: step(h, job) >= at, 240, what=lambda: f"step {at} (at {step(h, job)}); {h.diagnostics(job)}")
     notice = h.root / "preempt-notice"
     notice.touch()

@@ -170,14 +170,16 @@
     const events = h("table", { id: "events" }, h("thead", {}, h("tr", {}, h("th", { text: "when" }), h("th", { text: "event" }), h("th", { text: "detail" }))),
       h("tbody", {}, ...d.events.slice().reverse().map((e) => h("tr", { class: `ev-${e.kind}`, "data-kind": e.kind },
         h("td", { text: when(e.at) }), h("td", { class: "event-kind", text: e.kind }), h("td", {}, h("pre", { class: "reason", text: e.detail }))))));
-    const attempts = h("table", { id: "attempts" }, h("thead", {}, h("tr", {}, ...["#", "started", "ran", "resumed from", "reached", "outcome", "exit"].map((t) => h("th", { text: t })))),
+    const attempts = h("table", { id: "attempts" }, h("thead", {}, h("tr", {}, ...["#", "started", "ran", "resumed from", "reached", "outcome", "exit", "where"].map((t) => h("th", { text: t })))),
       h("tbody", {}, ...d.attempts.map((a) => h("tr", { "data-outcome": a.outcome },
         h("td", { text: String(a.n) }), h("td", { text: when(a.started_at) }),
         h("td", { text: a.ended_at ? dur(a.ended_at - a.started_at) : "running" }),
         h("td", { text: a.resumed_from_step === null ? "—" : String(a.resumed_from_step) }),
         h("td", { text: a.step_reached === null ? "—" : String(a.step_reached) }),
         h("td", { text: a.outcome || "running" }),
-        h("td", { text: a.signal ? `signal ${a.signal}` : a.exit_code === null ? "—" : String(a.exit_code) })))));
+        h("td", { text: a.signal ? `signal ${a.signal}` : a.exit_code === null ? "—" : String(a.exit_code) }),
+        // a Ray attempt: its submission id and node (views/ray_where.py)
+        h("td", { class: "where", text: a.ray ? `Ray ${a.ray.submission_id}${a.ray.node_id ? " on node " + a.ray.node_id.slice(0, 8) : ""}${a.ray.host ? " (" + a.ray.host + ")" : ""}` : "—" })))));
     const ckpts = h("table", { id: "checkpoints" }, h("thead", {}, h("tr", {}, h("th", { text: "checkpoint" }), h("th", { class: "num", text: "step" }), h("th", { class: "num", text: "MB" }))),
       h("tbody", {}, ...d.checkpoints.map((c) => h("tr", {}, h("td", { text: c.path.split("/").pop() }),
         h("td", { class: "num", text: c.step === null ? "—" : String(c.step) }), h("td", { class: "num", text: (c.bytes / 1e6).toFixed(1) })))));
