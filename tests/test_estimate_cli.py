@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -137,7 +138,12 @@ def test_a_command_job_is_estimated_from_its_names_history_or_not_at_all(cli, wr
 
 def test_estimate_of_a_job_asking_for_more_gpus_than_here_is_refused_before_any_probe(orch, builtin_job, tmp_path):
     # It used to run a minute-long probe on the CPU, then say "starts: never on this machine".
+    # and before the pre-flight (seconds of a subprocess): its rows have no 'text', which the
+    # pre-flight would report first
     body = builtin_job.read_text().replace("gpus = 0", "gpus = 64")
+    (tmp_path / "rows.jsonl").write_text('{"txt": "good", "label": 1}\n')
+    body = re.sub(r'train = "[^"]*"', f'train = "{tmp_path / "rows.jsonl"}"', body)
+    assert "rows.jsonl" in body
     job = tmp_path / "big.toml"
     job.write_text(body)
     ran = orch("estimate", job, timeout=120)

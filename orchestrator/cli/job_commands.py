@@ -140,7 +140,14 @@ def estimate(
         section, base = load_sweep(job_toml)
         preflight(preflight_checks(section, base, str(job_toml)), note=err)
     else:
-        preflight([Check(str(job_toml), load_jobspec(job_toml).to_toml_dict())], note=err)
+        spec = load_jobspec(job_toml)
+        if not spec.is_command and ctx.config().executor.kind == "local":
+            # the instant refusal first: no pre-flight (seconds) for a job that can never start here
+            from ..jobs.admission import check_gpus
+            from ..planning.capacity import gpu_slots
+
+            check_gpus(spec, str(job_toml), len(gpu_slots(ctx.config())))
+        preflight([Check(str(job_toml), spec.to_toml_dict())], note=err)
     data = estimate_data(
         ctx.store(),
         ctx.home,
