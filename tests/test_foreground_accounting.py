@@ -72,7 +72,14 @@ def test_orch_run_beside_a_daemon_is_counted_once(orch_home):
     assert job.cost == pytest.approx(job.run_seconds, rel=1e-6)
     # The daemon counted the job's share as busy, not idle (the daemon was up the whole 3 s the
     # job slept: at 1.0 a second, all idle would be the whole uptime), and charged it nothing itself.
-    ledger = h.store.ledger()
+    # Read once the daemon has accrued past the job's end: before that, its uptime covers only part
+    # of the job, and the bound below (which subtracts the whole job) does not yet apply.
+    ended = h.records("beside", "end")[-1]["t"]
+    ledger = wait_for(
+        lambda: (lg := h.store.ledger()).get("accrued_until", 0.0) >= ended and lg,
+        120,
+        lambda: f"the daemon to accrue past the job's end at {ended}: {h.store.ledger()}",
+    )
     assert ledger["idle_cost"] <= ledger["uptime_s"] - wall + 1e-6, ledger
 
 
