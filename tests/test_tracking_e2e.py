@@ -258,14 +258,19 @@ mlflow_uri = "{store.as_uri()}"
 
 
 def test_mlflow_at_a_dead_server_leaves_a_built_in_job_s_outcome_unchanged(workload, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # A port bound and never listened on: connections are refused, and while the socket is held no
+    # other test (another xdist worker) can take the port and answer.
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
     job = builtin_job(
         workload, "deadtracker", 10, f'backends = ["mlflow"]\nmlflow_uri = "http://user:pw-9x@127.0.0.1:{port}"'
     )
     home = tmp_path / "home"
-    res = orch(home, "run", str(job))
+    try:
+        res = orch(home, "run", str(job))
+    finally:
+        dead.close()
     assert res.returncode == 0, res.stderr[-3000:]
     shown = json.loads(orch(home, "show", "1", "--json").stdout)
     assert shown["state"] == "succeeded" and shown["result"]["steps"] == 10
