@@ -152,8 +152,9 @@ def serve() -> Iterator[Callable[[Fake], str]]:
 
 
 @pytest.fixture
-def closed_port_url() -> str:
+def closed_port_url():
+    # Bound and never listened on: connections are refused, and while the test holds the socket no
+    # other test (another xdist worker) can take the port and answer.
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"

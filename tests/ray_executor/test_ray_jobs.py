@@ -93,10 +93,11 @@ def test_more_gpus_than_any_node_has_fails_at_its_start_with_the_reason(ray_home
     assert "largest node" in shown.stdout, shown.stdout
 
 
-def test_an_unreachable_head_is_said_in_status_and_nothing_is_lost(ray_home):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        nobody = s.getsockname()[1]  # closed at once: nothing listens there
+def test_an_unreachable_head_is_said_in_status_and_nothing_is_lost(ray_home, request):
+    held = socket.socket()  # bound, never listened on, held until the test ends: refused, never taken
+    held.bind(("127.0.0.1", 0))
+    request.addfinalizer(held.close)
+    nobody = held.getsockname()[1]
     h = ray_home(address=f"http://127.0.0.1:{nobody}")
     h.start_daemon()
     job = submit(h, h.job_file("lonely", gpus=1))
