@@ -31,13 +31,14 @@ from ..contract import (
     attempt_log,
     attempt_ray_info,
     checkpoint_dir,
+    ray_submission_id,
     write_exit_record,
     write_json_atomic,
 )
 from ..home.paths import Home
 from ..model.records import AttemptLaunch, Job
 from .ray_api import PENDING, RayJobsApi, RayRefused, RayUnreachable
-from .ray_watch import UNSUBMITTED, RayWatch, submission_id
+from .ray_watch import UNSUBMITTED, RayWatch
 
 if TYPE_CHECKING:
     from ..spec.ray_section import RaySection
@@ -71,7 +72,7 @@ class RayExecutor(RayWatch):
         env["RAY_JOB_STOP_WAIT_TIME_S"] = str(int(launch.grace_s) + STOP_WAIT_BEYOND_GRACE_S)
         body: dict[str, Any] = {
             "entrypoint": "exec " + shlex.join(step),
-            "submission_id": submission_id(launch.job_uid or str(launch.job_id), launch.attempt),
+            "submission_id": ray_submission_id(launch.job_uid or str(launch.job_id), launch.attempt),
             "runtime_env": {**passthrough, "env_vars": env},
             "metadata": {"orch_job": str(launch.job_id), "orch_attempt": str(launch.attempt)},
         }

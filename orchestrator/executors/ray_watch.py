@@ -60,9 +60,6 @@ class Tracked:
         return not self.gone and not (self.answer is not None and self.answer.ended) and self.exit_record is None
 
 
-submission_id = ray_submission_id  # one Ray job per attempt (contract.py has the one rule)
-
-
 def drain_notices(running: Mapping[str, RayJob], nodes: Sequence[RayNode]) -> dict[str, str]:
     """submission id -> the notice, for each running job whose node Ray marks draining."""
     draining = {n.node_id: n for n in nodes if n.draining}
@@ -95,7 +92,7 @@ class RayWatch:
     def sid(job: Job) -> Optional[str]:
         if not job.attempt:
             return None
-        return str((job.executor_ref or {}).get("submission_id") or submission_id(job.uid, job.attempt))
+        return str((job.executor_ref or {}).get("submission_id") or ray_submission_id(job.uid, job.attempt))
 
     def refresh(self, jobs: Sequence[Job], now: float) -> None:
         tracked = {sid: job for job in jobs if (sid := self.sid(job))}
