@@ -21,7 +21,6 @@ from ..cost.money import Pricing, format_duration, job_hourly_rates
 from ..model.errors import OrchError
 from ..planning.forecast import history_of, queue_forecast
 from ..spec.jobspec import JobSpec, load_jobspec
-from ..jobs.admission import check_gpus
 from ..planning.speed_range import sweep_bound  # noqa: F401 (sweep_bound: the CLI's)
 from ..planning.projection import builtin_projection, command_projection
 from ..home.paths import Home
@@ -135,7 +134,8 @@ def estimate_data(
     daemon_running: bool = True,
     sweep: Optional[str] = None,
 ) -> dict[str, Any]:
-    """`sweep`: the job is a sweep's base job, and the sweep's name finds its earlier trials."""
+    """`sweep`: the job is a sweep's base job, and the sweep's name finds its earlier trials. The
+    caller has admitted the job (jobs/admission.py: a job that can never start here is not probed)."""
     from ..planning.capacity import gpu_slots
 
     spec = load_jobspec(job_toml)
@@ -145,8 +145,6 @@ def estimate_data(
         history = history_of(store.jobs([JobState.SUCCEEDED]), spec.name or "", sweep=sweep)
         data = command_projection(spec, history, rate, sweep)
     else:
-        if config.executor.kind == "local":  # as `orch submit` refuses it: a CPU probe would mean nothing
-            check_gpus(spec, str(job_toml), managed)
         before = _load_averages()  # read before the probe, so that they do not count it
         probe = run_probe(job_toml, warmup=warmup, steps=steps)
         data = builtin_projection(spec, probe, rate, mtbf_of(store, spec), before)

@@ -85,7 +85,7 @@ def submit(
 
 def _preflight(
     job_toml: Path,
-    now: float,
+    now: Optional[float],
     machine_gpus: int,
     executor: str,
     python: Optional[str] = None,
@@ -93,7 +93,7 @@ def _preflight(
 ) -> None:
     """Everything a job file can be refused for, before it is queued or a probe is paid for:
     jobs/admission.py's one check (the file's own checks, then the built-in job's pre-flight, in
-    `python`: the interpreter the job will run with)."""
+    `python`: the interpreter the job will run with; `now` None: no deadline check)."""
     from ..jobs.admission import admit
     from ..jobs.preflight import Check
     from ..spec.jobspec import load_jobspec
@@ -126,32 +126,23 @@ def estimate(
     (steps/s, wall time, GPU-hours, cost, checkpoints, preemption waste, the wait), or a command
     job's history. A sweep file gets its base job's estimate and the sweep's bound (every trial
     run to its end)."""
+    from ..planning.capacity import gpu_slots
     from ..sweeps.spec import is_sweep_file, load_sweep
     from .estimate import estimate_data, estimate_text, public, sweep_bound
+    from .sweep_commands import admit_sweep
 
-    from ..jobs.preflight import Check, preflight
-    from ..spec.jobspec import load_jobspec
-
-    section = None
-    # bad input (an empty data file, LoRA modules the model lacks) before a probe is paid for
+    # What submit would refuse, before a probe is paid for (the instant checks, then the
+    # pre-flight); no deadline check: an estimate is how to choose one.
+    section, config = None, ctx.config()
     if is_sweep_file(job_toml):
-        from ..sweeps.spec import preflight_checks
-
         section, base = load_sweep(job_toml)
-        preflight(preflight_checks(section, base, str(job_toml)), note=err)
+        admit_sweep(job_toml, section, base, config)
     else:
-        spec = load_jobspec(job_toml)
-        if not spec.is_command and ctx.config().executor.kind == "local":
-            # the instant refusal first: no pre-flight (seconds) for a job that can never start here
-            from ..jobs.admission import check_gpus
-            from ..planning.capacity import gpu_slots
-
-            check_gpus(spec, str(job_toml), len(gpu_slots(ctx.config())))
-        preflight([Check(str(job_toml), spec.to_toml_dict())], note=err)
+        _preflight(job_toml, None, len(gpu_slots(config)), config.executor.kind)
     data = estimate_data(
         ctx.store(),
         ctx.home,
-        ctx.config(),
+        config,
         Path(section.job) if section else job_toml,
         time.time(),
         warmup=warmup,
@@ -160,7 +151,7 @@ def estimate(
         sweep=(section.name or job_toml.stem) if section else None,  # its trials' names, as submit names them
     )
     if section:
-        data["sweep"] = sweep_bound(data, section, ctx.config())
+        data["sweep"] = sweep_bound(data, section, config)
     if as_json:
         emit_json(public(data))
     else:

@@ -7,17 +7,42 @@ import sys
 
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import typer
 
 from ..cost.money import format_duration, format_money
 from .context import app, ctx, currency, daemon_pid, emit_json, err, poke
 
+if TYPE_CHECKING:
+    from ..home.paths import Home
+
 sweep_app = typer.Typer(
     no_args_is_help=True, help="Look at or cancel a sweep (submit one with `orch submit sweep.toml`)."
 )
 app.add_typer(sweep_app, name="sweep")
+
+
+def admit_sweep(
+    path: Path, section: Any, base: Any, config: Any, *, python: Optional[str] = None, home: Optional[Home] = None
+) -> None:
+    """The one admission check (jobs/admission.py) for a sweep's base job, for `orch submit` and
+    `orch estimate` alike; no deadline check: the trials start later."""
+    from ..jobs.admission import admit
+    from ..planning.capacity import gpu_slots
+    from ..sweeps.spec import preflight_checks
+
+    admit(
+        base,
+        section.job,
+        machine_gpus=len(gpu_slots(config)),
+        executor=config.executor.kind,
+        now=None,
+        preflight_checks=preflight_checks(section, base, str(path)),
+        note=err,
+        python=python,
+        home=home,
+    )
 
 
 def submit_sweep(
@@ -31,7 +56,6 @@ def submit_sweep(
     yes: bool = False,
 ) -> None:
     from ..model.errors import UsageError
-    from ..planning.capacity import gpu_slots
     from ..sweeps.spec import load_sweep
 
     unused = [flag for flag, given in (("--after", bool(after)), ("--at", at is not None)) if given]
@@ -44,17 +68,11 @@ def submit_sweep(
     if priority is not None:  # every trial's priority
         base = base.model_copy(update={"priority": priority})
     config = ctx.config(build_notifiers=True)  # the checks `config check` and the daemon's start make
-    from ..jobs.admission import admit
-    from ..sweeps.spec import preflight_checks
-
-    admit(  # the one admission check; no deadline check: the trials start later
+    admit_sweep(
+        path,
+        section,
         base,
-        section.job,
-        machine_gpus=len(gpu_slots(config)),
-        executor=config.executor.kind,
-        now=None,
-        preflight_checks=preflight_checks(section, base, str(path)),
-        note=err,
+        config,
         python=ctx.home.job_python(sys.executable),  # the trials run with the daemon's Python
         home=ctx.home,  # its warm pre-flight, when it runs
     )
