@@ -17,7 +17,7 @@ from ..home.paths import Home
 from ..model.records import Attempt, Job
 from ..model.states import JobState
 from ..store import Store
-from .ray_where import ray_attempt, ray_now
+from .ray_where import ray_attempt, ray_now, ray_text
 
 
 def read_progress(run_dir: Path) -> Optional[dict[str, Any]]:
@@ -164,8 +164,8 @@ def show_data(
                     "outcome": a.outcome,
                     "resumed_from_step": a.resumed_from_step,
                     "step_reached": a.step_reached,
-                    # Ray's submission id and node of a Ray attempt (views/ray_where.py)
-                    **({"ray": ray} if (ray := ray_attempt(job, run_dir, a.n)) else {}),
+                    # Ray's submission id and node of a Ray attempt, and the words for them (views/ray_where.py)
+                    **({"ray": ray, "where": ray_text(ray)} if (ray := ray_attempt(job, run_dir, a.n)) else {}),
                 }
                 for a in attempts
             ],

@@ -8,7 +8,6 @@ from typing import Any, Optional
 
 from ..cost.money import format_duration, format_money
 from ..host.summary import provenance_lines
-from .ray_where import ray_text
 
 STATE_STYLE = {
     "queued": "yellow",
@@ -174,7 +173,7 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
             lines.append(
                 f"    #{a['n']}  {clock(a['started_at'])}  {how:<12} {exit_text}{steps}"
                 + (f"  gpus {a['gpus']}" if a.get("gpus") else "")
-                + (f"  {ray_text(a['ray'])}" if a.get("ray") else "")
+                + (f"  {a['where']}" if a.get("where") else "")
             )
     if d["checkpoints"]:
         lines.append("  checkpoints:")

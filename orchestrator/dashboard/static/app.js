@@ -178,8 +178,8 @@
         h("td", { text: a.step_reached === null ? "—" : String(a.step_reached) }),
         h("td", { text: a.outcome || "running" }),
         h("td", { text: a.signal ? `signal ${a.signal}` : a.exit_code === null ? "—" : String(a.exit_code) }),
-        // a Ray attempt: its submission id and node (views/ray_where.py)
-        h("td", { class: "where", text: a.ray ? `Ray ${a.ray.submission_id}${a.ray.node_id ? " on node " + a.ray.node_id.slice(0, 8) : ""}${a.ray.host ? " (" + a.ray.host + ")" : ""}` : "—" })))));
+        // a Ray attempt: its submission id and node, in the words `orch show` uses (views/ray_where.py)
+        h("td", { class: "where", text: a.where || "—" })))));
     const ckpts = h("table", { id: "checkpoints" }, h("thead", {}, h("tr", {}, h("th", { text: "checkpoint" }), h("th", { class: "num", text: "step" }), h("th", { class: "num", text: "MB" }))),
       h("tbody", {}, ...d.checkpoints.map((c) => h("tr", {}, h("td", { text: c.path.split("/").pop() }),
         h("td", { class: "num", text: c.step === null ? "—" : String(c.step) }), h("td", { class: "num", text: (c.bytes / 1e6).toFixed(1) })))));
