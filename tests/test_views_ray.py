@@ -27,20 +27,25 @@ def orch(home: Path, *args: str) -> str:
     return res.stdout
 
 
-def test_status_and_show_name_each_ray_attempts_submission_id_and_node(tmp_path):
-    home = Home(tmp_path / "home").ensure()
-    store = Store(home.db)
-    now = time.time()
-    job = store.submit(
-        name="on-ray",
+def command_job(store: Store, name: str, *, gpus: int, now: float):
+    """A command job as `orch submit` records it (the views read rows and run folders only)."""
+    return store.submit(
+        name=name,
         kind="command",
-        gpus=1,
+        gpus=gpus,
         priority=0,
         retries=0,
         spec={"command": ["x"], "workdir": "/tmp"},
         spec_path="",
-        now=now - 60,
+        now=now,
     )
+
+
+def test_status_and_show_name_each_ray_attempts_submission_id_and_node(tmp_path):
+    home = Home(tmp_path / "home").ensure()
+    store = Store(home.db)
+    now = time.time()
+    job = command_job(store, "on-ray", gpus=1, now=now - 60)
     run_dir = home.run_dir(job.id)
     run_dir.mkdir(parents=True)
     # attempt 1 ran on worker-a and was lost; attempt 2 runs on worker-b
@@ -95,16 +100,7 @@ def test_a_ray_attempt_stopped_while_pending_is_named_without_a_node_and_a_local
     now = time.time()
     jobs = []
     for name in ("pending-on-ray", "local"):
-        job = store.submit(
-            name=name,
-            kind="command",
-            gpus=0,
-            priority=0,
-            retries=0,
-            spec={"command": ["x"], "workdir": "/tmp"},
-            spec_path="",
-            now=now,
-        )
+        job = command_job(store, name, gpus=0, now=now)
         store.transition(
             job.id,
             JobState.RUNNING,
