@@ -4,7 +4,7 @@ follows an availability trace (benchmarks/marketsim/). Beside orch's policy, the
 runs the baselines of "Can't Be Late" (Wu et al., NSDI'24): Greedy, Uniform Progress and
 on-demand only.
 
-    python benchmarks/market.py TRACE_DIR [--starts 300] [--job-hours 48] [--deadline-hours 60]
+    python -m benchmarks.market TRACE_DIR [--starts 300] [--job-hours 48] [--deadline-hours 60]
         [--changeover-hours 0.2] [--price-ratio 3.14] [--seed 0] [--reverse] [--shuffle-spells]
         [--oracle] [--workers 2] [--json]
 
@@ -29,9 +29,6 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 POLICIES = ("orch", "greedy", "uniform_progress", "on_demand")
 ORACLE = "oracle"  # --oracle: the cheapest schedule knowing the trace's future (marketsim/oracle.py)
@@ -89,8 +86,8 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[float, ...]]]:
     policy_name, values, gap, starts, opts = task
     if policy_name == ORACLE:
         return policy_name, _oracle(values, gap, starts, opts)
-    from marketsim import baselines
-    from marketsim.replay import open_store, replay, sim_config
+    from .marketsim import baselines
+    from .marketsim.replay import open_store, replay, sim_config
 
     from orchestrator.recovery.policy import decide
 
@@ -121,7 +118,7 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[float, ...]]]:
 
 
 def _oracle(values: list[int], gap: float, starts: list[int], opts: dict[str, Any]) -> list[tuple[float, ...]]:
-    from marketsim.oracle import job_cost_h
+    from .marketsim.oracle import job_cost_h
 
     args = {k: opts[k] for k in ("job_h", "deadline_h", "changeover_h", "price_ratio")}
     out = []

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from daemon_harness import OrchHome, wait_for
+from tests.daemon_harness import OrchHome, wait_for
 
 from orchestrator.spec.config import load_config
 from orchestrator.objectstore import manifest as mf

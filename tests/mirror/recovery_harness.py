@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import tomli_w
-from daemon_harness import kill_leftover_attempts
+from tests.daemon_harness import kill_leftover_attempts
 
 from orchestrator.objectstore import claims as cl
 from orchestrator.objectstore.remote import Remote
