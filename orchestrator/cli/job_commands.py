@@ -164,15 +164,15 @@ def run(
     resume: Optional[int] = typer.Option(None, "--resume", help="Continue job ID from its latest checkpoint."),
 ) -> None:
     """Record a job like submit, then run it here in the foreground (no daemon)."""
+    from ..foreground.supervisor import run_foreground
     from ..planning.capacity import machine_gpus
-    from .foreground import run_foreground
 
     if (job_toml is None) == (resume is None):
         raise typer.BadParameter("give a job file or --resume ID (one of them)")
     if job_toml is not None:  # the same checks as submit, before anything is recorded; it runs here
         _preflight(job_toml, time.time(), len(machine_gpus(ctx.config())), "local")
     _refuse_when_the_total_budget_is_spent()
-    code = run_foreground(ctx.home.ensure(), ctx.store(), ctx.config(), job_toml=job_toml, resume_id=resume)
+    code = run_foreground(ctx.home.ensure(), ctx.store(), ctx.config(), job_toml=job_toml, resume_id=resume, say=err)
     raise typer.Exit(code)
 
 

@@ -1,6 +1,5 @@
 """Who runs a local job's attempt, and settling an attempt whose runner is gone: `orch status`
-notes such a job, `orch run --resume` settles it the way the daemon would (moved from
-cli/foreground.py)."""
+notes such a job, `orch run --resume` settles it the way the daemon would (foreground/record.py)."""
 
 from __future__ import annotations
 
