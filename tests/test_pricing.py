@@ -10,7 +10,7 @@ import typing
 import pytest
 
 from daemon_harness import orch_home  # noqa: F401  (fixture)
-from orchestrator.cli.estimate import estimate_data
+from orchestrator.jobs.estimate import estimate_data
 from orchestrator.cost.money import ALLOCATION_BILLED, Pricing
 from orchestrator.daemon.accounting import accrue_interval
 from orchestrator.executors import build_executor

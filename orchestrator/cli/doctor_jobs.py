@@ -9,9 +9,8 @@ from typing import Any, Optional
 
 from ..host import procs
 from ..contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_RUN_DIR
-from ..executors.base import SUPERVISOR_MODULE
 from ..home.paths import Home
-from ..model.records import Job
+from ..model.records import SUPERVISOR_MODULE, Job
 from ..model.states import JobState
 from .doctor_findings import BAD, OK, WARN, Finding
 

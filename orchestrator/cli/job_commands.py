@@ -51,7 +51,8 @@ def submit(
         job_toml, now, machine_gpus, config.executor.kind, python=ctx.home.job_python(sys.executable), home=ctx.home
     )
     if estimate_first:
-        from .estimate import ask_after, estimate_data
+        from ..jobs.estimate import estimate_data
+        from .estimate import ask_after
 
         ask_after(
             estimate_data(store, ctx.home, config, job_toml, now, daemon_running=daemon_pid(ctx.home) is not None), yes
@@ -128,7 +129,9 @@ def estimate(
     run to its end)."""
     from ..planning.capacity import gpu_slots
     from ..sweeps.spec import is_sweep_file, load_sweep
-    from .estimate import estimate_data, estimate_text, public, sweep_bound
+    from ..jobs.estimate import estimate_data, public
+    from ..planning.speed_range import sweep_bound
+    from ..views.estimate import estimate_text
     from .sweep_commands import admit_sweep
 
     # What submit would refuse, before a probe is paid for (the instant checks, then the

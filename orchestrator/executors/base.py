@@ -16,10 +16,6 @@ from ..model.records import AttemptLaunch, Job
 __all__ = ["AttemptLaunch", "Executor"]
 
 
-# The local executor's per-attempt parent process (doctor recognises it by this in a command line).
-SUPERVISOR_MODULE = "orchestrator.executors.supervisor"
-
-
 class Executor(Protocol):
     name: str
     # How cost accrues (docs/cost.md): False — this machine's uptime is split among running jobs

@@ -25,8 +25,7 @@ from ..host.procs import (
     start_time,
     with_environment,
 )
-from ..model.records import AttemptLaunch, Job
-from .base import SUPERVISOR_MODULE
+from ..model.records import SUPERVISOR_MODULE, AttemptLaunch, Job
 
 log = logging.getLogger("orch.executor.local")
 

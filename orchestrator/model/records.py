@@ -22,6 +22,10 @@ FOREGROUND_START = "foreground_start"  # with the pid: the process's start time 
 LOCAL = "local"
 FOREGROUND = "foreground"  # `orch run`: a process on this machine that accrues its own attempt
 
+# The local executor's per-attempt parent process: executors/local.py starts it, `orch doctor`
+# recognises it in a command line, `orch estimate` times its start (jobs/probe.py).
+SUPERVISOR_MODULE = "orchestrator.executors.supervisor"
+
 
 @dataclass
 class Job:
