@@ -12,23 +12,7 @@ from typing import Any, Optional
 
 from ..model.errors import ConfigError
 from ..redaction import redact
-
-
-def waiting_line(row: dict[str, Any], now: float) -> str:
-    """One watched job for people: `orch watch`'s output and `orch status` in the controller's home."""
-    from ..cost.money import format_duration
-
-    text = f"{row['uid'][:12]}  {row['name'] or '?'}  {row['state']}"
-    if row.get("waiting_since") and row["state"] in ("waiting", "launching", "left alone"):
-        since = time.strftime("%H:%M:%S", time.localtime(row["waiting_since"]))
-        text += f" for a replacement machine since {since} ({format_duration(now - row['waiting_since'])})"
-    if row.get("launches"):
-        text += f"; {row['launches']} launch(es)"
-    if row.get("market"):
-        text += f", {row['market']}"
-    if row.get("note"):
-        text += f"; {row['note']}"
-    return text
+from ..views.recovery import waiting_line, waiting_rows
 
 
 def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool) -> int:
@@ -116,11 +100,7 @@ def _next_look(controller: Any, poll_s: float) -> float:
 
 
 def status_note(store: Any, out: Optional[Any] = None) -> None:
-    """`orch status` in a home where `orch watch` runs: the jobs waiting for a replacement machine."""
-    try:
-        rows = [r for r in store.recovery_rows() if r["state"] in ("waiting", "launching", "left alone")]
-    except Exception:  # an older store (no recovery table yet): nothing to say
-        return
+    """`orch status` in a home where `orch watch` runs: the jobs waiting for a machine (views/recovery.py)."""
     now = time.time()
-    for row in rows:
+    for row in waiting_rows(store):
         print("recovery: " + waiting_line(row, now), file=out or sys.stderr)

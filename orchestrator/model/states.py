@@ -188,3 +188,10 @@ def notice_detail(source: str, kind: str, detail: str) -> str:
 def notice_kind(detail: str) -> str:
     parts = detail.split(": ", 2)
     return parts[1] if len(parts) >= 2 else ""
+
+
+# What `orch watch` says of a watched job without a machine (recovery/jobview.py names the rest):
+# it waits for one (since `waiting_since`), a launch is under way, or it is left alone (a relaunch
+# the controller will not make). `orch status` and the dashboard list these (views/recovery.py).
+WATCH_WAITING, WATCH_LAUNCHING, WATCH_LEFT_ALONE = "waiting", "launching", "left alone"
+WAITING_FOR_A_MACHINE = (WATCH_WAITING, WATCH_LAUNCHING, WATCH_LEFT_ALONE)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from ..model.markets import SPOT
+from ..model.states import WATCH_LAUNCHING, WATCH_LEFT_ALONE, WATCH_WAITING
 from ..objectstore import claims as cl
 from ..spec.jobspec import deadline_ts
 
@@ -19,9 +20,9 @@ MAX_BACKOFF_S = 1800.0
 UNTRUSTED = "not trusted"  # a job in the bucket no machine ever held, not put there by `orch launch` here
 ALIVE, WAITING, LAUNCHING, LEFT, RELEASED, DONE, UNREADABLE = (
     "alive",
-    "waiting",  # for a replacement machine (since `waiting_since`)
-    "launching",
-    "left alone",
+    WATCH_WAITING,  # for a replacement machine (since `waiting_since`)
+    WATCH_LAUNCHING,
+    WATCH_LEFT_ALONE,
     "released",
     "finished",
     "unreadable",

@@ -199,9 +199,11 @@ def test_a_restarted_controller_neither_launches_nor_notifies_twice_and_a_live_l
     # `orch status` in the controller's home and the dashboard say it waits for a machine, since when.
     shown = CliRunner().invoke(app, ["--home", str(tmp_path / "c"), "status"])
     assert shown.exit_code == 0 and "waiting for a replacement machine since" in shown.output, shown.output
-    from orchestrator.dashboard.data import waiting_for_machines
+    from orchestrator.dashboard.data import queue
+    from orchestrator.home.paths import Home
 
-    (row,) = waiting_for_machines(c2.store)
+    home = Home(tmp_path / "c")  # the dashboard reads through a read-only store, as it serves the page
+    (row,) = queue(Store(home.db, read_only=True), home, c2.config, clock.t)["recovery"]
     assert row["uid"] == UID and row["waiting_since"] == clock.t - 15 - 120 and row["launches"] == 1
     # A claim made, then the old machine's lease comes back (a network blip): cancelled, no launch.
     claim = cl.Claim(UID, 2, cl.CLAIMED, "spot", {"home_id": "home-old", "heartbeat": 1.0}, clock.t, "x", clock.t)
