@@ -31,8 +31,8 @@ def test_status_and_the_dashboard_list_the_same_jobs_waiting_for_a_machine(tmp_p
     now = time.time()
     for uid, state, _ in ROWS:
         store.recovery_set(
-            uid, now, name=f"job-{state}", url="file:///b", state=state, waiting_since=now - 90, launches=2
-        )
+            uid, now, name=f"job-{state}", url="file:///b", state=state, waiting_since=now - 90, launches=2, losses=1
+        )  # each lost its machine once: it waits for a replacement
     store.close()
 
     shown = CliRunner().invoke(app, ["--home", str(home.root), "status"])
