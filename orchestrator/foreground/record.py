@@ -31,8 +31,7 @@ def record_job(
     say: Callable[[str], None],
 ) -> Optional[Job]:
     """The job `orch run` runs, recorded (submitted, or settled and retried for --resume) and
-    claimed for this process; None when another runner has it (settle_a_runnerless_attempt says
-    which on stderr)."""
+    claimed for this process; None when another runner has it (said through `say`)."""
     if job_toml is not None:
         job = submit_job(store, config, home, job_toml, now=time.time(), machine_gpus=len(managed))
         say(f"recorded job {job.id} ({job.name}); running it here (Ctrl-C checkpoints and stops)")
@@ -43,7 +42,7 @@ def record_job(
             from ..home.daemon_lock import running_pid
 
             settled = settle_a_runnerless_attempt(
-                home, store, config, job, executor=build_local_executor(home), daemon=running_pid(home)
+                home, store, config, job, executor=build_local_executor(home), daemon=running_pid(home), say=say
             )
             if settled is None:
                 return None

@@ -5,7 +5,8 @@ OOM). Ctrl-C records a cancel and asks the job to checkpoint (SIGTERM), then say
 that continues it; during a retry's backoff or while waiting for a GPU it cancels the queued job.
 
 Its signals are the supervisor's (signals.py): the handlers only count; this loop writes. What it
-has to tell the user goes to `say` (the CLI's stderr): it prints nothing itself.
+has to tell the user goes to `say` (the CLI's stderr), also from record.py and jobs/runners.py:
+nothing in this room prints.
 """
 
 from __future__ import annotations
