@@ -132,6 +132,21 @@ def test_which_variables_go_through_the_secret_file(name, secret_env, secret):
     assert (name in hidden, name in public) == (secret, not secret)
 
 
+@pytest.mark.parametrize(
+    "value, secret",
+    [
+        ("https://mlflow.internal:5000", False),
+        ("https://me:hunter2@mlflow.internal:5000", True),  # a credential in a URL
+        ("hf_" + "A" * 34, True),  # a token's shape under a plain name
+        ("https://hf-mirror.com", False),
+        ("false", False),
+    ],
+)
+def test_a_value_that_holds_a_credential_is_secret_whatever_its_name(value, secret):
+    public, hidden = split_secrets({"MLFLOW_TRACKING_URI": value}, {})
+    assert ("MLFLOW_TRACKING_URI" in hidden) == secret and ("MLFLOW_TRACKING_URI" in public) != secret
+
+
 def test_a_slurm_job_gets_only_the_basics_of_the_daemons_environment_and_missing_pass_env_is_named():
     daemon = {"PATH": "/usr/bin", "HOME": "/home/me", "AWS_SECRET_ACCESS_KEY": "s", "MY_TOOL_FLAGS": "-x"}
     assert slurm_basics(daemon) == {"PATH": "/usr/bin", "HOME": "/home/me"}

@@ -6,8 +6,9 @@ its port; Slurm keeps a job's environment with the job), so:
   the few basics below (Slurm builds a batch job's environment from sbatch's and has no other);
 - the variables orch gives the attempt (AttemptLaunch.job_vars: the contract's, the trackers', the
   job's [env] and its pass_env names) go into the job description, unless they are secret;
-- a secret one (a name the redaction rule calls a credential, or one the job lists in
-  `secret_env`) reaches the job only through the attempt's secret file (secret_file.py).
+- a secret one (a name the redaction rule calls a credential, one the job lists in `secret_env`,
+  or a value the rule would mask) reaches the job only through the attempt's secret file
+  (secret_file.py).
 
 docs/ray.md ("Security") and docs/slurm.md say the same for people."""
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..redaction import is_secret_name
+from ..redaction import is_secret_name, redact
 
 # From the daemon's environment, what a Slurm job needs to find its programs, its user's files and
 # its interpreter's packages; none of it secret. Anything else a job needs, it names in pass_env.
@@ -36,9 +37,11 @@ SLURM_BASICS = (
 )
 
 
-def is_secret(name: str, spec: Mapping[str, Any]) -> bool:
-    """Whether `name` reaches a cluster job only through its secret file."""
-    return is_secret_name(name) or name in (spec.get("secret_env") or ())
+def is_secret(name: str, value: str, spec: Mapping[str, Any]) -> bool:
+    """Whether this variable reaches a cluster job only through its secret file: its name says it
+    is a credential, the job lists it in secret_env, or its value holds one that the redaction
+    rule would mask (an MLflow URI with user:password@, an hf_... token under a plain name)."""
+    return is_secret_name(name) or name in (spec.get("secret_env") or ()) or redact(value) != value
 
 
 def split_secrets(job_vars: Mapping[str, str], spec: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
@@ -46,7 +49,7 @@ def split_secrets(job_vars: Mapping[str, str], spec: Mapping[str, Any]) -> tuple
     public: dict[str, str] = {}
     secret: dict[str, str] = {}
     for name, value in job_vars.items():
-        (secret if is_secret(name, spec) else public)[name] = value
+        (secret if is_secret(name, value, spec) else public)[name] = value
     return public, secret
 
 
