@@ -45,6 +45,7 @@ class RecordingHead:
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
         self.refuse = False
+        self.busy = False  # 503: the head's own trouble, an attempt waits in the daemon
         head = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -54,7 +55,9 @@ class RecordingHead:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 code, answer = (400, "runtime_env: invalid") if head.refuse else (200, {"submission_id": "x"})
-                if not head.refuse:
+                if head.busy:
+                    code, answer = 503, "No available agent to submit job, please try again later."
+                if code == 200:
                     head.bodies.append(body)
                 data = json.dumps(answer).encode()
                 self.send_response(code)
@@ -77,7 +80,7 @@ def head() -> Iterator[RecordingHead]:
 
 JOB = """\
 name = "tracked"
-gpus = 0
+gpus = {gpus}
 command = ["python", "train.py"]
 pass_env = ["HF_TOKEN", "HF_HOME", "NOT_SET_HERE"]
 secret_env = ["DB_URL"]
@@ -88,11 +91,11 @@ HF_ENDPOINT = "https://hf-mirror.example"
 """
 
 
-def begin(h: OrchHome, kind: str) -> Any:
+def begin(h: OrchHome, kind: str, gpus: int = 0) -> Any:
     """A real attempt of the job above, begun as the daemon begins it, with the daemon's environment."""
     path = h.jobs_dir / "tracked.toml"
-    path.write_text(JOB.format(wandb=WANDB_KEY, db=DB_URL))
-    job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=0)
+    path.write_text(JOB.format(wandb=WANDB_KEY, db=DB_URL, gpus=gpus))
+    job = submit_job(h.store, h.config, h.home, path, now=time.time(), machine_gpus=gpus)
     environ = {
         "PATH": os.environ["PATH"],
         "DAEMON_ONLY_SETTING": "daemon-only-value",
@@ -141,6 +144,17 @@ def test_a_refused_submit_leaves_no_secret_file(orch_home, head):
         executor_of_kind("ray", h.config, h.home).start(launch)
     assert not secret_file(launch.run_dir, 1).exists()
     assert not [p.name for p in launch.run_dir.iterdir() if "secrets" in p.name]
+
+
+def test_an_attempt_waiting_for_a_busy_head_keeps_its_secret_file_for_the_submit_to_come(orch_home, head):
+    h = orch_home()
+    ray_home(h, head)
+    launch = begin(h, "ray", gpus=1)  # the head is asked for its nodes first: it cannot answer that either
+    head.busy = True
+    executor = executor_of_kind("ray", h.config, h.home)
+    assert executor.start(launch)["executor_ref"]["state"] == "UNSUBMITTED"
+    assert stat.S_IMODE(secret_file(launch.run_dir, 1).stat().st_mode) == 0o600  # the step will need it
+    assert head.bodies == []
 
 
 def test_the_local_executor_still_gives_the_job_the_daemons_whole_environment(orch_home):

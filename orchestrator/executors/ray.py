@@ -103,14 +103,15 @@ class RayExecutor(RayWatch):
         missing = missing_pass_env(launch.job_vars, launch.spec)
         if missing:
             self._note(launch, missing_note(missing))
+        _, secret = split_secrets(launch.job_vars, launch.spec)
         try:
+            if secret:  # before any submit, this one or a later one: the step reads it first thing
+                write_secret_file(run_dir, launch.attempt, secret)
             too_big = self._fits_no_node(gpus)
             if too_big:
+                remove_secret_file(run_dir, launch.attempt)
                 self._refuse(launch, too_big)
                 return {"executor_ref": {**ref, "state": "REFUSED", "where": f"Ray {sid}: not submitted: {too_big}"}}
-            _, secret = split_secrets(launch.job_vars, launch.spec)
-            if secret:  # before the submit: the step reads it first thing on its node
-                write_secret_file(run_dir, launch.attempt, secret)
             self.api.submit(body)
         except RayUnreachable as exc:
             # Nothing is lost: the attempt waits in the daemon, which says so, and submits it when
