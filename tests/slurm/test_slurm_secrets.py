@@ -3,12 +3,14 @@ SMTP_PASSWORD runs a job whose [env] holds WANDB_API_KEY. The job succeeds and s
 the attempt's secret file, gone before srun starts) and nothing of the daemon's environment but
 the basics; none of the three values is in the sbatch script, in what `scontrol show job` prints,
 in the batch script Slurm keeps, in anything under Slurm's state and spool folders (where it keeps
-each job's environment) or in the environment of the job's batch step."""
+each job's environment) or in the environment of the job's batch step. A job cancelled while it
+is still pending leaves no secret file either: the daemon removes what the batch step never read."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,17 @@ def test_no_secret_in_what_slurm_keeps_and_the_job_still_gets_its_key(slurm_home
     assert not list(run.glob("*secrets*"))
     assert leaked((run / "attempt-1.log").read_text()) == []
     assert leaked(files_under(h.slurm.base / "log")) == []  # slurmctld's and the nodes' logs, job completions
+
+
+def test_a_job_cancelled_while_pending_in_slurm_leaves_no_secret_file(slurm_home):
+    h = slurm_home()
+    h.start_daemon()
+    path = h.job_file("later", env={"WANDB_API_KEY": WANDB_KEY})
+    path.write_text(path.read_text().replace("[env]", '[slurm]\nextra_args = ["--begin=now+3600"]\n[env]'))
+    job = h.submit(path)
+    slurm_id(h, job)
+    secrets = h.run_dir(job) / "attempt-1.secrets.json"
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o600  # written for a batch step that has not run
+    assert h.cli("cancel", str(job)).returncode == 0
+    h.wait_state(job, JobState.CANCELLED, timeout=60)
+    assert not secrets.exists() and h.records("later", "start") == []
