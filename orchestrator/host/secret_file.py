@@ -15,14 +15,14 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from ..contract import TEMP_MARK, fsync_dir
+from ..contract import TEMP_MARK, attempt_secrets, fsync_dir
 
 MODE = 0o600
 
 
 def secret_file(run_dir: Path, n: int) -> Path:
     """Attempt n's secret file in its run folder (the one name both sides use)."""
-    return Path(run_dir) / f"attempt-{n}.secrets.json"
+    return Path(run_dir) / attempt_secrets(n)
 
 
 def write_secret_file(run_dir: Path, n: int, values: Mapping[str, str]) -> Path:
