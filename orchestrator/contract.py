@@ -191,6 +191,11 @@ def attempt_ray_info(n: int) -> str:
     return f"attempt-{n}.ray.json"
 
 
+def attempt_secrets(n: int) -> str:
+    """Attempt n's secret variables on a cluster, owner-only, read and deleted by its step (host/secret_file.py)."""
+    return f"attempt-{n}.secrets.json"
+
+
 def ray_submission_id(uid: str, n: int) -> str:
     """Attempt n's Ray job: one per attempt, named by orch's global job id and the attempt number,
     so a retried submit, or a daemon that died before recording the handle, finds the same job

@@ -3,7 +3,7 @@ pid file, lock, stale state), the store (SQLite integrity, permissions, schema v
 running job (supervisor and job processes alive, progress fresh), orphan processes, free disk
 where checkpoints go against the newest checkpoint's size, the config (as `config check`), the
 notifiers (reachable: DNS and a TCP connect, nothing sent), the clock, and on Ray whether the nodes
-share the run folders. Every problem comes with the command that fixes it. Exit 0 healthy, 1
+share the run folders and whether the head's Jobs API is plain HTTP on a public address. Every problem comes with the command that fixes it. Exit 0 healthy, 1
 problems found. Reads only: never migrates the store, signals a process or sends a message (on Ray
 it runs one tiny probe job, the only thing it starts)."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..home.paths import Home
-from .doctor_config import check_config, check_notifiers
+from .doctor_config import check_config, check_notifiers, check_ray_address
 from .doctor_findings import BAD, OK, Finding
 from .doctor_home import check_clock, check_daemon, check_disk, check_store
 from .doctor_jobs import check_jobs, check_orphans
@@ -41,6 +41,7 @@ def run_checks(home: Home, config_path: Path, config_required: bool, *, now: Opt
     if config is not None:
         check_notifiers(config, out)
     if config is not None and config.executor.kind == "ray":
+        check_ray_address(config.ray.address, out)
         check_ray_shared_folder(home, config, out)
     check_clock(home, out, now)
     return out

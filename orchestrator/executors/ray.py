@@ -36,6 +36,8 @@ from ..contract import (
     write_json_atomic,
 )
 from ..home.paths import Home
+from ..host.cluster_env import missing_note, missing_pass_env, split_secrets
+from ..host.secret_file import remove_secret_file, write_secret_file
 from ..model.records import AttemptLaunch, Job
 from .ray_api import PENDING, RayJobsApi, RayRefused, RayUnreachable
 from .ray_watch import UNSUBMITTED, RayWatch
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("orch.executor.ray")
 
 STOP_WAIT_BEYOND_GRACE_S = 15  # Ray's SIGKILL comes this long after the job's own grace
-# The daemon's environment is the job's, as everywhere, but for what Ray sets on the node itself.
+# Of what orch gives an attempt, what Ray sets on the node itself.
 NOT_PASSED = ("CUDA_VISIBLE_DEVICES", "RAY_ADDRESS")
 
 
@@ -63,11 +65,16 @@ class RayExecutor(RayWatch):
     # -- start -----------------------------------------------------------------------------------
 
     def submit_body(self, launch: AttemptLaunch) -> dict[str, Any]:
+        """The Ray job of an attempt. Ray keeps it in its job table, which its dashboard serves to
+        anyone who reaches the port: only what orch gives the attempt goes in, never the daemon's
+        environment, and never a secret (those travel in the secret file: host/cluster_env.py)."""
+        public, secret = split_secrets(launch.job_vars, launch.spec)
         step = [self.python, "-m", "orchestrator.executors.ray_step", "--run-dir", str(launch.run_dir)]
         step += ["--attempt", str(launch.attempt), "--grace", str(launch.grace_s)]
+        step += ["--with-secrets"] if secret else []
         step += (["--cwd", launch.cwd] if launch.cwd else []) + ["--", *launch.argv]
         passthrough = dict(self.cfg.runtime_env)
-        env = {k: v for k, v in launch.env.items() if k not in NOT_PASSED}
+        env = {k: v for k, v in public.items() if k not in NOT_PASSED}
         env.update(passthrough.get("env_vars") or {})
         env["RAY_JOB_STOP_WAIT_TIME_S"] = str(int(launch.grace_s) + STOP_WAIT_BEYOND_GRACE_S)
         body: dict[str, Any] = {
@@ -93,9 +100,16 @@ class RayExecutor(RayWatch):
         sid = body["submission_id"]
         ref: dict[str, Any] = {"submission_id": sid, "submitted_at": time.time(), "address": self.cfg.address}
         gpus = int(launch.spec.get("gpus") or 0)
+        missing = missing_pass_env(launch.job_vars, launch.spec)
+        if missing:
+            self._note(launch, missing_note(missing))
+        _, secret = split_secrets(launch.job_vars, launch.spec)
         try:
+            if secret:  # before any submit, this one or a later one: the step reads it first thing
+                write_secret_file(run_dir, launch.attempt, secret)
             too_big = self._fits_no_node(gpus)
             if too_big:
+                remove_secret_file(run_dir, launch.attempt)
                 self._refuse(launch, too_big)
                 return {"executor_ref": {**ref, "state": "REFUSED", "where": f"Ray {sid}: not submitted: {too_big}"}}
             self.api.submit(body)
@@ -106,8 +120,10 @@ class RayExecutor(RayWatch):
             self.unreachable_why = str(exc)
             self._note(launch, f"not submitted yet: {exc}; orch submits it when the head answers")
             return {"executor_ref": {**ref, "state": UNSUBMITTED, "where": f"Ray {sid}: not submitted yet: {exc}"}}
-        except RayRefused as exc:
-            self._note(launch, f"Ray refused the job: {exc}")
+        except (RayRefused, OSError) as exc:
+            remove_secret_file(run_dir, launch.attempt)
+            if isinstance(exc, RayRefused):
+                self._note(launch, f"Ray refused the job: {exc}")
             raise
         log.info("job %s: attempt %s submitted to Ray as %s", launch.job_id, launch.attempt, sid)
         return {"executor_ref": {**ref, "state": "SUBMITTED", "where": f"Ray {sid}: submitted"}}
@@ -191,6 +207,8 @@ class RayExecutor(RayWatch):
     def clear_lost(self, job: Job) -> None:
         """Lost: make sure Ray holds nothing of it (a start timeout leaves nothing; a job Ray still
         thinks runs is stopped). The step on a lost node killed its own job when Ray let go of it."""
+        if job.attempt:
+            remove_secret_file(self.home.run_dir(job.id), job.attempt)
         sid = self.sid(job)
         self.unsubmitted.pop(sid or "", None)
         t = self.jobs.get(sid or "")

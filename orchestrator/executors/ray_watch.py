@@ -32,6 +32,7 @@ from ..contract import (
     write_json_atomic,
 )
 from ..home.paths import Home
+from ..host.secret_file import remove_secret_file
 from ..model.records import Job
 from ..model.states import JobState
 from .ray_api import PENDING, RUNNING, STOPPED, RayJob, RayJobsApi, RayNode, RayRefused, RayUnreachable
@@ -177,6 +178,10 @@ class RayWatch:
                 path = os.path.join(runs, str(job.id), attempt_exit(job.attempt))
                 if os.path.exists(path):
                     t.exit_record = read_json(Path(path))
+            if t.exit_record is not None or t.gone or (t.answer is not None and t.answer.ended):
+                # Ended, or never to start: its secret file goes (the step deletes it when it reads
+                # it; this is for a step that never ran: stopped while pending, refused, lost)
+                remove_secret_file(Path(runs) / str(job.id), job.attempt)
 
     # -- what the tick asks ----------------------------------------------------------------------
 

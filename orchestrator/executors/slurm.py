@@ -38,6 +38,8 @@ from ..contract import (
     write_json_atomic,
 )
 from ..home.paths import Home
+from ..host.cluster_env import missing_note, missing_pass_env, slurm_basics, split_secrets
+from ..host.secret_file import remove_secret_file, write_secret_file
 from ..model.records import AttemptLaunch, Job
 from .slurm_commands import log
 from .slurm_query import BILLABLE, parse_sbatch
@@ -88,10 +90,18 @@ class SlurmExecutor(SlurmWatch):
         run_dir = launch.run_dir
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         checkpoint_dir(run_dir).mkdir(exist_ok=True)
+        # Slurm keeps the job's environment (sbatch's) with the job: the basics and what orch gives
+        # the attempt, never the daemon's whole environment nor a secret (host/cluster_env.py).
+        public, secret = split_secrets(launch.job_vars, launch.spec)
+        missing = missing_pass_env(launch.job_vars, launch.spec)
+        if missing:
+            with open(run_dir / attempt_log(launch.attempt), "a", encoding="utf-8") as f:
+                f.write(f"[orch] attempt {launch.attempt} on Slurm: {missing_note(missing)}\n")
         try:
             check_shared(self.cfg, run_dir)
-            script = write_script(self.cfg, launch, self.job_name(launch.job_id, launch.attempt), self.python)
-            env = dict(launch.env)
+            name = self.job_name(launch.job_id, launch.attempt)
+            script = write_script(self.cfg, launch, name, self.python, with_secrets=bool(secret))
+            env = {**slurm_basics(launch.env), **public}
             if "SLURM_CONF" in self.environ:
                 env["SLURM_CONF"] = self.environ["SLURM_CONF"]
             if int(launch.spec.get("gpus") or 0) > 0:
@@ -100,8 +110,11 @@ class SlurmExecutor(SlurmWatch):
                 k for k in env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k != "SLURM_CONF"
             ]:
                 env.pop(key)  # a daemon started inside an allocation must not pass its geometry on
+            if secret:  # before sbatch: the batch step reads it first thing on its node
+                write_secret_file(run_dir, launch.attempt, secret)
             r = self._run(["sbatch", "--parsable", str(script)], env=env, what="sbatch")
-        except SlurmError as exc:
+        except OSError as exc:
+            remove_secret_file(run_dir, launch.attempt)
             with open(run_dir / attempt_log(launch.attempt), "a", encoding="utf-8") as f:
                 f.write(f"[orch] cannot submit attempt {launch.attempt} to Slurm: {exc}\n")
             raise
@@ -110,6 +123,7 @@ class SlurmExecutor(SlurmWatch):
             job_id = self._find_by_name(launch.job_id, launch.attempt)
         if not job_id:
             why = (r.stderr or r.stdout).strip() if r is not None else "sbatch did not answer"
+            remove_secret_file(run_dir, launch.attempt)
             with open(run_dir / attempt_log(launch.attempt), "a", encoding="utf-8") as f:
                 f.write(f"[orch] sbatch refused attempt {launch.attempt}: {why}\n")
             raise SlurmError(f"sbatch refused the job: {why}")
@@ -197,6 +211,8 @@ class SlurmExecutor(SlurmWatch):
 
     def clear_lost(self, job: Job) -> None:
         """Lost (NODE_FAIL, preempted without answering, gone): make sure Slurm holds nothing of it."""
+        if job.attempt:
+            remove_secret_file(self.home.run_dir(job.id), job.attempt)
         sid = self.slurm_id(job)
         if sid is not None:
             t = self.cache.jobs.get(sid)

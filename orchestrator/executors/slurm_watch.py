@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from ..contract import attempt_exit, attempt_log, exit_record, read_json
 from ..home.paths import Home
+from ..host.secret_file import remove_secret_file
 from ..model.records import Job
 from ..model.states import JobState
 from .slurm_commands import SlurmCommands, log
@@ -125,6 +126,10 @@ class SlurmWatch(SlurmCommands):
                 path = os.path.join(runs, str(job.id), attempt_exit(job.attempt))
                 if os.path.exists(path):
                     t.exit_record = read_json(Path(path))
+            if job.attempt and (t.exit_record is not None or t.gone or (t.answer is not None and t.answer.ended)):
+                # Ended, or never to start: its secret file goes (the batch step deletes it when it
+                # reads it; this is for one that never ran: cancelled while pending, lost)
+                remove_secret_file(Path(runs) / str(job.id), job.attempt)
 
     def _publish(self, tracked: Mapping[str, Job], now: float) -> None:
         """Write what Slurm said into the job row's executor_ref when it changed, so `orch status`

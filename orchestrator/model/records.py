@@ -205,3 +205,6 @@ class AttemptLaunch:
     gpu_ids: list[int] = field(default_factory=list)
     spec: dict[str, Any] = field(default_factory=dict)
     job_uid: str = ""  # the job's global id (a Ray attempt's submission id is built from it)
+    # What orch gives the attempt beyond the machine's environment (`env` holds both): the contract's
+    # variables, the trackers', [env] and pass_env. A cluster job is given only these (host/cluster_env.py).
+    job_vars: dict[str, str] = field(default_factory=dict)
