@@ -21,7 +21,7 @@ from ..contract import (
     write_json_atomic,
 )
 from ..jobs.lifecycle import write_run_spec
-from ..objectstore import claims, datafiles, machines
+from ..objectstore import claims, datafiles, machines, signing
 from ..objectstore import manifest as mf
 from ..objectstore.fetch import fetch_checkpoint
 from ..objectstore.remote import Conflict, Remote, StorageError
@@ -61,7 +61,7 @@ def adopt_one(
     m = dict(cand.manifest or {})
     own = m.get("owner") or {}
     # Take the lease before downloading anything: of two machines adopting at once, one write wins.
-    taken = dict(m, owner=mf.owner(home_id, now=now, by="adopt"), written_at=now)
+    taken = signing.sign(dict(m, owner=mf.owner(home_id, now=now, by="adopt"), written_at=now), plan.keys)
     key = mf.manifest_key(cand.uid)
     try:
         etag = remote.cas_put(key, mf.dump(taken), cand.etag)
@@ -82,7 +82,7 @@ def adopt_one(
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 os.unlink(path)
-        _give_back(remote, key, m, etag)
+        _give_back(remote, key, signing.sign(dict(m), plan.keys), etag)
         raise Refused(f"{label}: {exc}") from None
     m["spec"] = datafiles.rewrite(m["spec"], found)
     market, waited = _launched_for(remote, cand.uid, own, now)
