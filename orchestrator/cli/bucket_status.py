@@ -13,6 +13,8 @@ from ..objectstore import moves
 from ..objectstore.manifest_model import MAX_MANIFEST_BYTES, ManifestError
 from ..objectstore.manifest_model import parse as parse_manifest
 from ..objectstore.remote import Remote
+from ..model.markets import ON_DEMAND, SPOT
+from ..recovery.deciding import current_market
 
 
 def bucket_rows(remote: Remote, now: float, stale_after_s: float) -> list[dict[str, Any]]:
@@ -36,7 +38,7 @@ def _row(remote: Remote, uid: str, m: dict[str, Any], now: float, stale_after_s:
     claims = cl.read_claims(remote, uid)
     launched = [c for c in claims if c.status == cl.LAUNCHED]
     latest = claims[-1] if claims else None
-    market = launched[-1].market if launched else ""
+    market = holder_market(m, claims) or (launched[-1].market if launched and not _held(own) else "")
     progress = m.get("progress") or {}
     step, total = progress.get("step"), progress.get("total_steps")
     machine, note = _machine(own, now, stale_after_s), ""
@@ -65,6 +67,24 @@ def _row(remote: Remote, uid: str, m: dict[str, Any], now: float, stale_after_s:
         "cost": (m.get("cost") or {}).get("cost"),
         "note": note,
     }
+
+
+def _held(own: dict[str, Any]) -> bool:
+    return bool(own.get("home_id")) and not own.get("released")
+
+
+def holder_market(m: dict[str, Any], claims: list[cl.Claim]) -> str:
+    """The market of the machine holding the lease: what it recorded when it adopted (its entry in
+    the manifest's machines), else the launch its lease names -- not the newest launch, which may
+    be a planned move's new machine still coming up. "" when no machine holds the job or none is known."""
+    own = m.get("owner") or {}
+    if not _held(own):
+        return ""
+    for entry in reversed(m.get("machines") or []):
+        if isinstance(entry, dict) and entry.get("home_id") == own.get("home_id") and entry.get("market"):
+            return str(entry["market"])
+    market = current_market(claims, own)
+    return market if market in (SPOT, ON_DEMAND) else ""
 
 
 def _machine(own: dict[str, Any], now: float, stale_after_s: float) -> str:

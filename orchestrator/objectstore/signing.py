@@ -112,11 +112,11 @@ def problem(manifest: Mapping[str, Any], keys: Keys) -> Optional[str]:
     """Why this manifest is not trusted, in words, or None when its signature verifies."""
     sig = manifest.get(SIGNATURE)
     if sig is None:
-        return "it is not signed (no signature: written by someone without the bucket key)"
+        return "it is not signed (whoever wrote it did not hold the bucket key)"
     if not isinstance(sig, dict) or not all(isinstance(sig.get(k), str) for k in ("alg", "key_id", "mac")):
-        return "its signature is malformed"
+        return "it carries a malformed signature"
     if sig["alg"] != ALGORITHM:
-        return f"its signature uses {sig['alg'][:20]!r}, not {ALGORITHM}"
+        return f"it is signed with {sig['alg'][:20]!r}, not {ALGORITHM}"
     key = keys.key(sig["key_id"])
     if key is None:
         return (
@@ -124,7 +124,7 @@ def problem(manifest: Mapping[str, Any], keys: Keys) -> Optional[str]:
             f"ours is {keys.signing_id})"
         )
     if not hmac.compare_digest(_mac(key, manifest), sig["mac"]):
-        return "its signature does not match its content (changed after signing)"
+        return "it was changed after signing (the HMAC does not match its content)"
     return None
 
 

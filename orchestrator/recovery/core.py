@@ -190,7 +190,11 @@ class ControllerCore:
         try:
             cl.update(self.remote, claim)
         except Conflict:
-            log.warning("launch %d of %s changed under us; left as the other writer wrote it", claim.n, claim.uid)
+            self.say(
+                f"job {claim.uid[:12]}: launch {claim.n}'s record in the bucket was rewritten by someone else "
+                "since this controller read it (another `orch watch` on this bucket, or the same one "
+                "restarted); it is left as they wrote it"
+            )
 
     def _event(self, key: str, kind: EventKind, m: dict[str, Any], detail: str) -> None:
         payload = {

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from bucket_key import KEY_ENV
 from daemon_harness import OrchHome, wait_for
 
 from orchestrator.spec.config import load_config
@@ -64,6 +65,7 @@ def storage_home(folder: Path, url: str, endpoint: Optional[str] = None, **stora
         "stale_after_minutes": 0.05,
         "keep": 2,
         "part_size_mb": 5,
+        "signing_key_env": KEY_ENV,  # manifests signed (tests/mirror/conftest.py sets the key)
         **storage,
     }
     lines = ["", "[storage]", f"url = {json.dumps(url)}"] + ([f"endpoint = {json.dumps(endpoint)}"] if endpoint else [])

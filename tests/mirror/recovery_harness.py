@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import tomli_w
+from bucket_key import KEY_ENV
 from daemon_harness import kill_leftover_attempts
 
 from orchestrator.objectstore import claims as cl
@@ -66,7 +67,7 @@ def machines_folder(tmp: Path, machine_config: Path) -> Path:
 def controller_home(tmp: Path, url: str, recovery: dict[str, Any], **storage: Any) -> Path:
     root = tmp / "controller"
     root.mkdir(parents=True, exist_ok=True)
-    cfg: dict[str, Any] = {"storage": {"url": url, **storage}, "recovery": recovery}
+    cfg: dict[str, Any] = {"storage": {"url": url, "signing_key_env": KEY_ENV, **storage}, "recovery": recovery}
     notifiers = recovery.pop("notifiers", None)
     if notifiers:
         cfg["notifiers"] = notifiers

@@ -27,7 +27,9 @@ from orchestrator.store import Store
 
 KEY_ENV = "ORCH_TEST_SIGNED_KEY"
 KEY = "k" * 40
-LAUNCH_SH = 'echo "$ORCH_RECOVERY_MARKET $ORCH_RECOVERY_JOBS" >> "$DIR/launched"; echo instance=vm-$ORCH_RECOVERY_LAUNCH\n'
+LAUNCH_SH = (
+    'echo "$ORCH_RECOVERY_MARKET $ORCH_RECOVERY_JOBS" >> "$DIR/launched"; echo instance=vm-$ORCH_RECOVERY_LAUNCH\n'
+)
 
 
 def orch(home: Path, *args: str, key: Optional[str] = KEY) -> subprocess.CompletedProcess[str]:
