@@ -102,9 +102,7 @@ def status_rows(store: Store, home: Home, now: float, *, include_all: bool = Fal
     dep_states = store.states_of(deps)
     latest = store.latest_attempts(j.id for j in jobs if j.state is JobState.RUNNING and j.attempt)
     up = daemon_running(home) if any(j.state is JobState.QUEUED for j in jobs) else True
-    return [
-        status_row(job, home, now, dep_states=dep_states, attempt=latest.get(job.id), daemon_up=up) for job in jobs
-    ]
+    return [status_row(job, home, now, dep_states=dep_states, attempt=latest.get(job.id), daemon_up=up) for job in jobs]
 
 
 def daemon_running(home: Home) -> bool:
