@@ -296,3 +296,16 @@ def test_a_rotated_key_still_verifies_and_no_key_is_ever_shown(tmp_path):
     refused = orch(home, "config", "check")
     assert refused.returncode == 2 and "signing_key_env: must name an environment variable" in refused.stderr
     assert "pasted by mistake" not in refused.stderr + refused.stdout and "Traceback" not in refused.stderr
+
+
+def test_the_aws_bootstrap_names_the_key_variable_and_never_holds_the_key(tmp_path):
+    from orchestrator.recovery.bootstrap import bootstrap_script
+    from orchestrator.recovery.provider import LaunchRequest
+    from orchestrator.spec.config import load_config
+
+    request = LaunchRequest("s3://orch-bucket/orch", ("a" * 32,), "spot", 1, 1, signing_key_env=KEY_ENV)
+    script = bootstrap_script(request, instance_credentials=True)
+    assert f'signing_key_env = "{KEY_ENV}"' in script and KEY not in script
+    config_text = script.split("printf '%s' '", 1)[1].split("'", 1)[0]  # what the machine's config.toml gets
+    (tmp_path / "config.toml").write_text(config_text)
+    assert load_config(tmp_path / "config.toml", required=True).storage.signing_key_env == KEY_ENV
