@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -82,7 +83,9 @@ def adopt_one(
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 os.unlink(path)
-        _give_back(remote, key, signing.sign(dict(m), plan.keys), etag)
+        # The old lease back, written now: a controller that read our lease would take an older
+        # written_at for a replayed copy (recovery/trust.py) and never recover the job.
+        _give_back(remote, key, signing.sign(dict(m, written_at=time.time()), plan.keys), etag)
         raise Refused(f"{label}: {exc}") from None
     m["spec"] = datafiles.rewrite(m["spec"], found)
     market, waited = _launched_for(remote, cand.uid, own, now)
