@@ -9,12 +9,13 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from bucket_key import KEY_ENV
 from daemon_harness import OrchHome, wait_for
 
 from orchestrator.spec.config import load_config
 from orchestrator.objectstore import manifest as mf
 from orchestrator.objectstore.remote import Remote
+
+from tests.bucket_key import KEY_ENV, put_in_environment
 
 # A command job: writes step-N checkpoints (`size` random bytes each) every `every` seconds up to
 # `steps`, progress.json after each, then waits for a release file (if any) and exits 0. SIGTERM:
@@ -58,6 +59,7 @@ sys.exit(0)
 
 def storage_home(folder: Path, url: str, endpoint: Optional[str] = None, **storage: Any) -> OrchHome:
     folder.mkdir(parents=True, exist_ok=True)
+    put_in_environment()  # the daemon signs its manifests with the test key its config names
     h = OrchHome(folder, cpu_slots=2, grace_seconds=10)
     settings = {
         "heartbeat_seconds": 1,
