@@ -4,12 +4,14 @@ listing and a few small reads per job, nothing written."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from typing import Any, Optional
 
 from ..objectstore import claims as cl
 from ..objectstore import manifest as mf
-from ..objectstore import moves
+from ..objectstore import moves, signing
 from ..objectstore.manifest_model import MAX_MANIFEST_BYTES, ManifestError
 from ..objectstore.manifest_model import parse as parse_manifest
 from ..objectstore.remote import Remote
@@ -17,7 +19,11 @@ from ..model.markets import ON_DEMAND, SPOT
 from ..recovery.deciding import current_market
 
 
-def bucket_rows(remote: Remote, now: float, stale_after_s: float) -> list[dict[str, Any]]:
+def bucket_rows(
+    remote: Remote, now: float, stale_after_s: float, keys: Optional[signing.Keys] = None
+) -> list[dict[str, Any]]:
+    """One row per job. With the bucket key (`keys`), a job whose manifest does not verify says so:
+    `orch watch` will not launch it, and `orch adopt` will not adopt it."""
     rows = []
     for uid in sorted(remote.list_dirs("jobs")):
         key = mf.manifest_key(uid)
@@ -29,7 +35,13 @@ def bucket_rows(remote: Remote, now: float, stale_after_s: float) -> list[dict[s
         except ManifestError as exc:
             rows.append({"uid": uid, "name": "?", "state": "unreadable", "market": "", "machine": "", "note": str(exc)})
             continue
-        rows.append(_row(remote, uid, m, now, stale_after_s))
+        row = _row(remote, uid, m, now, stale_after_s)
+        problem = signing.problem(json.loads(got[0]), keys) if keys is not None else None
+        if problem:
+            row["note"] = f"not trusted (never launched or adopted): {problem}" + (
+                f"; {row['note']}" if row["note"] else ""
+            )
+        rows.append(row)
     return rows
 
 
@@ -126,7 +138,7 @@ def show_bucket_status(config: Any, url: str, as_json: bool) -> None:
 
     section = storage_for(config, url, how="orch status --url s3://bucket/prefix", must_exist=True)
     remote = Remote(section)
-    rows = bucket_rows(remote, time.time(), section.stale_after_minutes * 60)
+    rows = bucket_rows(remote, time.time(), section.stale_after_minutes * 60, signing.keys_from(section, os.environ))
     if as_json:
         emit_json(rows)
     else:

@@ -309,3 +309,13 @@ def test_the_aws_bootstrap_names_the_key_variable_and_never_holds_the_key(tmp_pa
     config_text = script.split("printf '%s' '", 1)[1].split("'", 1)[0]  # what the machine's config.toml gets
     (tmp_path / "config.toml").write_text(config_text)
     assert load_config(tmp_path / "config.toml", required=True).storage.signing_key_env == KEY_ENV
+
+
+def test_status_url_with_the_key_marks_a_forged_job_not_trusted(tmp_path, bucket):
+    home = controller(tmp_path, bucket)
+    uid = json.loads(orch(home, "launch", str(job_file(tmp_path)), "--json").stdout)["uid"]
+    remote = remote_of(bucket)
+    put(remote, forged_copy(read(remote, uid), "b" * 32))
+    rows = {r["uid"]: r for r in json.loads(orch(home, "status", "--url", bucket["url"], "--json").stdout)}
+    assert rows["b" * 32]["note"].startswith("not trusted (never launched or adopted): it was changed after signing")
+    assert "not trusted" not in rows[uid]["note"]
