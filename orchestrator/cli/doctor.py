@@ -52,6 +52,5 @@ def check_ray_shared_folder(home: Home, config, out: list[Finding]) -> None:
     job reads a file written here and writes one back (the only thing doctor starts)."""
     from ..executors import check_ray_shared
 
-    ok, text = check_ray_shared(config, home)
-    fix = "put ORCH_HOME on a filesystem every Ray node mounts at the same path (NFS, EFS, Filestore, ...)"
-    out.append(Finding("ray", OK if ok else BAD, text, "" if ok else fix))
+    ok, text, fix = check_ray_shared(config, home)
+    out.append(Finding("ray", OK if ok else BAD, text, fix))

@@ -4,6 +4,7 @@ Here: the config checks, the loop, its output, and the controller's own outbox."
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -21,6 +22,7 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
     from ..daemon.outbox import OutboxSender
     from ..objectstore import manifest as mf
     from ..objectstore.remote import Remote, StorageError
+    from ..objectstore.signing import keys_from
     from ..recovery.controller import Controller
     from ..recovery.launcher import Launcher
     from ..recovery.build import build_provider
@@ -31,6 +33,7 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
             [f"{where}: recovery: no [recovery] table; `orch watch` needs one (provider, launch: docs/recovery.md)"]
         )
     section = storage_for(config, url, how="orch watch s3://bucket/prefix", must_exist=True)
+    keys = keys_from(section, os.environ)
     remote = Remote(section)
     provider = build_provider(config.recovery)
     sender = OutboxSender(
@@ -47,9 +50,10 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
     # Provider calls off the loop (a hanging launch never stalls the others); at once with --once.
     launcher = None if once else Launcher(config.recovery.launch_timeout_minutes * 60)
     controller = Controller(
-        config, store, remote, provider, controller_id=mf.home_identity(home), say=say, launcher=launcher
+        config, store, remote, provider, controller_id=mf.home_identity(home), say=say, launcher=launcher, keys=keys
     )
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    print(f"orch watch: {controller.gate.start_line()}", file=sys.stderr if once else sys.stdout, flush=True)
     stop = threading.Event()
     if not once:
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -49,8 +49,9 @@ def build_local_executor(home: "Home") -> "LocalExecutor":
     return LocalExecutor(home)
 
 
-def check_ray_shared(config: "Config", home: "Home") -> tuple[bool, str]:
-    """`orch doctor` on Ray: whether a file the daemon writes is visible to a job on a GPU node."""
+def check_ray_shared(config: "Config", home: "Home") -> tuple[bool, str, str]:
+    """`orch doctor` on Ray: whether a file the daemon writes is visible to a job on a GPU node
+    (ok, the finding, its fix)."""
     from .ray_shared import check_shared_with_ray
 
     return check_shared_with_ray(home, config.ray)

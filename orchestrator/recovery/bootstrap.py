@@ -59,6 +59,9 @@ def bootstrap_script(
     config = ["[storage]", f'url = "{request.url}"']
     if instance_credentials:
         config.append('credentials = "instance"')
+    if request.signing_key_env and request.signing_key_env.isidentifier():
+        # the variable's name; the key itself comes from the image (boot.env) or the cloud's secret store
+        config.append(f'signing_key_env = "{request.signing_key_env}"')
     if preemption_source:
         config += ["", "[preemption]", f'sources = ["{preemption_source}"]']
     config_text = "\n".join(config) + "\n"

@@ -18,17 +18,19 @@ from ..objectstore import moves
 from ..objectstore.manifest_model import MAX_MANIFEST_BYTES, ManifestError
 from ..objectstore.manifest_model import parse as parse_manifest
 from ..objectstore.remote import Conflict, Remote, TooLarge
+from ..objectstore.signing import Keys, content_id
 from ..redaction import redact
 from ..spec.config import Config
 from ..store import Store
 from . import deciding as dc
 from . import moving as mv
-from .jobview import JobView, deadline_of
+from .jobview import UNFINISHED, UNTRUSTED, JobView, deadline_of
 from .launcher import InlineLauncher, Launcher
 from .placing import Group, Placement
 from .policy import Decision, decide
 from .provider import Provider
 from .stopping import Stopper
+from .trust import TrustGate
 
 log = logging.getLogger("orch.watch")
 
@@ -49,6 +51,7 @@ class ControllerCore:
         clock: Callable[[], float] = time.time,
         say: Callable[[str], None] = lambda s: None,
         launcher: "Launcher | InlineLauncher | None" = None,
+        keys: Optional[Keys] = None,
     ):
         assert config.recovery is not None
         self.config = config
@@ -84,6 +87,8 @@ class ControllerCore:
         self._settled: set[str] = set()  # finished jobs this process has looked at once
         self._machines: dict[str, tuple[str, list[str], dict[str, Any]]] = {}
         self._watched: set[str] = set()  # jobs this process has seen unfinished
+        # What may be acted on at all: signed manifests (with `keys`), else only `orch launch`'s jobs.
+        self.gate = TrustGate(store, keys)
 
     def _read(self, uid: str) -> Optional[tuple[dict[str, Any], Optional[str]]]:
         key = mf.manifest_key(uid)
@@ -102,6 +107,24 @@ class ControllerCore:
             return None
         self._parsed[uid] = (got[0], m)
         return m, got[1]
+
+    def _distrust(self, uid: str, m: dict[str, Any]) -> Optional[JobView]:
+        """The verify gate (trust.py): None when job `uid`'s manifest, as read this pass, may be acted
+        on; else its view as `not trusted`, reported once per content (`untrusted`)."""
+        raw = self._parsed[uid][0]
+        problem = self.gate.problem(uid, raw)
+        if problem is None:
+            return None
+        name = str(m.get("name") or "")
+        view = JobView(uid, name, UNTRUSTED, f"not launched: its manifest is not trusted: {problem}")
+        if m.get("state") in UNFINISHED:
+            self._event(
+                f"{uid}:untrusted:{content_id(raw)}",
+                EventKind.UNTRUSTED,
+                m,
+                f"job {uid[:12]} ({name}): not launched: its manifest in the bucket is not trusted: {problem}",
+            )
+        return view
 
     # -- the market ---------------------------------------------------------------------------
 
@@ -167,7 +190,11 @@ class ControllerCore:
         try:
             cl.update(self.remote, claim)
         except Conflict:
-            log.warning("launch %d of %s changed under us; left as the other writer wrote it", claim.n, claim.uid)
+            self.say(
+                f"job {claim.uid[:12]}: launch {claim.n}'s record in the bucket was rewritten by someone else "
+                "since this controller read it (another `orch watch` on this bucket, or the same one "
+                "restarted); it is left as they wrote it"
+            )
 
     def _event(self, key: str, kind: EventKind, m: dict[str, Any], detail: str) -> None:
         payload = {

@@ -24,14 +24,12 @@ from .jobview import (
     MAX_BACKOFF_S,
     RELEASED,
     UNFINISHED,
-    UNTRUSTED,
     WAITING,
     JobView,
     count_losses,
     failures_in_row,
     hms,
     instance_of,
-    launch_key,
     wasted_launches,
 )
 from .placing import Placement
@@ -44,6 +42,9 @@ class JobPass(Finishing):
         if read is None:
             return None
         m, _ = read
+        distrusted = self._distrust(uid, m)  # the verify gate: nothing below sees an untrusted manifest
+        if distrusted is not None:
+            return distrusted
         name = str(m.get("name") or "")
         if m.get("state") not in UNFINISHED:
             self._settle_finished(uid, m)
@@ -91,14 +92,9 @@ class JobPass(Finishing):
             self._consider_move(uid, m, own, claims, losses, view)
             return view
         # The lease has lapsed (or there never was one).
+        # (Whether the manifest may be acted on at all was decided above, by the gate: a lease here
+        # was signed by a machine holding the bucket key, or the job is `orch launch`'s from here.)
         never_leased = not own.get("home_id") and own.get("heartbeat") is None
-        if never_leased and not self.store.recovery_marked(launch_key(uid)):
-            # The bucket is untrusted: a job no machine ever held is launched (paid) only when
-            # `orch launch` in this home put it there. Anything else is reported, never launched.
-            view.state = UNTRUSTED
-            view.note = "never held by a machine and not put in the bucket by `orch launch` here: not launched"
-            self._event(f"{uid}:untrusted", EventKind.RELAUNCH_FAILED, m, f"job {uid[:12]} ({name}): {view.note}")
-            return view
         lost_at = float(own.get("heartbeat") or m.get("written_at") or now)
         view.state, view.waiting_since = WAITING, lost_at
         if move is not None:

@@ -39,7 +39,12 @@ class Launching(ControllerCore):
                 continue
             first = g.placements[0]
             request = LaunchRequest(
-                url=self.remote.url.raw, job_uids=g.uids, market=g.market, launch_number=first.n, gpus=g.gpus
+                url=self.remote.url.raw,
+                job_uids=g.uids,
+                market=g.market,
+                launch_number=first.n,
+                gpus=g.gpus,
+                signing_key_env=self.config.storage.signing_key_env or "",
             )
             key = g.key()
             self._in_flight[key] = (self.clock(), g)

@@ -35,6 +35,8 @@ class LaunchRequest:
     market: str  # "spot" | "on-demand"
     launch_number: int  # 1, 2, ... for these jobs (the first job's, when several go together)
     gpus: int = 0  # the GPUs the jobs need together: the machine to launch (0: not said)
+    # [storage] signing_key_env: the variable the new machine must hold the bucket key in (its name only)
+    signing_key_env: str = ""
 
 
 class Provider(Protocol):

@@ -106,6 +106,21 @@ class StorageSection(_Section):
     heartbeat_seconds: float = Field(default=60.0, gt=0)  # how often the owner renews its lease
     throttle_seconds: float = Field(default=30.0, ge=0)  # progress, metrics and logs at most this often
     data_max_mb: float = Field(default=2048.0, ge=0)  # local data files up to this size travel with the job
+    # The environment variable holding the bucket key: manifests are signed with it, and `orch watch`
+    # and `orch adopt` act only on manifests that verify (objectstore/signing.py). Never the key itself.
+    signing_key_env: Optional[str] = None
+    signing_previous_key_env: Optional[str] = None  # a key being rotated out: still accepted, never signs
+
+    @field_validator("signing_key_env", "signing_previous_key_env")
+    @classmethod
+    def _env_name(cls, v: Optional[str]) -> Optional[str]:
+        import re
+
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError(
+                f"must name an environment variable, e.g. ORCH_BUCKET_KEY, not hold the key (got {len(v)} characters)"
+            )
+        return v
 
     @field_validator("url")
     @classmethod

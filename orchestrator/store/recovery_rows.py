@@ -38,6 +38,18 @@ class RecoveryRows(SweepRows):
         """`key` was queued or marked here before."""
         return self.db.execute("SELECT 1 FROM recovery_sent WHERE key=?", (key,)).fetchone() is not None
 
+    def recovery_newest(self, key: str, value: float) -> Optional[float]:
+        """Remember the largest `value` seen under `key` (the newest `written_at` of a job's manifest
+        this controller has trusted) and return the largest seen before this call, or None."""
+        with self._tx() as db:
+            row = db.execute("SELECT at FROM recovery_sent WHERE key=?", (key,)).fetchone()
+            if row is None:
+                db.execute("INSERT INTO recovery_sent(key, event_id, at) VALUES(?,?,?)", (key, 0, value))
+                return None
+            if value > row["at"]:
+                db.execute("UPDATE recovery_sent SET at=? WHERE key=?", (value, key))
+            return float(row["at"])
+
     def recovery_set(self, uid: str, now: float, **fields: Any) -> None:
         unknown = set(fields) - set(_COLUMNS)
         if unknown:

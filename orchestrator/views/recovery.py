@@ -30,7 +30,9 @@ def waiting_line(row: dict[str, Any], now: float) -> str:
     text = f"{row['uid'][:12]}  {row['name'] or '?'}  {row['state']}"
     if row.get("waiting_since") and row["state"] in WAITING_FOR_A_MACHINE:
         since = time.strftime("%H:%M:%S", time.localtime(row["waiting_since"]))
-        text += f" for a replacement machine since {since} ({format_duration(now - row['waiting_since'])})"
+        # a job no machine has lost waits for its first machine (`orch launch`), not a replacement
+        machine = "a replacement machine" if row.get("losses") else "its first machine"
+        text += f" for {machine} since {since} ({format_duration(now - row['waiting_since'])})"
     if row.get("launches"):
         text += f"; {row['launches']} launch(es)"
     if row.get("market"):

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import pytest
 import tomli_w
+from bucket_key import KEYS, signed
 from daemon_harness import wait_for
 from mirror_harness import ckpt_job, remote_for, storage_home, wait_manifest
 from recovery_harness import Watch, controller_home
@@ -87,7 +88,7 @@ def manifest_of(heartbeat: float, **over: Any) -> dict[str, Any]:
 
 def put_manifest(remote: Remote, m: dict[str, Any]) -> None:
     got = remote.get_with_etag(mf.manifest_key(UID))
-    remote.cas_put(mf.manifest_key(UID), mf.dump(m), got[1] if got else None)
+    remote.cas_put(mf.manifest_key(UID), mf.dump(signed(m)), got[1] if got else None)
 
 
 class Clock:
@@ -134,7 +135,7 @@ def controller(tmp: Path, remote: Remote, provider: Any, clock: Clock, name: str
     if remote.url.scheme == "s3":
         config.storage = remote.settings.model_copy(update={"stale_after_minutes": 1.0})
     store = Store(folder / "orch.db")
-    return Controller(config, store, remote, provider, controller_id=f"ctl-{name}", clock=clock)
+    return Controller(config, store, remote, provider, controller_id=f"ctl-{name}", clock=clock, keys=KEYS)
 
 
 @pytest.fixture

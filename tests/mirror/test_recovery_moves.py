@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import tomli_w
+from bucket_key import KEYS, signed
 
 from orchestrator.objectstore import claims as cl
 from orchestrator.objectstore import manifest as mf
@@ -57,7 +58,7 @@ def manifest(heartbeat: float, home: str, *, state: str = "running", released: b
 
 def put(remote: Remote, m: dict[str, Any]) -> None:
     got = remote.get_with_etag(mf.manifest_key(UID))
-    remote.cas_put(mf.manifest_key(UID), mf.dump(m), got[1] if got else None)
+    remote.cas_put(mf.manifest_key(UID), mf.dump(signed(m)), got[1] if got else None)
 
 
 def controller(tmp: Path, remote: Remote, clock: Clock) -> Controller:
@@ -74,7 +75,13 @@ def controller(tmp: Path, remote: Remote, clock: Clock) -> Controller:
     config = load_config(cfg, required=True)
     assert config.recovery is not None
     return Controller(
-        config, Store(tmp / "orch.db"), remote, build_provider(config.recovery), controller_id="ctl", clock=clock
+        config,
+        Store(tmp / "orch.db"),
+        remote,
+        build_provider(config.recovery),
+        controller_id="ctl",
+        clock=clock,
+        keys=KEYS,
     )
 
 

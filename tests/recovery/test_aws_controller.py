@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 import tomli_w
+from bucket_key import KEYS, signed
 from ec2_server import Ec2Server, ec2_server_running
 
 pytest.importorskip("boto3")
@@ -78,7 +79,7 @@ def _put_manifest(remote: Remote, heartbeat: float, instance_id: str) -> None:
         "budget": {},
     }
     got = remote.get_with_etag(mf.manifest_key(UID))
-    remote.cas_put(mf.manifest_key(UID), mf.dump(m), got[1] if got else None)
+    remote.cas_put(mf.manifest_key(UID), mf.dump(signed(m)), got[1] if got else None)
 
 
 def _controller(tmp_path: Path, url: str, endpoint: str, clock: Clock) -> Any:
@@ -95,7 +96,9 @@ def _controller(tmp_path: Path, url: str, endpoint: str, clock: Clock) -> Any:
     provider = build_provider(config.recovery)
     store = Store(tmp_path / "orch.db")
     remote = Remote(StorageSection(url=url, stale_after_minutes=1.0))
-    return controller_module.Controller(config, store, remote, provider, controller_id="ctl-aws", clock=clock)
+    return controller_module.Controller(
+        config, store, remote, provider, controller_id="ctl-aws", clock=clock, keys=KEYS
+    )
 
 
 def _kinds(c: Any) -> list[str]:

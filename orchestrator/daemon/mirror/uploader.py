@@ -18,6 +18,7 @@ from ...model.records import Job
 from ...model.states import TERMINAL, EventKind, JobState
 from ...objectstore import manifest as mf
 from ...objectstore.remote import Remote, StorageError
+from ...objectstore.signing import keys_from
 from ...store import Store
 from .events import Outage
 from .files import FileSync
@@ -54,7 +55,13 @@ class Mirror:
         self.uploads = UploadQueue(home, store, self.s, self.remote, home_id, self.stopping, self._commit)
         self.machine = MachineIdentity(config.preemption)
         self.manifests = ManifestWriter(
-            home, store, self.remote, home_id, on_lease_lost or (lambda job, holder: None), self.machine.instance_id
+            home,
+            store,
+            self.remote,
+            home_id,
+            on_lease_lost or (lambda job, holder: None),
+            self.machine.instance_id,
+            keys=keys_from(self.s, os.environ),
         )
         self.files = FileSync(home, store, self.s, self.remote)
         self.moves = MoveWatch(self.remote, home_id, on_move or (lambda job, reason: None))
