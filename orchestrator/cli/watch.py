@@ -32,6 +32,27 @@ def waiting_line(row: dict[str, Any], now: float) -> str:
 
 
 def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool) -> int:
+    """One controller per home (home/watch_lock.py); the provider commands still running are
+    killed with their process groups however the loop ends (SIGTERM, SIGINT, an error, --once)."""
+    from ..home.watch_lock import WatchLock
+    from ..recovery import groups
+
+    lock = WatchLock(home)
+    lock.acquire()
+    try:
+        return _watch(home, config, store, url, once=once)
+    finally:
+        killed = groups.kill_all()
+        if killed:
+            print(
+                f"{time.strftime('%H:%M:%S')} killed {len(killed)} provider command(s) still running "
+                f"(process group(s) {', '.join(map(str, killed))}): counted as not done",
+                flush=True,
+            )
+        lock.release()
+
+
+def _watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool) -> int:
     from ..adopt.plan import storage_for
     from ..jobs.notify import build_channels
     from ..daemon.outbox import OutboxSender
@@ -87,6 +108,10 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
                 return 1
             views = []
         sender.deliver_due(time.time())
+        pool = controller.pool_note()
+        if pool and pool != shown.get("", ""):
+            say(pool)
+        shown[""] = pool
         now = time.time()
         for row in store.recovery_rows():
             if row["url"] != remote.url.raw:

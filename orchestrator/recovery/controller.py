@@ -76,6 +76,7 @@ class Controller(JobPass, Launching):
         self._place()
         self.book.account(self._seen, self.clock())  # stop what is no longer needed
         self._collect()
+        self.ledger.note = self.pool_note()
         self.ledger.flush()
         for view in views:
             uid = view.uid

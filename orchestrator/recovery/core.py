@@ -146,6 +146,15 @@ class ControllerCore:
         if at is not None and (self.next_review is None or at < self.next_review):
             self.next_review = at
 
+    def pool_note(self) -> str:
+        """A line when every provider-call worker is held by a call running longer than a poll
+        (hung launch commands, a crawling cloud API): the calls after them wait for a worker."""
+        held = self.launcher.held(max(self.rc.poll_seconds, 1.0))
+        if not held:
+            return ""
+        calls = ", ".join(f"{key.split(',')[0][:60]} for {s:.0f} s" for key, s in held)
+        return f"every provider-call worker is busy ({calls}): further launches, stops and alive questions wait"
+
     def in_flight(self) -> int:
         """Provider calls running now."""
         return len(self._in_flight)

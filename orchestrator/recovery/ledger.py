@@ -65,8 +65,10 @@ class Ledger:
     controller_id: str
     clock: Callable[[], float]
     machines: dict[str, Machine] = field(default_factory=dict)
+    note: str = ""  # the controller's own state worth a line in `orch status --url` (a busy pool)
     _dirty: set[str] = field(default_factory=set)
     _bucket_dirty: bool = False
+    _written_note: str = ""
 
     def __post_init__(self) -> None:
         for record in self.store.machine_records(self.remote.url.raw):
@@ -137,13 +139,15 @@ class Ledger:
         return sorted(self.machines.values(), key=lambda m: (m.launched_at, m.instance_id))
 
 
-def read_bucket_ledgers(remote: Remote) -> list[dict[str, Any]]:
-    """Every controller's machines in the bucket, for `orch status --url` (unreadable ones skipped)."""
+def read_bucket_ledgers(remote: Remote) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every controller's machines in the bucket, and their notes, for `orch status --url`
+    (unreadable ledgers skipped)."""
     out: list[dict[str, Any]] = []
+    notes: list[str] = []
     try:
         keys = [str(meta["path"]) for meta in remote.list(PREFIX)]
     except (StorageError, FileNotFoundError):
-        return out
+        return out, notes
     for key in sorted(k for k in keys if k.endswith(".json")):
         try:
             got = remote.get_with_etag(key, max_bytes=MAX_LEDGER_BYTES)
@@ -151,7 +155,27 @@ def read_bucket_ledgers(remote: Remote) -> list[dict[str, Any]]:
         except (StorageError, TooLarge, UnicodeDecodeError, ValueError):
             continue
         if isinstance(body, dict):
+            if body.get("note"):
+                notes.append(f"orch watch {str(body.get('controller') or '?')[:12]}: {str(body['note'])[:300]}")
             for record in body.get("machines") or []:
                 if isinstance(record, dict) and record.get("instance_id"):
                     out.append(record)
-    return out
+    return out, notes
+
+
+def machine_line(record: dict[str, Any]) -> str:
+    """One machine of the ledger for people (`orch status --url`)."""
+    where = " ".join(str(x) for x in (record.get("zone"), record.get("market")) if x)
+    jobs = ",".join(str(u)[:12] for u in record.get("jobs") or [])
+    line = f"{record.get('instance_id')}  {record.get('state')}  {where or '?'}  jobs {jobs or '-'}"
+    if record.get("home_id"):
+        line += f"  home {str(record['home_id'])[:12]}"
+    if isinstance(record.get("cost"), (int, float)):
+        line += f"  cost {record['cost']:.2f}"
+    if record.get("state") == STOPPING:
+        line += f"; stopping ({record.get('stop_why') or '?'}), try {int(record.get('stop_tries') or 0) + 1}"
+        if record.get("stop_error"):
+            line += f", last: {str(record['stop_error'])[:160]}"
+    elif record.get("state") == STOPPED and record.get("stop_why"):
+        line += f"; stopped: {record['stop_why']}"
+    return line
