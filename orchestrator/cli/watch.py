@@ -95,8 +95,10 @@ def _watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool
             f"watching {remote.url.raw} every {config.recovery.poll_seconds:g} s "
             f"(provider {provider.name}; a lease silent {config.storage.stale_after_minutes:g} min is lost)"
         )
+    from ..home.watch_lock import record_pass
+
     shown: dict[str, str] = {}
-    failures = 0
+    failures = passes = 0
     while True:
         try:
             views = controller.pass_once()
@@ -107,6 +109,8 @@ def _watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool
             if once:
                 return 1
             views = []
+        passes += 1
+        record_pass(home, passes, time.time())
         sender.deliver_due(time.time())
         pool = controller.pool_note()
         if pool and pool != shown.get("", ""):

@@ -13,6 +13,7 @@ from ..model.errors import OrchError
 from .paths import Home
 
 LOCK_NAME = "watch.lock"
+STATE_NAME = "watch.json"  # the running controller's passes: {"pid", "passes", "at"}
 
 
 class WatchRunning(OrchError):
@@ -48,3 +49,13 @@ class WatchLock:
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
         self.fd = None
+
+
+def record_pass(home: Home, passes: int, now: float) -> None:
+    """The controller's pass count, for `orch status` in its home and for tests that count polls."""
+    import json
+
+    path = home.root / STATE_NAME
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "passes": passes, "at": now}))
+    tmp.replace(path)

@@ -8,7 +8,6 @@ whole process group."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -16,6 +15,8 @@ from typing import Any
 
 import pytest
 import tomli_w
+
+from daemon_harness import running_in_group
 
 from orchestrator.objectstore import claims as cl
 from orchestrator.objectstore import manifest as mf
@@ -250,23 +251,6 @@ def test_without_alive_an_alive_answer_that_cannot_tell_leaves_the_silent_lease_
         clock.t += 10
         c.pass_once()
     assert len(cl.read_claims(remote, UID)) == 2 and "machine_lost" in [e["kind"] for e in c.store.recovery_events()]
-
-
-def running_in_group(pgid: int) -> list[int]:
-    """Processes of group `pgid` still running (a zombie waiting for a reaper is not running: in a
-    container whose init does not reap, one stays listed)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            out.append(int(entry))
-    return out
 
 
 def _gone(pgid: int) -> bool:
