@@ -90,7 +90,7 @@ orch_recovery() {{
   local uid
   for uid in $ORCH_RECOVERY_JOBS; do
     # A planned move's new machine boots while the old one still holds the lease: the refusal then
-    # leaves a pending adoption, which the daemon started below completes at the hand-over.
+    # leaves a pending adoption: the daemon, run at the end of this script, completes it at the hand-over.
     "$orch" adopt "$ORCH_RECOVERY_URL" --job "$uid" --yes || echo "orch recovery: adopting job $uid failed" >&2
   done
   "$orch" daemon install || echo "orch recovery: the daemon will not start at boot" >&2

@@ -21,7 +21,7 @@ import pytest
 from ec2_server import Ec2Server, ec2_server_running
 
 from orchestrator.recovery.aws import AwsProvider, lease_instance_id
-from orchestrator.recovery.provider import Launched, LaunchRequest, RelaunchError
+from orchestrator.recovery.provider import Launched, LaunchRequest, RelaunchError, launched_from_output
 
 pytest.importorskip("boto3")
 
@@ -57,9 +57,10 @@ def _provider(server: Ec2Server, template: str) -> AwsProvider:
     return AwsProvider(settings)
 
 
-def _instance(ec2: Any, launched: Launched) -> dict[str, Any]:
-    instance_id = launched.instance_id
-    assert launched.text.startswith(instance_id + " (")
+def _instance(ec2: Any, launched: "Launched | str") -> dict[str, Any]:
+    """The instance a launch returned (its text starts with its id), or the one an id names."""
+    instance_id = launched if isinstance(launched, str) else launched.instance_id
+    assert isinstance(launched, str) or launched.text.startswith(instance_id + " (")
     reply = ec2.describe_instances(InstanceIds=[instance_id])
     return dict(reply["Reservations"][0]["Instances"][0])
 
@@ -335,7 +336,8 @@ def test_the_documented_aws_cli_launch_script_works_against_ec2(ec2, ec2_server,
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
 
     assert done.returncode == 0, done.stderr
-    instance_id = done.stdout.strip().splitlines()[-1]  # what `orch watch` records
+    instance_id = launched_from_output(done.stdout).instance_id  # what `orch watch` records: its instance= line
+    assert done.stdout.strip().splitlines()[-1] == f"instance={instance_id}"
     inst = _instance(ec2, instance_id)
     assert inst.get("InstanceLifecycle") == ("spot" if market == "spot" else None)
     sent = ec2_server.requests("RunInstances")[-1]
