@@ -147,12 +147,20 @@ class JobPass(Finishing):
                 view.note = f"launch {latest.n} claimed by {latest.controller[:12]} (in progress)"
                 return view
             booting = latest.status == cl.LAUNCHED and now - latest.updated_at < self.launch_timeout_s
-            if booting and self._gone(self._launched_machine(latest)) is True:
+            if (
+                booting
+                and not latest.extra.get("gone_while_booting")
+                and self._gone(self._launched_machine(latest)) is True
+            ):
                 # A machine gone while it boots (spot reclaimed) is lost now, not at the launch
                 # timeout; on spot that is the market's doing, not a failed launch.
-                latest.extra["gone_while_booting"] = now
-                self._update(latest)
+                self._lost_booting(uid, latest, m, now)
+            if booting and latest.extra.get("gone_while_booting"):
                 booting = False
+                due = self._booting_backoff(claims, latest)
+                if now < due:  # never a launch per poll when every new machine is "gone"
+                    view.note = f"launch {latest.n} was gone while it booted; next try in {due - now:.0f} s"
+                    return view
             if booting:
                 view.market = latest.market
                 view.note = f"launch {latest.n} ({latest.market}) is coming up: {latest.launched}"
@@ -246,7 +254,17 @@ class JobPass(Finishing):
             if coming.status == cl.CLAIMED:
                 view.note = f"moving to {decision.market}: launch {coming.n} in progress"
                 return
-            if coming.status == cl.LAUNCHED and self._gone(self._launched_machine(coming)) is not True:
+            gone = coming.status == cl.LAUNCHED and (
+                bool(coming.extra.get("gone_while_booting")) or self._gone(self._launched_machine(coming)) is True
+            )
+            if gone and not coming.extra.get("gone_while_booting"):
+                self._lost_booting(uid, coming, m, self.clock())
+            if gone and self.clock() < self._booting_backoff(claims, coming):
+                view.note = (
+                    f"moving to {decision.market}: launch {coming.n} was gone while it booted; tries again later"
+                )
+                return
+            if coming.status == cl.LAUNCHED and not gone:
                 ready_at = coming.updated_at + self.rc.changeover_minutes * 60
                 if self.clock() < ready_at:  # it boots: the old machine works on meanwhile
                     self._review(ready_at)
@@ -263,6 +281,28 @@ class JobPass(Finishing):
         n = reuse.n if reuse is not None else (claims[-1].n + 1 if claims else 1)
         self._placing.append(Placement(uid, m, own, n, decision.market, decision.why, view, reuse=reuse, move_for=home))
         view.note = f"moving from {current} to {decision.market}: {decision.why}"
+
+    def _lost_booting(self, uid: str, claim: cl.Claim, m: dict[str, Any], now: float) -> None:
+        """The provider says a machine that never took its job is gone: noted on its claim, and
+        stopped (if the answer was wrong, it would otherwise bill until launch_timeout)."""
+        claim.extra["gone_while_booting"] = now
+        self._update(claim)
+        instance = claim_instance(claim)
+        if instance:
+            self.book.not_needed(instance, uid, "the provider says it was gone while it booted", m)
+
+    def _booting_backoff(self, claims: list[cl.Claim], claim: cl.Claim) -> float:
+        """When the next launch may follow machines gone while they booted: poll x 2^(k-1) after
+        the k-th in a row (capped), so a provider that calls every new machine gone costs a
+        launch per backoff, not one per poll."""
+        k = 0
+        for c in reversed(claims):
+            if c.status == cl.LAUNCHED and c.extra.get("gone_while_booting"):
+                k += 1
+            elif c.status == cl.LAUNCHED:
+                break
+        gone_at = float(claim.extra.get("gone_while_booting") or claim.updated_at)
+        return gone_at + backoff_s(max(k - 1, 0), self.rc.poll_seconds, MAX_BACKOFF_S)
 
     def _launched_machine(self, claim: cl.Claim) -> dict[str, Any]:
         """What the provider is asked about a machine a launch brought up: its id."""

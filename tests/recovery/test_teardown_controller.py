@@ -302,3 +302,26 @@ def test_a_provider_written_before_launched_still_gets_the_rule():
 
     assert as_launched("machine 3") == Launched("machine 3", "machine 3")
     assert as_launched(Launched("i-1", "i-1 (g5, spot)")).instance_id == "i-1"
+
+
+def test_an_alive_command_that_calls_every_new_machine_gone_backs_off_and_stops_each(tmp_path, remote):
+    """A planned move's new machine that the provider calls gone while it boots is stopped, and the
+    next one waits a backoff: never a machine per poll (a wrong `alive` once launched one a poll)."""
+    clock = Clock(10_000.0)
+    put(remote, manifest(clock.t, "home-od"))  # runs on on-demand vm-0, launched here; spot can be had
+    first = cl.Claim(UID, 1, cl.LAUNCHED, "on-demand", {}, clock.t, "ctl", clock.t, launched="vm-0")
+    first.extra["instance_id"] = "vm-0"
+    cl.put_new(remote, first)
+    launch = 'echo "$ORCH_RECOVERY_MARKET" >> "$DIR/launched"; echo "instance=vm-$ORCH_RECOVERY_LAUNCH"\n'
+    c = controller(tmp_path, remote, clock, launch, alive=["bash", str(tmp_path / "alive.sh")])
+    (tmp_path / "alive-exit").write_text("1")  # "gone", whatever is asked
+    for _ in range(30):  # 300 s, a poll each 10 s
+        put(remote, manifest(clock.t, "home-od"))
+        c.pass_once()
+        clock.t += 10
+    launched = lines(tmp_path / "launched")
+    assert 2 <= len(launched) <= 6 and set(launched) == {"spot"}, launched  # backoff 10, 20, 40, 80... s
+    moved = [x for x in cl.read_claims(remote, UID) if x.extra.get("move_for")]
+    assert all(x.extra.get("gone_while_booting") for x in moved[:-1])
+    stopped = set(lines(tmp_path / "stopped"))
+    assert {x.extra["instance_id"] for x in moved[:-1]} <= stopped and "vm-0" not in stopped
