@@ -153,7 +153,10 @@ class ControllerCore:
         if not held:
             return ""
         calls = ", ".join(f"{key.split(',')[0][:60]} for {s:.0f} s" for key, s in held)
-        return f"every provider-call worker is busy ({calls}): further launches, stops and alive questions wait"
+        waiting = self.launcher.waiting()
+        return f"every provider-call worker is busy ({calls}): {waiting} more call(s) wait for one" + (
+            "" if waiting else "; further launches, stops and alive questions will wait"
+        )
 
     def in_flight(self) -> int:
         """Provider calls running now."""

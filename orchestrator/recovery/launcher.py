@@ -52,8 +52,13 @@ class Launcher:
         every worker (further calls wait for one); else []."""
         now = self.clock()
         with self._lock:
-            long = [(k, now - v[0]) for k, v in self._running.items() if not v[1].done() and now - v[0] > longer_than_s]
+            long = [(k, now - v[0]) for k, v in self._running.items() if v[1].running() and now - v[0] > longer_than_s]
         return sorted(long) if len(long) >= self.workers else []
+
+    def waiting(self) -> int:
+        """Calls submitted that no worker has started yet."""
+        with self._lock:
+            return sum(1 for v in self._running.values() if not v[1].running() and not v[1].done())
 
     def since(self, key: str) -> Optional[float]:
         """When the call `key` started, while it runs; None when it is not running."""
@@ -99,6 +104,9 @@ class InlineLauncher:
 
     def held(self, longer_than_s: float) -> list[tuple[str, float]]:
         return []
+
+    def waiting(self) -> int:
+        return 0
 
     def finished(self) -> list[Outcome]:
         out, self._done = self._done, []

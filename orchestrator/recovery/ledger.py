@@ -122,10 +122,12 @@ class Ledger:
         url = self.remote.url.raw
         for instance_id in sorted(self._dirty):
             self.store.machine_put(url, instance_id, asdict(self.machines[instance_id]), now)
-        if self._dirty or self._bucket_dirty:
+        if self._dirty or self._bucket_dirty or self.note != self._written_note:
+            self._written_note = self.note
             body = {
                 "controller": self.controller_id,
                 "updated_at": now,
+                "note": self.note,
                 "machines": [asdict(m) for m in self.ordered()],
             }
             try:

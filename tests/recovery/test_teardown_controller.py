@@ -325,3 +325,28 @@ def test_an_alive_command_that_calls_every_new_machine_gone_backs_off_and_stops_
     assert all(x.extra.get("gone_while_booting") for x in moved[:-1])
     stopped = set(lines(tmp_path / "stopped"))
     assert {x.extra["instance_id"] for x in moved[:-1]} <= stopped and "vm-0" not in stopped
+
+
+def test_a_pool_held_by_hung_calls_says_so_instead_of_queueing_silently(tmp_path, remote):
+    clock = Clock(time.time())
+    launcher = Launcher(600.0, workers=2, clock=clock)
+    release = threading.Event()
+    try:
+        c = controller(tmp_path, remote, clock, "echo instance=vm-1\n", launcher=launcher)
+        for key in ("launch:a:1", "stop:vm-9"):
+            launcher.submit(key, release.wait)
+        launcher.submit("stop:vm-10", lambda: "queued behind them")
+        assert c.pool_note() == ""  # just started: not hung
+        clock.t += 60
+        note = c.pool_note()
+        assert (
+            note
+            == "every provider-call worker is busy (launch:a:1 for 60 s, stop:vm-9 for 60 s): 1 more call(s) wait for one"
+        )
+        put(remote, manifest(None, ""))
+        c.pass_once()
+        (shown,) = read_bucket_ledgers(remote)[1]  # what `orch status --url` shows under the machines
+        assert shown.startswith("orch watch ctl: every provider-call worker is busy (launch:a:1 for 60 s"), shown
+    finally:
+        release.set()
+        launcher.close()
