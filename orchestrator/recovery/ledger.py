@@ -21,6 +21,7 @@ BOOTING, HOLDING, IDLE, STOPPING, STOPPED, UNKNOWN = "booting", "holding", "idle
 STATES = (BOOTING, HOLDING, IDLE, STOPPING, STOPPED, UNKNOWN)
 PREFIX = "machines/"
 MAX_LEDGER_BYTES = 4 * 1024 * 1024
+SHOWN_AFTER_STOP_S = 7 * 86400.0  # a machine stopped longer ago leaves the bucket's copy (the store keeps it)
 
 
 def ledger_key(controller_id: str) -> str:
@@ -128,7 +129,7 @@ class Ledger:
                 "controller": self.controller_id,
                 "updated_at": now,
                 "note": self.note,
-                "machines": [asdict(m) for m in self.ordered()],
+                "machines": [asdict(m) for m in self.ordered() if not _long_stopped(m, now)],
             }
             try:
                 self.remote.put_bytes(ledger_key(self.controller_id), json.dumps(body, indent=1).encode())
@@ -139,6 +140,10 @@ class Ledger:
 
     def ordered(self) -> list[Machine]:
         return sorted(self.machines.values(), key=lambda m: (m.launched_at, m.instance_id))
+
+
+def _long_stopped(m: Machine, now: float) -> bool:
+    return m.state == STOPPED and m.stopped_at is not None and now - m.stopped_at > SHOWN_AFTER_STOP_S
 
 
 def read_bucket_ledgers(remote: Remote) -> tuple[list[dict[str, Any]], list[str]]:
