@@ -171,3 +171,24 @@ def test_the_skypilot_task_adopts_runs_while_orch_has_work_then_stops(tmp_path):
         "orch daemon stop",
     ]
     assert (tmp_path / "home" / ".orch" / "config.toml").read_text() == f'[storage]\nurl = "{URL}"\n'
+
+
+def test_the_skypilot_task_keeps_its_machine_while_an_adoption_is_pending(tmp_path):
+    """A planned move's machine: its adopt was left pending and `orch status` lists nothing yet; the
+    task waits for the hand-over instead of stopping the daemon (and SkyPilot tearing it down)."""
+    task = _block("# orch-worker.yaml")
+    run = "\n".join(line[2:] for line in task.split("run: |\n", 1)[1].splitlines())
+    pending = tmp_path / "home" / ".orch" / "pending-adopt"
+    orch = (
+        '#!/bin/sh\necho "orch $*" >> "$CALLS"\n'
+        f'if [ "$1" = adopt ]; then mkdir -p {pending}; touch {pending}/Ab_12.json; fi\n'
+        'if [ "$1" = status ]; then n=$(grep -c "orch status" "$CALLS"); echo "[]"; '
+        f'[ "$n" -ge 3 ] && rm -f {pending}/*.json; fi\n'  # the daemon adopted it at the hand-over
+    )
+    env = _env(tmp_path, _bin(tmp_path, "orch", text=orch))
+    _bin(tmp_path, "sleep", text="#!/bin/sh\nexit 0\n")
+
+    subprocess.run(["bash", "-c", run], env=env, check=True, timeout=30)
+
+    assert [c for c in _calls(tmp_path) if c.startswith("orch status")] == ["orch status --json"] * 3
+    assert _calls(tmp_path)[-1] == "orch daemon stop"
