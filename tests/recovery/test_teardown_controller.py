@@ -350,3 +350,25 @@ def test_a_pool_held_by_hung_calls_says_so_instead_of_queueing_silently(tmp_path
     finally:
         release.set()
         launcher.close()
+
+
+def test_a_pass_that_cannot_read_a_job_stops_none_of_its_machines(tmp_path, remote):
+    clock = Clock(10_000.0)
+    put(remote, manifest(None, ""))
+    c = controller(tmp_path, remote, clock, 'echo "instance=vm-$ORCH_RECOVERY_LAUNCH"\n')
+    c.pass_once()
+    put(remote, manifest(clock.t, "home-1"))
+    clock.t += 10
+    c.pass_once()
+    good = remote.get_bytes(mf.manifest_key(UID))
+    remote.put_bytes(mf.manifest_key(UID), b"{not json")  # the bucket answers garbage for this job
+    for _ in range(30):  # past launch_timeout and 3 x stale_after: nothing is decided for it
+        clock.t += 10
+        c.pass_once()
+    assert lines(tmp_path / "stopped") == [] and len(cl.read_claims(remote, UID)) == 1
+    assert c.ledger.machines["vm-1"].state == "holding"
+    assert good is not None
+    remote.put_bytes(mf.manifest_key(UID), mf.dump({**manifest(clock.t, "home-1"), "state": "succeeded"}))
+    c.pass_once()
+    c.pass_once()
+    assert lines(tmp_path / "stopped") == ["vm-1"]
