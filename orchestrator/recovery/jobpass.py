@@ -292,17 +292,20 @@ class JobPass(Finishing):
             self.book.not_needed(instance, uid, "the provider says it was gone while it booted", m)
 
     def _booting_backoff(self, claims: list[cl.Claim], claim: cl.Claim) -> float:
-        """When the next launch may follow machines gone while they booted: poll x 2^(k-1) after
-        the k-th in a row (capped), so a provider that calls every new machine gone costs a
-        launch per backoff, not one per poll."""
+        """When the next launch may follow machines gone while they booted: at once after the first
+        (spot reclaimed while booting is the market's doing), then poll x 2^(k-2) after the k-th in
+        a row (capped), so a provider that calls every new machine gone costs a launch per
+        backoff, not one per poll."""
         k = 0
         for c in reversed(claims):
             if c.status == cl.LAUNCHED and c.extra.get("gone_while_booting"):
                 k += 1
             elif c.status == cl.LAUNCHED:
                 break
+        if k < 2:
+            return 0.0  # one spot machine reclaimed while it booted is the market: launch again at once
         gone_at = float(claim.extra.get("gone_while_booting") or claim.updated_at)
-        return gone_at + backoff_s(max(k - 1, 0), self.rc.poll_seconds, MAX_BACKOFF_S)
+        return gone_at + backoff_s(k - 2, self.rc.poll_seconds, MAX_BACKOFF_S)
 
     def _launched_machine(self, claim: cl.Claim) -> dict[str, Any]:
         """What the provider is asked about a machine a launch brought up: its id."""
