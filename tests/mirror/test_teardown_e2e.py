@@ -178,10 +178,13 @@ def test_every_machine_launched_is_stopped_with_its_own_id(tmp_path, homes, styl
         assert "changed under us" not in watch.output()
         remote = Remote(load_config(croot / "config.toml", required=True).storage)
         assert [c.extra.get("instance_id") for c in cl.read_claims(remote, uid)] == launched
-        shown = orch("status", "--url", url, home=tmp_path / "laptop")
-        assert shown.returncode == 0 and "machines (launched by orch watch):" in shown.stdout, shown.stdout
-        for machine in launched:
-            assert f"{machine}  stopped" in shown.stdout, shown.stdout
+
+        def listed_stopped() -> bool:  # the stop's outcome reaches the bucket's ledger at the next pass
+            shown = orch("status", "--url", url, home=tmp_path / "laptop")
+            assert shown.returncode == 0 and "machines (launched by orch watch):" in shown.stdout, shown.stdout
+            return all(f"{machine}  stopped" in shown.stdout for machine in launched)
+
+        wait_for(listed_stopped, 60, what=lambda: orch("status", "--url", url, home=tmp_path / "laptop").stdout)
     finally:
         watch.stop()
         for root in machines.glob("launch-*"):
