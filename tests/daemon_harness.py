@@ -375,3 +375,20 @@ def orch_home(tmp_path: Path) -> Iterator[Callable[..., OrchHome]]:
     yield make
     for h in made:
         h.cleanup()
+
+
+def running_in_group(pgid: int) -> list[int]:
+    """Processes of group `pgid` still running (a zombie waiting for a reaper is not running: in a
+    container whose init does not reap, one stays listed)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(entry))
+    return out

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional
 from orchestrator.model.markets import SPOT
 from orchestrator.objectstore import manifest as mf
 from orchestrator.objectstore import moves
-from orchestrator.recovery.provider import LaunchRequest, NoCapacity
+from orchestrator.recovery.provider import Launched, LaunchRequest, NoCapacity
 
 HEARTBEAT_S = 30.0  # a daemon reads its jobs' move requests at each heartbeat
 
@@ -84,13 +84,13 @@ class World:
 
     name = "simulated"
 
-    def launch(self, request: LaunchRequest) -> str:
+    def launch(self, request: LaunchRequest) -> Launched:
         now = self.clock()
         if request.market == SPOT and not self.market.available(now):
             raise NoCapacity("simulated: no spot capacity in this zone now")
         machine = Machine(f"i-{len(self.machines) + 1:08x}", request.market, now, now + self.changeover_s)
         self.machines[machine.id] = machine
-        return f"{machine.id} ({request.market})"
+        return Launched(machine.id, f"{machine.id} ({request.market})")
 
     def stop(self, instance_id: str) -> str:
         machine = self.machines.get(instance_id)

@@ -22,6 +22,15 @@ class Refused(OrchError):
     """This job is not adopted (its lease is held, it is already here...)."""
 
 
+class Held(Refused):
+    """Its owner's lease is fresh: another machine holds it (`holder_home`); adopting it may only
+    wait (a planned move's hand-over: pending.py, or `orch adopt --wait`)."""
+
+    def __init__(self, message: str, uid: str, holder_home: str):
+        super().__init__(message)
+        self.uid, self.holder_home = uid, holder_home
+
+
 class Rejected(Refused):
     """Its manifest is not one orch will act on: exit 2 when nothing was adopted."""
 

@@ -14,7 +14,7 @@ from ..objectstore import datafiles
 from ..objectstore import manifest as mf
 from ..store import Store
 from ..objectstore.signing import Keys
-from .candidates import ADOPTABLE, Candidate, Refused, Rejected, Untrusted
+from .candidates import ADOPTABLE, Candidate, Held, Refused, Rejected, Untrusted
 
 
 @dataclass
@@ -109,9 +109,11 @@ def check(
     own = m.get("owner") or {}
     holder = None if own.get("home_id") == home_id else mf.lease_holder(m, now, section.stale_after_minutes * 60)
     if holder and not force:
-        raise Refused(
+        raise Held(
             f"{label} is still owned by {holder}; stop its daemon there (`orch daemon stop` releases it), "
-            "wait until the heartbeat is stale, or adopt with --force if that machine is gone"
+            "wait until the heartbeat is stale (`orch adopt --wait`), or adopt with --force if that machine is gone",
+            cand.uid,
+            str(own.get("home_id") or ""),
         )
     found, to_fetch, problems = datafiles.plan(list(m["data_files"]), mapping)
     if problems:

@@ -17,8 +17,9 @@ from ..jobs.lifecycle import machine_outgoing
 from ..model.records import Outgoing
 from ..model.states import EventKind
 from ..store import Store
-from .candidates import Refused, Untrusted, choose
+from .candidates import Held, Refused, Untrusted, choose
 from .import_job import Adopted, adopt_one
+from .pending import move_for_holder, park
 from .plan import Plan, check, parse_maps, preview, storage_for
 
 
@@ -36,9 +37,11 @@ def adopt_jobs(
     confirm: Callable[[list[str]], bool],
     now: Optional[float] = None,
     maps: Optional[list[str]] = None,
+    park_held: bool = True,
 ) -> tuple[list[Adopted], list[Refused]]:
     """Returns (adopted jobs, refusals). `confirm` is shown what each job runs and says whether
-    to go on. Raises OrchError for a store that cannot be read."""
+    to go on. Raises OrchError for a store that cannot be read. `park_held`: a job held by the
+    machine a planned move takes it from is left pending here (pending.py), not refused."""
     if not wanted and not take_all:
         raise UsageError("say which jobs: --job ID (repeatable) or --all")
     mapping = parse_maps(maps or [])
@@ -53,7 +56,8 @@ def adopt_jobs(
     if not chosen:
         say(f"no unfinished jobs in {section.url}")
         return [], []
-    plans, refused = [], []
+    plans: list[Plan] = []
+    refused: list[Refused] = []
     for cand in chosen:
         try:
             plans.append(
@@ -67,6 +71,17 @@ def adopt_jobs(
                     now=time.time() if now is None else now,
                     keys=keys,
                 )
+            )
+        except Held as exc:
+            move = move_for_holder(remote, cand.uid, exc.holder_home) if park_held else None
+            if move is None:
+                refused.append(exc)
+                warn(f"refused: {exc}")
+                continue
+            park(home, remote.url.raw, cand.uid, list(maps or []), move, time.time() if now is None else now)
+            say(
+                f"pending: {cand.label} is held by the machine {move} takes it from; this machine's daemon "
+                "adopts it when that machine hands it over (`orch daemon start`; `orch adopt --wait` waits here)"
             )
         except Refused as exc:
             refused.append(exc)

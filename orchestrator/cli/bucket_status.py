@@ -114,10 +114,11 @@ def _hms(ts: Optional[float]) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts)) if isinstance(ts, (int, float)) else "?"
 
 
-def print_bucket_status(rows: list[dict[str, Any]], url: str) -> None:
+def print_bucket_status(
+    rows: list[dict[str, Any]], url: str, machines: Optional[list[dict[str, Any]]] = None, notes: tuple[str, ...] = ()
+) -> None:
     if not rows:
         print(f"no jobs in {url}")
-        return
     for r in rows:
         line = f"{r['uid'][:12]}  {r['name']}  {r['state']}"
         if r["market"]:
@@ -129,6 +130,19 @@ def print_bucket_status(rows: list[dict[str, Any]], url: str) -> None:
         if r["note"]:
             line += f"; {r['note']}"
         print(line)
+    print_machines(machines or [], notes)
+
+
+def print_machines(machines: list[dict[str, Any]], notes: tuple[str, ...] = ()) -> None:
+    """The machines `orch watch` launched (its ledger in the bucket), under the jobs."""
+    from ..recovery.ledger import machine_line
+
+    if machines:
+        print("machines (launched by orch watch):")
+        for record in machines:
+            print("  " + machine_line(record))
+    for note in notes:
+        print(note)
 
 
 def show_bucket_status(config: Any, url: str, as_json: bool) -> None:
@@ -136,10 +150,19 @@ def show_bucket_status(config: Any, url: str, as_json: bool) -> None:
     from ..adopt.plan import storage_for
     from .context import emit_json
 
+    from ..recovery.ledger import read_bucket_ledgers
+
     section = storage_for(config, url, how="orch status --url s3://bucket/prefix", must_exist=True)
     remote = Remote(section)
     rows = bucket_rows(remote, time.time(), section.stale_after_minutes * 60, signing.keys_from(section, os.environ))
+    machines, notes = read_bucket_ledgers(remote)
     if as_json:
+        for row in rows:  # each job's machines, by id and state (the ledger's records in full below the table)
+            row["machines"] = [
+                {k: m.get(k) for k in ("instance_id", "state", "market", "zone", "cost", "stop_error")}
+                for m in machines
+                if row["uid"] in (m.get("jobs") or [])
+            ]
         emit_json(rows)
     else:
-        print_bucket_status(rows, remote.url.raw)
+        print_bucket_status(rows, remote.url.raw, machines, tuple(notes))

@@ -78,6 +78,12 @@ def adopt(
     force: bool = typer.Option(False, "--force", help="Adopt even if its owner's heartbeat is fresh."),
     maps: List[str] = typer.Option([], "--map", help="OLD=NEW: look for input files under OLD at NEW (repeatable)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Adopt without asking (scripts); the list is still printed."),
+    wait: bool = typer.Option(
+        False, "--wait", help="A job another machine still holds: wait until it is released or goes stale, then adopt."
+    ),
+    wait_timeout: float = typer.Option(
+        3600.0, "--wait-timeout", help="With --wait: give up after this many seconds.", min=1.0
+    ),
 ) -> None:
     """Take unfinished jobs over from another machine's mirror and queue them to resume here.
     Each adopted job runs its command here with the daemon's environment: read the list it shows."""
@@ -94,6 +100,7 @@ def adopt(
             force=force,
             maps=maps,
             yes=yes,
+            wait_s=wait_timeout if wait else None,
         )
     )
 

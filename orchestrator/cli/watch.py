@@ -17,6 +17,27 @@ from ..views.recovery import waiting_line, waiting_rows
 
 
 def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool) -> int:
+    """One controller per home (home/watch_lock.py); the provider commands still running are
+    killed with their process groups however the loop ends (SIGTERM, SIGINT, an error, --once)."""
+    from ..home.watch_lock import WatchLock
+    from ..recovery import groups
+
+    lock = WatchLock(home)
+    lock.acquire()
+    try:
+        return _watch(home, config, store, url, once=once)
+    finally:
+        killed = groups.kill_all()
+        if killed:
+            print(
+                f"{time.strftime('%H:%M:%S')} killed {len(killed)} provider command(s) still running "
+                f"(process group(s) {', '.join(map(str, killed))}): counted as not done",
+                flush=True,
+            )
+        lock.release()
+
+
+def _watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool) -> int:
     from ..adopt.plan import storage_for
     from ..jobs.notify import build_channels
     from ..daemon.outbox import OutboxSender
@@ -62,8 +83,10 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
             f"watching {remote.url.raw} every {config.recovery.poll_seconds:g} s "
             f"(provider {provider.name}; a lease silent {config.storage.stale_after_minutes:g} min is lost)"
         )
+    from ..home.watch_lock import record_pass
+
     shown: dict[str, str] = {}
-    failures = 0
+    failures = passes = 0
     while True:
         try:
             views = controller.pass_once()
@@ -74,7 +97,13 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
             if once:
                 return 1
             views = []
+        passes += 1
+        record_pass(home, passes, time.time())
         sender.deliver_due(time.time())
+        pool = controller.pool_note()
+        if pool and pool != shown.get("", ""):
+            say(pool)
+        shown[""] = pool
         now = time.time()
         for row in store.recovery_rows():
             if row["url"] != remote.url.raw:

@@ -229,6 +229,9 @@ class DaemonRuntime:
         from .mtbf import update_mtbf  # [checkpoint] every = "auto" reads it from the job's environment
 
         sched.add_job(update_mtbf, "interval", args=[self], seconds=60, id="mtbf", next_run_time=now)
+        from .pending_adopt import schedule_pending_adoptions  # a planned move's hand-over, adopted when it comes
+
+        schedule_pending_adoptions(self, sched, now)
         log.info(
             "daemon started: home %s, GPUs %s, CPU slots %s",
             self.home.root,

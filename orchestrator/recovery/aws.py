@@ -6,18 +6,20 @@ imported here only, when the provider first talks to EC2."""
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any, Mapping, Optional
 
 from ..model.markets import SPOT
 from .bootstrap import bootstrap_script, check_request, decode_user_data, with_bootstrap
-from .provider import LaunchRequest, NoCapacity, RelaunchError, StopError
+from .provider import Launched, LaunchRequest, NoCapacity, RelaunchError, StopError
 
 GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 ALIVE_STATES = frozenset({"pending", "running"})
 INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 TAG_PREFIX = "orch:"
 TAG_VALUE_MAX = 256  # EC2's limit on a tag's value
+log = logging.getLogger("orch.watch")
 
 # EC2's answers that mean "no machine of this kind on this market now" (its API reference, "Error
 # codes"): a market signal, so the job waits and the try does not count toward max_launches.
@@ -65,7 +67,7 @@ class AwsProvider:
 
     # -- launch -----------------------------------------------------------------------------------
 
-    def launch(self, request: LaunchRequest) -> str:
+    def launch(self, request: LaunchRequest) -> Launched:
         check_request(request, self.name)
         ec2 = self._ec2()
         version, data = self._template_version(ec2)
@@ -101,7 +103,8 @@ class AwsProvider:
             raise error from None
         try:
             instance = reply["Instances"][0]
-            return f"{instance['InstanceId']} ({instance.get('InstanceType') or '?'}, {request.market})"
+            instance_id = str(instance["InstanceId"])
+            return Launched(instance_id, f"{instance_id} ({instance.get('InstanceType') or '?'}, {request.market})")
         except (KeyError, IndexError, TypeError):
             raise RelaunchError("aws provider: EC2 answered run-instances without an instance") from None
 
@@ -148,17 +151,22 @@ class AwsProvider:
         (or no longer exists), False while it is pending or running, None when orch cannot tell:
         no instance id in the lease (a machine whose config has no `[preemption] sources = ["aws"]`,
         or not on EC2), or EC2 did not answer."""
-        instance_id = instance_of(owner)
+        instance_id = lease_instance_id(owner)
         if instance_id is None:
             return None
         try:
             ec2 = self._ec2()
             reply = ec2.describe_instances(InstanceIds=[instance_id])
-        except RelaunchError:
+        except RelaunchError as exc:
+            log.warning("aws provider cannot tell whether %s runs: %s", instance_id, exc)
             return None
         except Exception as exc:
             if _code(exc).startswith("InvalidInstanceID.NotFound"):
                 return True  # terminated instances stay listed about an hour, then vanish
+            # Throttling, credentials, a network error: said with EC2's own code, then "cannot tell".
+            log.warning(
+                "aws provider cannot tell whether %s runs: %s", instance_id, self._error("describe-instances", exc)
+            )
             return None
         states = [
             str((inst.get("State") or {}).get("Name") or "")
@@ -249,7 +257,7 @@ def _template_tags(data: Mapping[str, Any], resource: str) -> list[dict[str, str
     return out
 
 
-def instance_of(owner: Mapping[str, Any]) -> Optional[str]:
+def lease_instance_id(owner: Mapping[str, Any]) -> Optional[str]:
     """The EC2 instance that held a lease: the id the daemon recorded from the instance metadata, or
     a host name in EC2's resource-based form (i-0123456789abcdef0.ec2.internal)."""
     recorded = owner.get("instance_id")
@@ -266,4 +274,4 @@ def _code(exc: BaseException) -> str:
     return ""
 
 
-__all__ = ["AwsProvider", "instance_of", "launch_tags"]
+__all__ = ["AwsProvider", "launch_tags", "lease_instance_id"]

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Optional
 
 from ..model.markets import IDLE, ON_DEMAND, SPOT
 from ..objectstore import claims as cl
+from .jobview import claim_instance
 from .policy import Seen, Situation
 
 DEFAULT_PRICE_RATIO = 3.0  # spot at about a third of on-demand (AWS GPU instances) when [pricing] does not say
@@ -39,7 +40,7 @@ def current_market(claims: list[cl.Claim], owner: Mapping[str, Any]) -> str:
     launched = [c for c in claims if c.status == cl.LAUNCHED]
     instance = owner.get("instance_id")
     for c in reversed(launched):
-        if instance and c.launched.split(" ")[0] == instance:
+        if instance and claim_instance(c) == instance:
             return c.market
     for c in reversed(launched):
         if c.extra.get("move_for") != owner.get("home_id"):

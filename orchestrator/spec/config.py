@@ -205,6 +205,9 @@ class RecoverySection(_Section):
     provider: Literal["command", "aws"] = "command"
     launch: Optional[list[str]] = None  # command provider: argv run with ORCH_RECOVERY_*; exit 0 = coming
     stop: Optional[list[str]] = None  # command provider: argv run with ORCH_RECOVERY_INSTANCE; exit 0 = stopped
+    # command provider: argv run with ORCH_RECOVERY_INSTANCE; exit 0 = the machine runs, 1 = gone, else
+    # cannot tell. Without it a silent lease alone decides.
+    alive: Optional[list[str]] = None
     on_demand_after: int = Field(default=3, ge=0)  # losses of one job before its next machine is on-demand
     max_launches: int = Field(default=10, ge=1)  # launches of a job that never brought it back; then left alone
     poll_seconds: float = Field(default=30.0, gt=0)  # how often the controller reads the mirror
@@ -216,7 +219,7 @@ class RecoverySection(_Section):
     changeover_minutes: float = Field(default=12.0, ge=0)
     aws: RecoveryAwsSection = RecoveryAwsSection()
 
-    @field_validator("launch", "stop")
+    @field_validator("launch", "stop", "alive")
     @classmethod
     def _launch(cls, v: Optional[list[str]]) -> Optional[list[str]]:
         if v is None:

@@ -3,6 +3,7 @@ events (machine_lost, relaunched, relaunch_failed) with their outbox rows, each 
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable, Optional
 
 from ..model.records import Outgoing
@@ -77,3 +78,19 @@ class RecoveryRows(SweepRows):
             "SELECT e.* FROM events e JOIN recovery_sent s ON s.event_id = e.id ORDER BY e.id"
         ).fetchall()
         return [dict(r) for r in rows]
+
+    # -- the machine ledger (recovery/ledger.py) ----------------------------------------------------
+
+    def machine_put(self, url: str, instance_id: str, record: dict[str, Any], now: float) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO recovery_machines(url, instance_id, record, updated_at) VALUES(?,?,?,?) "
+                "ON CONFLICT(url, instance_id) DO UPDATE SET record=excluded.record, updated_at=excluded.updated_at",
+                (url, instance_id, json.dumps(record, sort_keys=True), now),
+            )
+
+    def machine_records(self, url: str) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT record FROM recovery_machines WHERE url=? ORDER BY instance_id", (url,)
+        ).fetchall()
+        return [json.loads(r[0]) for r in rows]

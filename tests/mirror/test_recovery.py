@@ -34,7 +34,7 @@ from orchestrator.recovery import market as mk
 from orchestrator.recovery.command import CommandProvider
 from orchestrator.recovery.controller import Controller
 from orchestrator.recovery.build import build_provider
-from orchestrator.recovery.provider import LaunchRequest, RelaunchError
+from orchestrator.recovery.provider import Launched, LaunchRequest, RelaunchError
 from orchestrator.store import Store
 
 UID = "0123456789abcdef0123456789abcdef"
@@ -260,7 +260,7 @@ def test_build_provider_names_the_command_provider(tmp_path):
     config = config_for(tmp_path, f"file://{tmp_path}/s", launch=["echo", "hi"])
     provider = build_provider(config.recovery)
     assert provider.name == "command"
-    assert provider.launch(LaunchRequest("file:///x", (UID,), "spot", 1)) == "hi"
+    assert provider.launch(LaunchRequest("file:///x", (UID,), "spot", 1)) == Launched("hi", "hi")
 
 
 # -- a real daemon's lease: a pause is not a loss, a kill is ------------------------------------
