@@ -37,6 +37,7 @@ def check_jobs(
         return
     executor = build_executor(config or load_config(None), home)
     try:
+        executor.exchange(running, now)  # no daemon lock here: the look is made in this process
         executor.refresh(running, now)
     except Exception as exc:  # a cluster queue that cannot be asked: say so, do not guess
         out.append(

@@ -25,6 +25,7 @@ from ..model.states import EventKind, Intent, JobState
 from ..store import Store
 from . import guard, reap, spawn, stop_requests, watchdog
 from .accounting import accrue_interval, bill_missed
+from .executor_io import ExecutorIO
 from .health_watch import LossFlatWatch
 from .prestart import Prestart
 from .sweep_step import advance_sweeps
@@ -50,6 +51,7 @@ class Daemon:
         self.environ = dict(os.environ if environ is None else environ)
         # Each running attempt is watched by the executor that started it (executors/by_kind.py).
         self.executor: Executor = build_executor(config, home, executor)
+        self.io = ExecutorIO(self.executor)  # the executor's network half, off the lock (executor_io.py)
         self.managed = gpu_slots(config) if gpu_ids is None else list(gpu_ids)  # as the CLI counts them
         self.on_event = on_event or (lambda kind, job: None)  # hooks, after the transition commits
         self.lock = threading.RLock()  # tick, the preemption watcher and shutdown take turns
@@ -67,6 +69,7 @@ class Daemon:
     def recover(self, now: float) -> None:
         """Before the first tick: read exits written while no daemon ran, adopt attempts that
         still run (checked by the executor: pid AND start time locally), requeue the lost ones."""
+        self.io.run(self.store.jobs([JobState.RUNNING]), now)  # a first look at the cluster, off the lock
         with self.lock:
             running = self.store.jobs([JobState.RUNNING])
             self.executor.refresh(running, now)
@@ -97,6 +100,12 @@ class Daemon:
                     if self.stopping and name in STARTS_WORK:
                         continue
                     guard.step(name, run, now)
+            # The starts and stops the steps asked for, sent off the lock, and a look at the
+            # cluster: its answers are applied by the next tick's refresh (executor_io.py).
+            guard.step("exchange", self.exchange, now)
+
+    def exchange(self, now: float) -> None:
+        self.io.run(self.store.jobs([JobState.RUNNING]), now)
 
     def learn_starts(self, now: float) -> None:
         self.prestart.learn(self, now)
@@ -120,7 +129,8 @@ class Daemon:
         ]
 
     def refresh_attempts(self, now: float) -> None:
-        """One look at every running attempt (a batched squeue on Slurm)."""
+        """What the executor heard of every running attempt, applied (no network: the exchange
+        after the steps asks, off the lock)."""
         self.executor.refresh(self.store.jobs([JobState.RUNNING]), now)
 
     def watch_hangs(self, now: float) -> None:

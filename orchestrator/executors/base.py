@@ -31,9 +31,16 @@ class Executor(Protocol):
         """Start the attempt. Returns the job-row columns that name it (its handle), which the
         tick stores as they are. Raises OSError when it cannot be started at all."""
 
+    def exchange(self, jobs: Sequence[Job], now: float) -> None:
+        """The network half, run by the daemon on its own thread OFF the tick's lock, with a bound
+        (daemon/executor_io.py): send the starts and stops the tick asked for, then one batched
+        look at the cluster (a Ray head's job list; local: nothing). Whatever it waits on, a
+        preemption notice still reaches every job the daemon can signal. What it heard is applied
+        by the next `refresh`; no other method calls the network."""
+
     def refresh(self, jobs: Sequence[Job], now: float) -> None:
-        """Once per tick, before the other calls: one batched look at every tracked attempt
-        (a cluster queue query; local: collect exited children)."""
+        """Once per tick, under the tick's lock, before the other calls: what the last exchange
+        heard applied to every tracked attempt (local: collect exited children). No network."""
 
     def adopt(self, job: Job) -> Optional[dict[str, Any]]:
         """A running job whose handle was never recorded (the daemon died between start and

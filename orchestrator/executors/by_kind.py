@@ -53,13 +53,24 @@ class ExecutorsByKind:
     def start(self, launch: AttemptLaunch) -> dict[str, Any]:
         return self.configured.start(launch)
 
-    def refresh(self, jobs: Sequence[Job], now: float) -> None:
+    def _by_executor(self, jobs: Sequence[Job]) -> list[tuple["Executor", list[Job]]]:
+        """The jobs grouped by the executor that watches them; the configured one always listed."""
         groups: dict[str, list[Job]] = {self.configured.name: []}
         for job in jobs:
             groups.setdefault(self.kind_of(job), []).append(job)
-        for kind, some in groups.items():
-            if kind == self.configured.name or some:
-                (self._by_kind.get(kind) or self.for_job(some[0])).refresh(some, now)
+        return [
+            (self._by_kind.get(kind) or self.for_job(some[0]), some)
+            for kind, some in groups.items()
+            if kind == self.configured.name or some
+        ]
+
+    def exchange(self, jobs: Sequence[Job], now: float) -> None:
+        for executor, some in self._by_executor(jobs):
+            executor.exchange(some, now)
+
+    def refresh(self, jobs: Sequence[Job], now: float) -> None:
+        for executor, some in self._by_executor(jobs):
+            executor.refresh(some, now)
 
     def adopt(self, job: Job) -> Optional[dict[str, Any]]:
         return self.for_job(job).adopt(job)

@@ -85,6 +85,9 @@ class LocalExecutor:
 
     # -- watching --------------------------------------------------------------------------
 
+    def exchange(self, jobs: Sequence[Job], now: float) -> None:
+        """Nothing to ask: a local attempt is a process of this machine."""
+
     def refresh(self, jobs: Sequence[Job], now: float) -> None:
         """Collect exited supervisors we started, so they do not linger as zombies."""
         while True:

@@ -53,6 +53,9 @@ class SlurmWatch(SlurmCommands):
         value = (job.executor_ref or {}).get("slurm_job_id")
         return str(value) if value else None
 
+    def exchange(self, jobs: Sequence[Job], now: float) -> None:
+        """Slurm is still asked in refresh (squeue, sacct: local commands with a timeout)."""
+
     def refresh(self, jobs: Sequence[Job], now: float) -> None:
         tracked = {sid: job for job in jobs if (sid := self.slurm_id(job))}
         for sid in list(self.cache.jobs):
