@@ -43,7 +43,7 @@ from .slurm_commands import log
 from .slurm_query import BILLABLE, parse_sbatch
 from .slurm_script import SlurmError, check_shared, write_script
 from .slurm_step import rank_log
-from .slurm_watch import SlurmWatch, Tracked
+from .slurm_watch import Cancel, SlurmWatch, Tracked
 
 if TYPE_CHECKING:
     from ..spec.config import SlurmSection
@@ -146,20 +146,29 @@ class SlurmExecutor(SlurmWatch):
 
     def terminate(self, job: Job) -> bool:
         """ "Checkpoint now": SIGTERM to the job's srun tasks on every node (`scancel --signal=TERM`,
-        no --full: that would make srun kill them). A pending job is simply cancelled."""
+        no --full: that would make srun kill them). A pending job is simply cancelled. The scancels
+        run in the next exchange, off the tick's lock."""
         sid = self.slurm_id(job)
         if sid is None:
             return False
         t = self.cache.jobs.get(sid)
         state = t.answer.state if t and t.answer else None
         if state in (None, "PENDING") and not self._started(job):
-            r = self._run(["scancel", sid], what="scancel")
-            if r is not None and r.returncode == 0:
-                self._pending_exit(job, sid)
-                return True
-        self._run(["scancel", "--batch", "--signal=USR2", sid], what="scancel")  # "a stop was asked"
-        r = self._run(["scancel", "--signal=TERM", sid], what="scancel")
-        return r is not None and r.returncode == 0
+
+            def then(cancelled: bool) -> None:
+                if cancelled:
+                    self._pending_exit(job, sid)
+                else:  # not taken as a plain cancel: the job's own stop, as for a running one
+                    self._signal_stop(sid)
+
+            self.ask_cancel(Cancel(["scancel", sid], then))
+            return True
+        self._signal_stop(sid)
+        return True
+
+    def _signal_stop(self, sid: str) -> None:
+        self.ask_cancel(Cancel(["scancel", "--batch", "--signal=USR2", sid]))  # "a stop was asked"
+        self.ask_cancel(Cancel(["scancel", "--signal=TERM", sid]))
 
     def _started(self, job: Job) -> bool:
         return (self.home.run_dir(job.id) / attempt_slurm_info(job.attempt)).exists()
@@ -182,18 +191,16 @@ class SlurmExecutor(SlurmWatch):
         )
         with open(self.home.run_dir(job.id) / attempt_log(job.attempt), "a", encoding="utf-8") as f:
             f.write(f"[orch] Slurm job {sid} cancelled while pending\n")
-        t = self.cache.jobs.get(sid)
-        if t is not None:
-            t.exit_record = read_json(path)
 
     def kill(self, job: Job) -> bool:
         """The grace is over: `scancel` (SIGTERM to every step and the batch script, SIGKILL after
-        Slurm's KillWait). The wrapper still writes the exit record; the intent decides."""
+        Slurm's KillWait), in the next exchange. The wrapper still writes the exit record; the
+        intent decides."""
         sid = self.slurm_id(job)
         if sid is None:
             return False
-        r = self._run(["scancel", sid], what="scancel")
-        return r is not None and r.returncode == 0
+        self.ask_cancel(Cancel(["scancel", sid]))
+        return True
 
     def clear_lost(self, job: Job) -> None:
         """Lost (NODE_FAIL, preempted without answering, gone): make sure Slurm holds nothing of it."""
@@ -201,7 +208,7 @@ class SlurmExecutor(SlurmWatch):
         if sid is not None:
             t = self.cache.jobs.get(sid)
             if not (t and t.answer and t.answer.ended):
-                self._run(["scancel", sid], what="scancel")
+                self.ask_cancel(Cancel(["scancel", sid]))
 
     def dump_stacks(self, job: Job) -> str:
         """The built-in runner: SIGUSR1 to the step's tasks on every node (`scancel --signal=USR1`,
