@@ -109,6 +109,8 @@ def test_a_notice_reaches_the_local_job_while_the_ray_head_holds_a_submit(orch_h
     try:
         h.wait_record("fg", "start", timeout=60)
         h.start_daemon()
+        # The cluster's GPUs as the head told them, not [ray] max_gpus's slot numbers.
+        assert "GPUs the ray cluster's (1 in all, 0 in use; orch keeps at most 64 busy)" in h.log_text()
         on_ray = h.submit("on-ray", hold="never")
         wait_for(
             lambda: head.held() == 1,

@@ -40,17 +40,16 @@ def run_checks(home: Home, config_path: Path, config_required: bool, *, now: Opt
     out.extend(config_findings)
     if config is not None:
         check_notifiers(config, out)
-    if config is not None and config.executor.kind == "ray":
-        check_ray_shared_folder(home, config, out)
+        check_executor(home, config, out)
     check_clock(home, out, now)
     return out
 
 
-def check_ray_shared_folder(home: Home, config, out: list[Finding]) -> None:
-    """On Ray the run folders must be on a filesystem every node shares (docs/ray.md): one tiny Ray
-    job reads a file written here and writes one back (the only thing doctor starts)."""
-    from ..executors import check_ray_shared
+def check_executor(home: Home, config, out: list[Finding]) -> None:
+    """The configured executor's own checks, as its kind declares them (model/executor_kinds.py):
+    on Ray, that the run folders are on a filesystem every node shares (one tiny Ray job reads a
+    file written here and writes one back: the only thing doctor starts)."""
+    from ..executors import run_doctor_checks
 
-    ok, text = check_ray_shared(config, home)
-    fix = "put ORCH_HOME on a filesystem every Ray node mounts at the same path (NFS, EFS, Filestore, ...)"
-    out.append(Finding("ray", OK if ok else BAD, text, "" if ok else fix))
+    for area, ok, text, fix in run_doctor_checks(config, home):
+        out.append(Finding(area, OK if ok else BAD, text, "" if ok else fix))

@@ -7,6 +7,7 @@ import os
 from dataclasses import replace
 from typing import Any, Optional
 
+from ..model.executor_kinds import executor_kind
 from ..host import procs
 from ..contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_RUN_DIR
 from ..executors.base import SUPERVISOR_MODULE
@@ -66,7 +67,11 @@ def check_jobs(
             )
             continue
         # The job's own pid means something only on this machine (a Slurm step runs on a node).
-        info = (read_json(run_dir / attempt_pid(job.attempt)) or {}) if executor.name == "local" else {}
+        info = (
+            (read_json(run_dir / attempt_pid(job.attempt)) or {})
+            if executor_kind(executor.name).on_this_machine
+            else {}
+        )
         job_alive = is_alive(info.get("job_pid"), info.get("job_start"))
         if not executor.alive(job):
             if job_alive:

@@ -232,7 +232,7 @@ class DaemonRuntime:
         log.info(
             "daemon started: home %s, GPUs %s, CPU slots %s",
             self.home.root,
-            self.daemon.managed or "none",
+            self.daemon.gpus_said(),
             self.config.daemon.cpu_slots,
         )
         while not self.stop_event.wait(0.5):

@@ -12,7 +12,8 @@ from ..jobs.absent_gpus import absent_gpus_reason, refuse_attempt
 from ..planning.dispatch import choose_slot, edf_order, free_slots, hold_reason
 from ..host.env_observe import Observed
 from ..host.procs import is_alive
-from ..model.records import FOREGROUND_PID, FOREGROUND_START, LOCAL, AttemptLaunch, Job
+from ..model.executor_kinds import executor_kind
+from ..model.records import FOREGROUND_PID, FOREGROUND_START, AttemptLaunch, Job
 from ..model.states import EventKind, JobState
 from .guard import fail_job, reason_for
 from .step_context import StepContext
@@ -110,7 +111,8 @@ def start(d: StepContext, job: Job, gpu_ids: list[int], now: float, observed: Ob
     d.announce(job, begun.job, EventKind.RESUMED if begun.resume_step is not None else EventKind.STARTED)
     for kind in begun.also:
         d.on_event(kind.value, begun.job)
-    absent = absent_gpus_reason(begun.launch, observed.machine[1]) if d.executor.name == LOCAL else None
+    here = executor_kind(d.executor.name).on_this_machine  # a cluster places GPUs on its nodes
+    absent = absent_gpus_reason(begun.launch, observed.machine[1]) if here else None
     if absent:  # GPUs nvidia-smi does not show: a configuration error, settled by the reap (exit 78)
         log.error("job %s: attempt %s not started: %s", job.id, begun.launch.attempt, absent)
         refuse_attempt(begun.launch, absent)

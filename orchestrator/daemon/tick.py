@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Optional
 
+from ..model.executor_kinds import executor_kind
 from ..spec.config import Config
 from ..model.errors import InvalidTransition
 from ..executors import build_executor
@@ -208,7 +209,7 @@ class Daemon:
             len(self.managed),
             max(last, now - 60.0),
             now,
-            billable=self.executor.billable if self.executor.bills_by_allocation else None,
+            billable=self.executor.billable if executor_kind(self.executor.name).bills_by_allocation else None,
         )
         # Only once written: a failed write leaves the interval to the next tick, not lost.
         self.last_accrual = now
@@ -252,6 +253,16 @@ class Daemon:
                     stop_requests.signal_job(self, job, Intent.PREEMPT, now, reason)
                     signalled.append(job.id)
             return signalled
+
+    def gpus_said(self) -> str:
+        """The GPUs this daemon hands out, for its start line: this machine's, or a cluster's as
+        its executor last heard of them (not `[ray] max_gpus`'s 64 slot numbers)."""
+        kind = executor_kind(self.executor.name)
+        if kind.on_this_machine:
+            return str(self.managed or "none")
+        seen = self.executor.cluster_gpus()
+        heard = f"{seen[1]:g} in all, {seen[0]:g} in use" if seen is not None else "not heard of yet"
+        return f"the {kind.name} cluster's ({heard}; orch keeps at most {kind.max_gpus(self.config)} busy)"
 
     def running_count(self, *, own_only: bool = False) -> int:
         """Running jobs; `own_only`: not those an `orch run` runs beside the daemon."""

@@ -21,11 +21,7 @@ SUPERVISOR_MODULE = "orchestrator.executors.supervisor"
 
 
 class Executor(Protocol):
-    name: str
-    # How cost accrues (docs/cost.md): False — this machine's uptime is split among running jobs
-    # and the rest is idle; True — only what a job holds while it runs is charged (a cluster
-    # allocation: pending costs nothing, and there is no idle machine of ours).
-    bills_by_allocation: bool
+    name: str  # its kind: what it declares (billing, GPUs, nodes, doctor) is model/executor_kinds.py's
 
     def start(self, launch: AttemptLaunch) -> dict[str, Any]:
         """Start the attempt. Returns the job-row columns that name it (its handle), which the
@@ -79,6 +75,10 @@ class Executor(Protocol):
     def notice(self, job: Job) -> Optional[str]:
         """Why the attempt's machine is going away, heard by the executor (a Ray node draining for
         a spot preemption): the daemon stops it as for a preemption notice. None: no notice."""
+
+    def cluster_gpus(self) -> Optional[tuple[float, float]]:
+        """(GPUs in use, GPUs in all) as the cluster last said (Ray); None where it is not known or
+        the GPUs are this machine's. Only words: the dispatch asks gpu_room."""
 
     def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
         """How many GPUs new attempts may take now, and the words for a GPU job that waits: a

@@ -28,7 +28,6 @@ class ExecutorsByKind:
         self.config, self.home = config, home
         self.configured = configured
         self.name = configured.name
-        self.bills_by_allocation = configured.bills_by_allocation
         self._build = build  # kind -> a new executor of that kind (only when a job needs it)
         self._by_kind: dict[str, "Executor"] = {configured.name: configured}
 
@@ -104,6 +103,9 @@ class ExecutorsByKind:
 
     def notice(self, job: Job) -> Optional[str]:
         return self.for_job(job).notice(job)
+
+    def cluster_gpus(self) -> Optional[tuple[float, float]]:
+        return self.configured.cluster_gpus()
 
     def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
         return self.configured.gpu_room(now)  # new attempts start with the configured executor

@@ -50,7 +50,6 @@ NOT_PASSED = ("CUDA_VISIBLE_DEVICES", "RAY_ADDRESS")
 
 class RayExecutor(RayWatch):
     name = "ray"
-    bills_by_allocation = True  # the cluster's GPUs are charged while a job holds them, never idle
 
     def __init__(
         self, home: Home, ray: "RaySection", *, python: str = sys.executable, api: Optional[RayJobsApi] = None

@@ -193,6 +193,9 @@ class RayWatch:
         log.warning("job %s: %s without an exit record; reading it as code %s signal %s", job.id, why, code, sig)
         return exit_record(code, sig, a.start_time or now, a.end_time or now, ray_status=a.status)
 
+    def cluster_gpus(self) -> Optional[tuple[float, float]]:
+        return self.wire.usage
+
     def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
         """The cluster's free GPUs for new attempts: what Ray reports free, less what orch's own
         attempts hold or are about to (submitted, or waiting to be, and not yet in Ray's figures),

@@ -56,7 +56,6 @@ class SlurmExecutor(SlurmWatch):
     """Submission, signals and logs; the watching is SlurmWatch's, the commands SlurmCommands'."""
 
     name = "slurm"
-    bills_by_allocation = True  # the cluster's GPUs are charged while allocated, never idle
 
     def __init__(
         self,
@@ -73,6 +72,9 @@ class SlurmExecutor(SlurmWatch):
 
     def notice(self, job: Job) -> Optional[str]:
         return None
+
+    def cluster_gpus(self) -> Optional[tuple[float, float]]:
+        return None  # Slurm's free GPUs are not asked: it queues what does not fit
 
     def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
         return None  # Slurm queues what does not fit ([slurm] max_gpus caps what orch submits)
