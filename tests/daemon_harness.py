@@ -275,6 +275,25 @@ class OrchHome:
         )
         return self.job(job_id)
 
+    def wait_ticks(self, ticks: int = 3, *, exchanges: int = 0, timeout: float = 60.0) -> dict[str, int]:
+        """Wait until the running daemon has done `ticks` more ticks (and `exchanges` more executor
+        exchanges, each a look at a cluster when one is due) than now, as it says on its wake
+        socket: what a test observes before asserting that nothing happened meanwhile, instead of
+        sleeping a guessed time that a stalled machine may not fill."""
+        from orchestrator.home.wake import counters
+
+        before = wait_for(lambda: counters(self.home.wake_socket), timeout, what="the daemon's counters")
+        return wait_for(
+            lambda: (
+                (now := counters(self.home.wake_socket))
+                and now["ticks"] >= before["ticks"] + ticks
+                and now["exchanges"] >= before["exchanges"] + exchanges
+                and now
+            ),
+            timeout,
+            what=f"{ticks} ticks and {exchanges} exchanges of the daemon",
+        )
+
     def start_daemon(self, timeout: float = 20.0) -> subprocess.Popen:
         """`orch --home H daemon run` as a subprocess; returns once it has recovered and ticks."""
         before = self._started_count()

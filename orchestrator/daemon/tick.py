@@ -60,6 +60,7 @@ class Daemon:
         self.prestart = Prestart()  # what a job start needs that is slow to learn, learnt off the lock
         self.notice_active = False
         self.stopping = False
+        self.ticks = 0  # ticks done (asked on the wake socket: tests wait on it instead of sleeping)
         self.last_accrual: Optional[float] = None
         self.had_work = False
         self.watchdog = watchdog.Watchdog()
@@ -104,6 +105,7 @@ class Daemon:
             # The starts and stops the steps asked for, sent off the lock, and a look at the
             # cluster: its answers are applied by the next tick's refresh (executor_io.py).
             guard.step("exchange", self.exchange, now)
+            self.ticks += 1
 
     def exchange(self, now: float) -> None:
         self.io.run(self.store.jobs([JobState.RUNNING]), now)
@@ -253,6 +255,11 @@ class Daemon:
                     stop_requests.signal_job(self, job, Intent.PREEMPT, now, reason)
                     signalled.append(job.id)
             return signalled
+
+    def counters(self) -> dict[str, int]:
+        """Ticks and executor exchanges done: what a test waits on before it asserts that nothing
+        happened (asked on the wake socket, home/wake.counters)."""
+        return {"ticks": self.ticks, "exchanges": self.io.finished}
 
     def gpus_said(self) -> str:
         """The GPUs this daemon hands out, for its start line: this machine's, or a cluster's as
