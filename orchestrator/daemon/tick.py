@@ -268,7 +268,7 @@ class Daemon:
         if kind.on_this_machine:
             return str(self.managed or "none")
         seen = self.executor.cluster_gpus()
-        heard = f"{seen[1]:g} in all, {seen[0]:g} in use" if seen is not None else "not heard of yet"
+        heard = f"{seen[1]:g} in all, {seen[0]:g} in use" if seen is not None else "placed by the cluster"
         return f"the {kind.name} cluster's ({heard}; orch keeps at most {kind.max_gpus(self.config)} busy)"
 
     def running_count(self, *, own_only: bool = False) -> int:

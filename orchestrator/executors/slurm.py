@@ -35,21 +35,17 @@ from ..contract import (
     checkpoint_dir,
     read_json,
     write_exit_record,
-    write_json_atomic,
 )
 from ..home.paths import Home
 from ..model.records import AttemptLaunch, Job
-from .slurm_commands import log
-from .slurm_query import BILLABLE, parse_sbatch
+from .slurm_query import BILLABLE
 from .slurm_script import SlurmError, check_shared, write_script
 from .slurm_step import rank_log
-from .slurm_watch import Cancel, SlurmWatch, Tracked
+from .slurm_submit import SUBMITTING, Sbatch, key_of
+from .slurm_watch import Cancel, SlurmWatch
 
 if TYPE_CHECKING:
     from ..spec.config import SlurmSection
-
-
-SUBMITTED = "SUBMITTED"  # our own word for "sbatch accepted it, squeue has not shown it yet"
 
 
 class SlurmExecutor(SlurmWatch):
@@ -87,46 +83,32 @@ class SlurmExecutor(SlurmWatch):
     # -- start ---------------------------------------------------------------------------------
 
     def start(self, launch: AttemptLaunch) -> dict[str, Any]:
+        """Write the attempt's script and queue its sbatch for the next exchange (slurm_submit.py),
+        off the tick's lock; its Slurm id is recorded by the refresh after it."""
         run_dir = launch.run_dir
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         checkpoint_dir(run_dir).mkdir(exist_ok=True)
         try:
             check_shared(self.cfg, run_dir)
             script = write_script(self.cfg, launch, self.job_name(launch.job_id, launch.attempt), self.python)
-            env = dict(launch.env)
-            if "SLURM_CONF" in self.environ:
-                env["SLURM_CONF"] = self.environ["SLURM_CONF"]
-            if int(launch.spec.get("gpus") or 0) > 0:
-                env.pop("CUDA_VISIBLE_DEVICES", None)  # Slurm's gres sets it on the node
-            for key in [
-                k for k in env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k != "SLURM_CONF"
-            ]:
-                env.pop(key)  # a daemon started inside an allocation must not pass its geometry on
-            r = self._run(["sbatch", "--parsable", str(script)], env=env, what="sbatch")
         except SlurmError as exc:
             with open(run_dir / attempt_log(launch.attempt), "a", encoding="utf-8") as f:
                 f.write(f"[orch] cannot submit attempt {launch.attempt} to Slurm: {exc}\n")
             raise
-        job_id = parse_sbatch(r.stdout) if r is not None and r.returncode == 0 else None
-        if r is None:  # sbatch timed out: the job may have been queued all the same; never run it twice
-            job_id = self._find_by_name(launch.job_id, launch.attempt)
-        if not job_id:
-            why = (r.stderr or r.stdout).strip() if r is not None else "sbatch did not answer"
-            with open(run_dir / attempt_log(launch.attempt), "a", encoding="utf-8") as f:
-                f.write(f"[orch] sbatch refused attempt {launch.attempt}: {why}\n")
-            raise SlurmError(f"sbatch refused the job: {why}")
-        now = time.time()
-        ref = {
-            "slurm_job_id": job_id,
-            "submitted_at": now,
-            "state": SUBMITTED,
-            "where": f"Slurm {job_id}: submitted",
-            "script": script.name,
+        env = dict(launch.env)
+        if "SLURM_CONF" in self.environ:
+            env["SLURM_CONF"] = self.environ["SLURM_CONF"]
+        if int(launch.spec.get("gpus") or 0) > 0:
+            env.pop("CUDA_VISIBLE_DEVICES", None)  # Slurm's gres sets it on the node
+        for key in [k for k in env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k != "SLURM_CONF"]:
+            env.pop(key)  # a daemon started inside an allocation must not pass its geometry on
+        sbatch = Sbatch(["sbatch", "--parsable", str(script)], env, run_dir, launch.job_id, launch.attempt, script.name)
+        with self.submits.mu:
+            self.submits.queued[(launch.job_id, launch.attempt)] = sbatch
+        where = "Slurm: not submitted yet (sbatch is on its way)"
+        return {
+            "executor_ref": {"submitted_at": time.time(), "state": SUBMITTING, "where": where, "script": script.name}
         }
-        write_json_atomic(run_dir / attempt_submitted(launch.attempt), ref)
-        self.cache.jobs[job_id] = Tracked()
-        log.info("job %s: attempt %s submitted as Slurm job %s", launch.job_id, launch.attempt, job_id)
-        return {"executor_ref": ref}
 
     def adopt(self, job: Job) -> Optional[dict[str, Any]]:
         """The daemon died between sbatch and recording the id: find it by the file start() wrote,
@@ -152,7 +134,7 @@ class SlurmExecutor(SlurmWatch):
         run in the next exchange, off the tick's lock."""
         sid = self.slurm_id(job)
         if sid is None:
-            return False
+            return self._stop_unsubmitted(job)
         t = self.cache.jobs.get(sid)
         state = t.answer.state if t and t.answer else None
         if state in (None, "PENDING") and not self._started(job):
@@ -166,6 +148,21 @@ class SlurmExecutor(SlurmWatch):
             self.ask_cancel(Cancel(["scancel", sid], then))
             return True
         self._signal_stop(sid)
+        return True
+
+    def _stop_unsubmitted(self, job: Job) -> bool:
+        """A stop before the Slurm id is known: a queued sbatch is dropped (the attempt never ran);
+        one already on its way is stopped once the refresh records its id."""
+        with self.submits.mu:
+            dropped = self.submits.queued.pop(key_of(job), None)
+            if dropped is None:
+                self.submits.stop_asked.add(key_of(job))
+        if dropped is not None and job.attempt:
+            now = time.time()
+            run_dir = self.home.run_dir(job.id)
+            write_exit_record(run_dir, job.attempt, None, 15, now, now, slurm_state="CANCELLED before sbatch")
+            with open(run_dir / attempt_log(job.attempt), "a", encoding="utf-8") as f:
+                f.write(f"[orch] attempt {job.attempt} stopped before it was submitted to Slurm\n")
         return True
 
     def _signal_stop(self, sid: str) -> None:
@@ -200,17 +197,19 @@ class SlurmExecutor(SlurmWatch):
         intent decides."""
         sid = self.slurm_id(job)
         if sid is None:
-            return False
+            return self._stop_unsubmitted(job)
         self.ask_cancel(Cancel(["scancel", sid]))
         return True
 
     def clear_lost(self, job: Job) -> None:
         """Lost (NODE_FAIL, preempted without answering, gone): make sure Slurm holds nothing of it."""
         sid = self.slurm_id(job)
-        if sid is not None:
-            t = self.cache.jobs.get(sid)
-            if not (t and t.answer and t.answer.ended):
-                self.ask_cancel(Cancel(["scancel", sid]))
+        if sid is None:
+            self._stop_unsubmitted(job)
+            return
+        t = self.cache.jobs.get(sid)
+        if not (t and t.answer and t.answer.ended):
+            self.ask_cancel(Cancel(["scancel", sid]))
 
     def dump_stacks(self, job: Job) -> str:
         """The built-in runner: SIGUSR1 to the step's tasks on every node (`scancel --signal=USR1`,

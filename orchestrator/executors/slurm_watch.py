@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
@@ -20,6 +20,7 @@ from ..model.records import Job
 from ..model.states import JobState
 from .slurm_commands import SlurmCommands, log
 from .slurm_query import INFRA_ENDS, SlurmJob, expand_nodelist
+from .slurm_submit import SUBMITTING, Submits, handle_on_disk, key_of, send
 
 if TYPE_CHECKING:
     from ..spec.config import SlurmSection
@@ -75,6 +76,7 @@ class SlurmWatch(SlurmCommands):
         self._mu = threading.Lock()  # between the tick and the exchange: the cancels, the answers
         self._cancels: list[Cancel] = []
         self._heard: Optional[Heard] = None
+        self.submits = Submits()  # the sbatches, off the lock too (slurm_submit.py)
 
     @staticmethod
     def slurm_id(job: Job) -> Optional[str]:
@@ -89,6 +91,8 @@ class SlurmWatch(SlurmCommands):
     def exchange(self, jobs: Sequence[Job], now: float) -> None:
         """Off the tick's lock: the scancels asked, then one squeue (each poll_seconds, or at once
         for a new attempt) and sacct for the attempts squeue no longer lists."""
+        orphans = [j for j in jobs if self.slurm_id(j) is None and self._orphan(j)]
+        send(self.submits, self._run, self._find_by_name, orphans)
         with self._mu:
             cancels, self._cancels = self._cancels, []
         for cancel in cancels:
@@ -115,8 +119,46 @@ class SlurmWatch(SlurmCommands):
         with self._mu:
             self._heard = Heard(now, answers, missing, found, asked)
 
+    def _orphan(self, job: Job) -> bool:
+        """Recorded as submitting, and neither queued here nor known: a daemon died meanwhile."""
+        key = key_of(job)
+        with self.submits.mu:
+            if key in self.submits.queued or key in self.submits.sending or key in self.submits.handles:
+                return False
+            if key in self.submits.unknown:
+                return False
+        state = (job.executor_ref or {}).get("state")
+        return state == SUBMITTING and handle_on_disk(self.home.run_dir(job.id), job.attempt) is None
+
+    def _recorded(self, jobs: Sequence[Job], now: float) -> list[Job]:
+        """The jobs, with the Slurm ids the exchange learnt recorded on their rows (a stop asked
+        before the id was known goes out now)."""
+        out = []
+        for job in jobs:
+            if self.slurm_id(job) is None and job.attempt:
+                with self.submits.mu:
+                    ref = self.submits.handles.pop(key_of(job), None)
+                ref = ref or handle_on_disk(self.home.run_dir(job.id), job.attempt)
+                if ref is not None:
+                    try:
+                        self.store().update(job.id, now, only_if_state=[JobState.RUNNING], executor_ref=ref)
+                    except Exception as exc:  # the file stays: the next refresh records it
+                        log.warning("job %s: could not record Slurm job %s: %s", job.id, ref["slurm_job_id"], exc)
+                    job = replace(job, executor_ref=ref)
+                    with self.submits.mu:
+                        stop = key_of(job) in self.submits.stop_asked
+                        self.submits.stop_asked.discard(key_of(job))
+                    if stop:
+                        self.terminate(job)
+            out.append(job)
+        return out
+
+    def terminate(self, job: Job) -> bool:  # the executor's (slurm.py)
+        raise NotImplementedError
+
     def refresh(self, jobs: Sequence[Job], now: float) -> None:
         """What the last exchange heard, applied; the exit records read (a stat each). No command."""
+        jobs = self._recorded(jobs, now)
         tracked = {sid: job for job in jobs if (sid := self.slurm_id(job))}
         for sid in list(self.cache.jobs):
             if sid not in tracked:
@@ -213,7 +255,7 @@ class SlurmWatch(SlurmCommands):
         the exit record is over."""
         sid = self.slurm_id(job)
         if sid is None:
-            return False
+            return self._submitting(job)
         t = self.cache.jobs.get(sid)
         if t is None or t.exit_record is not None:
             return t is None
@@ -222,6 +264,19 @@ class SlurmWatch(SlurmCommands):
         if t.answer is not None and t.answer.state in INFRA_ENDS:
             return False  # no exit record will come: the node failed or Slurm took the job away
         return time.time() - t.ended_seen_at < EXIT_RECORD_WAIT_S
+
+    def _submitting(self, job: Job) -> bool:
+        """No Slurm id recorded yet: alive while its sbatch is queued, on its way or just taken,
+        or until a look by name says Slurm never had it."""
+        key = key_of(job)
+        with self.submits.mu:
+            if key in self.submits.queued or key in self.submits.sending or key in self.submits.handles:
+                return True
+            if key in self.submits.unknown:
+                return False
+        if not job.attempt or handle_on_disk(self.home.run_dir(job.id), job.attempt) is not None:
+            return bool(job.attempt)
+        return (job.executor_ref or {}).get("state") == SUBMITTING  # the next exchange looks it up by name
 
     def exit(self, job: Job) -> Optional[dict[str, Any]]:
         sid = self.slurm_id(job)

@@ -32,7 +32,8 @@ def test_command_job_runs_to_success_and_status_shows_slurm(slurm_home):
     h.release("hello")
     done = h.wait_state(job, JobState.SUCCEEDED, timeout=30)
     assert done.attempt == 1 and done.run_seconds > 0
-    assert squeue_state(h.slurm, sid) == "COMPLETED"
+    # the exit record comes first (orch settles on it); Slurm says COMPLETED once the script has ended
+    wait_for(lambda: squeue_state(h.slurm, sid) == "COMPLETED", 30, what=lambda: squeue_state(h.slurm, sid))
     log = (h.run_dir(job) / "attempt-1.log").read_text()
     assert "printed by the job" in log and f"as Slurm job {sid}" in log
     sbatch = (h.run_dir(job) / "attempt-1.sbatch").read_text()
