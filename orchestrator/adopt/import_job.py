@@ -224,5 +224,5 @@ def _fetch_tracking(remote: Remote, uid: str, run_dir: Any, warn: Callable[[str]
         warn(f"job {uid[:12]}: {TRACKING} not fetched ({exc}); an MLflow run may start anew")
         return
     if data:
-        with open(run_dir / TRACKING, "wb") as fh:
+        with atomic_file(run_dir / TRACKING, "wb") as fh:  # the runner reads it: never half of one
             fh.write(data)

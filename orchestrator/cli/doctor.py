@@ -40,17 +40,18 @@ def run_checks(home: Home, config_path: Path, config_required: bool, *, now: Opt
     out.extend(config_findings)
     if config is not None:
         check_notifiers(config, out)
-    if config is not None and config.executor.kind == "ray":
+        check_executor(home, config, out)
+    if config is not None and config.executor.kind == "ray":  # a dashboard open to the world: a warning
         check_ray_address(config.ray.address, out)
-        check_ray_shared_folder(home, config, out)
     check_clock(home, out, now)
     return out
 
 
-def check_ray_shared_folder(home: Home, config, out: list[Finding]) -> None:
-    """On Ray the run folders must be on a filesystem every node shares (docs/ray.md): one tiny Ray
-    job reads a file written here and writes one back (the only thing doctor starts)."""
-    from ..executors import check_ray_shared
+def check_executor(home: Home, config, out: list[Finding]) -> None:
+    """The configured executor's own checks, as its kind declares them (model/executor_kinds.py):
+    on Ray, that the run folders are on a filesystem every node shares (one tiny Ray job reads a
+    file written here and writes one back: the only thing doctor starts)."""
+    from ..executors import run_doctor_checks
 
-    ok, text, fix = check_ray_shared(config, home)
-    out.append(Finding("ray", OK if ok else BAD, text, fix))
+    for area, ok, text, fix in run_doctor_checks(config, home):
+        out.append(Finding(area, OK if ok else BAD, text, "" if ok else fix))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import urlsplit
 
+from ..model.executor_kinds import executor_kind
 from .doctor_findings import BAD, OK, WARN, Finding
 
 # -- config and notifiers ----------------------------------------------------------------------------
@@ -30,7 +31,7 @@ def check_config(path: Path, required: bool, out: list[Finding]) -> Any:
         out.append(Finding("config", BAD, first + more, f"orch config check {path}"))
         return None
     out.append(Finding("config", OK, f"{path} is valid"))
-    if config.executor.kind != "slurm":  # on Slurm the GPUs are the cluster's, not this login node's
+    if executor_kind(config.executor.kind).on_this_machine:  # a cluster's GPUs are not this login node's
         from ..host.gpus import absent_gpus_problem, discover
 
         gpus = absent_gpus_problem(config.daemon.gpus, discover())

@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 
+from ..model.executor_kinds import executor_kind
 from .context import app, config_app, ctx, err, notify_app, storage_app
 
 
@@ -44,7 +45,7 @@ def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (
 
     for warning in secrets_in_the_file(config.notifiers, label=str(target)):
         err(f"warning: {warning}")
-    if config.executor.kind != "slurm":  # on Slurm the GPUs are the cluster's, not this login node's
+    if executor_kind(config.executor.kind).on_this_machine:  # a cluster's GPUs are not this login node's
         from ..host.gpus import absent_gpus_problem, discover
 
         gpus = absent_gpus_problem(config.daemon.gpus, discover())

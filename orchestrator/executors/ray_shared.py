@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 import shlex
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..home.paths import Home
 from ..host.polling import poll
@@ -82,3 +82,9 @@ def check_shared_with_ray(home: Home, ray: "RaySection", *, python: str = sys.ex
                 path.unlink()
             except OSError:
                 pass
+
+
+def doctor_check(config: Any, home: Home) -> tuple[bool, str, str]:
+    """`orch doctor` on Ray (model/executor_kinds.py names it): whether a file the daemon writes is
+    visible to a job on a node, and what to do when it is not."""
+    return check_shared_with_ray(home, config.ray)

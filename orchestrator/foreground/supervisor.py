@@ -18,10 +18,11 @@ import time
 from typing import Callable, Optional
 from pathlib import Path
 
+from ..jobs.absent_gpus import absent_gpus_reason, refuse_attempt
 from ..jobs.attempts import Begun, begin_attempt
 from ..jobs.settling import Settled, settle_attempt
 from ..spec.config import Config
-from ..contract import EX_CHECKPOINTED, attempt_exit, attempt_log, exit_record, write_json_atomic
+from ..contract import EX_CHECKPOINTED, EX_CONFIG, attempt_exit, attempt_log, exit_record, write_json_atomic
 from ..model.errors import InvalidTransition
 from ..cost.money import Pricing
 from ..cost.own_share import own_share
@@ -30,6 +31,7 @@ from ..jobs.lifecycle import cancel_job
 from ..planning.capacity import machine_gpus
 from ..planning.dispatch import choose_slot, free_slots
 from ..home.paths import Home
+from ..host.env_observe import driver_and_gpus
 from ..host.procs import own_group_dying_with_parent, start_time
 from ..model.records import FOREGROUND, FOREGROUND_PID, Job
 from ..jobs.outcome import Decision
@@ -219,6 +221,14 @@ class _Foreground:
             stop = Decision(JobState.STOPPED, EventKind.STOPPED, AttemptOutcome.STOPPED, begun.job.reason)
             return Settled(begun.job, stop)
         launch = begun.launch
+        absent = absent_gpus_reason(launch, driver_and_gpus()[1])
+        if absent:  # GPUs nvidia-smi does not show: failed at once, exit 78 (jobs/absent_gpus.py)
+            refuse_attempt(launch, absent)
+            now = time.time()
+            self.exit_info = exit_record(EX_CONFIG, None, now, now)
+            settled = settle_attempt(self.store, self.config, self.home, self.store.get(job.id), self.exit_info, now)
+            write_json_atomic(launch.run_dir / attempt_exit(launch.attempt), self.exit_info)
+            return settled
         # This process stands in for the attempt's supervisor: a daemon sees it alive, and its
         # cancel SIGTERMs reach us. The foreground mark: this process accrues the attempt's time.
         self.store.update(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from ..home.paths import Home
 from ..host.procs import is_alive
-from ..model.records import FOREGROUND_PID, FOREGROUND_START, Job
+from ..model.records import FOREGROUND_PID, FOREGROUND_START, LOCAL, Job
 from ..model.states import JobState
 from ..store import Store
 
@@ -31,7 +31,7 @@ def runnerless_jobs(store: Store) -> list[Job]:
     return [
         j
         for j in store.jobs([JobState.RUNNING])
-        if (j.executor == "local" or j.in_foreground) and (j.supervisor_pid or j.executor_ref) and not runner_alive(j)
+        if (j.executor == LOCAL or j.in_foreground) and (j.supervisor_pid or j.executor_ref) and not runner_alive(j)
     ]
 
 

@@ -9,6 +9,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from ..cost.money import Pricing
 from ..model.markets import IDLE, ON_DEMAND, SPOT
 from ..objectstore import claims as cl
 from .jobview import claim_instance
@@ -129,11 +130,11 @@ class MarketView:
 
 def price_ratio(pricing: Any, gpus: int) -> float:
     """On-demand price / spot price by [pricing]; DEFAULT_PRICE_RATIO when it does not say both."""
-    spot = pricing.gpu_hour * max(gpus, 1) + pricing.instance_hour
-    if pricing.on_demand_gpu_hour is None or spot <= 0:
+    prices = Pricing.of(pricing)
+    spot = prices.machine_hour(gpus, SPOT)
+    if prices.on_demand_gpu_hour is None or spot <= 0:
         return DEFAULT_PRICE_RATIO
-    on_demand = pricing.on_demand_gpu_hour * max(gpus, 1) + pricing.instance_hour
-    return max(on_demand / spot, 1.0)
+    return max(prices.machine_hour(gpus, ON_DEMAND) / spot, 1.0)
 
 
 def situation(

@@ -3,7 +3,6 @@ keys. The table and `--json` are rendered from the same dicts."""
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -11,6 +10,7 @@ from typing import Any, Optional
 from ..cost import money as cost
 from ..contract import CKPT_SUFFIX, PROGRESS, RESULT, SNAPSHOT_MEMORY, checkpoint_dir, parse_checkpoint_name, read_json
 from ..planning.dispatch import hold_reason
+from ..redaction import redact
 from ..planning.forecast import step_rate
 from ..host.summary import provenance_summary
 from ..home.paths import Home
@@ -138,7 +138,7 @@ def masked_spec(spec: dict[str, Any]) -> dict[str, Any]:
         spec["env"] = {k: "***" for k in spec["env"]}
     tracking = spec.get("tracking")
     if isinstance(tracking, dict) and isinstance(tracking.get("mlflow_uri"), str):  # http://user:password@host
-        spec["tracking"] = {**tracking, "mlflow_uri": re.sub(r"(://)[^/@\s]+@", r"\1***@", tracking["mlflow_uri"])}
+        spec["tracking"] = {**tracking, "mlflow_uri": redact(tracking["mlflow_uri"])}  # the one masking rule
     return spec
 
 
