@@ -11,6 +11,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from ..home.paths import Home
 from ..model.errors import SpecError
 from ..spec.jobspec import JobSpec, check_deadline
+from .instrument import instrument_problems
 from .preflight import Check, preflight
 
 
@@ -31,7 +32,7 @@ def admission_problems(
             check()
         except SpecError as exc:
             problems += exc.problems
-    return problems
+    return problems + instrument_problems(spec, label)
 
 
 def admit(

@@ -32,6 +32,7 @@ from ..model.errors import InvalidTransition
 from ..host.gpus import visible_devices
 from ..host.env_observe import MachineFacts, Observed, observe
 from ..host.env_record import EnvCheck, check_environment
+from .instrument import instrument_env
 from .lifecycle import change_state, write_run_spec
 from ..home.paths import Home
 from ..model.records import Attempt, AttemptLaunch, AttemptStart, Job
@@ -60,6 +61,7 @@ def job_env(
     resume_from: Optional[Path],
     extra: Mapping[str, str],
     trackers: Optional[Mapping[str, str]] = None,
+    instrument: str = "off",
 ) -> dict[str, str]:
     env = dict(base)
     env.update(trackers or {})  # the job's own [env] may override a tracker variable
@@ -75,6 +77,7 @@ def job_env(
             "PYTHONUNBUFFERED": "1",
         }
     )
+    env.update(instrument_env(instrument, env))  # after [env]: its PYTHONPATH is kept, behind the bootstrap
     return env
 
 
@@ -107,6 +110,7 @@ def attempt_command(run_dir: Path, job: Job, n: int, gpu_ids: Sequence[int], env
         resume_from=resume_path,
         extra=job.spec.get("env") or {},
         trackers=tracker_env(job.uid, job.spec.get("tracking"), job.name, read_json(run_dir / TRACKING)),
+        instrument=job.spec.get("instrument") or "off",
     )
     return Command(argv, cwd, env, resume_path, resume_step)
 
