@@ -122,6 +122,6 @@ def instrument_problems(spec: JobSpec, label: str) -> list[str]:
         problem = instrument_version_problem(dist, versions[dist])
         if problem:
             problems.append(
-                f"{label}: instrument: {problem}, in {python}; install a supported one, or set instrument = \"off\""
+                f'{label}: instrument: {problem}, in {python}; install a supported one, or set instrument = "off"'
             )
     return problems

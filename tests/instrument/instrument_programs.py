@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-HF_TRAINER = r'''
+HF_TRAINER = r"""
 import os, sys, torch
 from transformers import Trainer, TrainingArguments
 
@@ -40,9 +40,9 @@ trainer.train()
 if trainer.is_world_process_zero():
     torch.save(trainer.model.state_dict(), os.path.join(out, "final.pt"))
 print("trained", flush=True)
-'''
+"""
 
-LIGHTNING = r'''
+LIGHTNING = r"""
 import os, sys, time, torch, pytorch_lightning as pl
 from torch.utils.data import TensorDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -71,13 +71,13 @@ trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False, e
 trainer.fit(Model(), loader)
 torch.save(trainer.lightning_module.state_dict(), os.path.join(out, "final.pt"))
 print("trained", flush=True)
-'''
+"""
 
-NEITHER = r'''
+NEITHER = r"""
 import json, sys
 names = sorted(n for n in sys.modules if n.split(".")[0] in ("training", "orchestrator", "transformers", "torch"))
 print(json.dumps({"argv": sys.argv[1:], "modules": names}), flush=True)
-'''
+"""
 
 
 def write(folder: Path, name: str, text: str) -> Path:

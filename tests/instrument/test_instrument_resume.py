@@ -145,7 +145,11 @@ def test_a_trainer_script_resumes_exactly_after_a_notice_and_from_its_own_checkp
     h.start_daemon()
     out = tmp_path / "out"
     job_id = submit(
-        h, [sys.executable, str(program), str(out), str(SAVE_EVERY)], tmp_path, "transformers", ORCH_FAULT_SLOW_STEP_S="0.05"
+        h,
+        [sys.executable, str(program), str(out), str(SAVE_EVERY)],
+        tmp_path,
+        "transformers",
+        ORCH_FAULT_SLOW_STEP_S="0.05",
     )
     notice_step = notice_at(h, job_id, first)
     assert notice_step >= first and (out / f"checkpoint-{notice_step}").is_dir(), where
@@ -164,7 +168,9 @@ def test_a_trainer_script_resumes_exactly_after_a_notice_and_from_its_own_checkp
     assert newest_path is not None and newest_path.name.startswith("step-") and newest % SAVE_EVERY == 0, where
     assert target.endswith(f"checkpoint-{newest}"), (where, target)  # the program's own folder
     assert third["resumed_from_step"] == newest and newest >= 2 * SAVE_EVERY, (where, data["attempts"])
-    said = re.search(r"instrument: resuming from (\S+) \(step (\d+)\)", (h.run_dir(job_id) / "attempt-3.log").read_text())
+    said = re.search(
+        r"instrument: resuming from (\S+) \(step (\d+)\)", (h.run_dir(job_id) / "attempt-3.log").read_text()
+    )
     assert said and said.group(1).endswith(newest_path.name) and int(said.group(2)) == newest, where
     assert data["result"]["steps"] == 80, data["result"]
     assert_same_weights(weights(tmp_path / "plain" / "final.pt"), weights(out / "final.pt"), where)
@@ -248,4 +254,3 @@ def test_a_plain_lightning_script_resumes_exactly_after_a_notice(tmp_path, home)
     data = wait_succeeded(h, job_id)
     assert data["attempts"][1]["resumed_from_step"] == notice_step >= at, data["attempts"]
     assert_same_weights(weights(tmp_path / "plain" / "final.pt"), weights(out / "final.pt"), f"notice at {at}")
-

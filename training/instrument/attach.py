@@ -48,7 +48,7 @@ def attach(module: ModuleType, framework: str) -> None:
     if module.__name__ == _UNIFIED_LIGHTNING:
         refuse(
             "the program trains with `lightning.pytorch`; orch instruments `pytorch_lightning` "
-            "(the same Trainer under its standalone name): import that, or set instrument = \"off\""
+            '(the same Trainer under its standalone name): import that, or set instrument = "off"'
         )
     for dist in INSTRUMENT_DISTS_OF[framework]:
         try:
