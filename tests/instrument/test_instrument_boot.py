@@ -152,3 +152,31 @@ def test_the_resume_point_is_the_newest_whole_checkpoint_of_orch_or_of_the_progr
     monkeypatch.setenv(ENV_ATTEMPT, "1")  # a first attempt never takes an output_dir's leftovers
     monkeypatch.delenv(ENV_RESUME_FROM)
     assert resume_point(str(output)) == str(ckpts / periodic_name(30))
+
+
+def test_a_lightning_resume_takes_the_newest_loadable_ckpt_and_skips_a_torn_one(tmp_path, monkeypatch):
+    import zipfile
+
+    from training.instrument.lightning_patch import resume_point
+
+    class Trainer:  # what resume_point reads of a Trainer: its ModelCheckpoint folders
+        checkpoint_callbacks = [type("ModelCheckpoint", (), {"dirpath": str(tmp_path / "ckpts")})()]
+        default_root_dir = str(tmp_path)
+
+    (tmp_path / "ckpts").mkdir()
+    ckpts = tmp_path / "run" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    notice = ckpts / "notice-step-00000010.ckpt"
+    for path in (notice, tmp_path / "ckpts" / "epoch=0-step=30.ckpt"):
+        with zipfile.ZipFile(path, "w") as archive:  # torch.save's layout: a zip with data.pkl
+            archive.writestr("archive/data.pkl", b"x")
+    torn = tmp_path / "ckpts" / "epoch=0-step=45.ckpt"
+    torn.write_bytes((tmp_path / "ckpts" / "epoch=0-step=30.ckpt").read_bytes()[:20])  # cut short by a SIGKILL
+    os.utime(notice, (1, 1))
+    os.utime(tmp_path / "ckpts" / "epoch=0-step=30.ckpt", (2, 2))
+    monkeypatch.setenv(ENV_CKPT_DIR, str(ckpts))
+    monkeypatch.setenv(ENV_RESUME_FROM, str(notice))
+    monkeypatch.setenv(ENV_ATTEMPT, "3")
+    assert resume_point(Trainer()) == str(tmp_path / "ckpts" / "epoch=0-step=30.ckpt")
+    monkeypatch.setenv(ENV_ATTEMPT, "1")
+    assert resume_point(Trainer()) == str(notice)
