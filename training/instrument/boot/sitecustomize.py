@@ -88,7 +88,7 @@ def _attach(module, framework):
             f"[orch] instrument: cannot load orch's bootstrap ({exc}); a package named `training` or "
             "`orchestrator` in the program's path hides orch's: rename it, or set instrument = \"off\"\n"
         )
-        raise SystemExit(78) from None
+        raise SystemExit(78) from None  # EX_CONFIG: orch's contract module is what could not be loaded
     attach(module, framework)
 
 
