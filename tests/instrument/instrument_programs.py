@@ -64,9 +64,8 @@ out = sys.argv[1]
 pl.seed_everything(0)
 g = torch.Generator().manual_seed(0)
 data = TensorDataset(torch.randn(400, 8, generator=g), torch.randn(400, generator=g))
-# The order from the seeded global RNG, as most scripts have it. (With a generator of its own the
-# epochs after a resumed one draw another order: docs/tools-you-did-not-write.md, "not exact".)
-loader = StatefulDataLoader(data, batch_size=10, shuffle=True)
+# its own generator: a resume rebuilds the iterator, which draws from it (OrchCallback puts it back)
+loader = StatefulDataLoader(data, batch_size=10, shuffle=True, generator=torch.Generator().manual_seed(1))
 checkpoints = pl.callbacks.ModelCheckpoint(dirpath=os.path.join(out, "ckpts"), every_n_train_steps=15, save_top_k=-1)
 trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                      enable_model_summary=False, default_root_dir=out, callbacks=[checkpoints])
