@@ -12,6 +12,7 @@ from ..home.paths import Home
 from ..model.errors import SpecError
 from ..model.executor_kinds import KINDS, executor_kind, multi_node_kinds
 from ..spec.jobspec import JobSpec, check_deadline
+from .instrument import instrument_problems
 from .preflight import Check, preflight
 
 
@@ -32,7 +33,7 @@ def admission_problems(
             check()
         except SpecError as exc:
             problems += exc.problems
-    return problems
+    return problems + instrument_problems(spec, label)
 
 
 def admit(

@@ -33,6 +33,7 @@ from ..model.errors import InvalidTransition
 from ..host.gpus import visible_devices
 from ..host.env_observe import MachineFacts, Observed, observe
 from ..host.env_record import EnvCheck, check_environment
+from .instrument import instrument_env
 from .lifecycle import change_state, write_run_spec
 from ..home.paths import Home
 from ..model.records import Attempt, AttemptLaunch, AttemptStart, Job
@@ -61,6 +62,7 @@ def job_env(
     resume_from: Optional[Path],
     extra: Mapping[str, str],
     trackers: Optional[Mapping[str, str]] = None,
+    instrument: str = "off",
 ) -> dict[str, str]:
     """The attempt's whole environment: `base` (the machine's) and job_vars over it."""
     own = job_vars(
@@ -100,6 +102,7 @@ def job_vars(
             "PYTHONUNBUFFERED": "1",
         }
     )
+    env.update(instrument_env(instrument, env))  # after [env]: its PYTHONPATH is kept, behind the bootstrap
     return env
 
 
@@ -136,6 +139,7 @@ def attempt_command(run_dir: Path, job: Job, n: int, gpu_ids: Sequence[int], env
         resume_from=resume_path,
         extra={**passed, **(job.spec.get("env") or {})},
         trackers=tracker_env(job.uid, job.spec.get("tracking"), job.name, read_json(run_dir / TRACKING)),
+        instrument=job.spec.get("instrument") or "off",
     )
     return Command(argv, cwd, {**environ, **own}, resume_path, resume_step, own)
 

@@ -101,6 +101,9 @@ class JobSpec(JobTable):
     # An attempt whose installed distributions differ from the first attempt's: "warn" (an
     # env_changed event, then it trains) or "stop" (the job is stopped before it trains).
     on_env_change: Literal["warn", "stop"] = "warn"
+    # A command job whose program is not orch-aware (LLaMA-Factory, TRL, a Lightning script): orch
+    # attaches its callback to the program's Trainer through a bootstrap on PYTHONPATH.
+    instrument: Literal["transformers", "lightning", "auto", "off"] = "off"
 
     @field_validator("deadline")
     @classmethod
@@ -122,6 +125,11 @@ class JobSpec(JobTable):
         if self.command is not None:
             if any(not part for part in self.command):
                 raise ValueError("command: no part of the command may be an empty string")
+        elif self.instrument != "off":
+            raise ValueError(
+                f"instrument: {self.instrument!r} is for command jobs (the built-in fine-tune resumes exactly "
+                "already); remove it, or give the job a command"
+            )
         for field, value in _texts(self):
             problem = control_problem(value)
             if problem:  # an env value may be a secret: never echoed
