@@ -22,7 +22,15 @@ from orchestrator.spec.jobspec import TASK_CLASSIFY, JobSpec, load_resolved, met
 
 from training.exits import EX_CHECKPOINTED, EX_FAIL, EX_OK, ConfigError, EarlyStop, RunError, install_early_sigterm
 from training.builtin.job_end import out_of_memory, result_figures, wait_for_other_ranks
-from training.builtin.job_plan import choose_resume, is_rank_zero, plan_devices, resolve_sizes, say, total_steps
+from training.builtin.job_plan import (
+    choose_resume,
+    is_rank_zero,
+    plan_devices,
+    resolve_sizes,
+    say,
+    sharded_run,
+    total_steps,
+)
 from training.builtin.job_trainer import (
     FinalCheckpoint,
     build_callbacks,
@@ -184,6 +192,19 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
     except OSError as exc:
         raise load_error("the model", spec.model.name_or_path, exc) from None
 
+    sharded = sharded_run(spec, plan["world"], resume)
+    strategy, precision, plugins = plan["strategy"], plan["precision"], [checkpoint_io(spec, AtomicCheckpointIO)]
+    if sharded:
+        from training.builtin.fsdp import ShardedStrategy, sharding
+
+        strategy = ShardedStrategy(plan["world"], keep=spec.checkpoint.keep, trained_only=spec.lora is not None)
+        model.shard, precision = sharding(plan, train.cpu_offload)
+        plugins = []  # the sharded strategy writes its own checkpoints (no CheckpointIO)
+        if rank0:
+            say(
+                f"fsdp: {plan['world']} rank(s), each holding 1/{plan['world']} of the parameters, gradients and optimizer state"
+            )
+
     has_val = "validation" in data.splits
     orch_cb, early, best, callbacks = build_callbacks(spec, ckpt_dir, has_val=has_val, progress=progress)
     callbacks.append(FinalCheckpoint(ckpt_dir))
@@ -221,8 +242,8 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
         accelerator=plan["accelerator"],
         devices=plan["devices"],
         num_nodes=plan["num_nodes"],
-        strategy=plan["strategy"],
-        precision=plan["precision"],
+        strategy=strategy,
+        precision=precision,
         accumulate_grad_batches=accumulate,
         max_epochs=train.max_epochs if train.max_epochs is not None else -1,
         max_steps=train.max_steps if train.max_steps is not None else -1,
@@ -234,7 +255,7 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
         gradient_clip_val=train.gradient_clip_val or None,
         deterministic=train.deterministic,
         callbacks=callbacks,
-        plugins=[checkpoint_io(spec, AtomicCheckpointIO), *slurm_plugins()],
+        plugins=[*plugins, *slurm_plugins()],
         logger=loggers,
         log_every_n_steps=10,
         num_sanity_val_steps=0,
@@ -253,9 +274,14 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
         raise RunError(str(exc)) from None
     install_early_sigterm()  # Lightning restored its pre-fit handlers; keep "SIGTERM = exit 75" after fit
 
+    full_state = None
+    if sharded:  # every rank takes part in the gather; rank 0 alone ends up with the whole model
+        from training.builtin.fsdp import gather_full_state
+
+        full_state = gather_full_state(model)
     if not rank0:
         return EX_OK
-    export(spec, model, tokenizer, model_dir(run_dir))
+    export(spec, model, tokenizer, model_dir(run_dir), full_state=full_state)
     result = result_figures(trainer, early, best, batch_size, accumulate, time.monotonic() - started)
     from orchestrator.contract import write_json_atomic
 

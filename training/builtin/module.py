@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -75,6 +75,16 @@ class TransformerClassifier(pl.LightningModule):
         self._hang_at = (os.environ.get(FAULT_HANG_AT_STEP) or "") if os.environ.get(ENV_ATTEMPT, "1") == "1" else ""
         self._trace = os.environ.get(TRACE_SAMPLES)
         self._prog_bar = True
+        # strategy = "fsdp": the runner sets this to shard the model (training/builtin/fsdp.py)
+        self.shard: Optional[Callable[[Any, Any], None]] = None
+        self._sharded = False
+
+    def configure_model(self) -> None:
+        """Where Lightning's ModelParallelStrategy wants the model sharded: once its device mesh
+        exists, before the optimizer is built over the shards. Nothing to do under DDP."""
+        if self.shard is not None and not self._sharded:
+            self.shard(self, self.device_mesh)
+            self._sharded = True
 
     def on_train_start(self) -> None:
         self._prog_bar = self.trainer.progress_bar_callback is not None

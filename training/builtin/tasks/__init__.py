@@ -106,13 +106,25 @@ def _dtype(value: Any) -> dict[str, Any]:
     return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": value}
 
 
-def export(spec: JobSpec, module: Any, tokenizer: Any, folder: Path) -> None:
-    """RUN_DIR/model: the trained model and tokenizer (LoRA: the adapter, and model/merged/)."""
+def export(spec: JobSpec, module: Any, tokenizer: Any, folder: Path, *, full_state: Any = None) -> None:
+    """RUN_DIR/model: the trained model and tokenizer (LoRA: the adapter, and model/merged/).
+    `full_state`: a sharded model's whole state dict, gathered onto this rank's CPU."""
+    assert spec.model is not None
     if spec.lora is not None:
         from .lora import export_lora
 
-        export_lora(module.model, tokenizer, folder, merge=spec.lora.merge)
+        export_lora(
+            module.model,
+            tokenizer,
+            folder,
+            merge=spec.lora.merge,
+            state_dict=full_state,
+            base=spec.model.name_or_path if full_state is not None else None,
+        )
         return
     folder.mkdir(parents=True, exist_ok=True)
-    module.model.save_pretrained(str(folder))
+    if full_state is not None:
+        module.model.save_pretrained(str(folder), state_dict=full_state)
+    else:
+        module.model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))

@@ -1,0 +1,79 @@
+"""[train] strategy = "fsdp": FSDP2 over two CPU ranks (gloo, ORCH_GPUS_ON_CPU=1) on a tiny
+Llama built here; sharded checkpoints (one folder each, complete only once renamed into place),
+exact resume after a notice, resume from the newest complete folder after a SIGKILL, and the
+export gathered onto rank 0 that from_pretrained loads."""
+
+from __future__ import annotations
+
+import random
+import signal
+
+import pytest
+
+from training.resume.checkpoints import list_checkpoints
+from training.toy import write_jsonl
+from training.toys.lm_and_ner import build_tiny_llama, instruction_rows
+
+from conftest import assert_same_weights, final_weights, read_progress, read_result, wait_for
+from metrics_rows import assert_same_metrics
+
+pytestmark = pytest.mark.slow
+
+CPU = {"ORCH_GPUS_ON_CPU": "1", "CUDA_VISIBLE_DEVICES": ""}
+ROWS, BATCH = 96, 8  # 2 ranks: 48 rows each, 6 steps per epoch
+
+
+@pytest.fixture(scope="module")
+def sft(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fsdp-sft")
+    rows = instruction_rows(ROWS, seed=31)
+    train = write_jsonl(folder / "sft.jsonl", rows)
+    dev = write_jsonl(folder / "dev.jsonl", instruction_rows(16, seed=32))
+    llama = build_tiny_llama(folder / "llama", [r["prompt"] + r["response"] for r in rows], vocab_size=300)
+    return llama, train, dev
+
+
+def sft_job(make_run_dir, sft, name: str, **train):
+    llama, data, dev = sft
+    return make_run_dir(
+        name,
+        gpus=2,
+        model={"name_or_path": str(llama), "task": "causal-lm", "num_labels": None},
+        data={
+            "train": str(data),
+            "validation": str(dev),
+            "prompt_field": "prompt",
+            "response_field": "response",
+            "max_length": 96,
+            "packing": False,
+        },
+        train={"max_epochs": 2, "batch_size": BATCH, "strategy": "fsdp", "learning_rate": 1e-3, **train},
+        checkpoint={"every_n_steps": 4, "keep": 2},
+    )
+
+
+def test_fsdp_notice_resumes_to_identical_weights_and_metrics(make_run_dir, start_job, run_job, sft):
+    straight = sft_job(make_run_dir, sft, "straight")
+    code, out = run_job(straight, timeout=600, **CPU)
+    assert code == 0, out
+    assert "fsdp: 2 rank(s)" in out
+    ckpts = list_checkpoints(straight / "checkpoints")
+    assert ckpts and all(p.is_dir() for p in ckpts), ckpts  # sharded: one folder per checkpoint
+    assert (ckpts[0] / "__0_0.distcp").is_file() and (ckpts[0] / "__1_0.distcp").is_file()
+
+    run = sft_job(make_run_dir, sft, "interrupted")
+    stop_at = random.Random().randint(2, 10)
+    job = start_job(run, attempt=1, ORCH_PROGRESS_EVERY_S="0.1", ORCH_FAULT_SLOW_STEP_S="0.3", **CPU)
+    wait_for(lambda: (read_progress(run) or {}).get("step", 0) >= stop_at, 120, f"step {stop_at}")
+    job.signal_group(signal.SIGTERM)
+    code = job.wait(timeout=60)
+    assert code == 75, job.output()
+    notices = [p for p in list_checkpoints(run / "checkpoints") if p.name.startswith("notice-")]
+    assert len(notices) == 1 and notices[0].is_dir(), job.output()
+
+    code, out = run_job(run, attempt=2, timeout=600, **CPU)
+    assert code == 0, out
+    assert f"resuming from {notices[0].name}" in out
+    assert read_result(run)["steps"] == read_result(straight)["steps"]
+    assert_same_weights(final_weights(straight), final_weights(run))
+    assert_same_metrics(straight, run)
