@@ -6,11 +6,13 @@ export gathered onto rank 0 that from_pretrained loads."""
 from __future__ import annotations
 
 import random
+import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
-from training.resume.checkpoints import list_checkpoints
+from training.resume.checkpoints import list_checkpoints, step_of
 from training.toy import write_jsonl
 from training.toys.lm_and_ner import build_tiny_llama, instruction_rows
 
@@ -52,14 +54,29 @@ def sft_job(make_run_dir, sft, name: str, **train):
     )
 
 
+_STRAIGHT: dict[str, Path] = {}
+
+
+def straight_run(make_run_dir, run_job, sft) -> Path:
+    """The uninterrupted 2-rank run both tests compare with (once per test process)."""
+    if "run" not in _STRAIGHT:
+        straight = sft_job(make_run_dir, sft, "straight")
+        code, out = run_job(straight, timeout=600, **CPU)
+        assert code == 0, out
+        assert "fsdp: 2 rank(s)" in out
+        ckpts = list_checkpoints(straight / "checkpoints")
+        assert ckpts and all(p.is_dir() for p in ckpts), ckpts  # sharded: one folder per checkpoint
+        assert (ckpts[0] / "__0_0.distcp").is_file() and (ckpts[0] / "__1_0.distcp").is_file()
+        _STRAIGHT["run"] = straight
+    return _STRAIGHT["run"]
+
+
 def test_fsdp_notice_resumes_to_identical_weights_and_metrics(make_run_dir, start_job, run_job, sft):
-    straight = sft_job(make_run_dir, sft, "straight")
-    code, out = run_job(straight, timeout=600, **CPU)
-    assert code == 0, out
-    assert "fsdp: 2 rank(s)" in out
-    ckpts = list_checkpoints(straight / "checkpoints")
-    assert ckpts and all(p.is_dir() for p in ckpts), ckpts  # sharded: one folder per checkpoint
-    assert (ckpts[0] / "__0_0.distcp").is_file() and (ckpts[0] / "__1_0.distcp").is_file()
+    straight = straight_run(make_run_dir, run_job, sft)
+    # the export is the whole model, gathered on rank 0: transformers loads it as it is
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(str(straight / "model"))
 
     run = sft_job(make_run_dir, sft, "interrupted")
     stop_at = random.Random().randint(2, 10)
@@ -77,3 +94,34 @@ def test_fsdp_notice_resumes_to_identical_weights_and_metrics(make_run_dir, star
     assert read_result(run)["steps"] == read_result(straight)["steps"]
     assert_same_weights(final_weights(straight), final_weights(run))
     assert_same_metrics(straight, run)
+
+
+def test_fsdp_sigkill_resumes_from_newest_complete_folder_on_one_rank(make_run_dir, start_job, run_job, sft):
+    """SIGKILL mid-run on 2 ranks; a newer folder missing a shard is skipped for the newest
+    complete one, which a 1-rank attempt (`orch retry --gpus 1`) reshards with the accumulation
+    doubled: the same samples per optimizer step, the same steps, weights within 1e-3."""
+    straight = straight_run(make_run_dir, run_job, sft)
+    run = sft_job(make_run_dir, sft, "killed")
+    job = start_job(run, attempt=1, ORCH_PROGRESS_EVERY_S="0.1", ORCH_FAULT_SLOW_STEP_S="0.3", **CPU)
+    ckpts = run / "checkpoints"
+    wait_for(lambda: (ckpts / "step-00000004.ckpt").is_dir(), 300, "the step-4 checkpoint")
+    job.signal_group(signal.SIGKILL)
+    job.wait(timeout=30)
+    for extra in [p for p in list_checkpoints(ckpts) if step_of(p) != 4]:
+        shutil.rmtree(extra)  # whatever the kill let through after step 4: resume from step 4
+    torn = ckpts / "step-00000005.ckpt"  # a newer folder, one rank's shard lost
+    shutil.copytree(ckpts / "step-00000004.ckpt", torn)
+    (torn / "__1_0.distcp").unlink()
+
+    text = (run / "job.toml").read_text()  # what `orch retry --gpus 1` writes: one GPU
+    (run / "job.toml").write_text(text.replace("gpus = 2", "gpus = 1"))
+    code, out = run_job(run, attempt=2, timeout=600, **CPU)
+    assert code == 0, out
+    assert "skipping checkpoint" in out and "step-00000005.ckpt" in out, out
+    assert "resuming from step-00000004.ckpt" in out, out
+    assert "written by 2 rank(s): resuming on 1 with batch 8 x accumulate 2" in out, out
+    assert read_result(run)["steps"] == read_result(straight)["steps"]
+    a, b = final_weights(straight), final_weights(run)
+    assert a.keys() == b.keys()
+    worst = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+    assert worst < 1e-3, worst

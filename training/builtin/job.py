@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from orchestrator.contract import (
     ENV_ATTEMPT,
@@ -87,6 +87,30 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
             trackers.close(exit_outcome(code))
 
 
+def other_world(resume: Optional[Path], world: int, batch_size: int, accumulate: int) -> tuple[int, int]:
+    """A checkpoint written on another number of ranks (`orch retry --gpus N`): its micro-batch,
+    and the accumulation that keeps its effective batch on this many (exit 78 when none can)."""
+    from training.resume.checkpoints import saved_geometry
+    from training.resume.resize import rescaled_accumulation
+
+    saved = saved_geometry(resume)
+    old = int(saved.get("world_size") or 0)
+    if not old or old == world or resume is None:
+        return batch_size, accumulate
+    batch, acc = int(saved["batch_size"]), int(saved["accumulate_grad_batches"])
+    new_acc = rescaled_accumulation(acc, old, world)
+    if new_acc is None:
+        raise ConfigError(
+            f"{resume.name} was written by {old} ranks at batch {batch} x accumulate {acc}: its effective batch "
+            f"({batch * acc * old}) cannot be kept on {world} rank(s); retry with a number of GPUs that divides {acc * old}"
+        )
+    if is_rank_zero():
+        say(
+            f"{resume.name} was written by {old} rank(s): resuming on {world} with batch {batch} x accumulate {new_acc}"
+        )
+    return batch, new_acc
+
+
 def _tracker_hyperparams(spec: JobSpec, batch_size: int, accumulate: int) -> dict[str, Any]:
     assert spec.model is not None and spec.train is not None and spec.data is not None
     values: dict[str, Any] = {f"train.{k}": v for k, v in spec.train.model_dump().items() if v is not None}
@@ -143,8 +167,9 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
         for note in plan["notes"]:
             say("warning: " + note)
     batch_size, accumulate = resolve_sizes(spec, run_dir)
-    factor = max(1, train.batch_size // batch_size)
     resume = choose_resume(ckpt_dir)
+    batch_size, accumulate = other_world(resume, plan["world"], batch_size, accumulate)
+    factor = max(1, train.batch_size // batch_size)
     if rank0:
         say(
             f"job {os.environ.get(ENV_JOB_ID, '?')} attempt {os.environ.get(ENV_ATTEMPT, '?')}: "

@@ -20,7 +20,7 @@ from orchestrator.contract import (
 )
 from orchestrator.spec.jobspec import TASK_CLASSIFY, logged_metrics
 
-from training.resume.resize import rescale_checkpoint
+from training.resume.resize import rescale_checkpoint, rescale_world
 
 # Fault-injection seams (tests and drills; no effect unless set): their names are in the contract.
 FAULT_OOM_ABOVE_BATCH = ENV_FAULT_OOM_ABOVE_BATCH
@@ -169,9 +169,14 @@ class TransformerClassifier(pl.LightningModule):
         checkpoint["orch"] = {
             "batch_size": int(self.batch_size),
             "accumulate_grad_batches": int(self.trainer.accumulate_grad_batches),
+            "world_size": int(self.trainer.world_size),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        world = checkpoint.get("orch", {}).get("world_size")
+        if world and world != self.trainer.world_size:
+            # `orch retry --gpus N`: the loop and loader positions in this world's per-rank counts
+            rescale_world(checkpoint, int(world), int(self.trainer.world_size))
         saved = checkpoint.get("orch", {}).get("batch_size")
         if saved and saved != self.batch_size:
             # The micro-batch shrank after an OOM: re-express the loop and loader positions in

@@ -281,3 +281,22 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             Path(path).unlink()
         except FileNotFoundError:
             pass
+
+
+def saved_geometry(path: Optional[Path]) -> dict[str, Any]:
+    """What a checkpoint says of the run that wrote it: its micro-batch, accumulation and number of
+    ranks (the module's `orch` entry); {} when it says nothing. Reads a sharded checkpoint's small
+    meta.pt only, a file through mmap (no tensor bytes)."""
+    if path is None:
+        return {}
+    try:
+        if is_sharded(path):
+            from training.resume.sharded import load_meta
+
+            data = load_meta(path)
+        else:
+            data = load_checkpoint_file(path, mmap=True)
+    except Exception:  # the restore itself reports an unreadable checkpoint
+        return {}
+    orch = data.get("orch") if isinstance(data, dict) else None
+    return dict(orch) if isinstance(orch, dict) else {}
