@@ -127,3 +127,9 @@ def test_retry_on_another_gpu_count_keeps_the_effective_batch_or_refuses_in_one_
     written = tomllib.loads((home / "runs" / str(job_id) / "job.toml").read_text())
     assert written["gpus"] == 1 and written["train"]["accumulate_grad_batches"] == 6
     assert "on 1 GPU(s) (was 2)" in store.events(job_id)[-1].detail
+    # `orch show` says what each rank holds, before and after
+    assert "ranks:     fsdp: each of 2 ranks holds 1/2" not in cli("show", job_id).out  # one GPU now
+    two = store.submit(
+        name="sft2", kind="builtin", gpus=2, priority=0, retries=0, spec=BUILTIN_SPEC, spec_path="", now=2.0
+    )
+    assert "ranks:     fsdp: each of 2 ranks holds 1/2 of the parameters" in cli("show", two.id).out

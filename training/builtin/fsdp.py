@@ -10,8 +10,29 @@ from typing import Any, Optional
 import torch
 from pytorch_lightning.strategies import ModelParallelStrategy
 
+from orchestrator.contract import parse_checkpoint_name
+
 from training.resume.checkpoints import is_sharded, prune_checkpoints, step_of
 from training.resume.sharded import commit_folder, load_meta, load_shards, prepare_folder, shard_state
+
+
+def _then(future: Any, action: Any) -> Any:
+    """A future that completes once `future` has and `action` (rank 0's commit) has run after it,
+    in the save's thread: a periodic checkpoint counts as soon as it is whole."""
+    from concurrent.futures import Future
+
+    done: Future = Future()
+
+    def finish(inner: Any) -> None:
+        try:
+            inner.result()
+            action()
+            done.set_result(None)
+        except BaseException as exc:  # the next save (or the teardown) raises it
+            done.set_exception(exc)
+
+    future.add_done_callback(finish)
+    return done
 
 
 def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -70,13 +91,46 @@ def apply_fsdp(module: Any, mesh: Any, policy: dict[str, Any]) -> None:
 class ShardedStrategy(ModelParallelStrategy):
     """Data parallel over every rank (one mesh dimension), FSDP2 applied by the module, and
     checkpoints as folders that count only once complete. `trained_only`: LoRA, whose frozen base
-    is reloaded from model.name_or_path, keeps only the adapters in its checkpoints."""
+    is reloaded from model.name_or_path, keeps only the adapters in its checkpoints. `background`:
+    periodic saves through DCP's async save (the state copied to host memory on the step, written
+    by a thread; rank 0 commits the folder when every rank's shards are written); notice and best
+    checkpoints are always written synchronously, after any save still in flight."""
 
-    def __init__(self, world: int, *, keep: Optional[int], trained_only: bool) -> None:
+    def __init__(self, world: int, *, keep: Optional[int], trained_only: bool, background: bool = False) -> None:
         super().__init__(data_parallel_size=world, tensor_parallel_size=1, save_distributed_checkpoint=True)
         self.keep = keep
         self.trained_only = trained_only
+        self.background = background
         self.last_save: dict[str, float] = {}
+        self._pending: Optional[Any] = None  # the future of a periodic save in flight
+        self._save_group: Optional[Any] = None  # a gloo group of its own: the save's collectives run off the step
+        self._stager: Optional[Any] = None
+
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        if self.background:
+            import torch.distributed as dist
+            from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+            self._save_group = dist.new_group(backend="gloo")  # every rank, in the same order
+            # One stager for the whole run: it keeps its host buffers, so a save after the first
+            # is a copy into them, not an allocation (a 200 MB state on 2 CPU cores: 0.12-0.15 s
+            # instead of 0.5-0.6 s; a synchronous save 2.0-2.3 s).
+            cuda = torch.cuda.is_available() and self.root_device.type == "cuda"
+            self._stager = DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=cuda,
+                    use_shared_memory=False,
+                    use_async_staging=False,
+                    use_non_blocking_copy=False,
+                )
+            )
+
+    def wait_for_saves(self) -> None:
+        """Until the periodic save in flight (if any) is written and, on rank 0, committed."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
         import time
@@ -84,6 +138,7 @@ class ShardedStrategy(ModelParallelStrategy):
         import torch.distributed.checkpoint as dcp
 
         start = time.perf_counter()
+        self.wait_for_saves()  # one save at a time; a notice waits for the periodic one before it
         path = Path(self.broadcast(str(filepath)))
         checkpoint.pop("state_dict", None)
         checkpoint.pop("optimizer_states", None)
@@ -92,14 +147,35 @@ class ShardedStrategy(ModelParallelStrategy):
         temp = prepare_folder(path) if self.global_rank == 0 else None
         self.barrier()
         temp = Path(self.broadcast(str(temp)))
+        parsed = parse_checkpoint_name(path)
+        if self.background and parsed is not None and not parsed.notice:
+            saving = dcp.async_save(
+                state, checkpoint_id=str(temp), process_group=self._save_group, async_stager=self._stager
+            )
+            future = getattr(saving, "upload_completion", saving)  # an AsyncSaveResponse with a stager
+            if self.global_rank == 0:  # DCP's .metadata is written once every rank's shards are: commit then
+                future = _then(future, lambda: self._commit(temp, path, checkpoint))
+            self._pending = future
+            self.last_save = {"stall_s": time.perf_counter() - start}
+            return
         dcp.save(state, checkpoint_id=str(temp))  # collective: returns once DCP's .metadata is written
         written = time.perf_counter()
         if self.global_rank == 0:
-            commit_folder(temp, path, checkpoint)
+            self._commit(temp, path, checkpoint)
         self.barrier()  # every rank returns with the folder in place
         self.last_save = {"write_s": written - start, "commit_s": time.perf_counter() - written}
-        if self.global_rank == 0 and self.keep is not None and step_of(path) is not None:
+
+    def _commit(self, temp: Path, path: Path, meta: dict[str, Any]) -> None:
+        commit_folder(temp, path, meta)
+        if self.keep is not None and step_of(path) is not None:
             prune_checkpoints(path.parent, self.keep)
+
+    def teardown(self) -> None:
+        self.wait_for_saves()  # the final periodic save is on disk before the process ends
+        if self._stager is not None:
+            self._stager.close()
+            self._stager = None
+        super().teardown()
 
     def load_checkpoint(self, checkpoint_path: Any, weights_only: Optional[bool] = None) -> dict[str, Any]:
         path = Path(self.broadcast(str(checkpoint_path)))

@@ -203,11 +203,13 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
             f"warning: the training data has {num_labels} distinct labels; using num_labels = {num_labels} "
             f"(job.toml says {spec.model.num_labels})"
         )
+    sharded = sharded_run(spec, plan["world"], resume)
     try:
         model = make_module(
             spec,
             data,
             num_labels,
+            sharded=sharded,
             learning_rate=train.learning_rate,
             weight_decay=train.weight_decay,
             warmup_ratio=train.warmup_ratio,
@@ -217,12 +219,16 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
     except OSError as exc:
         raise load_error("the model", spec.model.name_or_path, exc) from None
 
-    sharded = sharded_run(spec, plan["world"], resume)
     strategy, precision, plugins = plan["strategy"], plan["precision"], [checkpoint_io(spec, AtomicCheckpointIO)]
     if sharded:
         from training.builtin.fsdp import ShardedStrategy, sharding
 
-        strategy = ShardedStrategy(plan["world"], keep=spec.checkpoint.keep, trained_only=spec.lora is not None)
+        strategy = ShardedStrategy(
+            plan["world"],
+            keep=spec.checkpoint.keep,
+            trained_only=spec.lora is not None,
+            background=spec.checkpoint.background,
+        )
         model.shard, precision = sharding(plan, train.cpu_offload)
         plugins = []  # the sharded strategy writes its own checkpoints (no CheckpointIO)
         if rank0:

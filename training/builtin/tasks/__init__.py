@@ -53,8 +53,10 @@ def make_data(spec: JobSpec, tokenizer: Any, batch_size: int) -> Any:
     )
 
 
-def make_module(spec: JobSpec, data: Any, num_labels: int, **kwargs: Any) -> Any:
-    """kwargs: what every task's module takes (learning rate, schedule, batch size, total steps)."""
+def make_module(spec: JobSpec, data: Any, num_labels: int, *, sharded: bool = False, **kwargs: Any) -> Any:
+    """kwargs: what every task's module takes (learning rate, schedule, batch size, total steps).
+    `sharded` (strategy = "fsdp"): every parameter in float32, the frozen base too, since FSDP2
+    shards a block's parameters as one buffer of one dtype (its policy computes in bf16 on a GPU)."""
     assert spec.model is not None
     task, path, checkpointing = spec.model.task, spec.model.name_or_path, spec.model.gradient_checkpointing
     if task == TASK_CAUSAL_LM:
@@ -66,7 +68,8 @@ def make_module(spec: JobSpec, data: Any, num_labels: int, **kwargs: Any) -> Any
         # LoRA: the frozen base stays in its checkpoint's dtype (a 7B model in bf16 is 14 GB, not
         # 28); the adapters peft adds are float32. Full fine-tuning: float32 weights for AdamW,
         # with [train] precision's autocast for the compute.
-        model = AutoModelForCausalLM.from_pretrained(path, **_dtype("auto" if spec.lora is not None else torch.float32))
+        lora_base = spec.lora is not None and not sharded
+        model = AutoModelForCausalLM.from_pretrained(path, **_dtype("auto" if lora_base else torch.float32))
         if checkpointing:
             model.gradient_checkpointing_enable()
         if spec.lora is not None:
