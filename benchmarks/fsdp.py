@@ -194,7 +194,7 @@ def plain_worker(rank: int, args, model_dir: str, rows_path: str, out: str) -> N
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     rows = [json.loads(line) for line in Path(rows_path).read_text().splitlines()]
     mine = rows[rank :: args.ranks]
-    start = None
+    batches = []  # tokenized before the clock starts, as the runner's data module does in its map
     for step in range(args.steps):
         batch = mine[(step * args.batch) % len(mine) :][: args.batch]
         enc = tok(
@@ -204,7 +204,9 @@ def plain_worker(rank: int, args, model_dir: str, rows_path: str, out: str) -> N
             max_length=96,
             return_tensors="pt",
         )
-        labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+        batches.append((enc, enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)))
+    start = None
+    for step, (enc, labels) in enumerate(batches):
         loss = model(**enc, labels=labels, use_cache=False).loss
         loss.backward()
         optimizer.step()
