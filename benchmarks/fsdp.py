@@ -134,6 +134,12 @@ def worker(rank: int, args, folder: str, out: str) -> None:
         dcp.load(state, checkpoint_id=str(root / name))
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
+    def settle() -> None:
+        dist.barrier()
+        if rank == 0:
+            os.sync()
+        dist.barrier()
+
     def wipe() -> None:
         for f in pending:
             f.result()
@@ -152,11 +158,13 @@ def worker(rank: int, args, folder: str, out: str) -> None:
         order = ["orch", "bare"] if round_ % 2 == 0 else ["bare", "orch"]
         got: dict[str, float] = {}
         for arm in order:
+            settle()  # neither arm pays for the other's dirty pages
             got[f"{arm}_save"] = timed(partial(orch_save if arm == "orch" else bare_save, f"{arm}-{round_}"))
         for arm in order:
             got[f"{arm}_load"] = timed(partial(orch_load if arm == "orch" else bare_load, f"{arm}-{round_}"))
         wipe()
         for arm in ["async", "sync"] if round_ % 2 == 0 else ["sync", "async"]:
+            settle()
             got[arm] = timed(partial(orch_async if arm == "async" else orch_save, f"{arm}-{round_}"))
             wipe()
         if round_:
@@ -326,7 +334,7 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=6, help="even: each arm goes first as often")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--port", type=int, default=29533)
     parser.add_argument("--throughput", action="store_true", help="the runner ÷ a plain FSDP2 script instead")
@@ -356,7 +364,8 @@ def main() -> None:
         med, pairs = ratio(figures, a, b)
         print(
             f"{name}: {med:.3f} (goal {goal}); per round {', '.join(f'{p:.2f}' for p in pairs)}; "
-            f"medians {statistics.median(figures[a]):.3f} s ÷ {statistics.median(figures[b]):.3f} s"
+            f"medians {statistics.median(figures[a]):.3f} s ÷ {statistics.median(figures[b]):.3f} s "
+            f"= {statistics.median(figures[a]) / statistics.median(figures[b]):.3f}"
         )
 
 
