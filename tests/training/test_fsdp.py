@@ -138,3 +138,20 @@ def adapter_weights(run_dir: Path) -> dict:
     from safetensors.torch import load_file
 
     return load_file(str(run_dir / "model" / "adapter_model.safetensors"))
+
+
+def test_fsdp_out_of_memory_halves_the_micro_batch_and_finishes(make_run_dir, run_job, sft):
+    """An OOM under FSDP (injected above micro-batch 4 from step 5): exit 76, batch.json says 4 x 2,
+    and the next attempt resumes from the last sharded checkpoint and runs the same steps."""
+    import json
+
+    run = sft_job(make_run_dir, sft, "oom")
+    fault = {"ORCH_FAULT_OOM_ABOVE_BATCH": "4", "ORCH_FAULT_OOM_AT_STEP": "5"}
+    code, out = run_job(run, attempt=1, timeout=600, **CPU, **fault)
+    assert code == 76, out
+    sizes = json.loads((run / "batch.json").read_text())
+    assert (sizes["batch_size"], sizes["accumulate_grad_batches"]) == (4, 2)
+    code, out = run_job(run, attempt=2, timeout=600, **CPU, **fault)
+    assert code == 0, out
+    assert "resuming from step-00000004.ckpt" in out, out
+    assert read_result(run)["steps"] == 2 * ROWS // (BATCH * 2)
