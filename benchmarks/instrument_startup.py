@@ -4,7 +4,7 @@ bootstrap first on PYTHONPATH, arms alternated round by round after a warm-up, w
 child's CPU time per run, medians. Also, once, the cost of the bootstrap when a program does import
 the Trainer: `import transformers.trainer` with and without it (attaching orch's callback).
 
-    python benchmarks/instrument_startup.py [--rounds 30] [--trainer-rounds 3]
+    python -m benchmarks.instrument_startup [--rounds 30] [--trainer-rounds 3]
 
 Goal (issue 46): no measurable overhead when neither framework is imported."""
 
@@ -19,9 +19,9 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from .common import REPO
+
 BOOT = REPO / "training" / "instrument" / "boot"
 
 

@@ -311,13 +311,20 @@ def retry(
         help="Go on in the environment as it is now: later attempts are compared with it instead of the "
         'first attempt\'s (after an on_env_change = "stop").',
     ),
+    gpus: Optional[int] = typer.Option(
+        None,
+        "--gpus",
+        min=0,
+        help="Resume on this many GPUs: the checkpoint is resharded and the effective batch kept "
+        "(accumulation adjusted; refused when it cannot be).",
+    ),
 ) -> None:
     """Put a failed, cancelled or stopped job back in the queue; it resumes from its latest checkpoint."""
     from ..jobs.lifecycle import retry_job
 
     if accept_env:
         accept_current_environment(job_id)
-    job = retry_job(ctx.store(), ctx.config(), ctx.home, job_id, time.time(), budget=budget, hours=hours)
+    job = retry_job(ctx.store(), ctx.config(), ctx.home, job_id, time.time(), budget=budget, hours=hours, gpus=gpus)
     print(f"job {job.id} ({job.name}) queued again; it resumes from its latest checkpoint")
     if not poke(ctx.home):
         err("note: no daemon is running; start one with `orch daemon start`")
