@@ -73,6 +73,8 @@ def job_env(
         resume_from=resume_from,
         extra=extra,
         trackers=trackers,
+        instrument=instrument,
+        base=base,
     )
     return {**base, **own}
 
@@ -86,9 +88,13 @@ def job_vars(
     resume_from: Optional[Path],
     extra: Mapping[str, str],
     trackers: Optional[Mapping[str, str]] = None,
+    instrument: str = "off",
+    base: Optional[Mapping[str, str]] = None,
 ) -> dict[str, str]:
-    """What orch gives the attempt beyond the machine's environment: the trackers' variables, the
-    job's `extra` ([env], and the pass_env names' values) and the contract's, in that order of say."""
+    """What orch gives the attempt beyond the machine's environment (`base`): the trackers'
+    variables, the job's `extra` ([env], and the pass_env names' values) and the contract's, in that
+    order of say; with `instrument`, its bootstrap first on PYTHONPATH, before the job's own
+    PYTHONPATH ([env]'s, else the machine's), which stays."""
     env = dict(trackers or {})  # the job's own [env] may override a tracker variable
     env.update(extra)
     env.update(
@@ -102,7 +108,7 @@ def job_vars(
             "PYTHONUNBUFFERED": "1",
         }
     )
-    env.update(instrument_env(instrument, env))  # after [env]: its PYTHONPATH is kept, behind the bootstrap
+    env.update(instrument_env(instrument, {**(base or {}), **env}))  # after [env]: its PYTHONPATH kept, behind
     return env
 
 
@@ -140,6 +146,7 @@ def attempt_command(run_dir: Path, job: Job, n: int, gpu_ids: Sequence[int], env
         extra={**passed, **(job.spec.get("env") or {})},
         trackers=tracker_env(job.uid, job.spec.get("tracking"), job.name, read_json(run_dir / TRACKING)),
         instrument=job.spec.get("instrument") or "off",
+        base=environ,
     )
     return Command(argv, cwd, {**environ, **own}, resume_path, resume_step, own)
 
