@@ -115,6 +115,9 @@ def test_an_unreachable_head_is_said_in_status_and_nothing_is_lost(ray_home, req
     h.start_daemon()
     job = submit(h, h.job_file("lonely", gpus=1))
     wait_for(lambda: ray_state(h, job) == "UNSUBMITTED", 30, what=lambda: str(h.job(job).executor_ref))
+    # The submit is queued under the tick's lock and sent by the exchange off it: the head's silence
+    # reaches `orch status` once an exchange has tried it.
+    wait_for(lambda: f"127.0.0.1:{nobody}" in h.cli("status").stdout, 30, what=lambda: h.cli("status").stdout)
     shown = h.cli("status")
     assert "not submitted yet" in shown.stdout and f"127.0.0.1:{nobody}" in shown.stdout, shown.stdout
     wait_for(lambda: "does not answer" in h.log_text(), 30, what="the daemon to log that the head does not answer")

@@ -178,7 +178,7 @@ def _lease(remote: Remote, heartbeat: Any, home: str, state: str = "running") ->
     if state != "running":
         m["owner"]["released"] = True
     got = remote.get_with_etag(mf.manifest_key(UID))
-    remote.cas_put(mf.manifest_key(UID), mf.dump(m), got[1] if got else None)
+    remote.cas_put(mf.manifest_key(UID), mf.dump(signed(m)), got[1] if got else None)
 
 
 def test_a_machine_it_launched_that_runs_without_bucket_access_is_not_replaced_and_is_stopped_at_the_end(
