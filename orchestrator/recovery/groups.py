@@ -14,15 +14,17 @@ import subprocess
 import threading
 from typing import Optional
 
+from ..model.errors import OrchError
+
 _live: dict[int, subprocess.Popen[bytes]] = {}  # pid (= process group id) -> a command still running
 _lock = threading.Lock()
 
 
-class CannotRun(Exception):
+class CannotRun(OrchError):
     """The command could not start (message: why, without the word 'command')."""
 
 
-class TimedOut(Exception):
+class TimedOut(OrchError):
     """The command ran past its limit; its whole group was killed."""
 
 

@@ -133,6 +133,7 @@ def test_defaults_name_is_the_type_and_events_are_the_outcomes() -> None:
             "relaunched",
             "relaunch_failed",
             "stop_failed",
+            "untrusted",
         }
     )
     assert notifier.min_interval_s == 3.0
