@@ -85,10 +85,10 @@ def starts_for(values: list[int], gap: float, n: int, horizon_h: float, rng: ran
     return [rng.randrange(0, room) for _ in range(n)]
 
 
-def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[float, ...]]]:
-    policy_name, values, gap, starts, opts = task
+def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[Any, ...]]]:
+    policy_name, trace, values, gap, starts, opts = task
     if policy_name == ORACLE:
-        return policy_name, _oracle(values, gap, starts, opts)
+        return policy_name, _oracle(trace, values, gap, starts, opts)
     from marketsim import baselines
     from marketsim.replay import open_store, replay, sim_config
 
@@ -96,7 +96,7 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[float, ...]]]:
 
     policy = decide if policy_name == "orch" else baselines.POLICIES[policy_name]
     config = sim_config(changeover_h=opts["changeover_h"], price_ratio=opts["price_ratio"])
-    out = []
+    out: list[tuple[Any, ...]] = []
     seen: dict[tuple[str, float], float] = {}  # spot lifetimes observed on this trace, across its jobs
     ram = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     with tempfile.TemporaryDirectory(
@@ -114,41 +114,56 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[float, ...]]]:
                 job_h=opts["job_h"],
                 deadline_h=opts["deadline_h"],
                 seen=seen,
+                handover_h=opts["handover_h"],
             )
-            out.append((r.od_h, r.spot_h, r.od_work_h, r.spot_work_h, float(r.missed), float(r.given_up)))
+            out.append((trace, start, r.od_h, r.spot_h, r.od_work_h, r.spot_work_h, r.missed, r.given_up, r.machines))
         store.close()
     return policy_name, out
 
 
-def _oracle(values: list[int], gap: float, starts: list[int], opts: dict[str, Any]) -> list[tuple[float, ...]]:
+def _oracle(
+    trace: str, values: list[int], gap: float, starts: list[int], opts: dict[str, Any]
+) -> list[tuple[Any, ...]]:
     from marketsim.oracle import job_cost_h
 
-    args = {k: opts[k] for k in ("job_h", "deadline_h", "changeover_h", "price_ratio")}
-    out = []
+    args = {k: opts[k] for k in ("job_h", "deadline_h", "changeover_h", "price_ratio", "handover_h")}
+    out: list[tuple[Any, ...]] = []
     for start in starts:
         billed = job_cost_h(values, gap, start, **args)
         paper = job_cost_h(values, gap, start, **args, paper=True)
         if billed is None or paper is None:
             return []  # too fine a grid: no oracle row
-        out.append((billed, paper))
+        out.append((trace, start, billed, paper))
     return out
 
 
-def summarize(rows: dict[str, list[tuple[float, ...]]], k: float, job_h: float) -> dict[str, dict[str, Any]]:
-    def mean(name: str, i: int) -> float:
-        return sum(r[i] for r in rows[name]) / max(len(rows[name]), 1)
+def _cost(row: tuple[Any, ...], k: float) -> float:
+    return float(row[2] + row[3] / k)
 
-    od_only = mean("on_demand", 0) + mean("on_demand", 1) / k
-    out = {}
-    for name in POLICIES:
-        od_h, spot_h = mean(name, 0), mean(name, 1)
-        od_work, spot_work = mean(name, 2), mean(name, 3)
+
+def summarize(
+    rows: dict[str, list[tuple[Any, ...]]], k: float, job_h: float, policies: tuple[str, ...] = POLICIES
+) -> dict[str, dict[str, Any]]:
+    """Per policy: billed hours and cost / on-demand only (the headline: every machine hour,
+    boots and hand-overs included), deadlines missed, jobs given up, machines per job, and the
+    paper's accounting (hours of work only). With oracle rows: its cost, and per trace how far
+    orch and Uniform Progress are above it on the same starts."""
+
+    def mean(name: str, i: int) -> float:
+        return sum(float(r[i]) for r in rows[name]) / max(len(rows[name]), 1)
+
+    od_only = mean("on_demand", 2) + mean("on_demand", 3) / k
+    out: dict[str, dict[str, Any]] = {}
+    for name in policies:
+        od_h, spot_h = mean(name, 2), mean(name, 3)
+        od_work, spot_work = mean(name, 4), mean(name, 5)
         out[name] = {
             "od_h": round(od_h, 2),
             "spot_h": round(spot_h, 2),
             "cost_vs_on_demand": round((od_h + spot_h / k) / od_only, 4),
-            "missed": int(sum(r[4] for r in rows[name])),
-            "given_up": int(sum(r[5] for r in rows[name])),
+            "missed": int(sum(bool(r[6]) for r in rows[name])),
+            "given_up": int(sum(bool(r[7]) for r in rows[name])),
+            "machines": round(mean(name, 8), 2),
             "runs": len(rows[name]),
             "paper": {  # the paper's accounting: hours of work on each market
                 "od_h": round(od_work, 2),
@@ -159,11 +174,30 @@ def summarize(rows: dict[str, list[tuple[float, ...]]], k: float, job_h: float) 
     if rows.get(ORACLE):
         n = len(rows[ORACLE])
         out[ORACLE] = {
-            "cost_vs_on_demand": round(sum(r[0] for r in rows[ORACLE]) / n / od_only, 4),
+            "cost_vs_on_demand": round(sum(r[2] for r in rows[ORACLE]) / n / od_only, 4),
             "runs": n,
-            "paper": {"cost_vs_on_demand": round(sum(r[1] for r in rows[ORACLE]) / n / job_h, 4)},
+            "paper": {"cost_vs_on_demand": round(sum(r[3] for r in rows[ORACLE]) / n / job_h, 4)},
+            "per_trace": _oracle_distance(rows, k, [p for p in ("orch", "uniform_progress") if p in policies]),
         }
     return out
+
+
+def _oracle_distance(rows: dict[str, list[tuple[Any, ...]]], k: float, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Per trace, on the starts the oracle ran: its mean billed cost (on-demand hours per job) and
+    each policy's cost / the oracle's."""
+    per: dict[str, dict[str, Any]] = {}
+    oracle: dict[tuple[str, int], tuple[Any, ...]] = {(r[0], r[1]): r for r in rows[ORACLE]}
+    for trace in sorted({r[0] for r in rows[ORACLE]}):
+        keys = [key for key in oracle if key[0] == trace]
+        bound = sum(oracle[key][2] for key in keys) / len(keys)
+        entry: dict[str, Any] = {"starts": len(keys), "oracle_h": round(bound, 2)}
+        for name in names:
+            mine = {(r[0], r[1]): r for r in rows[name] if (r[0], r[1]) in oracle}
+            got = [_cost(mine[key], k) for key in keys if key in mine]
+            if got:
+                entry[name] = round(sum(got) / len(got) / bound, 4)
+        per[trace] = entry
+    return per
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--job-hours", type=float, default=48.0)
     ap.add_argument("--deadline-hours", type=float, default=60.0, help="after the start")
     ap.add_argument("--changeover-hours", type=float, default=0.2)
+    ap.add_argument(
+        "--handover-minutes",
+        type=float,
+        default=5.0,
+        help="what every adoption and planned move costs the job: billed, no progress",
+    )
     ap.add_argument("--price-ratio", type=float, default=3.14, help="on-demand price / spot price")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reverse", action="store_true", help="replay each trace backwards (a held-out check)")
@@ -182,11 +222,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--oracle", action="store_true", help="also what a scheduler that knows the future would pay (a lower bound)"
     )
+    ap.add_argument("--oracle-starts", type=int, default=30, help="the oracle's starts per trace (the first N)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    if args.starts < 1 or args.job_hours <= 0 or args.deadline_hours < args.job_hours or args.price_ratio < 1:
-        print("--starts >= 1, --job-hours > 0, --deadline-hours >= --job-hours, --price-ratio >= 1", file=sys.stderr)
+    if (
+        args.starts < 1
+        or args.job_hours <= 0
+        or args.deadline_hours < args.job_hours
+        or args.price_ratio < 1
+        or args.handover_minutes < 0
+    ):
+        print(
+            "--starts >= 1, --job-hours > 0, --deadline-hours >= --job-hours, --price-ratio >= 1, "
+            "--handover-minutes >= 0",
+            file=sys.stderr,
+        )
         return 2
     rng = random.Random(args.seed)
     try:
@@ -202,15 +253,20 @@ def main(argv: list[str] | None = None) -> int:
         "job_h": args.job_hours,
         "deadline_h": args.deadline_hours,
         "changeover_h": args.changeover_hours,
+        "handover_h": args.handover_minutes / 60,
         "price_ratio": args.price_ratio,
     }
     tasks = []
     for trace, (values, gap) in traces.items():
         chunk = max(1, len(starts[trace]) // 4)  # a few tasks per trace and policy: both workers busy to the end
-        for name in POLICIES + ((ORACLE,) if args.oracle else ()):
+        if args.oracle:
+            mine = starts[trace][: max(1, args.oracle_starts)]
+            for i in range(0, len(mine), 5):
+                tasks.append((ORACLE, trace, values, gap, mine[i : i + 5], opts))
+        for name in POLICIES:
             for i in range(0, len(starts[trace]), chunk):
-                tasks.append((name, values, gap, starts[trace][i : i + chunk], opts))
-    rows: dict[str, list[tuple[float, ...]]] = {name: [] for name in POLICIES + (ORACLE,)}
+                tasks.append((name, trace, values, gap, starts[trace][i : i + chunk], opts))
+    rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in POLICIES + (ORACLE,)}
     with multiprocessing.get_context("spawn").Pool(max(1, args.workers)) as pool:
         for name, got in pool.imap_unordered(_run, tasks):
             rows[name] += got
@@ -220,26 +276,38 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(
         f"{len(traces)} trace(s) x {args.starts} starts: {args.job_hours:g} h of work, deadline {args.deadline_hours:g} h, "
-        f"changeover {args.changeover_hours:g} h, on-demand = {args.price_ratio:g} x spot"
+        f"changeover {args.changeover_hours:g} h, hand-over {args.handover_minutes:g} min, "
+        f"on-demand = {args.price_ratio:g} x spot"
         + (", traces reversed" if args.reverse else "")
         + (", spells shuffled" if args.shuffle_spells else "")
     )
+    print_tables(result)
+    return 0
+
+
+def print_tables(result: dict[str, dict[str, Any]]) -> None:
+    print("billed (every machine hour: boots and hand-overs included)")
     print(
-        f"{'policy':<17} {'on-demand h':>11} {'spot h':>7} {'cost/OD':>8} {'missed':>7} {'given up':>9}   paper's accounting"
+        f"{'policy':<17} {'on-demand h':>11} {'spot h':>7} {'cost/OD':>8} {'missed':>7} {'given up':>9} {'machines':>9}"
     )
     for name, r in result.items():
-        p = r["paper"]
         if name == ORACLE:
-            print(
-                f"{'oracle (future)':<17} {'-':>11} {'-':>7} {r['cost_vs_on_demand']:>8.3f} {'-':>7} {'-':>9}"
-                f"   {p['cost_vs_on_demand']:.3f} (its own cheapest schedule in that accounting)"
-            )
+            print(f"{'oracle (future)':<17} {'-':>11} {'-':>7} {r['cost_vs_on_demand']:>8.3f}   ({r['runs']} starts)")
             continue
         print(
             f"{name:<17} {r['od_h']:>11.1f} {r['spot_h']:>7.1f} {r['cost_vs_on_demand']:>8.3f} {r['missed']:>7} "
-            f"{r['given_up']:>9}   {p['od_h']:.1f} / {p['spot_h']:.1f} h, {p['cost_vs_on_demand']:.3f}"
+            f"{r['given_up']:>9} {r['machines']:>9.1f}"
         )
-    return 0
+    print("the paper's accounting (hours of work on each market; boots and hand-overs free)")
+    for name, r in result.items():
+        p = r["paper"]
+        hours = "" if name == ORACLE else f"{p['od_h']:.1f} / {p['spot_h']:.1f} h"
+        print(f"{name:<17} {hours:>15} {p['cost_vs_on_demand']:>8.3f}")
+    if ORACLE in result:
+        print("per trace, billed, on the oracle's starts: cost / the oracle's")
+        for trace, e in result[ORACLE]["per_trace"].items():
+            rest = "  ".join(f"{k} {v:.3f}" for k, v in e.items() if k not in ("starts", "oracle_h"))
+            print(f"{trace:<24} {e['starts']:>4} starts, oracle {e['oracle_h']:.1f} OD h/job  {rest}")
 
 
 if __name__ == "__main__":

@@ -72,10 +72,12 @@ def replay(
     job_h: float,
     deadline_h: Optional[float],
     seen: Optional[dict[tuple[str, float], float]] = None,
+    handover_h: float = 0.0,
 ) -> Result:
     """`seen`: the spot lifetimes observed by the controllers of this trace's earlier replays, kept
     across them (a controller watches one market for weeks, over many jobs); each replay's
-    controller sees only those that ended before its own clock."""
+    controller sees only those that ended before its own clock. `handover_h`: what every adoption
+    costs the job (world.py), billed, no progress."""
     market = Market(values, gap_s, EPOCH)
     t0 = EPOCH + start_tick * gap_s
     clock = Clock(t0)
@@ -90,6 +92,7 @@ def replay(
         clock=clock,
         total_s=job_h * 3600,
         changeover_s=rc.changeover_minutes * 60,
+        handover_s=handover_h * 3600,
         submitted_at=t0,
         deadline=None if deadline_h is None else t0 + deadline_h * 3600,
         t=t0,

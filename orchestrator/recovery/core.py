@@ -124,9 +124,24 @@ class ControllerCore:
         )
         decision = self.policy(situation)
         self._review(decision.review_at)
+        if decision.infeasible_at is not None:
+            self._infeasible(m, decision.infeasible_at)
         if situation.deadline is None and deadline_of(m) is not None:
             decision = Decision(decision.market, decision.why + " (no pace measured yet)", decision.review_at)
         return decision
+
+    def _infeasible(self, m: dict[str, Any], earliest: float) -> None:
+        """Say once per job that its deadline cannot be met, with the earliest finish orch can promise."""
+        uid, deadline = str(m.get("uid") or ""), deadline_of(m)
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(earliest))
+        late = f"{(earliest - deadline) / 3600:.1f} h after its deadline" if deadline is not None else ""
+        self._event(
+            f"{uid}:infeasible",
+            EventKind.DEADLINE_INFEASIBLE,
+            m,
+            f"job {uid[:12]} ({m.get('name') or ''}) cannot meet its deadline even on on-demand: "
+            f"the earliest finish is {when}, {late}; it runs on on-demand to finish as soon as it can",
+        )
 
     def _review(self, at: Optional[float]) -> None:
         if at is not None and (self.next_review is None or at < self.next_review):

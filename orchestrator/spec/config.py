@@ -197,8 +197,12 @@ class RecoverySection(_Section):
     launch_timeout_minutes: float = Field(default=20.0, gt=0)
     # A job without a deadline waits this long for spot capacity before it goes on-demand.
     max_spot_wait_minutes: float = Field(default=60.0, ge=0)
-    # A new machine's boot, install, adopt and resume: paid, no progress (the policy's changeover d).
+    # A new machine's boot, install and adopt: paid, no progress (with the job's measured resume
+    # after adoption, its hand-over, the policy's d).
     changeover_minutes: float = Field(default=12.0, ge=0)
+    # How long the controller itself may be away (a restart, a lost host): the deadline's safety
+    # net starts this much earlier, so a job it could not watch meanwhile still makes it.
+    controller_outage_minutes: float = Field(default=30.0, ge=0)
     aws: RecoveryAwsSection = RecoveryAwsSection()
 
     @field_validator("launch", "stop")
