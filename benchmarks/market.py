@@ -94,10 +94,12 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[Any, ...]]]:
 
     from orchestrator.recovery.policy import decide
 
-    policy = decide if policy_name == "orch" else baselines.POLICIES[policy_name]
-    config = sim_config(changeover_h=opts["changeover_h"], price_ratio=opts["price_ratio"])
+    policy = decide if policy_name.split("@")[0] == "orch" else baselines.POLICIES[policy_name.split("@")[0]]
+    prices = opts.get("prices") or {}  # zone -> (spot, on-demand) per hour
+    zones = {z: prices.get(z, (1.0, opts["price_ratio"])) for z in values} if isinstance(values, dict) else None
+    config = sim_config(changeover_h=opts["changeover_h"], price_ratio=opts["price_ratio"], zones=zones)
     out: list[tuple[Any, ...]] = []
-    seen: dict[tuple[str, float], float] = {}  # spot lifetimes observed on this trace, across its jobs
+    seen: dict[Any, Any] = {}  # spot lifetimes observed on this trace (per zone), across its jobs
     ram = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     with tempfile.TemporaryDirectory(
         prefix="orch-market-", dir=ram
@@ -116,7 +118,16 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[Any, ...]]]:
                 seen=seen,
                 handover_h=opts["handover_h"],
             )
-            out.append((trace, start, r.od_h, r.spot_h, r.od_work_h, r.spot_work_h, r.missed, r.given_up, r.machines))
+            cost = r.od_h + r.spot_h / opts["price_ratio"]  # in on-demand hours
+            if zones:  # each machine at its zone's price, in hours of the cheapest on-demand
+                od_ref = min(od for _, od in zones.values())
+                cost = sum(
+                    (m.end_at - m.launched_at) / 3600 * zones[m.zone][0 if m.market == "spot" else 1] / od_ref
+                    for m in r.world.machines.values()
+                )
+            out.append(
+                (trace, start, r.od_h, r.spot_h, r.od_work_h, r.spot_work_h, r.missed, r.given_up, r.machines, cost)
+            )
         store.close()
     return policy_name, out
 
@@ -138,7 +149,7 @@ def _oracle(
 
 
 def _cost(row: tuple[Any, ...], k: float) -> float:
-    return float(row[2] + row[3] / k)
+    return float(row[9]) if len(row) > 9 else float(row[2] + row[3] / k)
 
 
 def summarize(
@@ -152,7 +163,10 @@ def summarize(
     def mean(name: str, i: int) -> float:
         return sum(float(r[i]) for r in rows[name]) / max(len(rows[name]), 1)
 
-    od_only = mean("on_demand", 2) + mean("on_demand", 3) / k
+    def cost(name: str) -> float:
+        return sum(_cost(r, k) for r in rows[name]) / max(len(rows[name]), 1)
+
+    od_only = cost("on_demand")
     out: dict[str, dict[str, Any]] = {}
     for name in policies:
         od_h, spot_h = mean(name, 2), mean(name, 3)
@@ -160,7 +174,7 @@ def summarize(
         out[name] = {
             "od_h": round(od_h, 2),
             "spot_h": round(spot_h, 2),
-            "cost_vs_on_demand": round((od_h + spot_h / k) / od_only, 4),
+            "cost_vs_on_demand": round(cost(name) / od_only, 4),
             "missed": int(sum(bool(r[6]) for r in rows[name])),
             "given_up": int(sum(bool(r[7]) for r in rows[name])),
             "machines": round(mean(name, 8), 2),
@@ -223,6 +237,16 @@ def main(argv: list[str] | None = None) -> int:
         "--oracle", action="store_true", help="also what a scheduler that knows the future would pay (a lower bound)"
     )
     ap.add_argument("--oracle-starts", type=int, default=30, help="the oracle's starts per trace (the first N)")
+    ap.add_argument(
+        "--zones",
+        action="store_true",
+        help="every trace in the folder is one zone of one region; each start is one job that may use any zone",
+    )
+    ap.add_argument(
+        "--prices",
+        type=Path,
+        help='with --zones: a JSON file {"zone": {"spot": 0.97, "on_demand": 3.06}} (per hour; default: equal)',
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -245,17 +269,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.shuffle_spells:
             shuffler = random.Random(f"spells-{args.seed}")
             traces = {name: (shuffle_spells(v, shuffler), g) for name, (v, g) in traces.items()}
+        if args.zones:
+            return _main_zones(args, traces, rng)
         starts = {name: starts_for(v, g, args.starts, args.deadline_hours, rng) for name, (v, g) in traces.items()}
     except BadTraces as exc:
         print(f"market.py: {exc}", file=sys.stderr)
         return 2
-    opts = {
-        "job_h": args.job_hours,
-        "deadline_h": args.deadline_hours,
-        "changeover_h": args.changeover_hours,
-        "handover_h": args.handover_minutes / 60,
-        "price_ratio": args.price_ratio,
-    }
+    opts = _opts(args)
     tasks = []
     for trace, (values, gap) in traces.items():
         chunk = max(1, len(starts[trace]) // 4)  # a few tasks per trace and policy: both workers busy to the end
@@ -282,6 +302,61 @@ def main(argv: list[str] | None = None) -> int:
         + (", spells shuffled" if args.shuffle_spells else "")
     )
     print_tables(result)
+    return 0
+
+
+def _opts(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "job_h": args.job_hours,
+        "deadline_h": args.deadline_hours,
+        "changeover_h": args.changeover_hours,
+        "handover_h": args.handover_minutes / 60,
+        "price_ratio": args.price_ratio,
+    }
+
+
+def _main_zones(args: argparse.Namespace, traces: dict[str, tuple[list[int], float]], rng: random.Random) -> int:
+    """--zones: the traces are one region's zones, side by side in time (cut to the shortest)."""
+    from marketsim.across import load_prices, zone_tasks
+
+    gaps = {g for _, g in traces.values()}
+    if len(gaps) != 1:
+        raise BadTraces(f"{args.trace_dir}: with --zones every trace needs the same gap_seconds (got {sorted(gaps)})")
+    gap = gaps.pop()
+    n = min(len(v) for v, _ in traces.values())
+    zone_values = {name: v[:n] for name, (v, _) in traces.items()}
+    starts = starts_for(next(iter(zone_values.values())), gap, args.starts, args.deadline_hours, rng)
+    opts = _opts(args)
+    opts["prices"] = load_prices(args.prices, list(zone_values), args.price_ratio) if args.prices else {}
+    tasks, policies = zone_tasks(zone_values, gap, starts, opts, ORACLE if args.oracle else "", args.oracle_starts)
+    rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in policies + (ORACLE,)}
+    with multiprocessing.get_context("spawn").Pool(max(1, args.workers)) as pool:
+        for name, got in pool.imap_unordered(_run, tasks):
+            rows[name] += got
+    result = summarize(rows, args.price_ratio, args.job_hours, policies)
+    singles = {k: v for k, v in result.items() if "@" in k}
+    if singles:
+        costs = [r["cost_vs_on_demand"] for r in singles.values()]
+        result["uniform_progress single zone"] = {
+            "mean": round(sum(costs) / len(costs), 4),
+            "best": min(costs),
+            "best_zone": min(singles, key=lambda k: singles[k]["cost_vs_on_demand"]).split("@")[1],
+        }
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    print(
+        f"{len(zone_values)} zones ({', '.join(zone_values)}) x {args.starts} starts: {args.job_hours:g} h of work, "
+        f"deadline {args.deadline_hours:g} h, changeover {args.changeover_hours:g} h, hand-over "
+        f"{args.handover_minutes:g} min"
+    )
+    single = result.pop("uniform_progress single zone", None)
+    print_tables(result)
+    if single:
+        print(
+            f"uniform_progress in one zone alone: mean {single['mean']:.3f}, best {single['best']:.3f} "
+            f"({single['best_zone']})"
+        )
     return 0
 
 

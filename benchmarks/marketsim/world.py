@@ -7,7 +7,8 @@ checkpoint's download and the resume up to the first step; paid, no progress), a
 machine makes progress at the job's pace and writes the manifest (heartbeat, progress,
 run_seconds, its `machines` record) as its daemon does; a machine asked to move hands the job over
 (checkpoint, released lease) and powers off, as does one whose job is done. Every machine's hours
-are billed on its market from launch to its end."""
+are billed on its market from launch to its end. With `zones`, each zone has its own trace: a
+launch goes to the zone its request names, and a spot machine lives by its zone's trace."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class Machine:
     adopted_at: Optional[float] = None
     resume_at: float = 0.0  # adopted, it makes progress from then on (after the hand-over)
     first_work_s: float = 0.0  # the job's progress when it adopted
+    zone: str = ""  # with zones: the zone it runs in (its spot market)
 
     @property
     def home_id(self) -> str:
@@ -86,6 +88,7 @@ class World:
     done_s: float = 0.0
     finished_at: Optional[float] = None
     t: float = 0.0
+    zones: dict[str, Market] = field(default_factory=dict)  # with zones: each zone's spot market
     adopted: list[Machine] = field(default_factory=list)  # the machines that held the job, in order
 
     # -- the provider -----------------------------------------------------------------------------
@@ -94,11 +97,17 @@ class World:
 
     def launch(self, request: LaunchRequest) -> str:
         now = self.clock()
-        if request.market == SPOT and not self.market.available(now):
-            raise NoCapacity("simulated: no spot capacity in this zone now")
+        if self.zones and request.zone not in self.zones:
+            raise NoCapacity(f"simulated: no zone {request.zone!r}")
+        if request.market == SPOT and not self._market(request.zone).available(now):
+            raise NoCapacity(f"simulated: no spot capacity in zone {request.zone or 'of the trace'} now")
         machine = Machine(f"i-{len(self.machines) + 1:08x}", request.market, now, now + self.changeover_s)
+        machine.zone = request.zone
         self.machines[machine.id] = machine
         return f"{machine.id} ({request.market})"
+
+    def _market(self, zone: str) -> Market:
+        return self.zones[zone] if self.zones else self.market
 
     def stop(self, instance_id: str) -> str:
         machine = self.machines.get(instance_id)
@@ -116,8 +125,9 @@ class World:
         """Run the world from self.t to t: reclaims, progress, the job's end, adoptions."""
         for m in self.machines.values():
             if m.end_at is None and m.market == SPOT:
-                change = self.market.next_change(m.launched_at if m.launched_at > self.t else self.t)
-                if not self.market.available(max(m.launched_at, self.t)):
+                market = self._market(m.zone)
+                change = market.next_change(m.launched_at if m.launched_at > self.t else self.t)
+                if not market.available(max(m.launched_at, self.t)):
                     m.end_at = max(m.launched_at, self.t)
                 elif change <= t:
                     m.end_at = change  # reclaimed the moment the trace turns 0
@@ -161,7 +171,7 @@ class World:
 
     def next_event(self, t: float, stale_after_s: float, launch_timeout_s: float) -> float:
         """The next moment something happens in the world after t."""
-        times = [self.market.next_change(t)]
+        times = [market.next_change(t) for market in (self.zones.values() if self.zones else [self.market])]
         for m in self.machines.values():
             if m.end_at is None and m.ready_at > t:
                 times.append(m.ready_at)

@@ -7,7 +7,7 @@ imported here only, when the provider first talks to EC2."""
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from ..model.markets import SPOT
 from .bootstrap import bootstrap_script, check_request, decode_user_data, with_bootstrap
@@ -55,23 +55,29 @@ class AwsProvider:
     name = "aws"
     can_stop = True
 
-    def __init__(self, settings: Any):
+    def __init__(self, settings: Any, zones: Sequence[Any] = ()):
         self.region: Optional[str] = getattr(settings, "region", None)
         self.template: str = str(getattr(settings, "launch_template", None) or "")
         self.endpoint: Optional[str] = getattr(settings, "endpoint", None)
-        if not self.template:
+        # [[recovery.zones]]: name -> (region, subnet, launch template), each falling back on [recovery.aws]
+        self.zones: dict[str, tuple[Optional[str], Optional[str], str]] = {
+            z.name: (z.region or self.region, z.subnet, str(z.launch_template or self.template)) for z in zones
+        }
+        if not self.template and (not self.zones or not all(t for _, _, t in self.zones.values())):
             raise RelaunchError("aws provider: [recovery.aws] launch_template is not set")
         self._client: Any = None
+        self._clients: dict[Optional[str], Any] = {}
 
     # -- launch -----------------------------------------------------------------------------------
 
     def launch(self, request: LaunchRequest) -> str:
         check_request(request, self.name)
-        ec2 = self._ec2()
-        version, data = self._template_version(ec2)
+        region, subnet, template = self.zones.get(request.zone, (self.region, None, self.template))
+        ec2 = self._ec2() if region == self.region else self._regional(region)
+        version, data = self._template_version(ec2, template)
         if data.get("InstanceMarketOptions"):
             raise RelaunchError(
-                f"aws provider: launch template {self.template!r} sets InstanceMarketOptions itself; remove them "
+                f"aws provider: launch template {template!r} sets InstanceMarketOptions itself; remove them "
                 "from the template: orch chooses spot or on-demand for each launch"
             )
         script = bootstrap_script(
@@ -79,7 +85,7 @@ class AwsProvider:
         )
         user_data = with_bootstrap(decode_user_data(data.get("UserData")), script)
         params: dict[str, Any] = {
-            "LaunchTemplate": {**self._template_ref(), "Version": str(version)},
+            "LaunchTemplate": {**self._template_ref(template), "Version": str(version)},
             "MinCount": 1,
             "MaxCount": 1,
             "UserData": user_data,  # raw: boto3 base64-encodes RunInstances' UserData itself
@@ -87,6 +93,8 @@ class AwsProvider:
                 {"ResourceType": "instance", "Tags": _template_tags(data, "instance") + launch_tags(request)}
             ],
         }
+        if subnet:  # the zone's subnet: where EC2 places the machine
+            params["SubnetId"] = subnet
         if request.market == SPOT:
             params["InstanceMarketOptions"] = {
                 "MarketType": "spot",
@@ -95,29 +103,31 @@ class AwsProvider:
         try:  # boto3 fills in a ClientToken and keeps it across its retries: a retry never launches twice
             reply = ec2.run_instances(**params)
         except Exception as exc:
-            error = self._error(f"run-instances from launch template {self.template!r}", exc)
+            where = f" in zone {request.zone}" if request.zone else ""
+            error = self._error(f"run-instances from launch template {template!r}{where}", exc)
             if _code(exc) in CAPACITY_CODES:
                 raise NoCapacity(str(error)) from None
             raise error from None
         try:
             instance = reply["Instances"][0]
-            return f"{instance['InstanceId']} ({instance.get('InstanceType') or '?'}, {request.market})"
+            where = f", {request.zone}" if request.zone else ""
+            return f"{instance['InstanceId']} ({instance.get('InstanceType') or '?'}, {request.market}{where})"
         except (KeyError, IndexError, TypeError):
             raise RelaunchError("aws provider: EC2 answered run-instances without an instance") from None
 
-    def _template_ref(self) -> dict[str, str]:
-        if re.match(r"^lt-[0-9a-f]+$", self.template):
-            return {"LaunchTemplateId": self.template}
-        return {"LaunchTemplateName": self.template}
+    def _template_ref(self, template: str) -> dict[str, str]:
+        if re.match(r"^lt-[0-9a-f]+$", template):
+            return {"LaunchTemplateId": template}
+        return {"LaunchTemplateName": template}
 
-    def _template_version(self, ec2: Any) -> tuple[int, dict[str, Any]]:
+    def _template_version(self, ec2: Any, template: str) -> tuple[int, dict[str, Any]]:
         """The template's default version, read once per launch: its number is launched, so the
         user data orch extends is the one that runs even if a new default appears meanwhile."""
         try:
-            reply = ec2.describe_launch_template_versions(**self._template_ref(), Versions=["$Default"])
+            reply = ec2.describe_launch_template_versions(**self._template_ref(template), Versions=["$Default"])
             version = reply["LaunchTemplateVersions"][0]
         except Exception as exc:
-            raise self._error(f"reading launch template {self.template!r}", exc) from None
+            raise self._error(f"reading launch template {template!r}", exc) from None
         return int(version["VersionNumber"]), dict(version.get("LaunchTemplateData") or {})
 
     # -- stop -------------------------------------------------------------------------------------
@@ -175,9 +185,18 @@ class AwsProvider:
 
     # -- EC2 --------------------------------------------------------------------------------------
 
+    def _regional(self, region: Optional[str]) -> Any:
+        """A zone's region's EC2 client (launches only: stops and lookups use [recovery.aws]'s region)."""
+        if region not in self._clients:
+            self._clients[region] = self._connect(region)
+        return self._clients[region]
+
     def _ec2(self) -> Any:
-        if self._client is not None:
-            return self._client
+        if self._client is None:
+            self._client = self._connect(self.region)
+        return self._client
+
+    def _connect(self, region: Optional[str]) -> Any:
         try:
             import boto3
             from botocore.config import Config as BotoConfig
@@ -187,10 +206,9 @@ class AwsProvider:
             ) from None
         config = BotoConfig(connect_timeout=10, read_timeout=30, retries={"mode": "standard", "max_attempts": 4})
         try:
-            self._client = boto3.client("ec2", region_name=self.region, endpoint_url=self.endpoint, config=config)
+            return boto3.client("ec2", region_name=region, endpoint_url=self.endpoint, config=config)
         except Exception as exc:
             raise self._error("connecting to EC2", exc) from None
-        return self._client
 
     def _error(self, doing: str, exc: BaseException) -> RelaunchError:
         """A RelaunchError naming the provider, what it was doing and EC2's own code and message

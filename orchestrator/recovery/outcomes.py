@@ -25,6 +25,7 @@ from .jobview import (
 from .launcher import Outcome
 from .placing import Group, Placement, group
 from .provider import LaunchRequest, NoCapacity, RelaunchError
+from .zones import ZONE_KEY
 
 
 class Launching(ControllerCore):
@@ -34,19 +35,31 @@ class Launching(ControllerCore):
         """Claim this pass's launches, then launch each group (the jobs of one lost machine, one
         market) on one machine, off the loop."""
         for g in group(self._placing):
+            zone = self.zones.choose(g.market, self.clock(), self.capacity_retry_s, g.gpus) if self.zones else None
+            if self.zones is not None and zone is None:
+                continue  # spot in no zone now (refused since the decision): the next pass decides again
+            for p in g.placements:
+                p.zone = zone.name if zone else ""
             g.placements = [p for p in g.placements if self._claim(p)]
             if not g.placements:
                 continue
             first = g.placements[0]
             request = LaunchRequest(
-                url=self.remote.url.raw, job_uids=g.uids, market=g.market, launch_number=first.n, gpus=g.gpus
+                url=self.remote.url.raw,
+                job_uids=g.uids,
+                market=g.market,
+                launch_number=first.n,
+                gpus=g.gpus,
+                zone=zone.name if zone else "",
+                price=zone.price(g.market) if zone else None,
             )
             key = g.key()
             self._in_flight[key] = (self.clock(), g)
             for p in g.placements:
                 p.view.state, p.view.note = (
                     LAUNCHING,
-                    f"launch {p.n} ({g.market}) in progress since {hms(self.clock())}",
+                    f"launch {p.n} ({g.market}{' in ' + request.zone if request.zone else ''}) in progress since "
+                    f"{hms(self.clock())}",
                 )
             self.launcher.submit(key, timed(functools.partial(self.provider.launch, request)))
         self._placing = []
@@ -59,6 +72,8 @@ class Launching(ControllerCore):
         extra: dict[str, Any] = {"controller_host": self.host, "why": p.why}
         if p.move_for:
             extra["move_for"] = p.move_for
+        if p.zone:
+            extra[ZONE_KEY] = p.zone
         try:
             if p.reuse is not None:
                 claim = p.reuse

@@ -86,6 +86,7 @@ class Decision:
     why: str
     review_at: Optional[float] = None  # when this answer changes if nothing else does
     infeasible_at: Optional[float] = None  # the deadline cannot be met: the earliest finish, on on-demand
+    zone: str = ""  # with [[recovery.zones]]: where a launch on `market` goes (zones.py chooses it)
 
 
 def predicted_lifetime_s(seen: Seen, now: float) -> Optional[float]:

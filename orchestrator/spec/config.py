@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -184,6 +184,18 @@ class RecoveryAwsSection(_Section):
         return v
 
 
+class RecoveryZoneSection(_Section):
+    """[[recovery.zones]]: one zone the controller may launch in (docs/recovery.md#zones)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    spot_price: Optional[float] = Field(default=None, gt=0)  # per hour; not set: [pricing]
+    on_demand_price: Optional[float] = Field(default=None, gt=0)
+    # aws: where to launch in this zone (else [recovery.aws]'s)
+    region: Optional[str] = None
+    subnet: Optional[str] = None
+    launch_template: Optional[str] = None
+
+
 class RecoverySection(_Section):
     """[recovery]: what `orch watch` does when a job's machine is gone (docs/recovery.md)."""
 
@@ -204,6 +216,18 @@ class RecoverySection(_Section):
     # net starts this much earlier, so a job it could not watch meanwhile still makes it.
     controller_outage_minutes: float = Field(default=30.0, ge=0)
     aws: RecoveryAwsSection = RecoveryAwsSection()
+    # Markets in several zones: each launch goes to a (zone, market) pair (none: one market).
+    zones: list[RecoveryZoneSection] = []
+
+    @field_validator("zones")
+    @classmethod
+    def _zones(cls, v: list[RecoveryZoneSection]) -> list[RecoveryZoneSection]:
+        seen: set[str] = set()
+        for z in v:
+            if z.name in seen:
+                raise ValueError(f"two zones are named {z.name!r}: names must be unique")
+            seen.add(z.name)
+        return v
 
     @field_validator("launch", "stop")
     @classmethod
@@ -223,7 +247,9 @@ class RecoverySection(_Section):
         if self.provider == "command" and self.launch is None:
             raise ValueError('provider = "command" needs launch = ["program", "args"...]')
         if self.provider == "aws" and not self.aws.launch_template:
-            raise ValueError('provider = "aws" needs [recovery.aws] launch_template')
+            missing = [z.name for z in self.zones if not z.launch_template] if self.zones else ["-"]
+            if missing:
+                raise ValueError('provider = "aws" needs [recovery.aws] launch_template (or one in every zone)')
         return self
 
 
