@@ -8,9 +8,10 @@ lifetimes: never mixed) and chooses the zone of each launch:
   on), then the cheaper, then the first in the config;
 - on-demand: the cheapest zone whose on-demand was not refused lately, then the first;
 - a zone refused for capacity is not tried again before the next retry: the next launch goes to
-  another zone at once, and the refused one is tried again later, never waited on;
-- a move out of the bucket's region pays the checkpoint's transfer (`transfer`): zones of the
-  bucket's region move for free.
+  another zone at once, and the refused one is tried again later, never waited on.
+
+Not yet: a move out of the bucket's region should pay the checkpoint's transfer (egress and
+time); zones are treated as one region's.
 
 Without zones the controller keeps its one MarketView (deciding.py) and none of this runs. Pure
 but for the views it keeps, fed from the launch claims every pass."""
@@ -18,7 +19,7 @@ but for the views it keeps, fed from the launch claims every pass."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from ..model.markets import ON_DEMAND, SPOT
 from ..objectstore import claims as cl
@@ -116,27 +117,8 @@ class ZoneMarkets:
         zone = min(self.zones, key=since)
         return self.view(zone.name, gpus), zone
 
-    def find(self, name: str) -> Optional[Zone]:
-        return next((z for z in self.zones if z.name == name), None)
-
 
 def _blank(c: cl.Claim) -> cl.Claim:
     """A claim of another zone as seen from this one: it may say that this zone's machine was
     lost (its `lost` record), but it is neither a launch nor a refusal here."""
     return cl.Claim(c.uid, c.n, cl.CANCELLED, "", c.lost, c.claimed_at, c.controller, c.updated_at, extra=c.extra)
-
-
-def transfer(
-    from_region: str, to_region: str, bucket_region: str, checkpoint_bytes: int, egress_per_gb: float, mbps: float
-) -> tuple[float, float]:
-    """(cost, seconds) of moving a job's checkpoint from one region's machine to another's: only a
-    machine outside the bucket's region pays -- egress per GB and the time at `mbps` -- the bucket's
-    own region reads it for free."""
-    if not to_region or to_region == bucket_region or from_region == to_region:
-        return 0.0, 0.0
-    gb = checkpoint_bytes / 1e9
-    return gb * egress_per_gb, checkpoint_bytes * 8 / (mbps * 1e6) if mbps > 0 else 0.0
-
-
-def names(zones: Sequence[Zone]) -> list[str]:
-    return [z.name for z in zones]

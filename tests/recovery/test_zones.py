@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.objectstore import claims as cl
-from orchestrator.recovery.zones import Zone, ZoneMarkets, transfer
+from orchestrator.recovery.zones import Zone, ZoneMarkets
 
 RETRY = 30.0
 A, B, C = Zone("a", 1.0, 3.0), Zone("b", 0.9, 3.0), Zone("c", 1.0, 2.5)
@@ -101,9 +101,3 @@ def test_lifetimes_are_learned_per_zone_and_instance_type():
     assert zm.view("a", 4).seen(5000.0).lifetimes_s == (3600.0,)
     assert zm.view("b", 4).seen(5000.0).lifetimes_s == ()  # not mixed into the zone it moved to
     assert zm.view("a", 1).seen(5000.0).lifetimes_s == ()  # nor into another instance type
-
-
-def test_a_cross_region_move_pays_the_checkpoint_transfer():
-    assert transfer("us-west-2", "us-west-2", "us-west-2", 10**10, 0.02, 1000.0) == (0.0, 0.0)
-    cost, seconds = transfer("us-west-2", "us-east-1", "us-west-2", 10**10, 0.02, 1000.0)
-    assert cost == pytest.approx(0.2) and seconds == pytest.approx(80.0)  # 10 GB at 1 Gbit/s
