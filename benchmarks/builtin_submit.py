@@ -4,8 +4,8 @@ one-shot pre-flight subprocess imports torch and transformers each time) and wit
 pre-flight answers; jobs/preflight_server.py). Every submit holds its job (`--at` next year), so
 the daemon starts nothing and the machine stays as idle as it was. Used by cli_latency.py:
 
-    python benchmarks/cli_latency.py              # the status arms, then these
-    python benchmarks/builtin_submit.py [--runs 5] # these alone
+    python -m benchmarks.cli_latency               # the status arms, then these
+    python -m benchmarks.builtin_submit [--runs 5] # these alone
 
 Goal (issue 36): under 1.5 s wall on an idle machine, pre-flight included."""
 
@@ -22,8 +22,9 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from .common import orch_exe
+
 GOAL_SUBMIT_S = 1.5
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _children_cpu() -> float:
@@ -107,8 +108,6 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="alternated rounds (median reported)")
     opts = parser.parse_args()
-    from cli_latency import orch_exe
-
     env = {k: v for k, v in os.environ.items() if k not in ("ORCH_CONFIG", "PYTHONDONTWRITEBYTECODE", "ORCH_HOME")}
     env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
     with tempfile.TemporaryDirectory(prefix="orch-bench-submit-") as tmp:
@@ -117,5 +116,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO / "benchmarks"))
     sys.exit(main())

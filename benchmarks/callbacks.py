@@ -21,7 +21,7 @@ every callback, and every logger call, is timed from inside: each one's own cost
 per step. (Work orch does on its writer threads is in the process's CPU time, not in a hook's.) `runner - none` (per step, median of the paired runs) is the whole
 bill, own costs plus dispatch; the report shows both so they can be checked against each other.
 
-    python benchmarks/callbacks.py [--steps 1500] [--reps 7] [--trackers] [--json]
+    python -m benchmarks.callbacks [--steps 1500] [--reps 7] [--trackers] [--json]
 """
 
 from __future__ import annotations
@@ -39,8 +39,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 HOOKS = (

@@ -2,7 +2,7 @@
 against `python -c pass` measured in the same run; and proof (sys.modules in a subprocess) that
 none of these commands imports torch, lightning, transformers or datasets.
 
-    python benchmarks/cli_latency.py [--jobs 10000] [--runs 9] [--keep DIR] [--submit-runs 5]
+    python -m benchmarks.cli_latency [--jobs 10000] [--runs 9] [--keep DIR] [--submit-runs 5]
 
 Then `orch submit` of the quickstart job, a built-in job with its pre-flight, with and without a
 daemon (benchmarks/builtin_submit.py; `--submit-runs 0` skips it).
@@ -30,6 +30,9 @@ from orchestrator.model.records import AttemptEnd, AttemptStart
 from orchestrator.model.states import AttemptOutcome, EventKind, JobState
 from orchestrator.store import Store
 
+from .builtin_submit import measure, report
+from .common import orch_exe
+
 HEAVY = ("torch", "lightning", "pytorch_lightning", "transformers", "datasets")
 GOAL_STATUS_S = 0.300
 
@@ -46,13 +49,6 @@ except SystemExit:
 heavy = [m for m in %r if m in sys.modules]
 sys.stderr.write("\\nHEAVY=" + json.dumps(heavy) + "\\n")
 """ % (HEAVY,)
-
-
-def orch_exe() -> str:
-    found = shutil.which("orch") or str(Path(sys.executable).with_name("orch"))
-    if not Path(found).exists():
-        sys.exit("orch is not on PATH: activate the venv (. .venv/bin/activate)")
-    return found
 
 
 def fill(home: Home, n_jobs: int, seed: int = 7) -> dict[str, int]:
@@ -233,8 +229,6 @@ def main() -> int:
             f"orch status on {sum(counts.values())} jobs: {status_ms:.0f} ms, {verdict} the {GOAL_STATUS_S * 1000:.0f} ms goal"
         )
         if opts.submit_runs > 0:
-            from builtin_submit import measure, report  # beside this file (sys.path[0] when run as a script)
-
             env.pop("ORCH_HOME", None)
             report(measure(orch, env, opts.submit_runs, tmp), opts.submit_runs)
         return 1 if failures else 0

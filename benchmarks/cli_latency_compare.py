@@ -3,7 +3,7 @@ command from two source trees, alternated round by round (which tree goes first 
 round), with a bare `python -c pass` measured between them; medians and ratios to that bare
 start. The store is cli_latency.py's (10,000 jobs, 50 recorded running, no daemon).
 
-    python benchmarks/cli_latency_compare.py --before /path/to/old/tree [--after .] [--rounds 7]
+    python -m benchmarks.cli_latency_compare --before /path/to/old/tree [--after .] [--rounds 7]
         [--keep DIR] [--config config.toml] [--daemon]
 
 `--before`/`--after` are folders holding `orchestrator/` (e.g. `git archive main orchestrator
@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli_latency import fill  # noqa: E402
+from orchestrator.home.paths import Home
 
-from orchestrator.home.paths import Home  # noqa: E402
+from .cli_latency import fill
+from .common import REPO
 
 COMMANDS = {"orch status": ["status"], "orch status --json": ["status", "--json"]}
 
@@ -46,7 +46,7 @@ def cpu_of(argv: list[str], env: dict[str, str]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, required=True)
-    parser.add_argument("--after", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--after", type=Path, default=REPO)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--keep", type=Path, default=None, help="fill (or reuse) this ORCH_HOME")

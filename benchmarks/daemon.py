@@ -1,7 +1,7 @@
 """Benchmark the real daemon: submit-to-start latency, the gap between one job's exit and the
 next queued job's start, how fast 200 trivial jobs drain, and the idle daemon's RSS and CPU.
 
-    python benchmarks/daemon.py [--jobs 200] [--latency-n 20] [--gap-n 20] [--idle-s 30] [--tick 1.0]
+    python -m benchmarks.daemon [--jobs 200] [--latency-n 20] [--gap-n 20] [--idle-s 30] [--tick 1.0]
 
 Runs a real `orch daemon run` on a temp $ORCH_HOME with the default config (tick 1 s, one CPU
 slot) except `gpus = []`; submits in-process (what `orch submit` does, without paying for a CLI

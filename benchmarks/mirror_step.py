@@ -1,6 +1,6 @@
 """benchmarks/mirror.py's two arms on the training step itself: how long a periodic save holds
 the step (the background snapshot vs a synchronous save) and a job's steps/s with the mirror on
-vs off. Run through `python benchmarks/mirror.py --blocking | --throughput`."""
+vs off. Run through `python -m benchmarks.mirror --blocking | --throughput`."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ import time
 from pathlib import Path
 
 from orchestrator.contract import periodic_name
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def blocking(ckpt: Path, reps: int) -> None:

@@ -2,7 +2,7 @@
 another job starting beside it (issue 37, item 1): starting a job lists its interpreter's packages
 (up to 15 s) and asks nvidia-smi (up to 10 s); a notice must not wait for that.
 
-    python benchmarks/notice_latency.py [--reps 5] [--stall 5] [--poll 0.1] [--json]
+    python -m benchmarks.notice_latency [--reps 5] [--stall 5] [--poll 0.1] [--json]
 
 Each run: a fresh $ORCH_HOME, a real `orch daemon run` ([preemption] sources = ["file"], polled
 every --poll s), one running job that records when its SIGTERM arrives. Arm "idle": nothing else

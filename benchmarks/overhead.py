@@ -10,7 +10,7 @@ a step several times longer) show how the runner's fixed per-step cost scales wi
 Also: time to first step from process start, and the tokenization time of `--tokenize-rows` rows,
 first run vs cached second run. The load average is reported: on a shared machine, compare pairs.
 
-    python benchmarks/overhead.py [--runs 5] [--steps 600] [--sizes tiny,small] [--json]
+    python -m benchmarks.overhead [--runs 5] [--steps 600] [--sizes tiny,small] [--json]
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from .common import REPO
 
 # The same clock in both arms (one more callback in each): wall and process CPU time at the end of
 # every step, written to $BENCH_CLOCK when training ends. CPU seconds per step count every thread

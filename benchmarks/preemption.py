@@ -23,7 +23,7 @@ cancel out of the headline figure:
 - also: the step in flight (SIGTERM -> end of that step: the training step's cost, not the
   checkpoint's), SIGTERM -> exit 75, checkpoint size, steps lost (goal 0).
 
-    python benchmarks/preemption.py [--rounds 3] [--seq 16] [--batch 2] [--dir DIR] [--keep] [--json]
+    python -m benchmarks.preemption [--rounds 3] [--seq 16] [--batch 2] [--dir DIR] [--keep] [--json]
 
 Each round gives two save pairs (one per attempt): --rounds 3 = 6 pairs, 7 job attempts with the
 warm-up, about 5 minutes on 2 CPU cores. About 1.3 GB per checkpoint (three exist at most at a
@@ -47,11 +47,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or imported by the tests
-from preemption_bare import Bare, sync, warm_up_disk  # noqa: E402
-from preemption_report import GOAL_RATIO, render, summarise  # noqa: E402
+from .common import REPO
+from .preemption_bare import Bare, sync, warm_up_disk
+from .preemption_report import GOAL_RATIO, render, summarise
 
-REPO = Path(__file__).resolve().parents[1]
 SAVED_RE = re.compile(
     r"SIGTERM: saved (?P<path>\S+) at step (?P<step>\d+) in (?P<took>[\d.]+) s"
     r"(?: \((?P<mb>\d+) MB; write (?P<write>[\d.]+) s, fsync (?P<fsync>[\d.]+) s, "
@@ -333,7 +332,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.rounds < 3:
         parser.error("--rounds must be at least 3 (5 pairs or more)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    sys.path.insert(0, str(REPO))
 
     work = Path(tempfile.mkdtemp(prefix="orch-preempt-bench-", dir=args.dir))
     try:

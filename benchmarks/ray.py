@@ -9,7 +9,7 @@ started here like tests/ray_executor):
    of its node `kill -9`ed; from the kill to the first heartbeat of attempt 2 on the other worker
    (Ray noticing the node is gone + orch reading the lost attempt + the submit + the start).
 
-Run: `python benchmarks/ray.py [--trials 5] [--losses 2]` with ray installed (the test extra)."""
+Run: `python -m benchmarks.ray [--trials 5] [--losses 2]` with ray installed (the test extra)."""
 
 from __future__ import annotations
 
@@ -22,12 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "ray_executor")]
-
-from ray_cluster import RAY, RayCluster, why_unusable  # noqa: E402
-
-from orchestrator.host.polling import poll  # noqa: E402
+from orchestrator.host.polling import poll
+from tests.ray_executor.ray_cluster import RAY, RayCluster, why_unusable
 
 
 def wait(pred, timeout=180.0, interval=0.02, what=""):
@@ -38,8 +34,8 @@ def wait(pred, timeout=180.0, interval=0.02, what=""):
 
 
 def make_home(tmp: Path, c: RayCluster):
-    from daemon_harness import OrchHome
     from orchestrator.spec.config import load_config
+    from tests.daemon_harness import OrchHome
 
     h = OrchHome(tmp, grace_seconds=10, tick_seconds=0.2)
     text = (h.root / "config.toml").read_text()

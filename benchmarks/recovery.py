@@ -15,7 +15,7 @@ Per run, split (medians over the runs):
 Also a cold start of the same job (a fresh home, `orch daemon start` -> its first step) as the
 yardstick: goal adopt + resume <= 1.5 x cold start.
 
-    python benchmarks/recovery.py [--runs 3] [--stale-min 0.1] [--poll 0.5] [--json]
+    python -m benchmarks.recovery [--runs 3] [--stale-min 0.1] [--poll 0.5] [--json]
 
 About 40 s per run on 2 CPU cores (each run: one with a notice, one without).
 """
@@ -27,14 +27,10 @@ import json
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "mirror")]
 
 EVERY = 10  # checkpoint interval (steps)
 
@@ -97,7 +93,7 @@ def wait(pred: Any, timeout: float, what: str, interval: float = 0.02) -> Any:
 
 
 def cold_start(tmp: Path, w: dict[str, Path]) -> float:
-    from daemon_harness import OrchHome
+    from tests.daemon_harness import OrchHome
 
     folder = tmp / f"cold-{time.monotonic_ns()}"
     folder.mkdir()
@@ -113,16 +109,15 @@ def cold_start(tmp: Path, w: dict[str, Path]) -> float:
 
 
 def one_run(tmp: Path, w: dict[str, Path], *, notice: bool, stale_min: float, poll: float) -> dict[str, float]:
-    from daemon_harness import kill_leftover_attempts
-    from mirror_harness import storage_home
-    from recovery_harness import Watch, controller_home, machines_folder, stop_machine, times
-
     from orchestrator.spec.config import load_config
     from orchestrator.objectstore import claims as cl
     from orchestrator.objectstore import manifest as mf
     from orchestrator.objectstore.remote import Remote
     from orchestrator.home.paths import Home
     from orchestrator.store import Store
+    from tests.daemon_harness import kill_leftover_attempts
+    from tests.mirror.mirror_harness import storage_home
+    from tests.mirror.recovery_harness import Watch, controller_home, machines_folder, stop_machine, times
 
     run = tmp / f"run-{time.monotonic_ns()}"
     url = f"file://{run}/store"

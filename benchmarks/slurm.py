@@ -11,7 +11,7 @@
    running orch jobs that point at them; CPU seconds of `Daemon.tick()` with a poll every tick
    (this process's CPU plus the squeue it runs, from getrusage), median over the polls.
 
-Run: `python benchmarks/slurm.py [--trials 5] [--jobs 1000] [--skip-requeue]` as root with the
+Run: `python -m benchmarks.slurm [--trials 5] [--jobs 1000] [--skip-requeue]` as root with the
 Debian packages of scripts/system-deps.d/slurm.sh installed."""
 
 from __future__ import annotations
@@ -27,12 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "slurm")]
-
-from slurm_cluster import SlurmCluster, why_unusable  # noqa: E402
-
-from orchestrator.host.polling import poll  # noqa: E402
+from orchestrator.host.polling import poll
+from tests.slurm.slurm_cluster import SlurmCluster, why_unusable
 
 
 def wait(pred, timeout=120.0, interval=0.02, what=""):
@@ -47,8 +43,8 @@ def squeue_state(c: SlurmCluster, sid: str) -> str:
 
 
 def make_home(tmp: Path, c: SlurmCluster, poll: float):
-    from daemon_harness import OrchHome
     from orchestrator.spec.config import load_config
+    from tests.daemon_harness import OrchHome
 
     h = OrchHome(tmp, cpu_slots=4, grace_seconds=20, tick_seconds=0.2)
     text = (h.root / "config.toml").read_text()

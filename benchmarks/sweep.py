@@ -3,7 +3,7 @@ run as a sweep without a pruner and with the median pruner, on real daemon ticks
 and Lightning runs. Reports each sweep's best trial, optimizer steps, the trials' CPU time and
 wall time, and the money `orch sweep show` says pruning saved.
 
-    python benchmarks/sweep.py [--steps 120] [--every 10] [--slow 0.05] [--parallel 1] [--seed 3] [--keep DIR]
+    python -m benchmarks.sweep [--steps 120] [--every 10] [--slow 0.05] [--parallel 1] [--seed 3] [--keep DIR]
 
 Median pruning compares a trial with the trials that finished before it, so what it saves depends
 on the order the grid is tried in (the sampler's seed): with seed 3 the best learning rate runs

@@ -89,6 +89,26 @@ ENV_CONFIG = "ORCH_CONFIG"  # config.toml (default $ORCH_HOME/config.toml)
 ENV_SRUN = "ORCH_SRUN"  # the srun a Slurm batch step runs (tests point it elsewhere)
 ENV_PREFLIGHT = "ORCH_PREFLIGHT"  # "off": `orch submit` skips the built-in job's pre-flight (the runner still checks)
 
+# A command job's `instrument` (job.toml): orch puts training/instrument/boot on its PYTHONPATH and
+# says which framework to attach to here; the bootstrap reads it only once the program imports a
+# Trainer (docs/tools-you-did-not-write.md).
+ENV_INSTRUMENT = "ORCH_INSTRUMENT"
+# The versions the bootstrap is built for, as [lowest, first refused): `orch submit` refuses a job
+# whose interpreter has another, and so does the job itself when it imports one (one definition).
+INSTRUMENT_SUPPORTED = {"transformers": ((4, 46), (6, 0)), "pytorch-lightning": ((2, 4), (2, 7))}
+INSTRUMENT_DISTS_OF = {"transformers": ("transformers",), "lightning": ("pytorch-lightning",)}
+
+
+def instrument_version_problem(dist: str, version: str) -> Optional[str]:
+    """Why `dist` at `version` cannot be instrumented, or None (a range from INSTRUMENT_SUPPORTED)."""
+    low, high = INSTRUMENT_SUPPORTED[dist]
+    found = re.match(r"(\d+)\.(\d+)", version)
+    if found and low <= (int(found.group(1)), int(found.group(2))) < high:
+        return None
+    shown = f"{low[0]}.{low[1]} up to (not including) {high[0]}.{high[1]}"
+    return f"{dist} {version} is not one orch's instrument supports ({shown})"
+
+
 # -- the run folder ----------------------------------------------------------------------------
 
 JOB_TOML = "job.toml"
@@ -191,6 +211,11 @@ def attempt_slurm_info(n: int) -> str:
 def attempt_ray_info(n: int) -> str:
     """Where attempt n's Ray job started (node, host, pids), written by its step on the node."""
     return f"attempt-{n}.ray.json"
+
+
+def attempt_secrets(n: int) -> str:
+    """Attempt n's secret variables on a cluster, owner-only, read and deleted by its step (host/secret_file.py)."""
+    return f"attempt-{n}.secrets.json"
 
 
 def ray_submission_id(uid: str, n: int) -> str:

@@ -72,8 +72,14 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 _SECRET_SUFFIX = re.compile(r"(?i)(?:^|_)(?:key|token|secret|password|passwd|credentials?)$")
 
 
+def is_secret_name(name: str) -> bool:
+    """Whether a variable of this name holds a credential: one of SECRET_ENV, or named like one.
+    The same rule decides what a cluster job is given only through its secret file (docs/ray.md)."""
+    return name in SECRET_ENV or _SECRET_SUFFIX.search(name) is not None
+
+
 def environ_secrets(environ: Mapping[str, str]) -> list[str]:
     """The values of the SECRET_ENV variables, and of any variable named like a credential, set in
     `environ`, for redact(text, secrets)."""
-    named = [name for name in environ if name not in SECRET_ENV and _SECRET_SUFFIX.search(name)]
+    named = [name for name in environ if name not in SECRET_ENV and is_secret_name(name)]
     return [value for name in (*SECRET_ENV, *named) if (value := environ.get(name))]

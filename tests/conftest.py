@@ -173,6 +173,7 @@ LONG_FIRST = [
     "ray",
     "slurm",
     "tests/training/test_training_sweeps.py",
+    "tests/instrument/test_instrument_resume.py",
     "tests/test_foreground.py",
     "tests/test_estimate_cli.py",
     "tests/chaos/test_chaos.py",

@@ -45,10 +45,10 @@ sys.exit(code if per is None else per)
 class Orch(OrchHome):
     """An OrchHome configured from a whole config dict, with the cost tests' command jobs."""
 
-    def __init__(self, tmp: Path, config: dict[str, Any]):
+    def __init__(self, tmp: Path, config: dict[str, Any], *, gpus_on_cpu: bool = False):
         cfg = json.loads(json.dumps(config))
         cfg["daemon"] = {"tick_seconds": 0.25, "grace_seconds": 10, **cfg.get("daemon", {})}
-        super().__init__(tmp, cfg)
+        super().__init__(tmp, cfg, gpus_on_cpu=gpus_on_cpu)
         self.cost_script = tmp / "cost_job.py"
         self.cost_script.write_text(JOB_SCRIPT)
 
@@ -104,10 +104,10 @@ def orch_factory(tmp_path: Path):
     """Generator behind the `make_orch` fixtures: make_orch(config_dict) -> Orch; cleaned up after."""
     made: list[Orch] = []
 
-    def make(config: dict[str, Any]) -> Orch:
+    def make(config: dict[str, Any], *, gpus_on_cpu: bool = False) -> Orch:
         folder = tmp_path / f"o{len(made)}"
         folder.mkdir()
-        made.append(Orch(folder, config))
+        made.append(Orch(folder, config, gpus_on_cpu=gpus_on_cpu))
         return made[-1]
 
     yield make

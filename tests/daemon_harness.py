@@ -55,8 +55,11 @@ def wait_for(
 class OrchHome:
     """One $ORCH_HOME with its config, jobs, daemons and helpers."""
 
-    def __init__(self, tmp: Path, config: Optional[dict[str, Any]] = None, **daemon: Any):
+    def __init__(self, tmp: Path, config: Optional[dict[str, Any]] = None, *, gpus_on_cpu: bool = False, **daemon: Any):
         self.tmp = tmp
+        # The listed [daemon] gpus are slots on this CPU machine: ORCH_GPUS_ON_CPU=1 for the daemon,
+        # `orch run` and the jobs, without which a job is refused GPUs nvidia-smi does not show.
+        self.gpus_on_cpu = gpus_on_cpu
         self.root = tmp / "home"
         self.home = Home(self.root).ensure()
         self.script = tmp / "job.py"
@@ -223,6 +226,8 @@ class OrchHome:
         )
         env.pop("ORCH_HOME", None)
         env.pop("ORCH_CONFIG", None)
+        if self.gpus_on_cpu:
+            env["ORCH_GPUS_ON_CPU"] = "1"
         return env
 
     def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
@@ -269,6 +274,25 @@ class OrchHome:
             what=lambda: f"job {job_id} to become {'/'.join(s.value for s in states)}{self.diagnostics(job_id)}",
         )
         return self.job(job_id)
+
+    def wait_ticks(self, ticks: int = 3, *, exchanges: int = 0, timeout: float = 60.0) -> dict[str, int]:
+        """Wait until the running daemon has done `ticks` more ticks (and `exchanges` more executor
+        exchanges, each a look at a cluster when one is due) than now, as it says on its wake
+        socket: what a test observes before asserting that nothing happened meanwhile, instead of
+        sleeping a guessed time that a stalled machine may not fill."""
+        from orchestrator.home.wake import counters
+
+        before = wait_for(lambda: counters(self.home.wake_socket), timeout, what="the daemon's counters")
+        return wait_for(
+            lambda: (
+                (now := counters(self.home.wake_socket))
+                and now["ticks"] >= before["ticks"] + ticks
+                and now["exchanges"] >= before["exchanges"] + exchanges
+                and now
+            ),
+            timeout,
+            what=f"{ticks} ticks and {exchanges} exchanges of the daemon",
+        )
 
     def start_daemon(self, timeout: float = 20.0) -> subprocess.Popen:
         """`orch --home H daemon run` as a subprocess; returns once it has recovered and ticks."""
@@ -361,8 +385,9 @@ def kill_leftover_attempts(home: Home) -> None:
 
 @pytest.fixture
 def orch_home(tmp_path: Path) -> Iterator[Callable[..., OrchHome]]:
-    """A factory: `orch_home(cpu_slots=2, gpus=[0, 1])` gives an OrchHome with that [daemon] config;
-    every daemon and leftover process is stopped at teardown."""
+    """A factory: `orch_home(cpu_slots=2, gpus=[0, 1])` gives an OrchHome with that [daemon] config
+    (`gpus_on_cpu=True`: those GPU slots rehearsed on this CPU machine); every daemon and leftover
+    process is stopped at teardown."""
     made: list[OrchHome] = []
 
     def make(**daemon: Any) -> OrchHome:
@@ -375,3 +400,20 @@ def orch_home(tmp_path: Path) -> Iterator[Callable[..., OrchHome]]:
     yield make
     for h in made:
         h.cleanup()
+
+
+def running_in_group(pgid: int) -> list[int]:
+    """Processes of group `pgid` still running (a zombie waiting for a reaper is not running: in a
+    container whose init does not reap, one stays listed)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(entry))
+    return out

@@ -94,3 +94,42 @@ def test_an_unknown_job_id_is_exit_1_with_a_message(orch, cli, args, store):
 def test_a_job_id_that_is_not_a_number_is_a_usage_error(orch):
     ran = orch("show", "seven").assert_failed(2)
     assert "Usage: orch show" in ran.err and "job_id" in ran.err.lower()
+
+
+# -- retry --gpus ----------------------------------------------------------------------------------
+
+BUILTIN_SPEC = {
+    "name": "sft",
+    "gpus": 2,
+    "model": {"name_or_path": "/models/tiny", "task": "causal-lm"},
+    "data": {"train": "/data/train.jsonl"},
+    "train": {"batch_size": 8, "accumulate_grad_batches": 3, "strategy": "fsdp"},
+}
+
+
+def test_retry_on_another_gpu_count_keeps_the_effective_batch_or_refuses_in_one_line(cli, store, home):
+    import tomllib
+
+    job_id = store.submit(
+        name="sft", kind="builtin", gpus=2, priority=0, retries=0, spec=BUILTIN_SPEC, spec_path="", now=1.0
+    ).id
+    walk(store, job_id, JobState.RUNNING, JobState.FAILED)
+
+    # 8 x 3 x 2 = 48 samples per step: 4 GPUs would need accumulate 1.5
+    ran = cli("retry", job_id, "--gpus", "4").assert_failed(2)
+    assert len(ran.err.strip().splitlines()) == 1 and "cannot keep it" in ran.err and "48" in ran.err
+    assert store.get(job_id).state is JobState.FAILED and store.get(job_id).gpus == 2
+
+    cli("retry", job_id, "--gpus", "1").assert_ok()
+    job = store.get(job_id)
+    assert job.state is JobState.QUEUED and job.gpus == 1
+    assert job.spec["gpus"] == 1 and job.spec["train"]["accumulate_grad_batches"] == 6
+    written = tomllib.loads((home / "runs" / str(job_id) / "job.toml").read_text())
+    assert written["gpus"] == 1 and written["train"]["accumulate_grad_batches"] == 6
+    assert "on 1 GPU(s) (was 2)" in store.events(job_id)[-1].detail
+    # `orch show` says what each rank holds, before and after
+    assert "ranks:     fsdp: each of 2 ranks holds 1/2" not in cli("show", job_id).out  # one GPU now
+    two = store.submit(
+        name="sft2", kind="builtin", gpus=2, priority=0, retries=0, spec=BUILTIN_SPEC, spec_path="", now=2.0
+    )
+    assert "ranks:     fsdp: each of 2 ranks holds 1/2 of the parameters" in cli("show", two.id).out

@@ -301,7 +301,8 @@ def test_spec_example_and_hooks_through_a_real_daemon(make_orch, tmp_path):
             "daemon": {"gpus": [0, 1]},
             "pricing": {"currency": "CNY", "gpu_hour": 2.0, "instance_hour": 0.5},
             "hooks": {f"on_{e}": [PY, "-c", DUMP, str(hooks)] for e in ("succeeded", "failed", "queue_drained")},
-        }
+        },
+        gpus_on_cpu=True,  # its two GPU slots are this CPU machine's
     )
     daemon = o.start_daemon()
     ok = o.submit(o.command_job("gpu-job", gpus=1, sleep=3))

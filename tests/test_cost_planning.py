@@ -20,7 +20,7 @@ from orchestrator.cost.advice import (
     redone_advice,
     startup_advice,
 )
-from orchestrator.cli.estimate import hourly_rate
+from orchestrator.jobs.estimate import hourly_rate
 from orchestrator.planning.projection import builtin_projection, checkpoint_plan, command_projection
 from orchestrator.contract import young_daly
 from orchestrator.cost.money import Pricing
@@ -312,7 +312,7 @@ def test_history_is_the_mean_of_finished_jobs_of_the_same_name():
 
 
 def test_estimate_does_not_say_now_when_a_job_ahead_has_no_eta_yet():
-    from orchestrator.cli.estimate import estimate_text
+    from orchestrator.views.estimate import estimate_text
 
     running = make_job(id=1, name="t0", state=JobState.RUNNING, started_at=0.0)
     forecast = simulate(

@@ -111,7 +111,7 @@ def test_at_holds_a_job_until_its_time(orch_home):
 
 
 def test_gpu_slots_from_config_are_handed_out_without_nvidia_smi(orch_home):
-    h = orch_home(gpus=[0, 1])
+    h = orch_home(gpus=[0, 1], gpus_on_cpu=True)
     d = h.local_daemon()
     a = h.submit("a", gpus=1, hold="a")
     b = h.submit("b", gpus=1, hold="b")
@@ -132,7 +132,7 @@ def test_gpu_slots_from_config_are_handed_out_without_nvidia_smi(orch_home):
 
 
 def test_a_waiting_multi_gpu_job_is_not_overtaken_by_later_single_gpu_jobs(orch_home):
-    h = orch_home(gpus=[0, 1])
+    h = orch_home(gpus=[0, 1], gpus_on_cpu=True)
     d = h.local_daemon()
     a = h.submit("a", gpus=1, hold="a")
     b = h.submit("b", gpus=1, hold="b")

@@ -198,7 +198,7 @@ def test_a_daemon_killed_before_it_recorded_the_supervisor_pid_still_gets_the_jo
     # supervisor and writing its pid. attempt-1.pid (written by the supervisor) still names it.
     h.store.update(job_id, time.time(), supervisor_pid=None, supervisor_start=None)
     h.start_daemon()
-    time.sleep(1.0)  # ticks: the job must be left running, not killed and started again
+    h.wait_ticks(3)  # observed ticks: the job must be left running, not killed and started again
     assert h.state(job_id) is JobState.RUNNING and h.job(job_id).supervisor_pid == info["supervisor_pid"]
     assert is_alive(info["job_pid"], info["job_start"])
     h.release("window")

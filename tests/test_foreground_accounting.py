@@ -84,7 +84,7 @@ def test_orch_run_beside_a_daemon_is_counted_once(orch_home):
 
 
 def test_orch_run_waits_for_a_gpu_the_daemon_holds(orch_home):
-    h = orch_home(gpus=[0])
+    h = orch_home(gpus=[0], gpus_on_cpu=True)
     _priced(h, gpus=[0])
     h.start_daemon()
     held = h.submit("daemon-job", gpus=1, hold="gpu")

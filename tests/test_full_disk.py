@@ -26,7 +26,8 @@ from daemon_harness import orch_home, wait_for  # noqa: F401  (fixture)
 from orchestrator.spec.config import load_config
 from orchestrator.jobs.lifecycle import submit_job
 from orchestrator.model.states import JobState
-from orchestrator.home.wake import poke
+from orchestrator.home.paths import Home
+from orchestrator.home.wake import counters, poke
 
 pytestmark = pytest.mark.slow
 
@@ -178,7 +179,9 @@ def test_orch_submit_and_the_daemon_on_a_full_state_disk(small_fs, tmp_path):
             assert con.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 1
         finally:
             con.close()
-        time.sleep(1.5)  # a few ticks of the daemon on the full disk (nothing to poll for: it must just live)
+        # A few ticks of the daemon on the full disk, as it counts them (asked on its socket: no file)
+        before = wait_for(lambda: counters(Home(home).wake_socket), 30, what="the daemon's counters")
+        wait_for(lambda: (c := counters(Home(home).wake_socket)) and c["ticks"] >= before["ticks"] + 3, 30)
         assert "daemon running" in orch("daemon", "status").stdout
         filler.unlink()
         again = orch("submit", str(job))

@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu-check.sh"
-KEYS = ["precision", "throughput", "oom", "resume", "notice", "daemon_idle"]
+KEYS = ["precision", "throughput", "oom", "resume", "notice", "daemon_idle", "fsdp"]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -39,7 +39,7 @@ def test_cpu_rehearsal_passes_every_section_and_writes_the_report(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["schema"] == 1 and report["mode"] == "cpu"
     assert [s["key"] for s in report["sections"]] == KEYS
-    assert [s["letter"] for s in report["sections"]] == list("abcdef")
+    assert [s["letter"] for s in report["sections"]] == list("abcdefg")
     for s in report["sections"]:
         assert s["status"] in ("pass", "skipped"), (
             s["key"],

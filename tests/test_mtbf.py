@@ -10,7 +10,7 @@ import time
 import pytest
 from daemon_harness import orch_home  # noqa: F401  (fixture)
 
-from orchestrator.cli.estimate import mtbf_of
+from orchestrator.jobs.estimate import mtbf_of
 from orchestrator.contract import DEFAULT_MTBF_S, mtbf_choice
 from orchestrator.model.records import AttemptEnd, AttemptStart
 from orchestrator.model.states import AttemptOutcome, EventKind, JobState

@@ -26,6 +26,14 @@ def test_the_distribution_is_orch_gpu_and_installs_the_orch_command():
     assert any(dep.startswith("build") for dep in project["optional-dependencies"]["test"])
 
 
+def test_the_wheel_carries_orchestrator_training_and_notifiers_never_benchmarks_or_tools():
+    from setuptools import find_packages
+
+    include = pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]
+    tops = {name.split(".")[0] for name in find_packages(where=str(REPO), include=include)}
+    assert tops == {"orchestrator", "training", "notifiers"}, tops  # benchmarks/ and tools/ are packages too
+
+
 def test_every_tracked_example_file_travels_in_the_wheel_and_belongs_to_an_example():
     tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "examples"], capture_output=True, text=True).stdout
     files = set(tracked.split())

@@ -5,19 +5,20 @@ instance price is not ours to pay."""
 from __future__ import annotations
 
 import time
-import typing
 
 import pytest
 
 from daemon_harness import orch_home  # noqa: F401  (fixture)
-from orchestrator.cli.estimate import estimate_data
-from orchestrator.cost.money import ALLOCATION_BILLED, Pricing
+from orchestrator.jobs.estimate import estimate_data
+from orchestrator.cost.money import Pricing
 from orchestrator.daemon.accounting import accrue_interval
 from orchestrator.executors import build_executor
 from orchestrator.jobs.lifecycle import submit_job
 from orchestrator.model.records import AttemptEnd, AttemptStart
 from orchestrator.model.states import AttemptOutcome, EventKind, JobState
-from orchestrator.spec.config import ExecutorSection
+from orchestrator.model.executor_kinds import KINDS
+from orchestrator.model.markets import ON_DEMAND, SPOT
+from orchestrator.recovery.market import hourly_price
 
 PRICES = {"currency": "USD", "gpu_hour": 2.0, "instance_hour": 10.0, "spot": True, "on_demand_gpu_hour": 6.0}
 SLURM = {"executor": {"kind": "slurm"}, "slurm": {"max_gpus": 4}, "pricing": PRICES}
@@ -38,17 +39,35 @@ def test_on_slurm_the_instance_price_is_dropped(orch_home):
     assert (pricing.gpu_hour, pricing.instance_hour, pricing.on_demand_gpu_hour) == (2.0, 0.0, 6.0)
 
 
-def test_the_executors_that_bill_by_allocation_are_the_ones_pricing_names(orch_home):
-    """Every [executor] kind config.toml accepts: the executor built for it bills by allocation
-    exactly when Pricing.from_config drops the instance price (a new kind must say which it is)."""
+def test_every_kind_bills_as_its_registry_entry_says(orch_home):
+    """Every [executor] kind orch knows (model/executor_kinds.py): config.toml accepts it, the
+    executor built for it is that kind, and Pricing.from_config drops the instance price exactly
+    when the kind bills by allocation."""
     h = orch_home()
-    kinds = typing.get_args(ExecutorSection.model_fields["kind"].annotation)
-    assert "local" in kinds and "slurm" in kinds
-    for kind in kinds:
-        h.configure({"executor": {"kind": kind}, "pricing": PRICES})
-        executor = build_executor(h.config, h.home)
-        assert executor.bills_by_allocation == (kind in ALLOCATION_BILLED), kind
-        assert (Pricing.from_config(h.config).instance_hour == 0.0) == executor.bills_by_allocation, kind
+    assert {"local", "slurm", "ray"} <= set(KINDS)
+    for kind in KINDS.values():
+        h.configure({"executor": {"kind": kind.name}, "pricing": PRICES})
+        assert build_executor(h.config, h.home).name == kind.name
+        assert (Pricing.from_config(h.config).instance_hour == 0.0) == kind.bills_by_allocation, kind.name
+
+
+@pytest.mark.parametrize(
+    ("gpus", "market", "hour"),
+    [
+        (2, None, 10.0 + 2 * 2.0),  # this machine's uptime: gpu_hour, whatever the market
+        (2, SPOT, 10.0 + 2 * 2.0),
+        (2, ON_DEMAND, 10.0 + 2 * 6.0),  # on_demand_gpu_hour when [pricing] gives one
+        (0, ON_DEMAND, 10.0),  # a CPU job's machine is its instance alone, on any market
+        (0, SPOT, 10.0),
+    ],
+)
+def test_the_one_price_of_an_hour(gpus, market, hour):
+    pricing = Pricing(currency="USD", gpu_hour=2.0, instance_hour=10.0, spot=True, on_demand_gpu_hour=6.0)
+    assert pricing.machine_hour(gpus, market) == pytest.approx(hour)
+    # the recovery controller's budget and policy price a market the same way, from [pricing] as written
+    assert hourly_price(pricing, market or SPOT, gpus) == pytest.approx(hour)
+    without = Pricing(gpu_hour=2.0, instance_hour=10.0)
+    assert without.machine_hour(gpus, ON_DEMAND) == without.machine_hour(gpus, SPOT)  # no on-demand price given
 
 
 def test_estimate_on_slurm_quotes_what_the_daemon_bills(orch_home):

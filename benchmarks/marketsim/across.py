@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..common import BadTraces
+
 ACROSS = ("orch", "uniform_progress", "on_demand")
 
 
@@ -40,8 +42,6 @@ def zone_tasks(
 def load_prices(path: Path, zones: list[str], price_ratio: float) -> dict[str, tuple[float, float]]:
     """{"zone": {"spot": x, "on_demand": y}} -> zone -> (spot, on-demand); a zone not in the file is
     priced as the default (spot 1, on-demand --price-ratio)."""
-    from market import BadTraces  # the benchmark's own error: one line, exit 2
-
     try:
         raw = json.loads(path.read_text())
         out = {z: (float(raw[z]["spot"]), float(raw[z]["on_demand"])) for z in raw}

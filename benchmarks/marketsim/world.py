@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional
 from orchestrator.model.markets import SPOT
 from orchestrator.objectstore import manifest as mf
 from orchestrator.objectstore import moves
-from orchestrator.recovery.provider import LaunchRequest, NoCapacity
+from orchestrator.recovery.provider import Launched, LaunchRequest, NoCapacity
 
 HEARTBEAT_S = 30.0  # a daemon reads its jobs' move requests at each heartbeat
 
@@ -95,7 +95,7 @@ class World:
 
     name = "simulated"
 
-    def launch(self, request: LaunchRequest) -> str:
+    def launch(self, request: LaunchRequest) -> Launched:
         now = self.clock()
         if self.zones and request.zone not in self.zones:
             raise NoCapacity(f"simulated: no zone {request.zone!r}")
@@ -104,7 +104,7 @@ class World:
         machine = Machine(f"i-{len(self.machines) + 1:08x}", request.market, now, now + self.changeover_s)
         machine.zone = request.zone
         self.machines[machine.id] = machine
-        return f"{machine.id} ({request.market})"
+        return Launched(machine.id, f"{machine.id} ({request.market})")
 
     def _market(self, zone: str) -> Market:
         return self.zones[zone] if self.zones else self.market

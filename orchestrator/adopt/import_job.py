@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -21,7 +22,7 @@ from ..contract import (
     write_json_atomic,
 )
 from ..jobs.lifecycle import write_run_spec
-from ..objectstore import claims, datafiles, machines
+from ..objectstore import claims, datafiles, machines, signing
 from ..objectstore import manifest as mf
 from ..objectstore.fetch import fetch_checkpoint
 from ..objectstore.remote import Conflict, Remote, StorageError
@@ -61,7 +62,7 @@ def adopt_one(
     m = dict(cand.manifest or {})
     own = m.get("owner") or {}
     # Take the lease before downloading anything: of two machines adopting at once, one write wins.
-    taken = dict(m, owner=mf.owner(home_id, now=now, by="adopt"), written_at=now)
+    taken = signing.sign(dict(m, owner=mf.owner(home_id, now=now, by="adopt"), written_at=now), plan.keys)
     key = mf.manifest_key(cand.uid)
     try:
         etag = remote.cas_put(key, mf.dump(taken), cand.etag)
@@ -82,7 +83,9 @@ def adopt_one(
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 os.unlink(path)
-        _give_back(remote, key, m, etag)
+        # The old lease back, written now: a controller that read our lease would take an older
+        # written_at for a replayed copy (recovery/trust.py) and never recover the job.
+        _give_back(remote, key, signing.sign(dict(m, written_at=time.time()), plan.keys), etag)
         raise Refused(f"{label}: {exc}") from None
     m["spec"] = datafiles.rewrite(m["spec"], found)
     market, waited = _launched_for(remote, cand.uid, own, now)
@@ -221,5 +224,5 @@ def _fetch_tracking(remote: Remote, uid: str, run_dir: Any, warn: Callable[[str]
         warn(f"job {uid[:12]}: {TRACKING} not fetched ({exc}); an MLflow run may start anew")
         return
     if data:
-        with open(run_dir / TRACKING, "wb") as fh:
+        with atomic_file(run_dir / TRACKING, "wb") as fh:  # the runner reads it: never half of one
             fh.write(data)

@@ -6,14 +6,15 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from ..spec.config import Config
 from ..model.errors import ConfigError, UsageError
 from ..objectstore import datafiles
 from ..objectstore import manifest as mf
 from ..store import Store
-from .candidates import ADOPTABLE, Candidate, Refused, Rejected
+from ..objectstore.signing import Keys
+from .candidates import ADOPTABLE, Candidate, Held, Refused, Rejected, Untrusted
 
 
 @dataclass
@@ -23,6 +24,7 @@ class Plan:
     cand: Candidate
     found: dict[str, str]
     to_fetch: list[str]
+    keys: Optional[Keys] = None  # the bucket key: the lease taken is signed with it
 
 
 def storage_for(
@@ -53,7 +55,10 @@ def storage_for(
         raise ConfigError(
             [f"storage.{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
         ) from None
-    problems = credential_problems(section, os.environ if env is None else env)
+    from ..objectstore.signing import key_problems
+
+    environ: Mapping[str, str] = os.environ if env is None else env
+    problems = credential_problems(section, environ) + key_problems(section, environ)
     if problems:
         raise ConfigError(problems)
     if must_exist:
@@ -85,11 +90,17 @@ def check(
     force: bool,
     now: float,
     mapping: list[tuple[str, str]],
+    keys: Optional[Keys] = None,
 ) -> Plan:
     """Everything that can refuse a job without touching the mirror, the store or the disk."""
     if cand.manifest is None:
         raise Rejected(cand.problem)
     m, label = cand.manifest, cand.label
+    if cand.untrusted:  # (--force never overrides it: the bucket key is the only proof of who wrote it)
+        raise Untrusted(
+            f"{label}: not adopted: its manifest in the mirror is not trusted: {cand.untrusted}",
+            f"{cand.uid}:untrusted:{cand.content}",
+        )
     local = store.by_uid(cand.uid)
     if local is not None:
         raise Refused(f"{label} is already in this store as job {local.id}")
@@ -98,14 +109,16 @@ def check(
     own = m.get("owner") or {}
     holder = None if own.get("home_id") == home_id else mf.lease_holder(m, now, section.stale_after_minutes * 60)
     if holder and not force:
-        raise Refused(
+        raise Held(
             f"{label} is still owned by {holder}; stop its daemon there (`orch daemon stop` releases it), "
-            "wait until the heartbeat is stale, or adopt with --force if that machine is gone"
+            "wait until the heartbeat is stale (`orch adopt --wait`), or adopt with --force if that machine is gone",
+            cand.uid,
+            str(own.get("home_id") or ""),
         )
     found, to_fetch, problems = datafiles.plan(list(m["data_files"]), mapping)
     if problems:
         raise Refused(f"{label}: its input files are not on this machine:\n  " + "\n  ".join(problems))
-    return Plan(cand, found, to_fetch)
+    return Plan(cand, found, to_fetch, keys)
 
 
 def what_it_runs(m: dict[str, Any]) -> str:

@@ -3,6 +3,7 @@ in turn, and the command's exit code."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable, Optional
 
@@ -10,13 +11,15 @@ from ..spec.config import Config
 from ..model.errors import OrchError, UsageError
 from ..objectstore import manifest as mf
 from ..objectstore.remote import Remote, StorageError
+from ..objectstore.signing import keys_from
 from ..home.paths import Home
 from ..jobs.lifecycle import machine_outgoing
 from ..model.records import Outgoing
 from ..model.states import EventKind
 from ..store import Store
-from .candidates import Refused, choose
+from .candidates import Held, Refused, Untrusted, choose
 from .import_job import Adopted, adopt_one
+from .pending import move_for_holder, park
 from .plan import Plan, check, parse_maps, preview, storage_for
 
 
@@ -34,33 +37,57 @@ def adopt_jobs(
     confirm: Callable[[list[str]], bool],
     now: Optional[float] = None,
     maps: Optional[list[str]] = None,
+    park_held: bool = True,
 ) -> tuple[list[Adopted], list[Refused]]:
     """Returns (adopted jobs, refusals). `confirm` is shown what each job runs and says whether
-    to go on. Raises OrchError for a store that cannot be read."""
+    to go on. Raises OrchError for a store that cannot be read. `park_held`: a job held by the
+    machine a planned move takes it from is left pending here (pending.py), not refused."""
     if not wanted and not take_all:
         raise UsageError("say which jobs: --job ID (repeatable) or --all")
     mapping = parse_maps(maps or [])
     section = storage_for(config, url)
+    keys = keys_from(section, os.environ)  # storage_for refused a key named but missing
     remote = Remote(section)
     home_id = mf.home_identity(home)
     try:
-        chosen = choose(remote, wanted, take_all)
+        chosen = choose(remote, wanted, take_all, keys)
     except StorageError as exc:
         raise OrchError(f"cannot read the mirror: {exc}") from None
     if not chosen:
         say(f"no unfinished jobs in {section.url}")
         return [], []
-    plans, refused = [], []
+    plans: list[Plan] = []
+    refused: list[Refused] = []
     for cand in chosen:
         try:
             plans.append(
                 check(
-                    store, section, cand, home_id, force=force, mapping=mapping, now=time.time() if now is None else now
+                    store,
+                    section,
+                    cand,
+                    home_id,
+                    force=force,
+                    mapping=mapping,
+                    now=time.time() if now is None else now,
+                    keys=keys,
                 )
+            )
+        except Held as exc:
+            move = move_for_holder(remote, cand.uid, exc.holder_home) if park_held else None
+            if move is None:
+                refused.append(exc)
+                warn(f"refused: {exc}")
+                continue
+            park(home, remote.url.raw, cand.uid, list(maps or []), move, time.time() if now is None else now)
+            say(
+                f"pending: {cand.label} is held by the machine {move} takes it from; this machine's daemon "
+                "adopts it when that machine hands it over (`orch daemon start`; `orch adopt --wait` waits here)"
             )
         except Refused as exc:
             refused.append(exc)
             warn(f"refused: {exc}")
+            if isinstance(exc, Untrusted):
+                _report_untrusted(config, store, exc, time.time() if now is None else now)
     if not plans:
         return [], refused
     if not confirm(preview(plans)):
@@ -105,3 +132,16 @@ def _adopted_outgoing(config: Config, plan: Plan) -> Callable[[str], list[Outgoi
         return rows
 
     return build
+
+
+def _report_untrusted(config: Config, store: Store, refusal: Untrusted, now: float) -> None:
+    """The `untrusted` event and its notifications, once per job and manifest content (a bootstrap
+    that retries `orch adopt` reports a forged manifest once)."""
+    detail = str(refusal)
+    store.recovery_event(
+        f"adopt:{refusal.key}",
+        EventKind.UNTRUSTED.value,
+        detail,
+        now,
+        machine_outgoing(config, EventKind.UNTRUSTED, detail),
+    )

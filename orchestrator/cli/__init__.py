@@ -1,6 +1,6 @@
 """The `orch` process: the typer app (app.py, its shared context in context.py) and what only the
-client uses — the views behind status/show/cost, their rendering, logs, `orch run` in the
-foreground, the notify check."""
+client uses — logs, the doctor, the notify check. The verbs parse and print; `orch run`'s
+supervisor is orchestrator/foreground/, the views behind status/show/cost are orchestrator/views/."""
 
 
 def main() -> None:

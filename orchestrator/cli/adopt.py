@@ -4,7 +4,7 @@ orchestrator/adopt/; here: show what each job will run and ask (a terminal), or 
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 NO_TERMINAL = (
     "orch adopt: not adopting: these jobs run their command on this machine with the daemon's "
@@ -45,8 +45,13 @@ def run_adopt(
     force: bool,
     maps: Sequence[str] = (),
     yes: bool = False,
+    wait_s: Optional[float] = None,
 ) -> int:
-    from ..adopt import adopt_jobs, exit_code
+    """`wait_s`: `--wait`: a job whose lease another machine holds is tried again every few seconds
+    until it is adopted (the holder released it or went silent) or `wait_s` pass."""
+    from ..adopt import Refused, adopt_jobs, exit_code
+    from ..adopt.candidates import Held
+    from ..adopt.pending import wait_loop
     from ..home.wake import poke
 
     answered: list[bool] = []
@@ -56,19 +61,36 @@ def run_adopt(
         answered.append(ask(lines))
         return answered[-1]
 
-    adopted, refused = adopt_jobs(
-        home,
-        config,
-        store,
-        url,
-        wanted=jobs,
-        take_all=take_all,
-        force=force,
-        say=print,
-        warn=lambda text: print(text, file=sys.stderr),
-        confirm=confirm,
-        maps=list(maps),
-    )
+    adopted: list[Any] = []
+    refused: list[Refused] = []
+    wanted, every = list(jobs), take_all
+
+    def attempt() -> bool:
+        nonlocal wanted, every, refused
+        got, refused = adopt_jobs(
+            home,
+            config,
+            store,
+            url,
+            wanted=wanted,
+            take_all=every,
+            force=force,
+            say=print,
+            warn=lambda text: print(text, file=sys.stderr),
+            confirm=confirm,
+            maps=list(maps),
+            park_held=wait_s is None,
+        )
+        adopted.extend(got)
+        held = [r.uid for r in refused if isinstance(r, Held)]
+        if wait_s is None or not held or (answered and not answered[-1]):
+            return True
+        wanted, every = held, False
+        print(f"waiting for {len(held)} job(s) held by another machine (`--wait`)...", file=sys.stderr)
+        return False
+
+    if not wait_loop(attempt, wait_s or 0.0):
+        print(f"orch adopt --wait: still held after {wait_s:g} s", file=sys.stderr)
     if adopted and not poke(home.wake_socket):
         print("note: no daemon is running; `orch daemon start` resumes the adopted jobs", file=sys.stderr)
     if answered and not answered[-1]:

@@ -4,18 +4,26 @@ listing and a few small reads per job, nothing written."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from typing import Any, Optional
 
 from ..objectstore import claims as cl
 from ..objectstore import manifest as mf
-from ..objectstore import moves
+from ..objectstore import moves, signing
 from ..objectstore.manifest_model import MAX_MANIFEST_BYTES, ManifestError
 from ..objectstore.manifest_model import parse as parse_manifest
 from ..objectstore.remote import Remote
+from ..model.markets import ON_DEMAND, SPOT
+from ..recovery.deciding import current_market
 
 
-def bucket_rows(remote: Remote, now: float, stale_after_s: float) -> list[dict[str, Any]]:
+def bucket_rows(
+    remote: Remote, now: float, stale_after_s: float, keys: Optional[signing.Keys] = None
+) -> list[dict[str, Any]]:
+    """One row per job. With the bucket key (`keys`), a job whose manifest does not verify says so:
+    `orch watch` will not launch it, and `orch adopt` will not adopt it."""
     rows = []
     for uid in sorted(remote.list_dirs("jobs")):
         key = mf.manifest_key(uid)
@@ -27,7 +35,13 @@ def bucket_rows(remote: Remote, now: float, stale_after_s: float) -> list[dict[s
         except ManifestError as exc:
             rows.append({"uid": uid, "name": "?", "state": "unreadable", "market": "", "machine": "", "note": str(exc)})
             continue
-        rows.append(_row(remote, uid, m, now, stale_after_s))
+        row = _row(remote, uid, m, now, stale_after_s)
+        problem = signing.problem(json.loads(got[0]), keys) if keys is not None else None
+        if problem:
+            row["note"] = f"not trusted (never launched or adopted): {problem}" + (
+                f"; {row['note']}" if row["note"] else ""
+            )
+        rows.append(row)
     return rows
 
 
@@ -36,7 +50,7 @@ def _row(remote: Remote, uid: str, m: dict[str, Any], now: float, stale_after_s:
     claims = cl.read_claims(remote, uid)
     launched = [c for c in claims if c.status == cl.LAUNCHED]
     latest = claims[-1] if claims else None
-    market = launched[-1].market if launched else ""
+    market = holder_market(m, claims) or (launched[-1].market if launched and not _held(own) else "")
     progress = m.get("progress") or {}
     step, total = progress.get("step"), progress.get("total_steps")
     machine, note = _machine(own, now, stale_after_s), ""
@@ -67,6 +81,24 @@ def _row(remote: Remote, uid: str, m: dict[str, Any], now: float, stale_after_s:
     }
 
 
+def _held(own: dict[str, Any]) -> bool:
+    return bool(own.get("home_id")) and not own.get("released")
+
+
+def holder_market(m: dict[str, Any], claims: list[cl.Claim]) -> str:
+    """The market of the machine holding the lease: what it recorded when it adopted (its entry in
+    the manifest's machines), else the launch its lease names -- not the newest launch, which may
+    be a planned move's new machine still coming up. "" when no machine holds the job or none is known."""
+    own = m.get("owner") or {}
+    if not _held(own):
+        return ""
+    for entry in reversed(m.get("machines") or []):
+        if isinstance(entry, dict) and entry.get("home_id") == own.get("home_id") and entry.get("market"):
+            return str(entry["market"])
+    market = current_market(claims, own)
+    return market if market in (SPOT, ON_DEMAND) else ""
+
+
 def _machine(own: dict[str, Any], now: float, stale_after_s: float) -> str:
     name = str(own.get("instance_id") or own.get("host") or "")
     hb = own.get("heartbeat")
@@ -82,10 +114,11 @@ def _hms(ts: Optional[float]) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts)) if isinstance(ts, (int, float)) else "?"
 
 
-def print_bucket_status(rows: list[dict[str, Any]], url: str) -> None:
+def print_bucket_status(
+    rows: list[dict[str, Any]], url: str, machines: Optional[list[dict[str, Any]]] = None, notes: tuple[str, ...] = ()
+) -> None:
     if not rows:
         print(f"no jobs in {url}")
-        return
     for r in rows:
         line = f"{r['uid'][:12]}  {r['name']}  {r['state']}"
         if r["market"]:
@@ -97,6 +130,19 @@ def print_bucket_status(rows: list[dict[str, Any]], url: str) -> None:
         if r["note"]:
             line += f"; {r['note']}"
         print(line)
+    print_machines(machines or [], notes)
+
+
+def print_machines(machines: list[dict[str, Any]], notes: tuple[str, ...] = ()) -> None:
+    """The machines `orch watch` launched (its ledger in the bucket), under the jobs."""
+    from ..recovery.ledger import machine_line
+
+    if machines:
+        print("machines (launched by orch watch):")
+        for record in machines:
+            print("  " + machine_line(record))
+    for note in notes:
+        print(note)
 
 
 def show_bucket_status(config: Any, url: str, as_json: bool) -> None:
@@ -104,10 +150,19 @@ def show_bucket_status(config: Any, url: str, as_json: bool) -> None:
     from ..adopt.plan import storage_for
     from .context import emit_json
 
+    from ..recovery.ledger import read_bucket_ledgers
+
     section = storage_for(config, url, how="orch status --url s3://bucket/prefix", must_exist=True)
     remote = Remote(section)
-    rows = bucket_rows(remote, time.time(), section.stale_after_minutes * 60)
+    rows = bucket_rows(remote, time.time(), section.stale_after_minutes * 60, signing.keys_from(section, os.environ))
+    machines, notes = read_bucket_ledgers(remote)
     if as_json:
+        for row in rows:  # each job's machines, by id and state (the ledger's records in full below the table)
+            row["machines"] = [
+                {k: m.get(k) for k in ("instance_id", "state", "market", "zone", "cost", "stop_error")}
+                for m in machines
+                if row["uid"] in (m.get("jobs") or [])
+            ]
         emit_json(rows)
     else:
-        print_bucket_status(rows, remote.url.raw)
+        print_bucket_status(rows, remote.url.raw, machines, tuple(notes))

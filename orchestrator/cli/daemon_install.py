@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from ..contract import ENV_HOME
+from ..contract import ENV_HOME, atomic_file
 from ..model.errors import OrchError
 from ..home.paths import Home
 
@@ -181,8 +181,8 @@ def install(boot: BootPlan, home: Home, run: Runner) -> list[str]:
     done = []
     if boot.kind == SYSTEMD:
         path = Path(boot.target)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(boot.text)
+        with atomic_file(path, "w") as unit:  # systemd never reads half a unit (a full disk, a crash)
+            unit.write(boot.text)
         done.append(f"wrote {path}")
         scope = ["--user"] if boot.user_unit else []
         for argv in (["systemctl", *scope, "daemon-reload"], ["systemctl", *scope, "enable", boot.name]):

@@ -3,7 +3,7 @@ pid file, lock, stale state), the store (SQLite integrity, permissions, schema v
 running job (supervisor and job processes alive, progress fresh), orphan processes, free disk
 where checkpoints go against the newest checkpoint's size, the config (as `config check`), the
 notifiers (reachable: DNS and a TCP connect, nothing sent), the clock, and on Ray whether the nodes
-share the run folders. Every problem comes with the command that fixes it. Exit 0 healthy, 1
+share the run folders and whether the head's Jobs API is plain HTTP on a public address. Every problem comes with the command that fixes it. Exit 0 healthy, 1
 problems found. Reads only: never migrates the store, signals a process or sends a message (on Ray
 it runs one tiny probe job, the only thing it starts)."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..home.paths import Home
-from .doctor_config import check_config, check_notifiers
+from .doctor_config import check_config, check_notifiers, check_ray_address
 from .doctor_findings import BAD, OK, Finding
 from .doctor_home import check_clock, check_daemon, check_disk, check_store
 from .doctor_jobs import check_jobs, check_orphans
@@ -40,17 +40,18 @@ def run_checks(home: Home, config_path: Path, config_required: bool, *, now: Opt
     out.extend(config_findings)
     if config is not None:
         check_notifiers(config, out)
-    if config is not None and config.executor.kind == "ray":
-        check_ray_shared_folder(home, config, out)
+        check_executor(home, config, out)
+    if config is not None and config.executor.kind == "ray":  # a dashboard open to the world: a warning
+        check_ray_address(config.ray.address, out)
     check_clock(home, out, now)
     return out
 
 
-def check_ray_shared_folder(home: Home, config, out: list[Finding]) -> None:
-    """On Ray the run folders must be on a filesystem every node shares (docs/ray.md): one tiny Ray
-    job reads a file written here and writes one back (the only thing doctor starts)."""
-    from ..executors import check_ray_shared
+def check_executor(home: Home, config, out: list[Finding]) -> None:
+    """The configured executor's own checks, as its kind declares them (model/executor_kinds.py):
+    on Ray, that the run folders are on a filesystem every node shares (one tiny Ray job reads a
+    file written here and writes one back: the only thing doctor starts)."""
+    from ..executors import run_doctor_checks
 
-    ok, text = check_ray_shared(config, home)
-    fix = "put ORCH_HOME on a filesystem every Ray node mounts at the same path (NFS, EFS, Filestore, ...)"
-    out.append(Finding("ray", OK if ok else BAD, text, "" if ok else fix))
+    for area, ok, text, fix in run_doctor_checks(config, home):
+        out.append(Finding(area, OK if ok else BAD, text, "" if ok else fix))

@@ -7,11 +7,11 @@ import os
 from dataclasses import replace
 from typing import Any, Optional
 
+from ..model.executor_kinds import executor_kind
 from ..host import procs
 from ..contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_RUN_DIR
-from ..executors.base import SUPERVISOR_MODULE
 from ..home.paths import Home
-from ..model.records import Job
+from ..model.records import SUPERVISOR_MODULE, Job
 from ..model.states import JobState
 from .doctor_findings import BAD, OK, WARN, Finding
 
@@ -37,6 +37,7 @@ def check_jobs(
         return
     executor = build_executor(config or load_config(None), home)
     try:
+        executor.exchange(running, now)  # no daemon lock here: the look is made in this process
         executor.refresh(running, now)
     except Exception as exc:  # a cluster queue that cannot be asked: say so, do not guess
         out.append(
@@ -65,7 +66,11 @@ def check_jobs(
             )
             continue
         # The job's own pid means something only on this machine (a Slurm step runs on a node).
-        info = (read_json(run_dir / attempt_pid(job.attempt)) or {}) if executor.name == "local" else {}
+        info = (
+            (read_json(run_dir / attempt_pid(job.attempt)) or {})
+            if executor_kind(executor.name).on_this_machine
+            else {}
+        )
         job_alive = is_alive(info.get("job_pid"), info.get("job_start"))
         if not executor.alive(job):
             if job_alive:

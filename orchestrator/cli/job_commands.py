@@ -51,7 +51,8 @@ def submit(
         job_toml, now, machine_gpus, config.executor.kind, python=ctx.home.job_python(sys.executable), home=ctx.home
     )
     if estimate_first:
-        from .estimate import ask_after, estimate_data
+        from ..jobs.estimate import estimate_data
+        from .estimate import ask_after
 
         ask_after(
             estimate_data(store, ctx.home, config, job_toml, now, daemon_running=daemon_pid(ctx.home) is not None), yes
@@ -128,7 +129,9 @@ def estimate(
     run to its end)."""
     from ..planning.capacity import gpu_slots
     from ..sweeps.spec import is_sweep_file, load_sweep
-    from .estimate import estimate_data, estimate_text, public, sweep_bound
+    from ..jobs.estimate import estimate_data, public
+    from ..planning.speed_range import sweep_bound
+    from ..views.estimate import estimate_text
     from .sweep_commands import admit_sweep
 
     # What submit would refuse, before a probe is paid for (the instant checks, then the
@@ -164,15 +167,15 @@ def run(
     resume: Optional[int] = typer.Option(None, "--resume", help="Continue job ID from its latest checkpoint."),
 ) -> None:
     """Record a job like submit, then run it here in the foreground (no daemon)."""
+    from ..foreground.supervisor import run_foreground
     from ..planning.capacity import machine_gpus
-    from .foreground import run_foreground
 
     if (job_toml is None) == (resume is None):
         raise typer.BadParameter("give a job file or --resume ID (one of them)")
     if job_toml is not None:  # the same checks as submit, before anything is recorded; it runs here
         _preflight(job_toml, time.time(), len(machine_gpus(ctx.config())), "local")
     _refuse_when_the_total_budget_is_spent()
-    code = run_foreground(ctx.home.ensure(), ctx.store(), ctx.config(), job_toml=job_toml, resume_id=resume)
+    code = run_foreground(ctx.home.ensure(), ctx.store(), ctx.config(), job_toml=job_toml, resume_id=resume, say=err)
     raise typer.Exit(code)
 
 
@@ -308,13 +311,20 @@ def retry(
         help="Go on in the environment as it is now: later attempts are compared with it instead of the "
         'first attempt\'s (after an on_env_change = "stop").',
     ),
+    gpus: Optional[int] = typer.Option(
+        None,
+        "--gpus",
+        min=0,
+        help="Resume on this many GPUs: the checkpoint is resharded and the effective batch kept "
+        "(accumulation adjusted; refused when it cannot be).",
+    ),
 ) -> None:
     """Put a failed, cancelled or stopped job back in the queue; it resumes from its latest checkpoint."""
     from ..jobs.lifecycle import retry_job
 
     if accept_env:
         accept_current_environment(job_id)
-    job = retry_job(ctx.store(), ctx.config(), ctx.home, job_id, time.time(), budget=budget, hours=hours)
+    job = retry_job(ctx.store(), ctx.config(), ctx.home, job_id, time.time(), budget=budget, hours=hours, gpus=gpus)
     print(f"job {job.id} ({job.name}) queued again; it resumes from its latest checkpoint")
     if not poke(ctx.home):
         err("note: no daemon is running; start one with `orch daemon start`")

@@ -33,6 +33,7 @@ def launch(
     """Put a job straight into the bucket; `orch watch` places it on a machine (docs/recovery.md)."""
     from ..adopt.plan import storage_for
     from ..objectstore.remote import Remote
+    from ..objectstore.signing import keys_from
 
     from ..model.errors import UsageError
     from ..sweeps.spec import is_sweep_file
@@ -40,7 +41,9 @@ def launch(
     if is_sweep_file(job_toml):
         raise UsageError(f"{job_toml}: a [sweep] file runs its trials on one machine: `orch submit` it there")
     config = ctx.config()
-    section = storage_for(config, url, how="orch launch JOB.toml --url s3://bucket/prefix")
+    # A file:// folder that is not there (a typo, a disk not mounted) would be a new bucket no
+    # `orch watch` reads: refused, as `orch storage check` and `orch watch` refuse it.
+    section = storage_for(config, url, how="orch launch JOB.toml --url s3://bucket/prefix", must_exist=True)
     with _with_deadline(job_toml, deadline) as path:
         from .job_commands import _preflight
 
@@ -49,7 +52,7 @@ def launch(
         _deadline_within_estimate(path, job_toml, now)
         manifest = _manifest(config, path, job_toml, now)
     remote = Remote(section)
-    put_launched(ctx.store(), remote, manifest, now)
+    put_launched(ctx.store(), remote, manifest, now, keys_from(section, os.environ))
     uid, name = manifest["uid"], manifest["name"]
     if as_json:
         emit_json({"uid": uid, "name": name, "url": remote.url.raw})
@@ -82,14 +85,16 @@ def _deadline_within_estimate(path: Path, original: Path, now: float) -> None:
     )
 
 
-def put_launched(store: Any, remote: Any, manifest: dict[str, Any], now: float) -> None:
+def put_launched(store: Any, remote: Any, manifest: dict[str, Any], now: float, keys: Any = None) -> None:
     """Remember the job as this home's (first: a crash between the two leaves a record for
-    nothing, never a job in the bucket `orch watch` here refuses), then create its manifest."""
+    nothing, never a job in the bucket `orch watch` here refuses), then create its manifest,
+    signed with the bucket key where [storage] names one (`orch watch` anywhere then trusts it)."""
     from ..objectstore import manifest as mf
+    from ..objectstore import signing
     from ..recovery.controller import launch_key
 
     store.recovery_mark(launch_key(manifest["uid"]), now)
-    remote.cas_put(mf.manifest_key(manifest["uid"]), mf.dump(manifest), None)
+    remote.cas_put(mf.manifest_key(manifest["uid"]), mf.dump(signing.sign(manifest, keys)), None)
 
 
 def _manifest(config: Any, path: Path, original: Path, now: float) -> dict[str, Any]:

@@ -77,7 +77,9 @@ def submit_sweep(
         home=ctx.home,  # its warm pre-flight, when it runs
     )
     if estimate:
-        from .estimate import ask_after, estimate_data, sweep_bound
+        from ..jobs.estimate import estimate_data
+        from ..planning.speed_range import sweep_bound
+        from .estimate import ask_after
 
         data = estimate_data(
             ctx.store(),

@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 
+from ..model.executor_kinds import executor_kind
 from .context import app, config_app, ctx, err, notify_app, storage_app
 
 
@@ -44,7 +45,7 @@ def config_check(path: Optional[Path] = typer.Argument(None, help="config.toml (
 
     for warning in secrets_in_the_file(config.notifiers, label=str(target)):
         err(f"warning: {warning}")
-    if config.executor.kind != "slurm":  # on Slurm the GPUs are the cluster's, not this login node's
+    if executor_kind(config.executor.kind).on_this_machine:  # a cluster's GPUs are not this login node's
         from ..host.gpus import absent_gpus_problem, discover
 
         gpus = absent_gpus_problem(config.daemon.gpus, discover())
@@ -78,6 +79,12 @@ def adopt(
     force: bool = typer.Option(False, "--force", help="Adopt even if its owner's heartbeat is fresh."),
     maps: List[str] = typer.Option([], "--map", help="OLD=NEW: look for input files under OLD at NEW (repeatable)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Adopt without asking (scripts); the list is still printed."),
+    wait: bool = typer.Option(
+        False, "--wait", help="A job another machine still holds: wait until it is released or goes stale, then adopt."
+    ),
+    wait_timeout: float = typer.Option(
+        3600.0, "--wait-timeout", help="With --wait: give up after this many seconds.", min=1.0
+    ),
 ) -> None:
     """Take unfinished jobs over from another machine's mirror and queue them to resume here.
     Each adopted job runs its command here with the daemon's environment: read the list it shows."""
@@ -94,6 +101,7 @@ def adopt(
             force=force,
             maps=maps,
             yes=yes,
+            wait_s=wait_timeout if wait else None,
         )
     )
 

@@ -4,6 +4,7 @@ Here: the config checks, the loop, its output, and the controller's own outbox."
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -12,31 +13,37 @@ from typing import Any, Optional
 
 from ..model.errors import ConfigError
 from ..redaction import redact
-
-
-def waiting_line(row: dict[str, Any], now: float) -> str:
-    """One watched job for people: `orch watch`'s output and `orch status` in the controller's home."""
-    from ..cost.money import format_duration
-
-    text = f"{row['uid'][:12]}  {row['name'] or '?'}  {row['state']}"
-    if row.get("waiting_since") and row["state"] in ("waiting", "launching", "left alone"):
-        since = time.strftime("%H:%M:%S", time.localtime(row["waiting_since"]))
-        text += f" for a replacement machine since {since} ({format_duration(now - row['waiting_since'])})"
-    if row.get("launches"):
-        text += f"; {row['launches']} launch(es)"
-    if row.get("market"):
-        text += f", {row['market']}"
-    if row.get("note"):
-        text += f"; {row['note']}"
-    return text
+from ..views.recovery import waiting_line, waiting_rows
 
 
 def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool) -> int:
+    """One controller per home (home/watch_lock.py); the provider commands still running are
+    killed with their process groups however the loop ends (SIGTERM, SIGINT, an error, --once)."""
+    from ..home.watch_lock import WatchLock
+    from ..recovery import groups
+
+    lock = WatchLock(home)
+    lock.acquire()
+    try:
+        return _watch(home, config, store, url, once=once)
+    finally:
+        killed = groups.kill_all()
+        if killed:
+            print(
+                f"{time.strftime('%H:%M:%S')} killed {len(killed)} provider command(s) still running "
+                f"(process group(s) {', '.join(map(str, killed))}): counted as not done",
+                flush=True,
+            )
+        lock.release()
+
+
+def _watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool) -> int:
     from ..adopt.plan import storage_for
     from ..jobs.notify import build_channels
     from ..daemon.outbox import OutboxSender
     from ..objectstore import manifest as mf
     from ..objectstore.remote import Remote, StorageError
+    from ..objectstore.signing import keys_from
     from ..recovery.controller import Controller
     from ..recovery.launcher import Launcher
     from ..recovery.build import build_provider
@@ -47,6 +54,7 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
             [f"{where}: recovery: no [recovery] table; `orch watch` needs one (provider, launch: docs/recovery.md)"]
         )
     section = storage_for(config, url, how="orch watch s3://bucket/prefix", must_exist=True)
+    keys = keys_from(section, os.environ)
     remote = Remote(section)
     provider = build_provider(config.recovery)
     sender = OutboxSender(
@@ -63,9 +71,10 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
     # Provider calls off the loop (a hanging launch never stalls the others); at once with --once.
     launcher = None if once else Launcher(config.recovery.launch_timeout_minutes * 60)
     controller = Controller(
-        config, store, remote, provider, controller_id=mf.home_identity(home), say=say, launcher=launcher
+        config, store, remote, provider, controller_id=mf.home_identity(home), say=say, launcher=launcher, keys=keys
     )
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    print(f"orch watch: {controller.gate.start_line()}", file=sys.stderr if once else sys.stdout, flush=True)
     stop = threading.Event()
     if not once:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -74,8 +83,10 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
             f"watching {remote.url.raw} every {config.recovery.poll_seconds:g} s "
             f"(provider {provider.name}; a lease silent {config.storage.stale_after_minutes:g} min is lost)"
         )
+    from ..home.watch_lock import record_pass
+
     shown: dict[str, str] = {}
-    failures = 0
+    failures = passes = 0
     while True:
         try:
             views = controller.pass_once()
@@ -86,7 +97,13 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
             if once:
                 return 1
             views = []
+        passes += 1
+        record_pass(home, passes, time.time())
         sender.deliver_due(time.time())
+        pool = controller.pool_note()
+        if pool and pool != shown.get("", ""):
+            say(pool)
+        shown[""] = pool
         now = time.time()
         for row in store.recovery_rows():
             if row["url"] != remote.url.raw:
@@ -116,11 +133,7 @@ def _next_look(controller: Any, poll_s: float) -> float:
 
 
 def status_note(store: Any, out: Optional[Any] = None) -> None:
-    """`orch status` in a home where `orch watch` runs: the jobs waiting for a replacement machine."""
-    try:
-        rows = [r for r in store.recovery_rows() if r["state"] in ("waiting", "launching", "left alone")]
-    except Exception:  # an older store (no recovery table yet): nothing to say
-        return
+    """`orch status` in a home where `orch watch` runs: the jobs waiting for a machine (views/recovery.py)."""
     now = time.time()
-    for row in rows:
+    for row in waiting_rows(store):
         print("recovery: " + waiting_line(row, now), file=out or sys.stderr)

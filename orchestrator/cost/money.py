@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Optional, Sequence
+
+from ..model.executor_kinds import executor_kind
+from ..model.markets import ON_DEMAND
 
 if TYPE_CHECKING:  # only for the annotation: money.py stays importable without the config's pydantic
     from ..spec.config import Config
 
 JobId = Hashable
-
-# The executors whose jobs are billed by allocation (a cluster's GPUs while allocated), with no
-# machine of ours: the executors' own `bills_by_allocation` says the same (a test holds them equal).
-ALLOCATION_BILLED = frozenset({"slurm", "ray"})
 
 
 @dataclass(frozen=True)
@@ -36,7 +35,7 @@ class Pricing:
         one (the daemon, `orch run`, `orch estimate`, the reports): on a cluster executor the
         instance price is not ours to pay, so it is dropped here rather than at each caller."""
         p = config.pricing
-        by_allocation = config.executor.kind in ALLOCATION_BILLED
+        by_allocation = executor_kind(config.executor.kind).bills_by_allocation
         return cls(
             currency=p.currency,
             gpu_hour=p.gpu_hour,
@@ -45,9 +44,29 @@ class Pricing:
             on_demand_gpu_hour=p.on_demand_gpu_hour,
         )
 
-    def machine_hour(self, managed_gpus: int) -> float:
-        """What one hour of daemon uptime costs, busy or not."""
-        return self.instance_hour + self.gpu_hour * managed_gpus
+    @classmethod
+    def of(cls, pricing: Any) -> "Pricing":
+        """A Pricing as it is, or one from a [pricing] table as written (a machine orch watch
+        launches pays its instance price whatever this home's executor)."""
+        if isinstance(pricing, Pricing):
+            return pricing
+        return cls(
+            currency=pricing.currency,
+            gpu_hour=pricing.gpu_hour,
+            instance_hour=pricing.instance_hour,
+            spot=pricing.spot,
+            on_demand_gpu_hour=pricing.on_demand_gpu_hour,
+        )
+
+    def machine_hour(self, gpus: int, market: Optional[str] = None) -> float:
+        """THE price of an hour: a machine with `gpus` GPUs, busy or not (the daemon's uptime, `orch
+        run`'s share, an estimate, the bill, the recovery controller's budget and policy). On
+        `market` ON_DEMAND a GPU costs [pricing] on_demand_gpu_hour when it is given; otherwise,
+        and on spot, gpu_hour. A machine without GPUs costs its instance alone."""
+        gpu = self.gpu_hour
+        if market == ON_DEMAND and self.on_demand_gpu_hour is not None:
+            gpu = self.on_demand_gpu_hour
+        return self.instance_hour + gpu * gpus
 
 
 # --- the one formula ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 from typing import Callable, Optional, cast
 
+from ..model.executor_kinds import executor_kind
 from ..spec.config import Config
 from ..contract import PROGRESS, attempt_log, attempt_pid, read_json
 from ..cost.money import Pricing, Span, split_spans
@@ -68,7 +69,7 @@ def bill_missed(store: Store, config: Config, home: Home, executor: Executor, ma
     The machine's idle share of that time is billed too, up to the last of those ends: after it,
     nothing shows that the machine was up. Returns the seconds billed."""
     since = store.ledger().get("accrued_until")
-    if since is None or executor.bills_by_allocation:
+    if since is None or executor_kind(executor.name).bills_by_allocation:
         return 0.0
     spans = []
     for job in store.jobs([JobState.RUNNING]):

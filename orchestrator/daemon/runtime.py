@@ -4,6 +4,8 @@ at once instead of at the next tick, and the orderly stop on SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import logging.handlers
 import signal
@@ -21,7 +23,7 @@ from ..jobs.notify import build_channels
 from ..spec.config import Config, preemption_file
 from ..home.daemon_lock import DaemonLock
 from ..home.paths import Home
-from ..home.wake import WARM_PREFLIGHT, listen
+from ..home.wake import COUNTERS, WARM_PREFLIGHT, listen
 from ..model.states import EventKind, JobState, notice_detail
 from ..store import Store
 from .tick import Daemon
@@ -229,10 +231,13 @@ class DaemonRuntime:
         from .mtbf import update_mtbf  # [checkpoint] every = "auto" reads it from the job's environment
 
         sched.add_job(update_mtbf, "interval", args=[self], seconds=60, id="mtbf", next_run_time=now)
+        from .pending_adopt import schedule_pending_adoptions  # a planned move's hand-over, adopted when it comes
+
+        schedule_pending_adoptions(self, sched, now)
         log.info(
             "daemon started: home %s, GPUs %s, CPU slots %s",
             self.home.root,
-            self.daemon.managed or "none",
+            self.daemon.gpus_said(),
             self.config.daemon.cpu_slots,
         )
         while not self.stop_event.wait(0.5):
@@ -268,18 +273,21 @@ class DaemonRuntime:
     def _listen_loop(self, sock: Any) -> None:
         while not self.stop_event.is_set():
             try:
-                what, _ = sock.recvfrom(64)
+                what, sender = sock.recvfrom(64)
             except TimeoutError:
                 continue
             except OSError:
                 return
+            if what == COUNTERS:  # a question, not a nudge: answered, nothing done
+                with contextlib.suppress(OSError):
+                    sock.sendto(json.dumps(self.daemon.counters()).encode(), sender)
+                continue
             if what == WARM_PREFLIGHT:
                 self.want_warm_preflight()
             self.poke()
 
     def signal_stop(self) -> list[int]:
-        """Nothing new starts; every running job gets SIGTERM (once: a second call signals none
-        again) and the mirror goes urgent. The running jobs' ids."""
+        """Nothing new starts; every running job gets SIGTERM once; the mirror goes urgent. Their ids."""
         self.daemon.stopping = True
         if self.mirror is not None:
             self.mirror.on_notice()

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from typing import Optional
 
 from ..jobs.attempts import begin_attempt
-from ..contract import attempt_log, write_exit_record
+from ..contract import EX_CONFIG, attempt_log, write_exit_record
+from ..jobs.absent_gpus import absent_gpus_reason, refuse_attempt
 from ..planning.dispatch import choose_slot, edf_order, free_slots, hold_reason
 from ..host.env_observe import Observed
 from ..host.procs import is_alive
+from ..model.executor_kinds import executor_kind
 from ..model.records import FOREGROUND_PID, FOREGROUND_START, AttemptLaunch, Job
 from ..model.states import EventKind, JobState
 from .guard import fail_job, reason_for
@@ -82,7 +83,7 @@ def dispatch(d: StepContext, now: float) -> list[int]:
     return started
 
 
-def start(d: StepContext, job: Job, gpu_ids: list[int], now: float, observed: Optional[Observed] = None) -> bool:
+def start(d: StepContext, job: Job, gpu_ids: list[int], now: float, observed: Observed) -> bool:
     try:
         begun = begin_attempt(
             d.store,
@@ -110,6 +111,13 @@ def start(d: StepContext, job: Job, gpu_ids: list[int], now: float, observed: Op
     d.announce(job, begun.job, EventKind.RESUMED if begun.resume_step is not None else EventKind.STARTED)
     for kind in begun.also:
         d.on_event(kind.value, begun.job)
+    here = executor_kind(d.executor.name).on_this_machine  # a cluster places GPUs on its nodes
+    absent = absent_gpus_reason(begun.launch, observed.machine[1]) if here else None
+    if absent:  # GPUs nvidia-smi does not show: a configuration error, settled by the reap (exit 78)
+        log.error("job %s: attempt %s not started: %s", job.id, begun.launch.attempt, absent)
+        refuse_attempt(begun.launch, absent)
+        write_exit_record(begun.launch.run_dir, begun.launch.attempt, EX_CONFIG, None, now, now)
+        return True
     try:
         handle = d.executor.start(begun.launch)
     except Exception as exc:  # any type: one job that cannot start must not stop the ones behind it

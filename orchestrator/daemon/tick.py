@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Optional
 
+from ..model.executor_kinds import executor_kind
 from ..spec.config import Config
 from ..model.errors import InvalidTransition
 from ..executors import build_executor
@@ -25,6 +26,7 @@ from ..model.states import EventKind, Intent, JobState
 from ..store import Store
 from . import guard, reap, spawn, stop_requests, watchdog
 from .accounting import accrue_interval, bill_missed
+from .executor_io import ExecutorIO
 from .health_watch import LossFlatWatch
 from .prestart import Prestart
 from .sweep_step import advance_sweeps
@@ -50,6 +52,7 @@ class Daemon:
         self.environ = dict(os.environ if environ is None else environ)
         # Each running attempt is watched by the executor that started it (executors/by_kind.py).
         self.executor: Executor = build_executor(config, home, executor)
+        self.io = ExecutorIO(self.executor)  # the executor's network half, off the lock (executor_io.py)
         self.managed = gpu_slots(config) if gpu_ids is None else list(gpu_ids)  # as the CLI counts them
         self.on_event = on_event or (lambda kind, job: None)  # hooks, after the transition commits
         self.lock = threading.RLock()  # tick, the preemption watcher and shutdown take turns
@@ -57,6 +60,7 @@ class Daemon:
         self.prestart = Prestart()  # what a job start needs that is slow to learn, learnt off the lock
         self.notice_active = False
         self.stopping = False
+        self.ticks = 0  # ticks done (asked on the wake socket: tests wait on it instead of sleeping)
         self.last_accrual: Optional[float] = None
         self.had_work = False
         self.watchdog = watchdog.Watchdog()
@@ -67,6 +71,7 @@ class Daemon:
     def recover(self, now: float) -> None:
         """Before the first tick: read exits written while no daemon ran, adopt attempts that
         still run (checked by the executor: pid AND start time locally), requeue the lost ones."""
+        self.io.run(self.store.jobs([JobState.RUNNING]), now)  # a first look at the cluster, off the lock
         with self.lock:
             running = self.store.jobs([JobState.RUNNING])
             self.executor.refresh(running, now)
@@ -97,6 +102,13 @@ class Daemon:
                     if self.stopping and name in STARTS_WORK:
                         continue
                     guard.step(name, run, now)
+            # The starts and stops the steps asked for, sent off the lock, and a look at the
+            # cluster: its answers are applied by the next tick's refresh (executor_io.py).
+            guard.step("exchange", self.exchange, now)
+            self.ticks += 1
+
+    def exchange(self, now: float) -> None:
+        self.io.run(self.store.jobs([JobState.RUNNING]), now)
 
     def learn_starts(self, now: float) -> None:
         self.prestart.learn(self, now)
@@ -120,7 +132,8 @@ class Daemon:
         ]
 
     def refresh_attempts(self, now: float) -> None:
-        """One look at every running attempt (a batched squeue on Slurm)."""
+        """What the executor heard of every running attempt, applied (no network: the exchange
+        after the steps asks, off the lock)."""
         self.executor.refresh(self.store.jobs([JobState.RUNNING]), now)
 
     def watch_hangs(self, now: float) -> None:
@@ -198,7 +211,7 @@ class Daemon:
             len(self.managed),
             max(last, now - 60.0),
             now,
-            billable=self.executor.billable if self.executor.bills_by_allocation else None,
+            billable=self.executor.billable if executor_kind(self.executor.name).bills_by_allocation else None,
         )
         # Only once written: a failed write leaves the interval to the next tick, not lost.
         self.last_accrual = now
@@ -242,6 +255,21 @@ class Daemon:
                     stop_requests.signal_job(self, job, Intent.PREEMPT, now, reason)
                     signalled.append(job.id)
             return signalled
+
+    def counters(self) -> dict[str, int]:
+        """Ticks and executor exchanges done: what a test waits on before it asserts that nothing
+        happened (asked on the wake socket, home/wake.counters)."""
+        return {"ticks": self.ticks, "exchanges": self.io.finished}
+
+    def gpus_said(self) -> str:
+        """The GPUs this daemon hands out, for its start line: this machine's, or a cluster's as
+        its executor last heard of them (not `[ray] max_gpus`'s 64 slot numbers)."""
+        kind = executor_kind(self.executor.name)
+        if kind.on_this_machine:
+            return str(self.managed or "none")
+        seen = self.executor.cluster_gpus()
+        heard = f"{seen[1]:g} in all, {seen[0]:g} in use" if seen is not None else "placed by the cluster"
+        return f"the {kind.name} cluster's ({heard}; orch keeps at most {kind.max_gpus(self.config)} busy)"
 
     def running_count(self, *, own_only: bool = False) -> int:
         """Running jobs; `own_only`: not those an `orch run` runs beside the daemon."""

@@ -20,6 +20,7 @@ from ..store import Store
 from ..views.cost_report import cost_data
 from ..views.job_view import job_view
 from ..views.queue_view import queue_view
+from ..views.recovery import waiting_rows
 
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 32768
@@ -39,18 +40,8 @@ def queue(store: Store, home: Home, config: Config, now: float) -> dict[str, Any
         "currency": config.pricing.currency,
         "daemon_pid": daemon_pid(home),
         "jobs": active + done,
-        "recovery": waiting_for_machines(store),
+        "recovery": waiting_rows(store),  # `orch watch` runs from this home: the jobs it waits on a machine for
     }
-
-
-def waiting_for_machines(store: Store) -> list[dict[str, Any]]:
-    """`orch watch` runs from this home: the jobs waiting for a replacement machine, and since when."""
-    try:
-        rows = store.recovery_rows()
-    except Exception:  # an older, read-only store without the table: nothing to show
-        return []
-    keep = ("uid", "name", "state", "waiting_since", "launches", "market", "note")
-    return [{k: r[k] for k in keep} for r in rows if r["state"] in ("waiting", "launching", "left alone")]
 
 
 def log_tail(run_dir: Path, attempt: int) -> str:

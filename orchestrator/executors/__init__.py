@@ -1,11 +1,16 @@
 """How attempts run: the interface the daemon's tick uses (base.py) and its implementations
 (local.py: a supervisor process per attempt on this machine; slurm.py: one sbatch per attempt;
 ray.py: one Ray job per attempt), behind by_kind.py, which sends each job's calls to the executor
-that started its attempt."""
+that started its attempt. Which class each kind is, and what it declares (billing, GPUs, nodes,
+doctor checks), is model/executor_kinds.py's table: nothing here names a kind."""
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Optional
+
+from ..model.executor_kinds import KINDS, executor_kind
+from ..model.records import LOCAL
 
 if TYPE_CHECKING:
     from ..spec.config import Config
@@ -30,16 +35,13 @@ def build_executor(config: "Config", home: "Home", configured: Optional["Executo
 
 
 def executor_of_kind(kind: str, config: "Config", home: "Home") -> "Executor":
-    """One executor: "slurm" ([slurm]), "ray" ([ray]), else local (also `orch run`'s attempts)."""
-    if kind == "slurm":
-        from .slurm import SlurmExecutor
-
-        return SlurmExecutor(home, config.slurm)
-    if kind == "ray":
-        from .ray import RayExecutor
-
-        return RayExecutor(home, config.ray)
-    return build_local_executor(home)
+    """One executor of the kind model/executor_kinds.py names: its class, built on its config
+    table ([slurm], [ray]) when it has one. A row of a kind no longer known runs as local (an
+    `orch run` attempt is local)."""
+    found = KINDS.get(kind) or executor_kind(LOCAL)
+    module, _, name = found.builder.partition(":")
+    cls = getattr(importlib.import_module(module), name)  # only the configured kinds are ever imported
+    return cls(home, getattr(config, found.section)) if found.section else cls(home)
 
 
 def build_local_executor(home: "Home") -> "LocalExecutor":
@@ -49,8 +51,12 @@ def build_local_executor(home: "Home") -> "LocalExecutor":
     return LocalExecutor(home)
 
 
-def check_ray_shared(config: "Config", home: "Home") -> tuple[bool, str]:
-    """`orch doctor` on Ray: whether a file the daemon writes is visible to a job on a GPU node."""
-    from .ray_shared import check_shared_with_ray
-
-    return check_shared_with_ray(home, config.ray)
+def run_doctor_checks(config: "Config", home: "Home") -> list[tuple[str, bool, str, str]]:
+    """`orch doctor`'s checks the configured kind declares: (area, ok, text, fix) for each."""
+    kind = executor_kind(config.executor.kind)
+    found = []
+    for ref in kind.doctor_checks:
+        module, _, name = ref.partition(":")
+        ok, text, fix = getattr(importlib.import_module(module), name)(config, home)
+        found.append((kind.name, ok, text, fix))
+    return found

@@ -16,24 +16,23 @@ from ..model.records import AttemptLaunch, Job
 __all__ = ["AttemptLaunch", "Executor"]
 
 
-# The local executor's per-attempt parent process (doctor recognises it by this in a command line).
-SUPERVISOR_MODULE = "orchestrator.executors.supervisor"
-
-
 class Executor(Protocol):
-    name: str
-    # How cost accrues (docs/cost.md): False — this machine's uptime is split among running jobs
-    # and the rest is idle; True — only what a job holds while it runs is charged (a cluster
-    # allocation: pending costs nothing, and there is no idle machine of ours).
-    bills_by_allocation: bool
+    name: str  # its kind: what it declares (billing, GPUs, nodes, doctor) is model/executor_kinds.py's
 
     def start(self, launch: AttemptLaunch) -> dict[str, Any]:
         """Start the attempt. Returns the job-row columns that name it (its handle), which the
         tick stores as they are. Raises OSError when it cannot be started at all."""
 
+    def exchange(self, jobs: Sequence[Job], now: float) -> None:
+        """The network half, run by the daemon on its own thread OFF the tick's lock, with a bound
+        (daemon/executor_io.py): send the starts and stops the tick asked for, then one batched
+        look at the cluster (a Ray head's job list; local: nothing). Whatever it waits on, a
+        preemption notice still reaches every job the daemon can signal. What it heard is applied
+        by the next `refresh`; no other method calls the network."""
+
     def refresh(self, jobs: Sequence[Job], now: float) -> None:
-        """Once per tick, before the other calls: one batched look at every tracked attempt
-        (a cluster queue query; local: collect exited children)."""
+        """Once per tick, under the tick's lock, before the other calls: what the last exchange
+        heard applied to every tracked attempt (local: collect exited children). No network."""
 
     def adopt(self, job: Job) -> Optional[dict[str, Any]]:
         """A running job whose handle was never recorded (the daemon died between start and
@@ -72,6 +71,10 @@ class Executor(Protocol):
     def notice(self, job: Job) -> Optional[str]:
         """Why the attempt's machine is going away, heard by the executor (a Ray node draining for
         a spot preemption): the daemon stops it as for a preemption notice. None: no notice."""
+
+    def cluster_gpus(self) -> Optional[tuple[float, float]]:
+        """(GPUs in use, GPUs in all) as the cluster last said (Ray); None where it is not known or
+        the GPUs are this machine's. Only words: the dispatch asks gpu_room."""
 
     def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
         """How many GPUs new attempts may take now, and the words for a GPU job that waits: a

@@ -28,7 +28,6 @@ class ExecutorsByKind:
         self.config, self.home = config, home
         self.configured = configured
         self.name = configured.name
-        self.bills_by_allocation = configured.bills_by_allocation
         self._build = build  # kind -> a new executor of that kind (only when a job needs it)
         self._by_kind: dict[str, "Executor"] = {configured.name: configured}
 
@@ -53,13 +52,24 @@ class ExecutorsByKind:
     def start(self, launch: AttemptLaunch) -> dict[str, Any]:
         return self.configured.start(launch)
 
-    def refresh(self, jobs: Sequence[Job], now: float) -> None:
+    def _by_executor(self, jobs: Sequence[Job]) -> list[tuple["Executor", list[Job]]]:
+        """The jobs grouped by the executor that watches them; the configured one always listed."""
         groups: dict[str, list[Job]] = {self.configured.name: []}
         for job in jobs:
             groups.setdefault(self.kind_of(job), []).append(job)
-        for kind, some in groups.items():
-            if kind == self.configured.name or some:
-                (self._by_kind.get(kind) or self.for_job(some[0])).refresh(some, now)
+        return [
+            (self._by_kind.get(kind) or self.for_job(some[0]), some)
+            for kind, some in groups.items()
+            if kind == self.configured.name or some
+        ]
+
+    def exchange(self, jobs: Sequence[Job], now: float) -> None:
+        for executor, some in self._by_executor(jobs):
+            executor.exchange(some, now)
+
+    def refresh(self, jobs: Sequence[Job], now: float) -> None:
+        for executor, some in self._by_executor(jobs):
+            executor.refresh(some, now)
 
     def adopt(self, job: Job) -> Optional[dict[str, Any]]:
         return self.for_job(job).adopt(job)
@@ -93,6 +103,9 @@ class ExecutorsByKind:
 
     def notice(self, job: Job) -> Optional[str]:
         return self.for_job(job).notice(job)
+
+    def cluster_gpus(self) -> Optional[tuple[float, float]]:
+        return self.configured.cluster_gpus()
 
     def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
         return self.configured.gpu_room(now)  # new attempts start with the configured executor

@@ -25,8 +25,7 @@ from ..host.procs import (
     start_time,
     with_environment,
 )
-from ..model.records import AttemptLaunch, Job
-from .base import SUPERVISOR_MODULE
+from ..model.records import SUPERVISOR_MODULE, AttemptLaunch, Job
 
 log = logging.getLogger("orch.executor.local")
 
@@ -45,7 +44,6 @@ def attempt_processes(run_dir: str, attempt: int) -> list[int]:
 
 class LocalExecutor:
     name = "local"
-    bills_by_allocation = False  # the machine is rented whole: its uptime is split, the rest idle
 
     def __init__(self, home: Home, python: str = sys.executable):
         self.home = home
@@ -84,6 +82,9 @@ class LocalExecutor:
         return {"supervisor_pid": proc.pid, "supervisor_start": start_time(proc.pid)}
 
     # -- watching --------------------------------------------------------------------------
+
+    def exchange(self, jobs: Sequence[Job], now: float) -> None:
+        """Nothing to ask: a local attempt is a process of this machine."""
 
     def refresh(self, jobs: Sequence[Job], now: float) -> None:
         """Collect exited supervisors we started, so they do not linger as zombies."""
@@ -282,6 +283,9 @@ class LocalExecutor:
 
     def notice(self, job: Job) -> Optional[str]:
         return None  # this machine's notices are the daemon's own ([preemption])
+
+    def cluster_gpus(self) -> Optional[tuple[float, float]]:
+        return None
 
     def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
         return None  # this machine's GPUs are the daemon's own slots

@@ -25,20 +25,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..contract import (
-    EX_CONFIG,
-    JOB_ERROR,
     attempt_exit,
     attempt_log,
     attempt_ray_info,
     checkpoint_dir,
     ray_submission_id,
     write_exit_record,
-    write_json_atomic,
 )
 from ..home.paths import Home
+from ..host.cluster_env import missing_note, missing_pass_env, split_secrets
+from ..host.secret_file import remove_secret_file, write_secret_file
 from ..model.records import AttemptLaunch, Job
-from .ray_api import PENDING, RayJobsApi, RayRefused, RayUnreachable
+from .ray_api import PENDING, RayJobsApi
 from .ray_watch import UNSUBMITTED, RayWatch
+from .ray_wire import Stop, Submit, note
 
 if TYPE_CHECKING:
     from ..spec.ray_section import RaySection
@@ -46,13 +46,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("orch.executor.ray")
 
 STOP_WAIT_BEYOND_GRACE_S = 15  # Ray's SIGKILL comes this long after the job's own grace
-# The daemon's environment is the job's, as everywhere, but for what Ray sets on the node itself.
+# Of what orch gives an attempt, what Ray sets on the node itself.
 NOT_PASSED = ("CUDA_VISIBLE_DEVICES", "RAY_ADDRESS")
 
 
 class RayExecutor(RayWatch):
     name = "ray"
-    bills_by_allocation = True  # the cluster's GPUs are charged while a job holds them, never idle
 
     def __init__(
         self, home: Home, ray: "RaySection", *, python: str = sys.executable, api: Optional[RayJobsApi] = None
@@ -63,11 +62,16 @@ class RayExecutor(RayWatch):
     # -- start -----------------------------------------------------------------------------------
 
     def submit_body(self, launch: AttemptLaunch) -> dict[str, Any]:
+        """The Ray job of an attempt. Ray keeps it in its job table, which its dashboard serves to
+        anyone who reaches the port: only what orch gives the attempt goes in, never the daemon's
+        environment, and never a secret (those travel in the secret file: host/cluster_env.py)."""
+        public, secret = split_secrets(launch.job_vars, launch.spec)
         step = [self.python, "-m", "orchestrator.executors.ray_step", "--run-dir", str(launch.run_dir)]
         step += ["--attempt", str(launch.attempt), "--grace", str(launch.grace_s)]
+        step += ["--with-secrets"] if secret else []
         step += (["--cwd", launch.cwd] if launch.cwd else []) + ["--", *launch.argv]
         passthrough = dict(self.cfg.runtime_env)
-        env = {k: v for k, v in launch.env.items() if k not in NOT_PASSED}
+        env = {k: v for k, v in public.items() if k not in NOT_PASSED}
         env.update(passthrough.get("env_vars") or {})
         env["RAY_JOB_STOP_WAIT_TIME_S"] = str(int(launch.grace_s) + STOP_WAIT_BEYOND_GRACE_S)
         body: dict[str, Any] = {
@@ -86,86 +90,51 @@ class RayExecutor(RayWatch):
         return body
 
     def start(self, launch: AttemptLaunch) -> dict[str, Any]:
+        """Hand the attempt to the next exchange (ray_wire.py), which checks that a node can hold
+        it and submits it off the tick's lock; no call to the head here. Its handle is known now:
+        the submission id, the same on every submit (Ray never runs one twice)."""
         run_dir = launch.run_dir
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         checkpoint_dir(run_dir).mkdir(exist_ok=True)
         body = self.submit_body(launch)
         sid = body["submission_id"]
-        ref: dict[str, Any] = {"submission_id": sid, "submitted_at": time.time(), "address": self.cfg.address}
         gpus = int(launch.spec.get("gpus") or 0)
-        try:
-            too_big = self._fits_no_node(gpus)
-            if too_big:
-                self._refuse(launch, too_big)
-                return {"executor_ref": {**ref, "state": "REFUSED", "where": f"Ray {sid}: not submitted: {too_big}"}}
-            self.api.submit(body)
-        except RayUnreachable as exc:
-            # Nothing is lost: the attempt waits in the daemon, which says so, and submits it when
-            # the head answers (the same submission id: never twice).
-            self.unsubmitted[sid] = body
-            self.unreachable_why = str(exc)
-            self._note(launch, f"not submitted yet: {exc}; orch submits it when the head answers")
-            return {"executor_ref": {**ref, "state": UNSUBMITTED, "where": f"Ray {sid}: not submitted yet: {exc}"}}
-        except RayRefused as exc:
-            self._note(launch, f"Ray refused the job: {exc}")
-            raise
-        log.info("job %s: attempt %s submitted to Ray as %s", launch.job_id, launch.attempt, sid)
-        return {"executor_ref": {**ref, "state": "SUBMITTED", "where": f"Ray {sid}: submitted"}}
-
-    def _fits_no_node(self, gpus: int) -> Optional[str]:
-        """Why no node of the cluster can ever hold the job (a fixed cluster: no autoscaler)."""
-        if not gpus or self.cfg.autoscaler:
-            return None
-        nodes = [n for n in self.api.nodes() if n.alive]
-        most = max((n.gpus for n in nodes), default=0.0)
-        if gpus <= most:
-            return None
-        return (
-            f"asks for {gpus} GPUs on one node, but the largest node of the Ray cluster at {self.cfg.address} "
-            f"has {most:g}; lower `gpus`, or add bigger nodes (set [ray] autoscaler = true if the cluster "
-            "grows on demand)"
-        )
-
-    def _refuse(self, launch: AttemptLaunch, why: str) -> None:
-        """A job no node can hold fails at once with the reason (exit 78: not retried)."""
-        self._note(launch, why)
-        write_json_atomic(launch.run_dir / JOB_ERROR, {"attempt": launch.attempt, "message": why})
-        now = time.time()
-        write_exit_record(launch.run_dir, launch.attempt, EX_CONFIG, None, now, now, ray_status="NOT SUBMITTED")
-
-    def _note(self, launch: AttemptLaunch, text: str) -> None:
-        with open(launch.run_dir / attempt_log(launch.attempt), "a", encoding="utf-8") as f:
-            f.write(f"[orch] attempt {launch.attempt} on Ray: {text}\n")
+        missing = missing_pass_env(launch.job_vars, launch.spec)
+        if missing:
+            note(run_dir, launch.attempt, missing_note(missing))
+        _, secret = split_secrets(launch.job_vars, launch.spec)
+        if secret:  # before any submit, this one or a later one: the step reads it first thing
+            write_secret_file(run_dir, launch.attempt, secret)
+        self.wire.ask_submit(sid, Submit(body, launch.job_id, launch.attempt, run_dir, gpus))
+        ref: dict[str, Any] = {"submission_id": sid, "submitted_at": time.time(), "address": self.cfg.address}
+        return {"executor_ref": {**ref, "state": UNSUBMITTED, "where": f"Ray {sid}: not submitted yet"}}
 
     def adopt(self, job: Job) -> Optional[dict[str, Any]]:
-        """The daemon died between the submit and recording it: the submission id is known."""
+        """The daemon died between starting the attempt and recording it: its submission id is
+        known without asking; the next look says whether Ray has it (gone: lost, requeued)."""
         sid = self.sid(job)
-        try:
-            found = self.api.job(sid) if sid else None
-        except OSError:
-            return None
-        return {"executor_ref": {"submission_id": sid, "submitted_at": time.time()}} if found else None
+        return {"executor_ref": {"submission_id": sid, "submitted_at": time.time()}} if sid else None
 
     # -- signals ---------------------------------------------------------------------------------
 
     def terminate(self, job: Job) -> bool:
-        """ "Checkpoint now": Ray's stop (SIGTERM to the step and the job; SIGKILL after the grace).
-        A job still pending in Ray, or never submitted, is simply stopped: its exit record is ours."""
+        """ "Checkpoint now": Ray's stop (SIGTERM to the step and the job; SIGKILL after the grace),
+        sent by the next exchange, off the tick's lock. A job never submitted is simply stopped; one
+        still pending in Ray gets its exit record here once Ray took the stop (it never ran)."""
         sid = self.sid(job)
         if sid is None:
             return False
-        if self.unsubmitted.pop(sid, None) is not None:
+        if self.wire.forget_submit(sid):
             self._exit_unstarted(job, sid, "cancelled before the Ray head took it")
             return True
         t = self.jobs.get(sid)
         pending = t is None or t.answer is None or t.answer.status == PENDING
-        try:
-            self.api.stop(sid)
-        except OSError as exc:
-            log.warning("job %s: cannot stop Ray job %s: %s (the grace's backstop tries again)", job.id, sid, exc)
-            return False
-        if pending and not self._started(job):
-            self._exit_unstarted(job, sid, "stopped while pending in Ray")
+
+        def then() -> None:
+            if pending and not self._started(job):
+                self._exit_unstarted(job, sid, "stopped while pending in Ray")
+
+        self.wire.ask_stop(Stop(sid, job.id, then))
         return True
 
     def _started(self, job: Job) -> bool:
@@ -181,24 +150,25 @@ class RayExecutor(RayWatch):
             f.write(f"[orch] Ray job {sid} {why}\n")
 
     def kill(self, job: Job) -> bool:
-        """The grace is over: Ray's stop again (its SIGKILL follows its own wait)."""
+        """The grace is over: Ray's stop again (its SIGKILL follows its own wait), by the next exchange."""
         sid = self.sid(job)
-        try:
-            return bool(sid) and self.api.stop(sid or "")
-        except OSError:
+        if not sid:
             return False
+        self.wire.ask_stop(Stop(sid, job.id))
+        return True
 
     def clear_lost(self, job: Job) -> None:
         """Lost: make sure Ray holds nothing of it (a start timeout leaves nothing; a job Ray still
         thinks runs is stopped). The step on a lost node killed its own job when Ray let go of it."""
+        if job.attempt:
+            remove_secret_file(self.home.run_dir(job.id), job.attempt)
         sid = self.sid(job)
-        self.unsubmitted.pop(sid or "", None)
-        t = self.jobs.get(sid or "")
-        if sid and t is not None and t.answer is not None and not t.answer.ended:
-            try:
-                self.api.stop(sid)
-            except OSError:
-                pass
+        if not sid:
+            return
+        self.wire.forget_submit(sid)
+        t = self.jobs.get(sid)
+        if t is not None and t.answer is not None and not t.answer.ended:
+            self.wire.ask_stop(Stop(sid, job.id))
 
     def dump_stacks(self, job: Job) -> str:
         return "no stack dump: a Ray attempt runs on its node, which the daemon cannot signal"

@@ -1,8 +1,9 @@
 """What runs on a Ray node as each attempt's entrypoint (imports nothing heavy, never `ray`):
-`python -m orchestrator.executors.ray_step --run-dir D --attempt N --grace G [--cwd C] -- argv`.
+`python -m orchestrator.executors.ray_step --run-dir D --attempt N --grace G [--with-secrets] [--cwd C] -- argv`.
 
 It plays the local supervisor's part on the node: the job's output goes to attempt-<n>.log in the
-(shared) run folder, so `orch logs -f` works whatever Ray's log API does; the job runs in its own
+(shared) run folder, so `orch logs -f` works whatever Ray's log API does; the attempt's secrets
+come from its secret file (read and deleted first: never in Ray's job table); the job runs in its own
 process group; a SIGTERM (Ray's stop_job, which orch calls for cancel, budget and notices) is
 passed to that group and followed by SIGKILL after the job's grace; and attempt-<n>.exit is
 written when the job ends, so the daemon settles a Ray attempt with the same outcome table.
@@ -28,6 +29,7 @@ from typing import Any, Optional
 
 from ..contract import attempt_log, attempt_ray_info, write_exit_record, write_json_atomic
 from ..host.procs import group_members, own_group_dying_with_parent, signal_group
+from ..host.secret_file import take_secret_file
 
 PARENT_POLL_S = 0.5  # how often the step looks whether Ray (its parent) still holds the attempt
 
@@ -38,6 +40,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--attempt", required=True, type=int)
     parser.add_argument("--grace", type=float, default=25.0)
     parser.add_argument("--cwd", default=None)
+    parser.add_argument("--with-secrets", action="store_true")  # the daemon wrote the attempt's secret file
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -89,6 +92,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     code: Optional[int]
     sig: Optional[int] = None
+    env = dict(os.environ)
+    if args.with_secrets:
+        try:
+            env.update(take_secret_file(run_dir, n))  # read and deleted before the job starts
+        except (OSError, ValueError) as exc:
+            print(f"[orch] attempt {n}: cannot read its secret file ({exc}); the job is not started", flush=True)
+            write_exit_record(run_dir, n, 1, None, started_at, time.time(), ray_host=socket.gethostname())
+            return 1
     try:
         with lock:
             # Its own group (the grace's SIGKILL reaches its workers), and SIGKILL if this step is
@@ -96,6 +107,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             job = subprocess.Popen(
                 command,
                 cwd=args.cwd,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 preexec_fn=own_group_dying_with_parent(signal.SIGKILL),
             )

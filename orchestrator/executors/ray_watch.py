@@ -28,13 +28,14 @@ from ..contract import (
     exit_record,
     ray_submission_id,
     read_json,
-    write_exit_record,
     write_json_atomic,
 )
 from ..home.paths import Home
+from ..host.secret_file import remove_secret_file
 from ..model.records import Job
 from ..model.states import JobState
-from .ray_api import PENDING, RUNNING, STOPPED, RayJob, RayJobsApi, RayNode, RayRefused, RayUnreachable
+from .ray_api import PENDING, RUNNING, STOPPED, RayJob, RayJobsApi, RayNode
+from .ray_wire import Heard, RayWire
 
 if TYPE_CHECKING:
     from ..spec.ray_section import RaySection
@@ -77,15 +78,11 @@ class RayWatch:
     def __init__(self, home: Home, ray: "RaySection", api: Optional[RayJobsApi] = None):
         self.home, self.cfg = home, ray
         self.api = api or RayJobsApi(ray.address, ray.timeout_seconds, ray.submit_timeout_seconds)
+        self.wire = RayWire(self.api, ray)  # every call to the head, off the tick's lock (ray_wire.py)
         self.jobs: dict[str, Tracked] = {}
-        self.polled_at = 0.0
         self.unreachable_since: Optional[float] = None
         self.unreachable_why = ""
-        self.unsubmitted: dict[str, dict[str, Any]] = {}  # submission id -> the body to send again
         self.notices: dict[str, str] = {}  # submission id -> why its node is going away (a drain)
-        self.usage: Optional[tuple[float, float]] = None  # (GPUs in use, GPUs in all), Ray's last word
-        self.usage_polled_at = 0.0
-        self.usage_why = ""  # why the usage is not known
         self._store: Any = None
 
     @staticmethod
@@ -94,33 +91,35 @@ class RayWatch:
             return None
         return str((job.executor_ref or {}).get("submission_id") or ray_submission_id(job.uid, job.attempt))
 
+    def exchange(self, jobs: Sequence[Job], now: float) -> None:
+        """The network half, off the tick's lock: the submits and stops asked, then a look."""
+        self.wire.exchange({sid: job for job in jobs if (sid := self.sid(job))}, now)
+
     def refresh(self, jobs: Sequence[Job], now: float) -> None:
+        """What the last exchange heard, applied (no call to the head here: the tick's lock is held)."""
         tracked = {sid: job for job in jobs if (sid := self.sid(job))}
         for sid in list(self.jobs):
             if sid not in tracked:
                 del self.jobs[sid]
-        if not tracked:
-            return
-        if now - self.polled_at >= self.cfg.poll_seconds or any(s not in self.jobs for s in tracked):
-            self.polled_at = now
-            self._poll(tracked, now)
+        heard = self.wire.take_heard()
+        if tracked and heard is not None:
+            self._apply(heard, tracked)
         for sid, job in tracked.items():
             self.jobs.setdefault(sid, Tracked()).gpus = job.gpus
         self._read_exits(tracked)
         self._publish(tracked, now)
 
-    def _poll(self, tracked: Mapping[str, Job], now: float) -> None:
-        try:
-            self._submit_waiting(tracked)
-            answers = self.api.jobs()
-        except RayUnreachable as exc:
+    def _apply(self, heard: Heard, tracked: Mapping[str, Job]) -> None:
+        now = heard.at
+        if heard.answers is None:
             if self.unreachable_since is None:
                 self.unreachable_since = now
-                log.warning("%s: its attempts are left as they are until it answers", exc)
-            self.unreachable_why = str(exc)
+                log.warning("%s: its attempts are left as they are until it answers", heard.why)
+            self.unreachable_why = heard.why
             for sid in tracked:
                 self.jobs.setdefault(sid, Tracked())
             return
+        answers = heard.answers
         if self.unreachable_since is not None:
             log.info("the Ray head answers again after %.0fs: reconciling every attempt", now - self.unreachable_since)
         self.unreachable_since = None
@@ -128,46 +127,18 @@ class RayWatch:
             t = self.jobs.setdefault(sid, Tracked())
             if sid in answers:
                 t.answer, t.gone = answers[sid], False
-            elif sid in self.unsubmitted:
-                continue  # not submitted yet: the next poll sends it again
+            elif self.wire.waiting(sid):
+                continue  # not submitted yet: the next exchange sends it again
             elif not t.gone:
                 log.info("job %s: Ray does not know %s (the head lost its jobs?)", job.id, sid)
                 t.gone = True
             if (t.gone or (t.answer is not None and t.answer.ended)) and t.ended_seen_at is None:
                 t.ended_seen_at = now
-        self._read_drains(answers)
-
-    def _read_drains(self, answers: Mapping[str, RayJob]) -> None:
-        """Which running attempts' nodes Ray is draining: one look at the nodes, only while some
-        attempt runs. Cannot tell: the last answer stands (never a notice from silence)."""
         running = {sid: a for sid, a in answers.items() if sid in self.jobs and a.status == RUNNING}
         if not running:
             self.notices = {}
-            return
-        try:
-            nodes = self.api.nodes()
-        except OSError as exc:
-            log.debug("cannot read the Ray nodes' drain state: %s", exc)
-            return
-        self.notices = drain_notices(running, nodes)
-
-    def _submit_waiting(self, tracked: Mapping[str, Job]) -> None:
-        """The submits the head did not take yet, sent again with the same submission id (Ray
-        never runs one twice: a job it has under that id is adopted, ray_api.submit)."""
-        for sid in [s for s in self.unsubmitted if s in tracked]:
-            job = tracked[sid]
-            try:
-                self.api.submit(self.unsubmitted[sid])  # RayUnreachable: still waiting
-            except RayRefused as exc:  # it answers, and says no: the attempt ends with why (exit 127)
-                del self.unsubmitted[sid]
-                run_dir = self.home.run_dir(job.id)
-                with open(run_dir / attempt_log(job.attempt), "a", encoding="utf-8") as f:
-                    f.write(f"[orch] attempt {job.attempt} on Ray: Ray refused the job: {exc}\n")
-                now = time.time()
-                write_exit_record(run_dir, job.attempt, 127, None, now, now, ray_status="NOT SUBMITTED")
-                continue
-            log.info("job %s: the Ray head answers: attempt submitted as %s", job.id, sid)
-            del self.unsubmitted[sid]
+        elif heard.nodes is not None:  # cannot tell: the last answer stands (never a notice from silence)
+            self.notices = drain_notices(running, heard.nodes)
 
     def _read_exits(self, tracked: Mapping[str, Job]) -> None:
         runs = str(self.home.runs)
@@ -177,6 +148,10 @@ class RayWatch:
                 path = os.path.join(runs, str(job.id), attempt_exit(job.attempt))
                 if os.path.exists(path):
                     t.exit_record = read_json(Path(path))
+            if t.exit_record is not None or t.gone or (t.answer is not None and t.answer.ended):
+                # Ended, or never to start: its secret file goes (the step deletes it when it reads
+                # it; this is for a step that never ran: stopped while pending, refused, lost)
+                remove_secret_file(Path(runs) / str(job.id), job.attempt)
 
     # -- what the tick asks ----------------------------------------------------------------------
 
@@ -223,24 +198,24 @@ class RayWatch:
         log.warning("job %s: %s without an exit record; reading it as code %s signal %s", job.id, why, code, sig)
         return exit_record(code, sig, a.start_time or now, a.end_time or now, ray_status=a.status)
 
+    def cluster_gpus(self) -> Optional[tuple[float, float]]:
+        return self.wire.usage
+
     def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
         """The cluster's free GPUs for new attempts: what Ray reports free, less what orch's own
         attempts hold or are about to (submitted, or waiting to be, and not yet in Ray's figures),
         so a job waits in orch's queue (visible, cancellable) instead of as a PENDING Ray job.
         "Cannot tell" (the head does not answer) is no room. With the autoscaler the cluster grows
-        on demand: no limit here ([ray] max_gpus still caps what orch submits)."""
+        on demand: no limit here ([ray] max_gpus still caps what orch submits). Ray's figures are
+        the last exchange's (off the lock); asking here has the next one look again."""
         if self.cfg.autoscaler:
             return None
-        if self.usage is None or now - self.usage_polled_at >= self.cfg.poll_seconds:
-            self.usage_polled_at = now
-            try:
-                self.usage, self.usage_why = self.api.gpu_usage(), ""
-            except OSError as exc:
-                self.usage, self.usage_why = None, str(exc)
-        if self.usage is None:
-            why = self.usage_why or f"the Ray head at {self.cfg.address} has not reported its GPUs yet"
+        self.wire.usage_wanted = True
+        usage = self.wire.usage
+        if usage is None:
+            why = self.wire.usage_why or f"the Ray head at {self.cfg.address} has not reported its GPUs yet"
             return 0, f"waiting for the Ray head: {why}"
-        used, total = self.usage
+        used, total = usage
         ours = sum(t.gpus for t in self.jobs.values() if t.holds_gpus)
         busy = max(used, float(ours))
         free = max(0, int(total - busy))
@@ -261,8 +236,8 @@ class RayWatch:
         return self._describe(job, sid, t) if t else (job.executor_ref or {}).get("where")
 
     def _describe(self, job: Job, sid: str, t: Tracked) -> str:
-        if sid in self.unsubmitted:
-            return f"Ray {sid}: not submitted yet: {self.unreachable_why or 'the head does not answer'}"
+        if self.wire.waiting(sid):
+            return f"Ray {sid}: not submitted yet: {self.unreachable_why or 'on its way to the head'}"
         if t.answer is None:
             return f"Ray {sid}: gone from Ray" if t.gone else f"Ray {sid}: submitted"
         a = t.answer

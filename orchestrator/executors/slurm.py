@@ -35,28 +35,25 @@ from ..contract import (
     checkpoint_dir,
     read_json,
     write_exit_record,
-    write_json_atomic,
 )
 from ..home.paths import Home
+from ..host.cluster_env import missing_note, missing_pass_env, slurm_basics, split_secrets
+from ..host.secret_file import remove_secret_file, write_secret_file
 from ..model.records import AttemptLaunch, Job
-from .slurm_commands import log
-from .slurm_query import BILLABLE, parse_sbatch
+from .slurm_query import BILLABLE
 from .slurm_script import SlurmError, check_shared, write_script
 from .slurm_step import rank_log
-from .slurm_watch import SlurmWatch, Tracked
+from .slurm_submit import SUBMITTING, Sbatch, key_of
+from .slurm_watch import Cancel, SlurmWatch
 
 if TYPE_CHECKING:
     from ..spec.config import SlurmSection
-
-
-SUBMITTED = "SUBMITTED"  # our own word for "sbatch accepted it, squeue has not shown it yet"
 
 
 class SlurmExecutor(SlurmWatch):
     """Submission, signals and logs; the watching is SlurmWatch's, the commands SlurmCommands'."""
 
     name = "slurm"
-    bills_by_allocation = True  # the cluster's GPUs are charged while allocated, never idle
 
     def __init__(
         self,
@@ -74,6 +71,9 @@ class SlurmExecutor(SlurmWatch):
     def notice(self, job: Job) -> Optional[str]:
         return None
 
+    def cluster_gpus(self) -> Optional[tuple[float, float]]:
+        return None  # Slurm's free GPUs are not asked: it queues what does not fit
+
     def gpu_room(self, now: float) -> Optional[tuple[int, str]]:
         return None  # Slurm queues what does not fit ([slurm] max_gpus caps what orch submits)
 
@@ -85,46 +85,43 @@ class SlurmExecutor(SlurmWatch):
     # -- start ---------------------------------------------------------------------------------
 
     def start(self, launch: AttemptLaunch) -> dict[str, Any]:
+        """Write the attempt's script and queue its sbatch for the next exchange (slurm_submit.py),
+        off the tick's lock; its Slurm id is recorded by the refresh after it."""
         run_dir = launch.run_dir
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         checkpoint_dir(run_dir).mkdir(exist_ok=True)
+        # Slurm keeps the job's environment (sbatch's) with the job: the basics and what orch gives
+        # the attempt, never the daemon's whole environment nor a secret (host/cluster_env.py).
+        public, secret = split_secrets(launch.job_vars, launch.spec)
+        missing = missing_pass_env(launch.job_vars, launch.spec)
+        if missing:
+            with open(run_dir / attempt_log(launch.attempt), "a", encoding="utf-8") as f:
+                f.write(f"[orch] attempt {launch.attempt} on Slurm: {missing_note(missing)}\n")
         try:
             check_shared(self.cfg, run_dir)
-            script = write_script(self.cfg, launch, self.job_name(launch.job_id, launch.attempt), self.python)
-            env = dict(launch.env)
-            if "SLURM_CONF" in self.environ:
-                env["SLURM_CONF"] = self.environ["SLURM_CONF"]
-            if int(launch.spec.get("gpus") or 0) > 0:
-                env.pop("CUDA_VISIBLE_DEVICES", None)  # Slurm's gres sets it on the node
-            for key in [
-                k for k in env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k != "SLURM_CONF"
-            ]:
-                env.pop(key)  # a daemon started inside an allocation must not pass its geometry on
-            r = self._run(["sbatch", "--parsable", str(script)], env=env, what="sbatch")
+            script = write_script(
+                self.cfg, launch, self.job_name(launch.job_id, launch.attempt), self.python, with_secrets=bool(secret)
+            )
         except SlurmError as exc:
             with open(run_dir / attempt_log(launch.attempt), "a", encoding="utf-8") as f:
                 f.write(f"[orch] cannot submit attempt {launch.attempt} to Slurm: {exc}\n")
             raise
-        job_id = parse_sbatch(r.stdout) if r is not None and r.returncode == 0 else None
-        if r is None:  # sbatch timed out: the job may have been queued all the same; never run it twice
-            job_id = self._find_by_name(launch.job_id, launch.attempt)
-        if not job_id:
-            why = (r.stderr or r.stdout).strip() if r is not None else "sbatch did not answer"
-            with open(run_dir / attempt_log(launch.attempt), "a", encoding="utf-8") as f:
-                f.write(f"[orch] sbatch refused attempt {launch.attempt}: {why}\n")
-            raise SlurmError(f"sbatch refused the job: {why}")
-        now = time.time()
-        ref = {
-            "slurm_job_id": job_id,
-            "submitted_at": now,
-            "state": SUBMITTED,
-            "where": f"Slurm {job_id}: submitted",
-            "script": script.name,
+        env = {**slurm_basics(launch.env), **public}
+        if "SLURM_CONF" in self.environ:
+            env["SLURM_CONF"] = self.environ["SLURM_CONF"]
+        if int(launch.spec.get("gpus") or 0) > 0:
+            env.pop("CUDA_VISIBLE_DEVICES", None)  # Slurm's gres sets it on the node
+        for key in [k for k in env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k != "SLURM_CONF"]:
+            env.pop(key)  # a daemon started inside an allocation must not pass its geometry on
+        if secret:  # before sbatch: the batch step reads it first thing on its node
+            write_secret_file(run_dir, launch.attempt, secret)
+        sbatch = Sbatch(["sbatch", "--parsable", str(script)], env, run_dir, launch.job_id, launch.attempt, script.name)
+        with self.submits.mu:
+            self.submits.queued[(launch.job_id, launch.attempt)] = sbatch
+        where = "Slurm: not submitted yet (sbatch is on its way)"
+        return {
+            "executor_ref": {"submitted_at": time.time(), "state": SUBMITTING, "where": where, "script": script.name}
         }
-        write_json_atomic(run_dir / attempt_submitted(launch.attempt), ref)
-        self.cache.jobs[job_id] = Tracked()
-        log.info("job %s: attempt %s submitted as Slurm job %s", launch.job_id, launch.attempt, job_id)
-        return {"executor_ref": ref}
 
     def adopt(self, job: Job) -> Optional[dict[str, Any]]:
         """The daemon died between sbatch and recording the id: find it by the file start() wrote,
@@ -146,20 +143,44 @@ class SlurmExecutor(SlurmWatch):
 
     def terminate(self, job: Job) -> bool:
         """ "Checkpoint now": SIGTERM to the job's srun tasks on every node (`scancel --signal=TERM`,
-        no --full: that would make srun kill them). A pending job is simply cancelled."""
+        no --full: that would make srun kill them). A pending job is simply cancelled. The scancels
+        run in the next exchange, off the tick's lock."""
         sid = self.slurm_id(job)
         if sid is None:
-            return False
+            return self._stop_unsubmitted(job)
         t = self.cache.jobs.get(sid)
         state = t.answer.state if t and t.answer else None
         if state in (None, "PENDING") and not self._started(job):
-            r = self._run(["scancel", sid], what="scancel")
-            if r is not None and r.returncode == 0:
-                self._pending_exit(job, sid)
-                return True
-        self._run(["scancel", "--batch", "--signal=USR2", sid], what="scancel")  # "a stop was asked"
-        r = self._run(["scancel", "--signal=TERM", sid], what="scancel")
-        return r is not None and r.returncode == 0
+
+            def then(cancelled: bool) -> None:
+                if cancelled:
+                    self._pending_exit(job, sid)
+                else:  # not taken as a plain cancel: the job's own stop, as for a running one
+                    self._signal_stop(sid)
+
+            self.ask_cancel(Cancel(["scancel", sid], then))
+            return True
+        self._signal_stop(sid)
+        return True
+
+    def _stop_unsubmitted(self, job: Job) -> bool:
+        """A stop before the Slurm id is known: a queued sbatch is dropped (the attempt never ran);
+        one already on its way is stopped once the refresh records its id."""
+        with self.submits.mu:
+            dropped = self.submits.queued.pop(key_of(job), None)
+            if dropped is None:
+                self.submits.stop_asked.add(key_of(job))
+        if dropped is not None and job.attempt:
+            now = time.time()
+            run_dir = self.home.run_dir(job.id)
+            write_exit_record(run_dir, job.attempt, None, 15, now, now, slurm_state="CANCELLED before sbatch")
+            with open(run_dir / attempt_log(job.attempt), "a", encoding="utf-8") as f:
+                f.write(f"[orch] attempt {job.attempt} stopped before it was submitted to Slurm\n")
+        return True
+
+    def _signal_stop(self, sid: str) -> None:
+        self.ask_cancel(Cancel(["scancel", "--batch", "--signal=USR2", sid]))  # "a stop was asked"
+        self.ask_cancel(Cancel(["scancel", "--signal=TERM", sid]))
 
     def _started(self, job: Job) -> bool:
         return (self.home.run_dir(job.id) / attempt_slurm_info(job.attempt)).exists()
@@ -182,26 +203,28 @@ class SlurmExecutor(SlurmWatch):
         )
         with open(self.home.run_dir(job.id) / attempt_log(job.attempt), "a", encoding="utf-8") as f:
             f.write(f"[orch] Slurm job {sid} cancelled while pending\n")
-        t = self.cache.jobs.get(sid)
-        if t is not None:
-            t.exit_record = read_json(path)
 
     def kill(self, job: Job) -> bool:
         """The grace is over: `scancel` (SIGTERM to every step and the batch script, SIGKILL after
-        Slurm's KillWait). The wrapper still writes the exit record; the intent decides."""
+        Slurm's KillWait), in the next exchange. The wrapper still writes the exit record; the
+        intent decides."""
         sid = self.slurm_id(job)
         if sid is None:
-            return False
-        r = self._run(["scancel", sid], what="scancel")
-        return r is not None and r.returncode == 0
+            return self._stop_unsubmitted(job)
+        self.ask_cancel(Cancel(["scancel", sid]))
+        return True
 
     def clear_lost(self, job: Job) -> None:
         """Lost (NODE_FAIL, preempted without answering, gone): make sure Slurm holds nothing of it."""
+        if job.attempt:
+            remove_secret_file(self.home.run_dir(job.id), job.attempt)
         sid = self.slurm_id(job)
-        if sid is not None:
-            t = self.cache.jobs.get(sid)
-            if not (t and t.answer and t.answer.ended):
-                self._run(["scancel", sid], what="scancel")
+        if sid is None:
+            self._stop_unsubmitted(job)
+            return
+        t = self.cache.jobs.get(sid)
+        if not (t and t.answer and t.answer.ended):
+            self.ask_cancel(Cancel(["scancel", sid]))
 
     def dump_stacks(self, job: Job) -> str:
         """The built-in runner: SIGUSR1 to the step's tasks on every node (`scancel --signal=USR1`,

@@ -97,7 +97,11 @@ def sbatch_args(cfg: "SlurmSection", launch: AttemptLaunch, job_name: str) -> li
     return args
 
 
-def write_script(cfg: "SlurmSection", launch: AttemptLaunch, job_name: str, python: str) -> Path:
+def write_script(
+    cfg: "SlurmSection", launch: AttemptLaunch, job_name: str, python: str, *, with_secrets: bool = False
+) -> Path:
+    """The script holds the geometry and the command, never an environment variable's value:
+    Slurm shows it (`scontrol write batch_script`) to whoever may see the job."""
     spec = launch.spec
     gpus = int(spec.get("gpus") or 0)
     nodes = int(spec.get("nodes") or 1)
@@ -124,6 +128,8 @@ def write_script(cfg: "SlurmSection", launch: AttemptLaunch, job_name: str, pyth
     ]
     if launch.cwd:
         cmd += ["--cwd", launch.cwd]
+    if with_secrets:
+        cmd.append("--with-secrets")  # the daemon wrote the attempt's secret file
     cmd += ["--", *launch.argv]
     lines.append("exec " + shlex.join(cmd))
     path = launch.run_dir / attempt_sbatch(launch.attempt)

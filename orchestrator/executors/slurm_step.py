@@ -5,6 +5,9 @@ job's first node. It plays the local supervisor's part: it runs the job under `s
 attempt-<n>.exit into the (shared) run folder, so settle_attempt decides exactly as on one machine
 (75 requeue and resume, 76 the OOM path, anything else a retry).
 
+The attempt's secrets come from its secret file (read and deleted before srun starts, so they are
+never in the script or the environment Slurm keeps with the job); srun passes them to the ranks.
+
 It does NOT forward signals. Measured (slurm-facts.md): `scancel --signal=TERM <id>`, preemption
 (GraceTime) and `--signal=TERM@N` deliver SIGTERM to the srun tasks themselves on every node; a
 SIGTERM to the srun client instead makes srun kill the tasks without a checkpoint. So this wrapper
@@ -37,6 +40,7 @@ from ..contract import (
     write_exit_record,
     write_json_atomic,
 )
+from ..host.secret_file import take_secret_file
 
 
 def rank_log(n: int, rank: int) -> str:
@@ -103,12 +107,21 @@ def batch(args: argparse.Namespace, command: list[str]) -> int:
     )
     code: Optional[int] = None
     sig: Optional[int] = None
+    env = dict(os.environ)
+    if args.with_secrets:
+        try:
+            # read and deleted before srun starts; srun hands them to every rank on every node
+            env.update(take_secret_file(run_dir, n))
+        except (OSError, ValueError) as exc:
+            print(f"[orch] attempt {n}: cannot read its secret file ({exc}); the job is not started", flush=True)
+            write_exit_record(run_dir, n, 1, None, started_at, time.time(), slurm_job_id=job_id)
+            return 0
     if state["stop"]:
         print("[orch] a stop was asked before the job started; not starting it", flush=True)
         code, sig = None, signal.SIGTERM.value
     else:
         try:
-            proc = subprocess.Popen(srun, stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(srun, stdin=subprocess.DEVNULL, env=env)
             state["srun"] = proc
             while True:
                 try:
@@ -208,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--nodes", type=int, default=1)
     b.add_argument("--ntasks-per-node", type=int, default=1)
     b.add_argument("--cwd", default=None)
+    b.add_argument("--with-secrets", action="store_true")  # the daemon wrote the attempt's secret file
     b.add_argument("command", nargs=argparse.REMAINDER)
     t = sub.add_parser("task")
     t.add_argument("--log-dir", required=True)

@@ -92,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     # Leftovers in the job's group (dataloader workers, a backgrounded child) must not outlive it:
     # a requeued attempt would otherwise run beside them.
     if state["job"] is not None:
+        if state["term_at"] is not None:
+            # A launcher that dies of the SIGTERM at once (accelerate's simple launcher under `trl sft`)
+            # leaves its training process writing the notice checkpoint: the group keeps its grace.
+            _await_group(state["job"].pid, state["term_at"] + args.grace)
         _clear_group(state["job"].pid)
     ended_at = time.time()
     how = f"exit code {code}" if sig is None else f"signal {sig} ({_signame(sig)})"
@@ -100,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.wake:
         poke(args.wake)
     return 0
+
+
+def _await_group(pgid: int, deadline: float) -> None:
+    """Wait until the job's group is empty or the wall clock passes `deadline`."""
+    while group_members(pgid) and time.time() < deadline:
+        time.sleep(0.05)
 
 
 def _clear_group(pgid: int, wait_s: float = GROUP_EXIT_WAIT_S) -> None:

@@ -3,13 +3,17 @@ datagram on $ORCH_HOME/wake.sock. Best effort — the periodic tick is the safet
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import socket
 from pathlib import Path
+from typing import Optional
 
 
 WAKE = b"w"  # look at the queue now
 WARM_PREFLIGHT = b"p"  # a built-in job was submitted: keep the pre-flight warm from now on
+COUNTERS = b"c"  # how many ticks (and executor exchanges) the daemon has done: answered, acts on nothing
 
 
 def poke(sock_path: Path, what: bytes = WAKE) -> bool:
@@ -32,3 +36,19 @@ def listen(sock_path: Path) -> socket.socket:
     s.bind(str(sock_path))
     os.chmod(sock_path, 0o600)
     return s
+
+
+def counters(sock_path: Path, timeout_s: float = 2.0) -> Optional[dict[str, int]]:
+    """The daemon's counters ({"ticks", "exchanges"}), asked on the wake socket from an abstract
+    socket of our own (no file, so a full disk does not stop it); None when no daemon answers.
+    A test waits for ticks it observed before it asserts that nothing happened in them."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.bind(f"\0orch-counters-{os.getpid()}-{secrets.token_hex(4)}")
+            s.settimeout(timeout_s)
+            s.sendto(COUNTERS, str(sock_path))
+            data, _ = s.recvfrom(256)
+        found = json.loads(data)
+        return {k: int(v) for k, v in found.items()} if isinstance(found, dict) else None
+    except (OSError, ValueError):
+        return None

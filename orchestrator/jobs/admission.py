@@ -10,7 +10,9 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from ..home.paths import Home
 from ..model.errors import SpecError
+from ..model.executor_kinds import KINDS, executor_kind, multi_node_kinds
 from ..spec.jobspec import JobSpec, check_deadline
+from .instrument import instrument_problems
 from .preflight import Check, preflight
 
 
@@ -31,7 +33,7 @@ def admission_problems(
             check()
         except SpecError as exc:
             problems += exc.problems
-    return problems
+    return problems + instrument_problems(spec, label)
 
 
 def admit(
@@ -70,17 +72,11 @@ def check_gpus(spec: JobSpec, label: str, machine_gpus: int) -> None:
 
 def check_nodes(spec: JobSpec, label: str, executor: str) -> None:
     """Several nodes need a cluster executor: on one machine the job would silently run on one."""
-    if spec.nodes > 1 and executor == "local":
+    why = executor_kind(executor).one_node if executor in KINDS else None
+    if spec.nodes > 1 and why:
+        kinds = " or ".join(f'[executor] kind = "{k}"' for k in multi_node_kinds())
         raise SpecError(
             [
-                f"{label}: nodes: asks for {spec.nodes} nodes but this orch runs jobs on this one machine; set "
-                f'[executor] kind = "slurm" in config.toml to run it on a cluster, or remove `nodes`'
-            ]
-        )
-    if spec.nodes > 1 and executor == "ray":  # multi-node DDP through Ray Train is not built (docs/ray.md)
-        raise SpecError(
-            [
-                f"{label}: nodes: asks for {spec.nodes} nodes, but on Ray each attempt runs on one node; "
-                'remove `nodes`, or run multi-node jobs with [executor] kind = "slurm"'
+                f"{label}: nodes: asks for {spec.nodes} nodes, but {why}; remove `nodes`, or run multi-node jobs with {kinds}"
             ]
         )

@@ -15,6 +15,7 @@ from ..contract import (
     ENV_ATTEMPT,
     ENV_CKPT_DIR,
     ENV_JOB_ID,
+    ENV_MTBF_S,
     ENV_RESUME_FROM,
     ENV_RUN_DIR,
     JOB_TOML,
@@ -32,6 +33,7 @@ from ..model.errors import InvalidTransition
 from ..host.gpus import visible_devices
 from ..host.env_observe import MachineFacts, Observed, observe
 from ..host.env_record import EnvCheck, check_environment
+from .instrument import instrument_env
 from .lifecycle import change_state, write_run_spec
 from ..home.paths import Home
 from ..model.records import Attempt, AttemptLaunch, AttemptStart, Job
@@ -60,9 +62,40 @@ def job_env(
     resume_from: Optional[Path],
     extra: Mapping[str, str],
     trackers: Optional[Mapping[str, str]] = None,
+    instrument: str = "off",
 ) -> dict[str, str]:
-    env = dict(base)
-    env.update(trackers or {})  # the job's own [env] may override a tracker variable
+    """The attempt's whole environment: `base` (the machine's) and job_vars over it."""
+    own = job_vars(
+        job_id=job_id,
+        attempt=attempt,
+        run_dir=run_dir,
+        gpu_ids=gpu_ids,
+        resume_from=resume_from,
+        extra=extra,
+        trackers=trackers,
+        instrument=instrument,
+        base=base,
+    )
+    return {**base, **own}
+
+
+def job_vars(
+    *,
+    job_id: int,
+    attempt: int,
+    run_dir: Path,
+    gpu_ids: Sequence[int],
+    resume_from: Optional[Path],
+    extra: Mapping[str, str],
+    trackers: Optional[Mapping[str, str]] = None,
+    instrument: str = "off",
+    base: Optional[Mapping[str, str]] = None,
+) -> dict[str, str]:
+    """What orch gives the attempt beyond the machine's environment (`base`): the trackers'
+    variables, the job's `extra` ([env], and the pass_env names' values) and the contract's, in that
+    order of say; with `instrument`, its bootstrap first on PYTHONPATH, before the job's own
+    PYTHONPATH ([env]'s, else the machine's), which stays."""
+    env = dict(trackers or {})  # the job's own [env] may override a tracker variable
     env.update(extra)
     env.update(
         {
@@ -75,6 +108,7 @@ def job_env(
             "PYTHONUNBUFFERED": "1",
         }
     )
+    env.update(instrument_env(instrument, {**(base or {}), **env}))  # after [env]: its PYTHONPATH kept, behind
     return env
 
 
@@ -92,23 +126,29 @@ class Command:
     env: dict[str, str]
     resume_path: Optional[Path]
     resume_step: Optional[int]
+    job_vars: dict[str, str]  # what of `env` orch gives beyond the machine's environment
 
 
 def attempt_command(run_dir: Path, job: Job, n: int, gpu_ids: Sequence[int], environ: Mapping[str, str]) -> Command:
     """Attempt n's command and contract environment (no side effects: observe_start builds it too)."""
     resume_path, resume_step = newest_checkpoint(run_dir / CHECKPOINTS)
     argv, cwd = job_argv(job.spec, run_dir)
-    env = job_env(
-        environ,
+    # pass_env: what the job takes from the daemon's environment by name (all of it is there on
+    # this machine anyway; a cluster job is given nothing else of it). ORCH_MTBF_S is the daemon's
+    # word for its jobs, kept in its environment.
+    passed = {name: environ[name] for name in [*(job.spec.get("pass_env") or []), ENV_MTBF_S] if name in environ}
+    own = job_vars(
         job_id=job.id,
         attempt=n,
         run_dir=run_dir,
         gpu_ids=gpu_ids,
         resume_from=resume_path,
-        extra=job.spec.get("env") or {},
+        extra={**passed, **(job.spec.get("env") or {})},
         trackers=tracker_env(job.uid, job.spec.get("tracking"), job.name, read_json(run_dir / TRACKING)),
+        instrument=job.spec.get("instrument") or "off",
+        base=environ,
     )
-    return Command(argv, cwd, env, resume_path, resume_step)
+    return Command(argv, cwd, {**environ, **own}, resume_path, resume_step, own)
 
 
 def observe_start(
@@ -188,9 +228,11 @@ def begin_attempt(
     except InvalidTransition:
         return None
 
-    env[ENV_SNAPSHOTS_HELD] = str(snapshots_held(store, home, job.id))
+    own = dict(cmd.job_vars)
+    own[ENV_SNAPSHOTS_HELD] = str(snapshots_held(store, home, job.id))
     if config.logging.tensorboard_dir:  # the runner links its TensorBoard folder there
-        env[ENV_TENSORBOARD_DIR] = str(Path(config.logging.tensorboard_dir).expanduser())
+        own[ENV_TENSORBOARD_DIR] = str(Path(config.logging.tensorboard_dir).expanduser())
+    env.update(own)
     launch = AttemptLaunch(
         job_id=job.id,
         attempt=n,
@@ -202,6 +244,7 @@ def begin_attempt(
         gpu_ids=list(gpu_ids),
         spec=started.spec,
         job_uid=started.uid,
+        job_vars=own,
     )
     return Begun(started, launch, resume_step, tuple(kind for kind, _ in also))
 

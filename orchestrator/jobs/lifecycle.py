@@ -246,9 +246,11 @@ def retry_job(
     *,
     budget: Optional[float] = None,
     hours: Optional[float] = None,
+    gpus: Optional[int] = None,
 ) -> Job:
     """A failed, cancelled or stopped job back to the queue; it resumes from its latest
-    checkpoint. Its attempt count goes on; its charged retries start over."""
+    checkpoint. Its attempt count goes on; its charged retries start over. `gpus`: on that many
+    GPUs from now on (jobs/regpu.py: the effective batch kept, or refused)."""
     job = store.get(job_id)
     if job.state is JobState.MOVED:
         raise InvalidTransition(
@@ -270,6 +272,13 @@ def retry_job(
     if hours is not None:
         updates["max_hours"] = hours
         detail += f" with max_hours {hours:g}"
+    if gpus is not None and gpus != job.gpus:
+        from .regpu import regpu_spec
+
+        spec = regpu_spec(job, home.run_dir(job_id), gpus)
+        write_run_spec(home, job_id, spec)
+        updates.update(gpus=gpus, spec_json=spec)
+        detail += f" on {gpus} GPU(s) (was {job.gpus})"
     return change_state(
         store,
         config,

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Optional
 
 from ..model.errors import ConfigError
 from ..spec.config import Config, load_config
+from ..objectstore.signing import key_problems
 from ..spec.storage_url import credential_problems
 
 
@@ -41,6 +42,7 @@ def load_config_checked(
         problems += exc.problems
     if config.storage.url:  # [storage] credentials are checked where secrets are
         problems += [f"{config.path}: {p}" for p in credential_problems(config.storage, env)]
+        problems += [f"{config.path}: {p}" for p in key_problems(config.storage, env)]
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
     return config

@@ -1,16 +1,14 @@
 """Who runs a local job's attempt, and settling an attempt whose runner is gone: `orch status`
-notes such a job, `orch run --resume` settles it the way the daemon would (moved from
-cli/foreground.py)."""
+notes such a job, `orch run --resume` settles it the way the daemon would (foreground/record.py)."""
 
 from __future__ import annotations
 
-import sys
 import time
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from ..home.paths import Home
 from ..host.procs import is_alive
-from ..model.records import FOREGROUND_PID, FOREGROUND_START, Job
+from ..model.records import FOREGROUND_PID, FOREGROUND_START, LOCAL, Job
 from ..model.states import JobState
 from ..store import Store
 
@@ -33,7 +31,7 @@ def runnerless_jobs(store: Store) -> list[Job]:
     return [
         j
         for j in store.jobs([JobState.RUNNING])
-        if (j.executor == "local" or j.in_foreground) and (j.supervisor_pid or j.executor_ref) and not runner_alive(j)
+        if (j.executor == LOCAL or j.in_foreground) and (j.supervisor_pid or j.executor_ref) and not runner_alive(j)
     ]
 
 
@@ -49,22 +47,28 @@ class LocalAttempts(Protocol):
 
 
 def settle_a_runnerless_attempt(
-    home: Home, store: Store, config: Config, job: Job, *, executor: LocalAttempts, daemon: Optional[int]
+    home: Home,
+    store: Store,
+    config: Config,
+    job: Job,
+    *,
+    executor: LocalAttempts,
+    daemon: Optional[int],
+    say: Callable[[str], None],
 ) -> Optional[Job]:
     """`orch run --resume` of a job still recorded running. If what ran its attempt (an `orch run`,
     or a daemon's supervisor) is gone and no daemon (`daemon`: its pid) is here to notice, the
     attempt is settled here the way the daemon would (its exit record, else lost: its strays
-    stopped, a notice checkpoint kept), and the job can resume. Otherwise it says who has the job
-    and returns None."""
+    stopped, a notice checkpoint kept), and the job can resume. Otherwise it says (`say`) who has
+    the job and returns None."""
     from .attempts import grace_for
     from .settling import lose_attempt, settle_attempt
 
     if job.executor != "local" and not job.in_foreground:
-        print(
+        say(
             f"job {job.id} runs on {job.executor}; "
             + ("the daemon settles and resumes it" if daemon else "`orch daemon start` settles and resumes it")
             + f": follow it with `orch logs -f {job.id}`",
-            file=sys.stderr,
         )
         return None
     if not job.supervisor_pid and not job.executor_ref and job.attempt and daemon is None:
@@ -76,17 +80,15 @@ def settle_a_runnerless_attempt(
     runner = job.supervisor_pid or (job.executor_ref or {}).get(FOREGROUND_PID)
     if runner_alive(job):
         who = "an `orch run`" if job.in_foreground else "the daemon's supervisor"
-        print(
+        say(
             f"job {job.id} is running under {who} (pid {runner}); follow it with `orch logs -f {job.id}`, "
             f"stop it with `orch cancel {job.id}`",
-            file=sys.stderr,
         )
         return None
     if daemon is not None:
-        print(
+        say(
             f"job {job.id}'s attempt lost its runner (pid {runner}); the daemon (pid {daemon}) settles it on its "
             f"next tick and resumes it: follow it with `orch logs -f {job.id}`",
-            file=sys.stderr,
         )
         return None
     now = time.time()
@@ -96,18 +98,16 @@ def settle_a_runnerless_attempt(
     else:
         if strays := executor.strays(job):
             grace = grace_for(job, config)
-            print(
+            say(
                 f"job {job.id}: attempt {job.attempt} still runs (pid {strays[0]}); giving it up to {grace:.0f} s "
                 "to save its checkpoint and exit",
-                file=sys.stderr,
             )
             executor.wind_down(job, grace)
         executor.clear_lost(job)  # nothing of the old attempt may run beside the new one
         settled = lose_attempt(store, config, home, job, time.time())
     job = settled.job if settled is not None else store.get(job.id)
-    print(
+    say(
         f"job {job.id}: attempt {job.attempt} lost its runner (pid {runner}); settled here: {job.state.value}"
         + (f" ({job.reason})" if job.reason else ""),
-        file=sys.stderr,
     )
     return job

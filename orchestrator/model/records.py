@@ -22,6 +22,10 @@ FOREGROUND_START = "foreground_start"  # with the pid: the process's start time 
 LOCAL = "local"
 FOREGROUND = "foreground"  # `orch run`: a process on this machine that accrues its own attempt
 
+# The local executor's per-attempt parent process: executors/local.py starts it, `orch doctor`
+# recognises it in a command line, `orch estimate` times its start (jobs/probe.py).
+SUPERVISOR_MODULE = "orchestrator.executors.supervisor"
+
 
 @dataclass
 class Job:
@@ -201,3 +205,6 @@ class AttemptLaunch:
     gpu_ids: list[int] = field(default_factory=list)
     spec: dict[str, Any] = field(default_factory=dict)
     job_uid: str = ""  # the job's global id (a Ray attempt's submission id is built from it)
+    # What orch gives the attempt beyond the machine's environment (`env` holds both): the contract's
+    # variables, the trackers', [env] and pass_env. A cluster job is given only these (host/cluster_env.py).
+    job_vars: dict[str, str] = field(default_factory=dict)

@@ -109,6 +109,9 @@ class EventKind(Word):
     MARKET_MOVE = "market_move"  # a planned move of a job between markets (from, to, why)
     STOP_FAILED = "stop_failed"  # the provider could not stop a machine orch no longer needs (retried)
     DEADLINE_INFEASIBLE = "deadline_infeasible"  # even on on-demand from now the job ends after its deadline
+    UNTRUSTED = (
+        "untrusted"  # a manifest unsigned, badly signed, changed after signing or replayed: never launched or adopted
+    )
 
 
 # History-only kinds: part of `orch show`, never a notification or hook.
@@ -136,6 +139,7 @@ DEFAULT_NOTIFY_EVENTS = frozenset(
         "relaunch_failed",
         "stop_failed",
         "deadline_infeasible",
+        "untrusted",
     }
 )
 
@@ -190,3 +194,10 @@ def notice_detail(source: str, kind: str, detail: str) -> str:
 def notice_kind(detail: str) -> str:
     parts = detail.split(": ", 2)
     return parts[1] if len(parts) >= 2 else ""
+
+
+# What `orch watch` says of a watched job without a machine (recovery/jobview.py names the rest):
+# it waits for one (since `waiting_since`), a launch is under way, or it is left alone (a relaunch
+# the controller will not make). `orch status` and the dashboard list these (views/recovery.py).
+WATCH_WAITING, WATCH_LAUNCHING, WATCH_LEFT_ALONE = "waiting", "launching", "left alone"
+WAITING_FOR_A_MACHINE = (WATCH_WAITING, WATCH_LAUNCHING, WATCH_LEFT_ALONE)

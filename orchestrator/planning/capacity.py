@@ -7,17 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from ..host.gpus import managed_gpus
+from ..model.executor_kinds import executor_kind
 
 
 def gpu_slots(config: Any) -> list[int]:
-    """The GPU slots of the executor config.toml names: on Slurm `[slurm] max_gpus` slots (Slurm
-    places them; the login node's own GPUs do not count), on Ray `[ray] max_gpus`, else this machine's GPUs (`[daemon] gpus`,
+    """The GPU slots of the executor config.toml names, as its kind declares them
+    (model/executor_kinds.py): a cluster's cap (`[slurm] max_gpus`, `[ray] max_gpus`: the cluster
+    places them; the login node's own GPUs do not count), else this machine's GPUs (`[daemon] gpus`,
     else nvidia-smi)."""
-    if config.executor.kind == "slurm":
-        return list(range(config.slurm.max_gpus))
-    if config.executor.kind == "ray":  # Ray places them; the daemon also waits for the cluster's free GPUs
-        return list(range(config.ray.max_gpus))
-    return machine_gpus(config)
+    cap = executor_kind(config.executor.kind).max_gpus(config)
+    return machine_gpus(config) if cap is None else list(range(cap))
 
 
 def machine_gpus(config: Any) -> list[int]:

@@ -1,6 +1,6 @@
 """The estimate's projection maths, pure: a built-in job's wall time, cost and range from a
 probe's figures (`python -m training.probe`'s JSON), and a command job's from its name's history
-(moved from cli/estimate.py, which runs the probe and reads the store)."""
+(jobs/estimate.py runs the probe, reads the store and calls these)."""
 
 from __future__ import annotations
 

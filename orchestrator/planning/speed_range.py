@@ -168,11 +168,12 @@ def sweep_bound(data: dict[str, Any], section: Any, config: Any) -> dict[str, An
     (a command), plus a tick of the daemon per wave to start it. Pruning can only make it cheaper;
     the trials' parameters (a batch size, a step count) can make a trial slower than the base job
     measured here, which no bound from the base job can know."""
+    from ..model.executor_kinds import executor_kind
     from ..planning.capacity import gpu_slots
 
     at_once = section.parallel
     gpus = data.get("gpus") or 0
-    if config.executor.kind == "local":  # a cluster's capacity is the cluster's business
+    if executor_kind(config.executor.kind).on_this_machine:  # a cluster's capacity is the cluster's business
         slots = config.daemon.cpu_slots if gpus == 0 else len(gpu_slots(config)) // gpus
         at_once = max(1, min(at_once, slots))
     waves = math.ceil(section.trials / at_once)

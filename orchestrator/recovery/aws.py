@@ -6,18 +6,20 @@ imported here only, when the provider first talks to EC2."""
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any, Mapping, Optional, Sequence
 
 from ..model.markets import SPOT
 from .bootstrap import bootstrap_script, check_request, decode_user_data, with_bootstrap
-from .provider import LaunchRequest, NoCapacity, RelaunchError, StopError
+from .provider import Launched, LaunchRequest, NoCapacity, RelaunchError, StopError
 
 GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 ALIVE_STATES = frozenset({"pending", "running"})
 INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 TAG_PREFIX = "orch:"
 TAG_VALUE_MAX = 256  # EC2's limit on a tag's value
+log = logging.getLogger("orch.watch")
 
 # EC2's answers that mean "no machine of this kind on this market now" (its API reference, "Error
 # codes"): a market signal, so the job waits and the try does not count toward max_launches.
@@ -67,13 +69,14 @@ class AwsProvider:
             raise RelaunchError("aws provider: [recovery.aws] launch_template is not set")
         self._client: Any = None
         self._clients: dict[Optional[str], Any] = {}
+        self._launched_in: dict[str, Optional[str]] = {}  # instance id -> its region, where not [recovery.aws]'s
 
     # -- launch -----------------------------------------------------------------------------------
 
-    def launch(self, request: LaunchRequest) -> str:
+    def launch(self, request: LaunchRequest) -> Launched:
         check_request(request, self.name)
         region, subnet, template = self.zones.get(request.zone, (self.region, None, self.template))
-        ec2 = self._ec2() if region == self.region else self._regional(region)
+        ec2 = self._client_of(region)
         version, data = self._template_version(ec2, template)
         if data.get("InstanceMarketOptions"):
             raise RelaunchError(
@@ -110,8 +113,13 @@ class AwsProvider:
             raise error from None
         try:
             instance = reply["Instances"][0]
+            instance_id = str(instance["InstanceId"])
+            if region != self.region:
+                self._launched_in[instance_id] = region
             where = f", {request.zone}" if request.zone else ""
-            return f"{instance['InstanceId']} ({instance.get('InstanceType') or '?'}, {request.market}{where})"
+            return Launched(
+                instance_id, f"{instance_id} ({instance.get('InstanceType') or '?'}, {request.market}{where})"
+            )
         except (KeyError, IndexError, TypeError):
             raise RelaunchError("aws provider: EC2 answered run-instances without an instance") from None
 
@@ -137,15 +145,17 @@ class AwsProvider:
         instance EC2 no longer knows is already gone: that is a success."""
         if not INSTANCE_ID.match(instance_id):
             raise StopError(f"aws provider: {instance_id[:80]!r} is not an EC2 instance id (i-...)")
-        try:
-            ec2 = self._ec2()
-            reply = ec2.terminate_instances(InstanceIds=[instance_id])
-        except RelaunchError as exc:
-            raise StopError(str(exc)) from None
-        except Exception as exc:
-            if _code(exc).startswith("InvalidInstanceID.NotFound"):
-                return f"{instance_id} already gone"
-            raise StopError(str(self._error(f"terminate-instances {instance_id}", exc))) from None
+        for region in self._regions_of(instance_id):
+            try:
+                reply = self._client_of(region).terminate_instances(InstanceIds=[instance_id])
+                break
+            except RelaunchError as exc:
+                raise StopError(str(exc)) from None
+            except Exception as exc:
+                if not _code(exc).startswith("InvalidInstanceID.NotFound"):
+                    raise StopError(str(self._error(f"terminate-instances {instance_id}", exc))) from None
+        else:  # no region where it could be knows it
+            return f"{instance_id} already gone"
         states = [
             str((i.get("CurrentState") or {}).get("Name") or "?") for i in reply.get("TerminatingInstances") or []
         ]
@@ -158,18 +168,26 @@ class AwsProvider:
         (or no longer exists), False while it is pending or running, None when orch cannot tell:
         no instance id in the lease (a machine whose config has no `[preemption] sources = ["aws"]`,
         or not on EC2), or EC2 did not answer."""
-        instance_id = instance_of(owner)
+        instance_id = lease_instance_id(owner)
         if instance_id is None:
             return None
-        try:
-            ec2 = self._ec2()
-            reply = ec2.describe_instances(InstanceIds=[instance_id])
-        except RelaunchError:
-            return None
-        except Exception as exc:
-            if _code(exc).startswith("InvalidInstanceID.NotFound"):
-                return True  # terminated instances stay listed about an hour, then vanish
-            return None
+        for region in self._regions_of(instance_id):
+            try:
+                reply = self._client_of(region).describe_instances(InstanceIds=[instance_id])
+                break
+            except RelaunchError as exc:
+                log.warning("aws provider cannot tell whether %s runs: %s", instance_id, exc)
+                return None
+            except Exception as exc:
+                if _code(exc).startswith("InvalidInstanceID.NotFound"):
+                    continue  # not in this region (terminated instances stay listed about an hour, then vanish)
+                # Throttling, credentials, a network error: said with EC2's own code, then "cannot tell".
+                log.warning(
+                    "aws provider cannot tell whether %s runs: %s", instance_id, self._error("describe-instances", exc)
+                )
+                return None
+        else:
+            return True
         states = [
             str((inst.get("State") or {}).get("Name") or "")
             for res in reply.get("Reservations") or []
@@ -185,8 +203,17 @@ class AwsProvider:
 
     # -- EC2 --------------------------------------------------------------------------------------
 
+    def _regions_of(self, instance_id: str) -> list[Optional[str]]:
+        """Where an instance may be: the region this provider launched it in, [recovery.aws]'s, then
+        the other zones' regions (a machine a controller launched before it restarted)."""
+        regions = [self._launched_in.get(instance_id, self.region), self.region]
+        return list(dict.fromkeys(regions + [r for r, _, _ in self.zones.values()]))
+
+    def _client_of(self, region: Optional[str]) -> Any:
+        return self._ec2() if region == self.region else self._regional(region)
+
     def _regional(self, region: Optional[str]) -> Any:
-        """A zone's region's EC2 client (launches only: stops and lookups use [recovery.aws]'s region)."""
+        """A zone's region's EC2 client (one per region, made at its first use)."""
         if region not in self._clients:
             self._clients[region] = self._connect(region)
         return self._clients[region]
@@ -267,7 +294,7 @@ def _template_tags(data: Mapping[str, Any], resource: str) -> list[dict[str, str
     return out
 
 
-def instance_of(owner: Mapping[str, Any]) -> Optional[str]:
+def lease_instance_id(owner: Mapping[str, Any]) -> Optional[str]:
     """The EC2 instance that held a lease: the id the daemon recorded from the instance metadata, or
     a host name in EC2's resource-based form (i-0123456789abcdef0.ec2.internal)."""
     recorded = owner.get("instance_id")
@@ -284,4 +311,4 @@ def _code(exc: BaseException) -> str:
     return ""
 
 
-__all__ = ["AwsProvider", "instance_of", "launch_tags"]
+__all__ = ["AwsProvider", "launch_tags", "lease_instance_id"]

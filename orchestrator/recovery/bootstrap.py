@@ -59,6 +59,9 @@ def bootstrap_script(
     config = ["[storage]", f'url = "{request.url}"']
     if instance_credentials:
         config.append('credentials = "instance"')
+    if request.signing_key_env and request.signing_key_env.isidentifier():
+        # the variable's name; the key itself comes from the image (boot.env) or the cloud's secret store
+        config.append(f'signing_key_env = "{request.signing_key_env}"')
     if preemption_source:
         config += ["", "[preemption]", f'sources = ["{preemption_source}"]']
     config_text = "\n".join(config) + "\n"
@@ -87,17 +90,11 @@ orch_recovery() {{
   fi
   local env_file="${ENV_HOME}/{BOOT_ENV}"  # the secrets config.toml names with *_env, if the image has them
   if [ -f "$env_file" ]; then set -a; . "$env_file"; set +a; fi
-  local uid out try
+  local uid
   for uid in $ORCH_RECOVERY_JOBS; do
-    # A planned move's new machine boots before the old one hands the job over: while the lease
-    # is still held, wait for it (up to 20 minutes), then adopt.
-    for try in $(seq 80); do
-      if out=$("$orch" adopt "$ORCH_RECOVERY_URL" --job "$uid" --yes 2>&1); then echo "$out"; break; fi
-      case "$out" in
-        *"still owned by"*) sleep 15 ;;
-        *) echo "$out" >&2; echo "orch recovery: adopting job $uid failed" >&2; break ;;
-      esac
-    done
+    # A planned move's new machine boots while the old one still holds the lease: the refusal then
+    # leaves a pending adoption: the daemon, run at the end of this script, completes it at the hand-over.
+    "$orch" adopt "$ORCH_RECOVERY_URL" --job "$uid" --yes || echo "orch recovery: adopting job $uid failed" >&2
   done
   "$orch" daemon install || echo "orch recovery: the daemon will not start at boot" >&2
   "$orch" daemon start

@@ -23,6 +23,7 @@ def build_provider(recovery_config: "RecoverySection") -> Provider:
         return CommandProvider(
             recovery_config.launch,
             stop_argv=recovery_config.stop,
+            alive_argv=recovery_config.alive,
             timeout_s=recovery_config.launch_timeout_minutes * 60,
         )
     if name == "aws":

@@ -1,15 +1,19 @@
-"""The `command` provider: the user's launch command, run with the lost jobs in its environment,
-and the user's stop command, run with the machine to stop in its environment.
+"""The `command` provider: the user's launch command, run with the lost jobs in its environment; the
+user's stop command and alive command, run with the machine in ORCH_RECOVERY_INSTANCE. Each runs
+in a process group of its own, killed whole at its limit or when `orch watch` exits (groups.py).
 
-launch: exit 0 means a machine is coming (its last output line names it: the instance id `stop`
-is given later); exit 69 (EX_UNAVAILABLE) means no capacity on that market now -- a market signal,
-not a failure; anything else, or a command that cannot start or does not return, is a failed launch.
-stop: exit 0 means the machine is stopped; anything else is a failed stop (the controller retries)."""
+launch: exit 0 means a machine is coming; its id is the line `instance=<id>` in its output, else
+its whole last line (provider.launched_from_output); exit 69 (EX_UNAVAILABLE) means no capacity on
+that market now -- a market signal, not a failure; anything else, or a command that cannot start
+or does not return, is a failed launch.
+stop: exit 0 means the machine is stopped; anything else is a failed stop (the controller retries).
+alive: exit 0 means the machine still runs, 1 that it is gone, anything else (or no `alive`
+configured) that orch cannot tell -- then a silent lease alone decides."""
 
 from __future__ import annotations
 
+import logging
 import os
-import subprocess
 from typing import Any, Mapping, Optional, Sequence
 
 from orchestrator.contract import (
@@ -23,10 +27,20 @@ from orchestrator.contract import (
     RECOVERY_ENV_ZONE as ENV_ZONE,
     RECOVERY_EXIT_NO_CAPACITY,
 )
-from orchestrator.recovery.provider import LaunchRequest, NoCapacity, RelaunchError, StopError
+from orchestrator.recovery import groups
+from orchestrator.recovery.provider import (
+    Launched,
+    LaunchRequest,
+    NoCapacity,
+    RelaunchError,
+    StopError,
+    launched_from_output,
+)
 
-TIMEOUT_S = 900.0  # a launch command that has not returned after this long has failed
+TIMEOUT_S = 1200.0  # a launch command that has not returned after this long has failed
+ALIVE_TIMEOUT_S = 60.0  # an alive command is a question: it answers quickly or "cannot tell"
 _TAIL = 600  # characters of the command's output kept in a failure's message
+log = logging.getLogger("orch.watch")
 
 
 class CommandProvider:
@@ -37,6 +51,7 @@ class CommandProvider:
         argv: Optional[Sequence[str]],
         *,
         stop_argv: Optional[Sequence[str]] = None,
+        alive_argv: Optional[Sequence[str]] = None,
         timeout_s: float = TIMEOUT_S,
         cwd: Optional[str] = None,
     ):
@@ -44,11 +59,13 @@ class CommandProvider:
             raise RelaunchError("[recovery] launch is empty: name the program to run")
         self.argv = list(argv)
         self.stop_argv = list(stop_argv) if stop_argv else None
+        self.alive_argv = list(alive_argv) if alive_argv else None
         self.can_stop = self.stop_argv is not None
         self.timeout_s = timeout_s
+        self.alive_timeout_s = min(ALIVE_TIMEOUT_S, timeout_s)
         self.cwd = cwd
 
-    def launch(self, request: LaunchRequest) -> str:
+    def launch(self, request: LaunchRequest) -> Launched:
         env = {
             ENV_URL: request.url,
             ENV_JOBS: " ".join(request.job_uids),
@@ -66,8 +83,9 @@ class CommandProvider:
             raise NoCapacity(f"launch command {program!r}: no {request.market} capacity now (exit 69)" + _tail(out))
         if code != 0:
             raise RelaunchError(f"launch command {program!r} exited with {code}" + _tail(out))
-        last = out.splitlines()[-1][:200] if out else ""
-        return last or f"{program} exited 0"
+        # A launch that printed nothing still launched (failing it would launch another machine):
+        # it is recorded without an id, and said so, since orch can neither stop nor ask about it.
+        return launched_from_output(out)
 
     def stop(self, instance_id: str) -> str:
         if not self.stop_argv:
@@ -78,34 +96,40 @@ class CommandProvider:
         return (out.splitlines()[-1][:200] if out else "") or f"{self.stop_argv[0]} exited 0"
 
     def machine_gone(self, owner: Mapping[str, Any]) -> Optional[bool]:
-        return None  # a launch command cannot tell: the silent lease decides
+        """Without [recovery] alive, or without a machine id to ask about: cannot tell (None)."""
+        instance = str(owner.get("instance_id") or "")
+        if not self.alive_argv or not instance:
+            return None
+        program = self.alive_argv[0]
+        try:
+            code, out = _run(
+                self.alive_argv, {ENV_INSTANCE: instance}, self.cwd, self.alive_timeout_s, "alive", RelaunchError
+            )
+        except RelaunchError as exc:
+            log.warning("alive command cannot tell whether %s runs: %s", instance, exc)
+            return None
+        if code == 0:
+            return False
+        if code == 1:
+            return True
+        log.warning("alive command %r exited with %d for %s: cannot tell%s", program, code, instance, _tail(out))
+        return None
 
 
 def _run(
     argv: list[str], extra: dict[str, str], cwd: Optional[str], timeout_s: float, what: str, error: type[Exception]
 ) -> tuple[int, str]:
-    """(exit code, output) of `argv` with `extra` in its environment; `error` when it cannot run."""
+    """(exit code, output) of `argv` with `extra` in its environment; `error` when it cannot run or
+    runs past `timeout_s` (its whole process group killed then)."""
     program = argv[0]
     try:
-        done = subprocess.run(
-            argv,
-            env={**os.environ, **extra},
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=timeout_s,
-            start_new_session=True,
-        )
-    except FileNotFoundError:
-        raise error(f"{what} command {program!r} not found ([recovery] {what})") from None
-    except PermissionError:
-        raise error(f"{what} command {program!r} is not executable ([recovery] {what})") from None
-    except subprocess.TimeoutExpired:
-        raise error(f"{what} command {program!r} did not return within {timeout_s:.0f} s") from None
-    except OSError as exc:
-        raise error(f"{what} command {program!r} could not start: {exc.strerror or exc}") from None
-    return done.returncode, done.stdout.decode("utf-8", "replace").strip()
+        return groups.run(argv, {**os.environ, **extra}, cwd, timeout_s)
+    except groups.CannotRun as exc:
+        raise error(f"{what} command {program!r} {exc} ([recovery] {what})") from None
+    except groups.TimedOut:
+        raise error(
+            f"{what} command {program!r} did not return within {timeout_s:.0f} s (killed, with its children)"
+        ) from None
 
 
 def _tail(out: str) -> str:

@@ -13,7 +13,9 @@ stale_after_minutes and was not released, the controller
      waits, free; the claim is reused, not counted toward max_launches); or `relaunch_failed` and
      a backoff before the next claim.
 A claim that did not lead to an adoption within `launch_timeout_minutes` (the controller died
-mid-launch, or the machine never came up) is followed by the next claim. The controller never runs a job."""
+mid-launch, or the machine never came up) is followed by the next claim, and its machine is
+stopped. Every machine launched is in the ledger (ledger.py, machines.py) until it is stopped.
+The controller never runs a job."""
 
 from __future__ import annotations
 
@@ -50,8 +52,8 @@ __all__ = [
 
 class Controller(JobPass, Launching):
     """`orch watch`'s controller: one pass over the mirror's jobs (pass_once), made of the per-job
-    pass (jobpass.py), the launch outcomes (outcomes.py) and the finished-machine stops
-    (finishing.py) over the state and helpers of core.py."""
+    pass (jobpass.py) and the launch outcomes (outcomes.py) over the state and helpers of core.py;
+    after the pass, the machine ledger (machines.py) stops what is no longer needed."""
 
     # -- one pass -----------------------------------------------------------------------------
 
@@ -60,7 +62,7 @@ class Controller(JobPass, Launching):
         when the mirror cannot be listed (the loop retries at the next poll)."""
         views = []
         self._collect()
-        self._placing, self._views, self._homes, self._finished = [], {}, {}, {}
+        self._placing, self._views, self._seen, self._pass_answers = [], {}, {}, {}
         self.next_review = None
         for uid in sorted(self.remote.list_dirs("jobs")):
             try:
@@ -72,8 +74,10 @@ class Controller(JobPass, Launching):
             views.append(view)
             self._views[uid] = view
         self._place()
-        self._stop_finished_machines()
+        self.book.account(self._seen, self.clock())  # stop what is no longer needed
         self._collect()
+        self.ledger.note = self.pool_note()
+        self.ledger.flush()
         for view in views:
             uid = view.uid
             shown = (view.name, view.state, view.waiting_since, view.launches, view.losses, view.market, view.note)

@@ -11,7 +11,6 @@ import time
 from typing import Any, Callable, Optional
 
 from ..jobs.lifecycle import outgoing_for
-from ..model.errors import OrchError
 from ..model.markets import ON_DEMAND, SPOT
 from ..model.states import EventKind
 from ..objectstore import claims as cl
@@ -20,18 +19,25 @@ from ..objectstore import moves
 from ..objectstore.manifest_model import MAX_MANIFEST_BYTES, ManifestError
 from ..objectstore.manifest_model import parse as parse_manifest
 from ..objectstore.remote import Conflict, Remote, TooLarge
+from ..objectstore.signing import Keys, content_id
 from ..redaction import redact
 from ..spec.config import Config
 from ..store import Store
 from . import deciding as dc
 from . import moving as mv
 from . import zones as zn
-from .jobview import JobView, deadline_of
-from .launcher import InlineLauncher, Launcher
+from .jobview import UNFINISHED, UNTRUSTED, JobView, deadline_of
+from .launcher import InlineLauncher, Launcher, Outcome
+from .ledger import Ledger
+from .machines import MachineBook, Seen
 from .placing import Group, Placement
 from .policy import Decision, decide
 from .provider import Provider
 from .stopping import Stopper
+from .trust import TrustGate
+
+ASKING = "asking"  # _gone: the provider's answer is not in yet (the call runs off the loop)
+ALIVE_PREFIX = "alive:"
 
 log = logging.getLogger("orch.watch")
 
@@ -57,6 +63,7 @@ class ControllerCore:
         clock: Callable[[], float] = time.time,
         say: Callable[[str], None] = lambda s: None,
         launcher: "Launcher | InlineLauncher | None" = None,
+        keys: Optional[Keys] = None,
     ):
         assert config.recovery is not None
         self.config = config
@@ -88,12 +95,24 @@ class ControllerCore:
         self._claims: dict[str, Any] = {}  # uid -> the claims as last listed and read (claims.read_claims)
         self._parsed: dict[str, tuple[bytes, dict[str, Any]]] = {}  # uid -> its manifest as last read
         self.reaction_s = self.stale_after_s + self.rc.poll_seconds
-        self.stopper = Stopper(provider, self.launcher, store, clock, self._event, self.rc.poll_seconds, redact, say)
-        self._homes: dict[str, str] = {}  # this pass: uid -> the home holding an unfinished job's lease
-        self._finished: dict[str, tuple[str, list[str], dict[str, Any]]] = {}  # uid -> (machine, its jobs, m)
+        self.alive_timeout_s = min(60.0, self.launch_timeout_s)  # a question: answered fast or "cannot tell"
+        # Every machine this controller launched, and the stops of those no longer needed.
+        self.ledger = Ledger(store, remote, controller_id, clock)
+        self.stopper = Stopper(
+            provider, self.launcher, self.ledger, clock, self._event, self.rc.poll_seconds, redact, say
+        )
+        self.book = MachineBook(self.ledger, self.stopper, self.launch_timeout_s)
+        self._seen: dict[str, Seen] = {}  # this pass: uid -> what it saw of the job (machines.py)
         self._settled: set[str] = set()  # finished jobs this process has looked at once
-        self._machines: dict[str, tuple[str, list[str], dict[str, Any]]] = {}
-        self._watched: set[str] = set()  # jobs this process has seen unfinished
+        # Provider answers to "is this machine gone?": asked off the loop, used once, in the pass
+        # they arrive for (each pass asks again), and the same machine asked once per pass.
+        self._answers: dict[str, Optional[bool]] = {}
+        self._pass_answers: dict[str, Optional[bool]] = {}
+        self._later: list[Outcome] = []  # launch and stop outcomes seen mid-pass: recorded after it
+        # Launches whose machine adopted before the launch command returned: (uid, n) -> the home.
+        self._adopted_early: dict[tuple[str, int], str] = {}
+        # What may be acted on at all: signed manifests (with `keys`), else only `orch launch`'s jobs.
+        self.gate = TrustGate(store, keys)
 
     def _read(self, uid: str) -> Optional[tuple[dict[str, Any], Optional[str]]]:
         key = mf.manifest_key(uid)
@@ -112,6 +131,24 @@ class ControllerCore:
             return None
         self._parsed[uid] = (got[0], m)
         return m, got[1]
+
+    def _distrust(self, uid: str, m: dict[str, Any]) -> Optional[JobView]:
+        """The verify gate (trust.py): None when job `uid`'s manifest, as read this pass, may be acted
+        on; else its view as `not trusted`, reported once per content (`untrusted`)."""
+        raw = self._parsed[uid][0]
+        problem = self.gate.problem(uid, raw)
+        if problem is None:
+            return None
+        name = str(m.get("name") or "")
+        view = JobView(uid, name, UNTRUSTED, f"not launched: its manifest is not trusted: {problem}")
+        if m.get("state") in UNFINISHED:
+            self._event(
+                f"{uid}:untrusted:{content_id(raw)}",
+                EventKind.UNTRUSTED,
+                m,
+                f"job {uid[:12]} ({name}): not launched: its manifest in the bucket is not trusted: {problem}",
+            )
+        return view
 
     # -- the market ---------------------------------------------------------------------------
 
@@ -172,6 +209,18 @@ class ControllerCore:
         if at is not None and (self.next_review is None or at < self.next_review):
             self.next_review = at
 
+    def pool_note(self) -> str:
+        """A line when every provider-call worker is held by a call running longer than a poll
+        (hung launch commands, a crawling cloud API): the calls after them wait for a worker."""
+        held = self.launcher.held(max(self.rc.poll_seconds, 1.0))
+        if not held:
+            return ""
+        calls = ", ".join(f"{key.split(',')[0][:60]} for {s:.0f} s" for key, s in held)
+        waiting = self.launcher.waiting()
+        return f"every provider-call worker is busy ({calls}): {waiting} more call(s) wait for one" + (
+            "" if waiting else "; further launches, stops and alive questions will wait"
+        )
+
     def in_flight(self) -> int:
         """Provider calls running now."""
         return len(self._in_flight)
@@ -192,22 +241,61 @@ class ControllerCore:
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _gone(self, own: dict[str, Any]) -> Optional[bool]:
-        try:
-            return self.provider.machine_gone(own)
-        except OrchError as exc:
-            log.warning("provider %s cannot tell whether %s is gone: %s", self.provider.name, own.get("host"), exc)
-            return None
+    def _gone(self, own: dict[str, Any]) -> "Optional[bool] | str":
+        """Whether the machine a lease (or a launch) names is gone: True, False, None (cannot tell),
+        or ASKING while the provider's answer is not in. A machine this controller launched is asked
+        about by the id its launch returned (the `alive` command gets it)."""
+        ask = dict(own)
+        if not ask.get("instance_id"):
+            known = self.book.home_machine(str(own.get("home_id") or ""))
+            if known is not None:
+                ask["instance_id"] = known.instance_id
+        ident = str(ask.get("instance_id") or ask.get("home_id") or ask.get("host") or "")
+        key = ALIVE_PREFIX + ident
+        if key in self._pass_answers:
+            return self._pass_answers[key]
+        if key in self._answers:
+            self._pass_answers[key] = self._answers.pop(key)
+            return self._pass_answers[key]
+        if self.launcher.since(key) is None:
+            self.launcher.submit(key, lambda: self.provider.machine_gone(ask), timeout_s=self.alive_timeout_s)
+            self._drain()
+            if key in self._answers:  # answered at once (an inline launcher: tests, --once)
+                self._pass_answers[key] = self._answers.pop(key)
+                return self._pass_answers[key]
+        return ASKING
+
+    def _drain(self) -> None:
+        """Take the finished provider calls: the alive answers now, the rest after the pass."""
+        for outcome in self.launcher.finished():
+            if not outcome.key.startswith(ALIVE_PREFIX):
+                self._later.append(outcome)
+                continue
+            if outcome.error is not None:
+                text = redact(str(outcome.error))
+                log.warning("provider %s cannot tell whether %s runs: %s", self.provider.name, outcome.key[6:], text)
+            value = outcome.value if outcome.error is None and outcome.value in (True, False) else None
+            self._answers[outcome.key] = value
 
     def _cancel(self, claim: cl.Claim, why: str) -> None:
         claim.status, claim.error, claim.updated_at = cl.CANCELLED, why, self.clock()
         self._update(claim)
 
-    def _update(self, claim: cl.Claim) -> None:
+    def _update(self, claim: cl.Claim, *, retrying: bool = False) -> bool:
+        """Write the claim, conditional on its ETag; False when another writer changed it first (said
+        in words unless the caller re-reads and tries again)."""
         try:
             cl.update(self.remote, claim)
+            return True
         except Conflict:
-            log.warning("launch %d of %s changed under us; left as the other writer wrote it", claim.n, claim.uid)
+            if retrying:
+                return False
+            self.say(
+                f"job {claim.uid[:12]}: launch {claim.n}'s record in the bucket was rewritten by someone else "
+                "since this controller read it (another `orch watch` on this bucket, or the same one "
+                "restarted); it is left as they wrote it"
+            )
+            return False
 
     def _event(self, key: str, kind: EventKind, m: dict[str, Any], detail: str) -> None:
         payload = {

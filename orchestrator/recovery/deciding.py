@@ -10,8 +10,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from ..cost.money import Pricing
 from ..model.markets import IDLE, ON_DEMAND, SPOT
 from ..objectstore import claims as cl
+from .jobview import claim_instance
 from .policy import Seen, Situation
 
 DEFAULT_PRICE_RATIO = 3.0  # spot at about a third of on-demand (AWS GPU instances) when [pricing] does not say
@@ -59,7 +61,7 @@ def current_market(claims: list[cl.Claim], owner: Mapping[str, Any]) -> str:
     launched = [c for c in claims if c.status == cl.LAUNCHED]
     instance = owner.get("instance_id")
     for c in reversed(launched):
-        if instance and c.launched.split(" ")[0] == instance:
+        if instance and claim_instance(c) == instance:
             return c.market
     for c in reversed(launched):
         if c.extra.get("move_for") != owner.get("home_id"):
@@ -150,11 +152,11 @@ class MarketView:
 
 def price_ratio(pricing: Any, gpus: int) -> float:
     """On-demand price / spot price by [pricing]; DEFAULT_PRICE_RATIO when it does not say both."""
-    spot = pricing.gpu_hour * max(gpus, 1) + pricing.instance_hour
-    if pricing.on_demand_gpu_hour is None or spot <= 0:
+    prices = Pricing.of(pricing)
+    spot = prices.machine_hour(gpus, SPOT)
+    if prices.on_demand_gpu_hour is None or spot <= 0:
         return DEFAULT_PRICE_RATIO
-    on_demand = pricing.on_demand_gpu_hour * max(gpus, 1) + pricing.instance_hour
-    return max(on_demand / spot, 1.0)
+    return max(prices.machine_hour(gpus, ON_DEMAND) / spot, 1.0)
 
 
 def situation(

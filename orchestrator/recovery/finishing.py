@@ -1,5 +1,7 @@
-"""Finished-machine stops: a finished job's machine, launched by this controller, is stopped once
-none of its jobs is left unfinished; a planned move that came too late is refused."""
+"""A finished job: a planned move asked for it that came too late is closed as refused. Its
+machines are stopped by the ledger's accounting (machines.py), once none of their jobs is left.
+Also: the launches this controller made that its ledger does not hold yet (made by an orch from
+before the ledger) are entered in it, so they are stopped like the others."""
 
 from __future__ import annotations
 
@@ -9,47 +11,30 @@ from ..objectstore import claims as cl
 from ..objectstore import moves
 from . import moving as mv
 from .core import ControllerCore
+from .jobview import claim_instance
+from .ledger import STOPPED, Machine
 
 
 class Finishing(ControllerCore):
     def _settle_finished(self, uid: str, m: dict[str, Any]) -> None:
-        """Once per finished job (per controller process): refuse a move that came too late, and
-        note the machine that ran it, to be stopped when none of its jobs is left unfinished."""
+        """Once per finished job (per controller process): refuse a move that came too late."""
         if uid in self._settled:
-            if uid in self._machines:
-                self._finished[uid] = self._machines[uid]
             return
         self._settled.add(uid)
+        self._enter_launches(cl.read_claims(self.remote, uid, self._claims))
         move = mv.under_way(self.store, self.remote, uid)
         if move is not None and move.status == moves.ASKED:
             mv.mark(self.remote, move, moves.REFUSED, f"the job was {m.get('state')} first", self.clock())
-        if uid not in self._watched:
-            return  # finished before this process saw it run: its machine is not this process's to stop
-        launched = [c for c in cl.read_claims(self.remote, uid) if c.status == cl.LAUNCHED and c.launched]
-        # The machine that ran it: the one its lease names, else the newest launch that was not a
-        # planned move's new machine; such a machine that never took the job over is stopped too.
-        own = m.get("owner") or {}
-        instance, home = str(own.get("instance_id") or ""), str(own.get("home_id") or "")
-        unused = [c for c in launched if home and c.extra.get("move_for") == home]  # it never left `home`
-        ran = [c for c in launched if instance and c.launched.split()[0] == instance]
-        ran = ran or [c for c in launched if c not in unused] or launched
-        for c in unused:
-            if c is not ran[-1]:
-                self.stopper.want(c.launched.split()[0], uid, "the job finished before it moved there", m)
-        if launched:
-            last = ran[-1]
-            together = [str(u) for u in last.extra.get("together") or [uid]]
-            self._machines[uid] = (last.launched.split()[0], together, m)
-            self._finished[uid] = self._machines[uid]
 
-    def _stop_finished_machines(self) -> None:
-        """A machine this controller launched whose jobs have all finished is stopped (its daemon
-        also powers it off with [idle] shutdown; this is for machines that do not)."""
-        busy = set(self._homes.values())
-        for uid, (instance, together, m) in self._finished.items():
-            if self.stopper.stopped(instance) or any(u in self._homes for u in together):
+    def _enter_launches(self, claims: list[cl.Claim]) -> None:
+        """This controller's launched claims whose machine the ledger does not know: entered."""
+        for c in claims:
+            instance = claim_instance(c) if c.status == cl.LAUNCHED and c.controller == self.controller_id else ""
+            if not instance or self.ledger.get(instance) is not None:
                 continue
-            holder = str((m.get("owner") or {}).get("home_id") or "")
-            if holder and holder in busy:
-                continue  # the machine still holds another unfinished job's lease
-            self.stopper.want(instance, uid, f"its job(s) finished ({m.get('state')})", m)
+            jobs = [str(u) for u in c.extra.get("together") or [c.uid]]
+            machine = Machine(instance, c.market, jobs, c.updated_at, launch=f"{c.uid}:{c.n}")
+            machine.move_for, machine.home_id = str(c.extra.get("move_for") or ""), str(c.extra.get("adopted_by") or "")
+            if self.store.recovery_marked(f"stopped:{instance}"):  # stopped by an orch from before the ledger
+                machine.state = STOPPED
+            self.ledger.add(machine)

@@ -15,6 +15,7 @@ from ..objectstore import moves
 from . import deciding as dc
 from . import market as mk
 from . import moving as mv
+from .core import ASKING
 from .finishing import Finishing
 from .jobview import (
     ALIVE,
@@ -24,16 +25,15 @@ from .jobview import (
     MAX_BACKOFF_S,
     RELEASED,
     UNFINISHED,
-    UNTRUSTED,
     WAITING,
     JobView,
     count_losses,
     failures_in_row,
+    claim_instance,
     hms,
-    instance_of,
-    launch_key,
     wasted_launches,
 )
+from .machines import Seen
 from .placing import Placement
 from .policy import Decision
 
@@ -44,15 +44,17 @@ class JobPass(Finishing):
         if read is None:
             return None
         m, _ = read
+        distrusted = self._distrust(uid, m)  # the verify gate: nothing below sees an untrusted manifest
+        if distrusted is not None:
+            return distrusted
         name = str(m.get("name") or "")
         if m.get("state") not in UNFINISHED:
             self._settle_finished(uid, m)
+            self._seen[uid] = Seen(True, m)
             return JobView(uid, name, DONE, str(m.get("state")))
         own = dict(m.get("owner") or {})
-        self._watched.add(uid)
-        if own.get("home_id") and not own.get("released"):
-            self._homes[uid] = str(own["home_id"])
         claims = cl.read_claims(self.remote, uid, self._claims)
+        self._enter_launches(claims)
         self.market.note_claims(uid, claims)
         launches = cl.launches(claims)
         losses = count_losses(claims)
@@ -65,6 +67,9 @@ class JobPass(Finishing):
                 return view
         now = self.clock()
         age = mf.lease_age(m, now)
+        fresh = age is not None and age < self.stale_after_s and not own.get("released")
+        holder = str(own.get("home_id") or "") if fresh else ""
+        self._seen[uid] = Seen(False, m, holder, str(own.get("instance_id") or "") if fresh else "")
         latest = claims[-1] if claims else None
         reuse: Optional[cl.Claim] = None
         if move is None and age is not None and age < self.stale_after_s:
@@ -74,11 +79,18 @@ class JobPass(Finishing):
             elif latest is not None and latest.status == cl.CLAIMED and came_back:
                 # The machine we thought lost heartbeats again (a slow heartbeat, a network blip).
                 self._cancel(latest, "the lease came back to life")
+            elif latest is not None and latest.status == cl.CLAIMED and self._since(uid, latest.n) is not None:
+                # The new machine adopted before the launch command returned: the launch's outcome
+                # records the machine's id; this only remembers which home it is.
+                self._adopted_early[(uid, latest.n)] = holder
             elif latest is not None and latest.status == cl.CLAIMED:
                 # Another machine took the job while the claim was open: the launch happened,
                 # though the controller that made it died before it could say so.
                 latest.status, latest.updated_at = cl.LAUNCHED, now
                 latest.launched = f"adopted by {own.get('host') or '?'}"
+                latest.extra["adopted_by"] = holder
+                if own.get("instance_id"):
+                    latest.extra["instance_id"] = str(own["instance_id"])
                 self._update(latest)
                 self._event(
                     f"{uid}:launch:{latest.n}",
@@ -86,19 +98,16 @@ class JobPass(Finishing):
                     m,
                     f"job {uid[:12]} ({name}): launch {latest.n} on {latest.market} came up: {latest.launched}",
                 )
+            if holder:
+                self._note_holder(uid, own, claims)
             view.note = f"lease held by {own.get('host') or '?'}"
             self._settle_move(uid, m, own, view)
             self._consider_move(uid, m, own, claims, losses, view)
             return view
         # The lease has lapsed (or there never was one).
+        # (Whether the manifest may be acted on at all was decided above, by the gate: a lease here
+        # was signed by a machine holding the bucket key, or the job is `orch launch`'s from here.)
         never_leased = not own.get("home_id") and own.get("heartbeat") is None
-        if never_leased and not self.store.recovery_marked(launch_key(uid)):
-            # The bucket is untrusted: a job no machine ever held is launched (paid) only when
-            # `orch launch` in this home put it there. Anything else is reported, never launched.
-            view.state = UNTRUSTED
-            view.note = "never held by a machine and not put in the bucket by `orch launch` here: not launched"
-            self._event(f"{uid}:untrusted", EventKind.RELAUNCH_FAILED, m, f"job {uid[:12]} ({name}): {view.note}")
-            return view
         lost_at = float(own.get("heartbeat") or m.get("written_at") or now)
         view.state, view.waiting_since = WAITING, lost_at
         if move is not None:
@@ -106,7 +115,10 @@ class JobPass(Finishing):
             if coming is not None and coming.status == cl.LAUNCHED and coming.market == move.to:
                 if move.status == moves.ASKED:
                     mv.mark(self.remote, move, moves.LAUNCHED, f"launch {coming.n}: {coming.launched}", now)
-                if now - coming.updated_at < self.launch_timeout_s and self._gone(instance_of(coming)) is not True:
+                if (
+                    now - coming.updated_at < self.launch_timeout_s
+                    and self._gone(self._launched_machine(coming)) is not True
+                ):
                     view.market = coming.market
                     view.note = f"handed over for a move to {move.to}; launch {coming.n} takes it: {coming.launched}"
                     return view
@@ -134,12 +146,20 @@ class JobPass(Finishing):
                 view.note = f"launch {latest.n} claimed by {latest.controller[:12]} (in progress)"
                 return view
             booting = latest.status == cl.LAUNCHED and now - latest.updated_at < self.launch_timeout_s
-            if booting and self._gone(instance_of(latest)) is True:
+            if (
+                booting
+                and not latest.extra.get("gone_while_booting")
+                and self._gone(self._launched_machine(latest)) is True
+            ):
                 # A machine gone while it boots (spot reclaimed) is lost now, not at the launch
                 # timeout; on spot that is the market's doing, not a failed launch.
-                latest.extra["gone_while_booting"] = now
-                self._update(latest)
+                self._lost_booting(uid, latest, m, now)
+            if booting and latest.extra.get("gone_while_booting"):
                 booting = False
+                due = self._booting_backoff(claims, latest)
+                if now < due:  # never a launch per poll when every new machine is "gone"
+                    view.note = f"launch {latest.n} was gone while it booted; next try in {due - now:.0f} s"
+                    return view
             if booting:
                 view.market = latest.market
                 view.note = f"launch {latest.n} ({latest.market}) is coming up: {latest.launched}"
@@ -156,10 +176,12 @@ class JobPass(Finishing):
         elif move is None and not never_leased:
             # A new loss: ask the provider, then say so once.
             gone = self._gone(own)
-            if gone is False:
+            if gone is False or gone == ASKING:
                 view.state = ALIVE
                 view.note = (
                     f"lease silent {age or 0:.0f} s, but the {self.provider.name} provider says the machine is up"
+                    if gone is False
+                    else f"lease silent {age or 0:.0f} s; asking the {self.provider.name} provider whether it still runs"
                 )
                 return view
             losses += 1
@@ -217,17 +239,31 @@ class JobPass(Finishing):
         if current not in (SPOT, ON_DEMAND) or mv.under_way(self.store, self.remote, uid) is not None:
             return
         decision = self._decide(m, claims, current, losses)
+        home = str(own.get("home_id") or "")
         if decision.market in (current, IDLE):
+            unwanted = self._move_machine(claims, home)
+            if unwanted is not None and unwanted.status == cl.LAUNCHED and claim_instance(unwanted):
+                why = f"the planned move to {unwanted.market} is no longer wanted ({decision.why})"
+                self.book.not_needed(claim_instance(unwanted), uid, why, m)
             return
         # The new machine first: only once it is launched (the market had capacity) is the holder
         # asked to hand the job over, so a refused spot launch never leaves the job without one.
-        home = str(own.get("home_id") or "")
         coming = self._move_machine(claims, home)
         if coming is not None and coming.market == decision.market:
             if coming.status == cl.CLAIMED:
                 view.note = f"moving to {decision.market}: launch {coming.n} in progress"
                 return
-            if coming.status == cl.LAUNCHED and self._gone(instance_of(coming)) is not True:
+            gone = coming.status == cl.LAUNCHED and (
+                bool(coming.extra.get("gone_while_booting")) or self._gone(self._launched_machine(coming)) is True
+            )
+            if gone and not coming.extra.get("gone_while_booting"):
+                self._lost_booting(uid, coming, m, self.clock())
+            if gone and self.clock() < self._booting_backoff(claims, coming):
+                view.note = (
+                    f"moving to {decision.market}: launch {coming.n} was gone while it booted; tries again later"
+                )
+                return
+            if coming.status == cl.LAUNCHED and not gone:
                 ready_at = coming.updated_at + self.rc.changeover_minutes * 60
                 if self.clock() < ready_at:  # it boots: the old machine works on meanwhile
                     self._review(ready_at)
@@ -244,6 +280,59 @@ class JobPass(Finishing):
         n = reuse.n if reuse is not None else (claims[-1].n + 1 if claims else 1)
         self._placing.append(Placement(uid, m, own, n, decision.market, decision.why, view, reuse=reuse, move_for=home))
         view.note = f"moving from {current} to {decision.market}: {decision.why}"
+
+    def _lost_booting(self, uid: str, claim: cl.Claim, m: dict[str, Any], now: float) -> None:
+        """The provider says a machine that never took its job is gone: noted on its claim, and
+        stopped (if the answer was wrong, it would otherwise bill until launch_timeout)."""
+        claim.extra["gone_while_booting"] = now
+        self._update(claim)
+        instance = claim_instance(claim)
+        if instance:
+            self.book.not_needed(instance, uid, "the provider says it was gone while it booted", m)
+
+    def _booting_backoff(self, claims: list[cl.Claim], claim: cl.Claim) -> float:
+        """When the next launch may follow machines gone while they booted: at once after the first
+        (spot reclaimed while booting is the market's doing), then poll x 2^(k-2) after the k-th in
+        a row (capped), so a provider that calls every new machine gone costs a launch per
+        backoff, not one per poll."""
+        k = 0
+        for c in reversed(claims):
+            if c.status == cl.LAUNCHED and c.extra.get("gone_while_booting"):
+                k += 1
+            elif c.status == cl.LAUNCHED:
+                break
+        if k < 2:
+            return 0.0  # one spot machine reclaimed while it booted is the market: launch again at once
+        gone_at = float(claim.extra.get("gone_while_booting") or claim.updated_at)
+        return gone_at + backoff_s(k - 2, self.rc.poll_seconds, MAX_BACKOFF_S)
+
+    def _launched_machine(self, claim: cl.Claim) -> dict[str, Any]:
+        """What the provider is asked about a machine a launch brought up: its id."""
+        return {"instance_id": claim_instance(claim), "home_id": str(claim.extra.get("adopted_by") or "")}
+
+    def _note_holder(self, uid: str, own: dict[str, Any], claims: list[cl.Claim]) -> None:
+        """A fresh lease names home H: when H is the machine one of this job's launches brought up,
+        the ledger and the claim learn it (so `alive` and the stops can find the machine by its home)."""
+        home, instance = str(own.get("home_id") or ""), str(own.get("instance_id") or "")
+        if self.book.home_machine(home, instance) is not None:
+            machine = self.book.home_machine(home, instance)
+            if machine is not None and not machine.home_id:
+                machine.home_id = home
+                self.ledger.touch(machine)
+            return
+        for c in reversed(claims):
+            if c.status != cl.LAUNCHED or c.extra.get("adopted_by"):
+                continue
+            if home in (c.lost.get("home_id"), c.extra.get("move_for")):
+                continue  # the machine it was launched to replace, or the holder a move takes it from
+            machine = self.ledger.get(claim_instance(c))
+            if machine is None or machine.home_id:
+                continue
+            machine.home_id = home
+            self.ledger.touch(machine)
+            c.extra["adopted_by"] = home
+            self._update(c)
+            return
 
     def _move_machine(self, claims: list[cl.Claim], home: str) -> Optional[cl.Claim]:
         """The newest claim for a planned move's new machine, made while `home` held the lease."""

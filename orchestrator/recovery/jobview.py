@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from ..model.markets import SPOT
+from ..model.states import WATCH_LAUNCHING, WATCH_LEFT_ALONE, WATCH_WAITING
 from ..objectstore import claims as cl
 from ..spec.jobspec import deadline_ts
+from .provider import launched_from_output
 
 UNFINISHED = ("queued", "running")  # a stopped job stays stopped: the user stopped it
 MAX_BACKOFF_S = 1800.0
@@ -19,9 +21,9 @@ MAX_BACKOFF_S = 1800.0
 UNTRUSTED = "not trusted"  # a job in the bucket no machine ever held, not put there by `orch launch` here
 ALIVE, WAITING, LAUNCHING, LEFT, RELEASED, DONE, UNREADABLE = (
     "alive",
-    "waiting",  # for a replacement machine (since `waiting_since`)
-    "launching",
-    "left alone",
+    WATCH_WAITING,  # for a replacement machine (since `waiting_since`)
+    WATCH_LAUNCHING,
+    WATCH_LEFT_ALONE,
     "released",
     "finished",
     "unreadable",
@@ -45,8 +47,8 @@ def launch_key(uid: str) -> str:
     return f"launch:{uid}"
 
 
-def timed(call: Callable[[], str]) -> Callable[[], tuple[float, str]]:
-    def run() -> tuple[float, str]:
+def timed(call: Callable[[], Any]) -> Callable[[], tuple[float, Any]]:
+    def run() -> tuple[float, Any]:
         started = time.monotonic()
         what = call()
         return round(time.monotonic() - started, 3), what
@@ -82,9 +84,17 @@ def never_came(claims: list[cl.Claim]) -> Iterator[cl.Claim]:
         later.add(identity)
 
 
-def instance_of(claim: cl.Claim) -> dict[str, Any]:
-    """What the provider can ask the cloud about a launched machine: its instance id."""
-    return {"instance_id": claim.launched.split(" ")[0] if claim.launched else ""}
+def claim_instance(claim: cl.Claim) -> str:
+    """The id of the machine a launch claim brought up (what `stop` and `alive` are given): the
+    `instance_id` its launch returned; for a claim written before orch recorded it, the launch's
+    text read by the command provider's rule; "" when no launch returned here (a machine that
+    adopted while the controller that launched it was gone)."""
+    recorded = claim.extra.get("instance_id")
+    if isinstance(recorded, str):
+        return recorded
+    if not claim.launched or claim.launched.startswith("adopted by "):
+        return ""
+    return launched_from_output(claim.launched).instance_id
 
 
 def wasted_launches(claims: list[cl.Claim]) -> int:

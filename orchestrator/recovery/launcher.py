@@ -1,11 +1,14 @@
-"""Provider calls (launches and stops) off the controller's polling loop.
+"""Provider calls (launches, stops and "is it alive?") off the controller's polling loop.
 
 A launch command that hangs, or an EC2 call that crawls, must not stall the controller: while it
 runs, every other job is still watched and placed. `Launcher` runs each call on a small thread
 pool; the controller asks each pass what has finished (`finished()`) and records it itself, on its
 own thread (the store and the claims are written by the loop only). A call still running past
-`timeout_s` is reported as failed by timeout (a thread cannot be killed; the providers bound their
-own calls -- the command provider kills its command at the same limit -- so this is the last net).
+its own bound (`timeout_s`, or the one given with the call: an alive question's is short) is reported
+as failed by timeout (a thread cannot be killed; the providers bound their own calls -- the command
+provider kills its command's whole process group at the same limit -- so this is the last net).
+A pool whose every worker is held by a call running past a poll says so (`held`), so `orch watch`
+and `orch status --url` show it instead of queueing silently.
 
 `InlineLauncher` runs the call at once, on the caller's thread: the controller's tests and the
 market benchmark's simulated clock, where a pass must see its own launch's outcome."""
@@ -33,15 +36,29 @@ class Launcher:
         self.timeout_s = timeout_s
         self.clock = clock
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="orch-launch")
-        self._running: dict[str, tuple[float, Future[Any]]] = {}
+        self.workers = workers
+        self._running: dict[str, tuple[float, Future[Any], float]] = {}
         self._lock = threading.Lock()
 
-    def submit(self, key: str, call: Callable[[], Any]) -> None:
+    def submit(self, key: str, call: Callable[[], Any], *, timeout_s: Optional[float] = None) -> None:
         """Run `call` off the loop, unless a call of that key is still running."""
         with self._lock:
             if key in self._running:
                 return
-            self._running[key] = (self.clock(), self._pool.submit(call))
+            self._running[key] = (self.clock(), self._pool.submit(call), timeout_s or self.timeout_s)
+
+    def held(self, longer_than_s: float) -> list[tuple[str, float]]:
+        """(key, seconds running) of every call running longer than `longer_than_s`, when they hold
+        every worker (further calls wait for one); else []."""
+        now = self.clock()
+        with self._lock:
+            long = [(k, now - v[0]) for k, v in self._running.items() if v[1].running() and now - v[0] > longer_than_s]
+        return sorted(long) if len(long) >= self.workers else []
+
+    def waiting(self) -> int:
+        """Calls submitted that no worker has started yet."""
+        with self._lock:
+            return sum(1 for v in self._running.values() if not v[1].running() and not v[1].done())
 
     def since(self, key: str) -> Optional[float]:
         """When the call `key` started, while it runs; None when it is not running."""
@@ -54,13 +71,13 @@ class Launcher:
         out = []
         now = self.clock()
         with self._lock:
-            for key, (started, future) in list(self._running.items()):
+            for key, (started, future, limit_s) in list(self._running.items()):
                 if future.done():
                     exc = future.exception()
                     out.append(Outcome(key, None if exc else future.result(), exc))
-                elif now - started > self.timeout_s:
+                elif now - started > limit_s:
                     future.cancel()
-                    out.append(Outcome(key, error=TimeoutError(f"did not return within {self.timeout_s:.0f} s")))
+                    out.append(Outcome(key, error=TimeoutError(f"did not return within {limit_s:.0f} s")))
                 else:
                     continue
                 del self._running[key]
@@ -76,7 +93,7 @@ class InlineLauncher:
     def __init__(self) -> None:
         self._done: list[Outcome] = []
 
-    def submit(self, key: str, call: Callable[[], Any]) -> None:
+    def submit(self, key: str, call: Callable[[], Any], *, timeout_s: Optional[float] = None) -> None:
         try:
             self._done.append(Outcome(key, call()))
         except Exception as exc:  # the controller decides what each error means
@@ -84,6 +101,12 @@ class InlineLauncher:
 
     def since(self, key: str) -> Optional[float]:
         return None
+
+    def held(self, longer_than_s: float) -> list[tuple[str, float]]:
+        return []
+
+    def waiting(self) -> int:
+        return 0
 
     def finished(self) -> list[Outcome]:
         out, self._done = self._done, []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from ..cost.money import Pricing
 from ..model.markets import ON_DEMAND, SPOT
 from .deciding import work_of
 
@@ -21,10 +22,7 @@ def remaining_s(manifest: Mapping[str, Any]) -> Optional[float]:
 
 def hourly_price(pricing: Any, market: str, gpus: int) -> Optional[float]:
     """What an hour of the job costs on `market` by [pricing]; None when nothing is priced."""
-    gpu = pricing.gpu_hour
-    if market == ON_DEMAND and pricing.on_demand_gpu_hour is not None:
-        gpu = pricing.on_demand_gpu_hour
-    price = gpu * max(gpus, 1) + pricing.instance_hour
+    price = Pricing.of(pricing).machine_hour(gpus, market)
     return price if price > 0 else None
 
 

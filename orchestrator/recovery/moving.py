@@ -26,6 +26,7 @@ from ..objectstore.manifest_model import MAX_MANIFEST_BYTES, ManifestError
 from ..objectstore.manifest_model import parse as parse_manifest
 from ..objectstore import manifest as mf
 from ..objectstore.remote import Conflict, Remote
+from .jobview import claim_instance
 
 UNDER_WAY = (moves.ASKED, moves.HANDED_OVER, moves.LAUNCHED)
 
@@ -69,7 +70,7 @@ def ask(
         raise MoveRefused(f"job {uid[:12]} ({name}): a move to {existing.to} is already under way")
     if existing is not None:
         moves.clear(remote, uid)  # the last move's closed record: make room for this one
-    instance = str(own.get("instance_id") or "") or (launched[-1].launched.split()[0] if launched else "")
+    instance = str(own.get("instance_id") or "") or (claim_instance(launched[-1]) if launched else "")
     request = moves.MoveRequest(
         uid=uid,
         to=to,

@@ -13,8 +13,9 @@ from ..objectstore import manifest as mf
 from ..objectstore import moves
 from ..objectstore.remote import Conflict
 from ..redaction import redact
+from . import market as mk
 from . import moving as mv
-from .core import ControllerCore
+from .core import ALIVE_PREFIX, ControllerCore, log
 from .jobview import (
     ALIVE,
     LAUNCHING,
@@ -23,9 +24,12 @@ from .jobview import (
     timed,
 )
 from .launcher import Outcome
+from .ledger import Machine
 from .placing import Group, Placement, group
-from .provider import LaunchRequest, NoCapacity, RelaunchError
+from .provider import Launched, LaunchRequest, NoCapacity, RelaunchError, as_launched
 from .zones import ZONE_KEY
+
+NO_ID = "a machine with no id: the launch printed nothing, so orch can neither stop it nor ask about it (print instance=<id>)"
 
 
 class Launching(ControllerCore):
@@ -52,6 +56,7 @@ class Launching(ControllerCore):
                 gpus=g.gpus,
                 zone=zone.name if zone else "",
                 price=zone.price(g.market) if zone else None,
+                signing_key_env=self.config.storage.signing_key_env or "",
             )
             key = g.key()
             self._in_flight[key] = (self.clock(), g)
@@ -101,19 +106,74 @@ class Launching(ControllerCore):
         return True
 
     def _collect(self) -> None:
-        """Record the provider calls that finished since the last look."""
-        for outcome in self.launcher.finished():
-            if self.stopper.outcome(outcome):
+        """Record the provider calls that finished since the last look (alive answers are kept
+        for the pass that asked: core._gone)."""
+        self._drain()
+        later, self._later = self._later, []
+        for outcome in later:
+            if outcome.key.startswith(ALIVE_PREFIX) or self.stopper.outcome(outcome):
                 continue
             flight = self._in_flight.pop(outcome.key, None)
             if flight is not None:
                 self._launched(flight[1], outcome)
 
+    def _record_machine(self, g: Group, launched: Launched, now: float) -> None:
+        """The ledger's record of the machine a launch brought up (once per group)."""
+        first = g.placements[0]
+        assert first.claim is not None
+        early = self._adopted_early.get((first.uid, first.n), "")
+        zone = self.zones.named(first.zone) if self.zones is not None and first.zone else None
+        zone_price = zone.price(g.market) if zone is not None else None  # the zone's own, where the config says
+        self.ledger.add(
+            Machine(
+                launched.instance_id,
+                g.market,
+                list(g.uids),
+                now,
+                zone=first.zone or None,
+                launch=f"{first.uid}:{first.n}",
+                move_for=first.move_for,
+                home_id=early,
+                price_hour=zone_price or mk.hourly_price(self.config.pricing, g.market, g.gpus),
+                text=redact(launched.text)[:300],
+            )
+        )
+
+    def _write_launched(self, claim: cl.Claim, launched: Launched, took: Any, now: float) -> None:
+        """Mark the claim launched with the machine's id -- also when the machine adopted first and
+        the claim was changed meanwhile (by this controller's pass or the last one's): the id is
+        merged into what is there, never lost and never replaced by "adopted"."""
+        early = self._adopted_early.pop((claim.uid, claim.n), "")
+        for _ in range(3):
+            if claim.status in (cl.CLAIMED, cl.LAUNCHED):
+                if claim.status == cl.CLAIMED or not claim.launched or claim.launched.startswith("adopted by "):
+                    claim.launched = redact(launched.text or launched.instance_id)[:300]
+                claim.status, claim.updated_at = cl.LAUNCHED, now
+            claim.extra["instance_id"] = launched.instance_id
+            claim.extra["launch_seconds"] = took
+            if early:
+                claim.extra.setdefault("adopted_by", early)
+            if self._update(claim, retrying=True):
+                return
+            fresh = [c for c in cl.read_claims(self.remote, claim.uid) if c.n == claim.n]
+            if not fresh:
+                break
+            claim.status, claim.launched, claim.etag = fresh[0].status, fresh[0].launched, fresh[0].etag
+            claim.extra = {**fresh[0].extra, **{k: v for k, v in claim.extra.items() if k not in fresh[0].extra}}
+        log.warning(
+            "launch %d of %s: could not record machine %s in its claim", claim.n, claim.uid, launched.instance_id
+        )
+
     def _launched(self, g: Group, outcome: Outcome) -> None:
         error = outcome.error
-        took = None
+        took, launched = None, Launched("")
         if error is None:
             took, what = outcome.value
+            launched = as_launched(what)
+            if launched.instance_id:
+                self._record_machine(g, launched, self.clock())
+            else:
+                launched = Launched("", NO_ID)
         together = f" (with {len(g.placements) - 1} more job(s) of the same machine)" if len(g.placements) > 1 else ""
         for p in g.placements:
             claim, m, n, uid = p.claim, p.manifest, p.n, p.uid
@@ -146,11 +206,9 @@ class Launching(ControllerCore):
                     f"job {uid[:12]} ({name}): launch {n} on {g.market} failed: {text}",
                 )
             else:
-                claim.status, claim.launched, claim.updated_at = cl.LAUNCHED, redact(what)[:300], now
-                claim.extra["launch_seconds"] = took
                 if len(g.placements) > 1:
                     claim.extra["together"] = list(g.uids)
-                self._update(claim)
+                self._write_launched(claim, launched, took, now)
                 if p.move is not None:
                     mv.mark(self.remote, p.move, moves.LAUNCHED, f"launch {n}: {claim.launched}", now)
                 view.state, view.note = WAITING, f"launch {n} ({g.market}): {claim.launched}"

@@ -1,32 +1,23 @@
-"""Stopping machines orch no longer needs: the old machine of a planned move once the job runs on
-the new market, and a machine the controller launched whose jobs have all finished. The provider's
-`stop` runs off the loop (launcher.py). A stop that fails is tried again with backoff (poll x 2^n,
-capped), notified once (`stop_failed`), and given up after MAX_TRIES -- never a loop. A machine
-stopped is remembered in the controller's store, so a restarted controller does not stop it twice."""
+"""Stopping machines orch no longer needs (machines.py decides which): the provider's `stop` runs
+off the loop (launcher.py). A stop that fails is tried again with backoff (poll x 2^n, capped at
+half an hour), notified once (`stop_failed`), shown in the ledger (`orch status --url`: stopping,
+try n, the last error) and never dropped: a machine left running bills. A machine stopped is
+recorded in the ledger, in the controller's store, so a restarted controller does not stop it
+twice, and one it was stopping is stopped by the next controller of the same home."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
 from typing import Any, Callable, Optional
 
 from ..jobs.backoff import backoff_s
 from ..model.states import EventKind
 from .launcher import Outcome
+from .ledger import STOPPED, STOPPING, Ledger, Machine
 
-MAX_TRIES = 5
 MAX_BACKOFF_S = 1800.0
 PREFIX = "stop:"
-
-
-@dataclass
-class Pending:
-    instance: str
-    uid: str
-    why: str
-    manifest: dict[str, Any]
-    tries: int = 0
-    next_at: float = 0.0
-    error: str = ""
+SAY_HAND_AFTER = 5  # failed tries before the note says "stop it by hand" (the tries go on)
 
 
 class Stopper:
@@ -34,23 +25,22 @@ class Stopper:
         self,
         provider: Any,
         launcher: Any,
-        store: Any,
+        ledger: Ledger,
         clock: Callable[[], float],
         event: Callable[[str, EventKind, dict[str, Any], str], None],
         poll_s: float,
         redact: Callable[[str], str],
         say: Callable[[str], None],
     ):
-        self.provider, self.launcher, self.store, self.clock = provider, launcher, store, clock
+        self.provider, self.launcher, self.ledger, self.clock = provider, launcher, ledger, clock
         self.event, self.poll_s, self.redact, self.say = event, poll_s, redact, say
-        self._pending: dict[str, Pending] = {}  # instance -> its stop, while not done
-
-    @staticmethod
-    def done_key(instance: str) -> str:
-        return f"stopped:{instance}"
+        self._next_at: dict[str, float] = {}  # instance -> when its next try is due
+        self._manifests: dict[str, dict[str, Any]] = {}  # instance -> a manifest of one of its jobs
+        self._asked: set[str] = set()  # stops submitted whose outcome is not recorded yet
 
     def stopped(self, instance: str) -> bool:
-        return self.store.recovery_marked(self.done_key(instance))
+        m = self.ledger.get(instance)
+        return m is not None and m.state == STOPPED
 
     @property
     def can_stop(self) -> bool:
@@ -60,50 +50,75 @@ class Stopper:
         """A line for the job's note while the stop is under way, or None."""
         if not self.can_stop:
             return "no [recovery] stop: left to its own [idle] shutdown"
-        p = self._pending.get(instance)
-        if p is None:
-            return "stopped" if self.stopped(instance) else None
-        if p.tries >= MAX_TRIES:
-            return f"could not be stopped ({p.error[:120]}); stop it by hand"
-        return f"stopping (try {p.tries + 1})" + (f"; last: {p.error[:120]}" if p.error else "")
+        m = self.ledger.get(instance)
+        if m is None or m.state not in (STOPPING, STOPPED):
+            return None
+        if m.state == STOPPED:
+            return "stopped"
+        if m.stop_tries >= SAY_HAND_AFTER:
+            return f"could not be stopped in {m.stop_tries} tries ({m.stop_error[:120]}); still trying: stop it by hand"
+        return f"stopping (try {m.stop_tries + 1})" + (f"; last: {m.stop_error[:120]}" if m.stop_error else "")
 
-    def want(self, instance: str, uid: str, why: str, manifest: dict[str, Any]) -> None:
-        """Stop `instance` (once, with retries) unless it was stopped already."""
-        if not instance or not self.can_stop or self.stopped(instance):
+    def want(self, instance: str, uid: str, why: str, manifest: dict[str, Any], market: str = "") -> None:
+        """Stop `instance` (with retries until it is stopped) unless it was stopped already. A
+        machine not in the ledger (one a lease names, started by hand) is added to it."""
+        if not instance or not self.can_stop:
             return
-        p = self._pending.setdefault(instance, Pending(instance, uid, why, manifest))
-        if p.tries >= MAX_TRIES or self.clock() < p.next_at:
+        m = self.ledger.get(instance)
+        if m is None:
+            m = self.ledger.add(Machine(instance, market, [uid], self.clock(), state=STOPPING))
+        if m.state == STOPPED:
             return
-        if self.launcher.since(PREFIX + instance) is not None:
-            return
-        self.launcher.submit(PREFIX + instance, lambda: self.provider.stop(instance))
+        if m.state != STOPPING or not m.stop_why:
+            m.stop_why = why
+            self.ledger.set_state(m, STOPPING)
+            self.ledger.touch(m)
+        self._manifests.setdefault(instance, manifest)
+        self.retry_due()
+
+    def retry_due(self) -> None:
+        """Submit every stop that is due (the ledger's stopping machines: a restarted controller
+        goes on with the stops the last one had not finished)."""
+        now = self.clock()
+        for m in self.ledger.live():
+            if m.state != STOPPING or now < self._next_at.get(m.instance_id, 0.0):
+                continue
+            if m.instance_id in self._asked or self.launcher.since(PREFIX + m.instance_id) is not None:
+                continue
+            instance = m.instance_id
+            self._asked.add(instance)
+            self.launcher.submit(PREFIX + instance, functools.partial(self.provider.stop, instance))
 
     def outcome(self, outcome: Outcome) -> bool:
         """Record a finished stop; False when the outcome is not a stop."""
         if not outcome.key.startswith(PREFIX):
             return False
         instance = outcome.key[len(PREFIX) :]
-        p = self._pending.get(instance)
-        if p is None:
+        self._asked.discard(instance)
+        m = self.ledger.get(instance)
+        if m is None or m.state == STOPPED:
             return True
-        name = str(p.manifest.get("name") or "")
+        manifest = self._manifests.get(instance) or {}
+        name = str(manifest.get("name") or "")
+        uid = m.jobs[0] if m.jobs else ""
         now = self.clock()
         if outcome.error is None:
-            self.store.recovery_mark(self.done_key(instance), now)
-            del self._pending[instance]
+            m.stopped_at, m.stop_error = now, ""
+            self.ledger.set_state(m, STOPPED)
+            self.ledger.price(m)
             self.say(
-                f"job {p.uid[:12]} ({name}): machine {instance} stopped ({p.why}): {self.redact(str(outcome.value))}"
+                f"job {uid[:12]} ({name}): machine {instance} stopped ({m.stop_why}): {self.redact(str(outcome.value))}"
             )
             return True
-        p.tries += 1
-        p.error = self.redact(str(outcome.error))
-        p.next_at = now + backoff_s(p.tries - 1, self.poll_s, MAX_BACKOFF_S)
-        left = MAX_TRIES - p.tries
+        m.stop_tries += 1
+        m.stop_error = self.redact(str(outcome.error))[:500]
+        self.ledger.touch(m)
+        self._next_at[instance] = now + backoff_s(m.stop_tries - 1, self.poll_s, MAX_BACKOFF_S)
         self.event(
-            f"{p.uid}:stop_failed:{instance}",  # once per machine: the retries are said in `orch status`
+            f"{uid}:stop_failed:{instance}",  # once per machine: the retries are said in `orch status`
             EventKind.STOP_FAILED,
-            p.manifest,
-            f"job {p.uid[:12]} ({name}): machine {instance} could not be stopped ({p.why}): {p.error}; "
-            + (f"orch tries {left} more time(s) with backoff" if left else "stop it by hand"),
+            manifest,
+            f"job {uid[:12]} ({name}): machine {instance} could not be stopped ({m.stop_why}): {m.stop_error}; "
+            "orch tries again with backoff until it is stopped (`orch status --url` shows each try)",
         )
         return True

@@ -65,6 +65,9 @@ class ZoneMarkets:
     def view(self, zone: str, gpus: int) -> MarketView:
         return self.views.setdefault((zone, gpus), MarketView())
 
+    def named(self, name: str) -> Optional[Zone]:
+        return next((z for z in self.zones if z.name == name), None)
+
     def note_claims(self, uid: str, claims: list[cl.Claim], gpus: int) -> None:
         """Route each claim to its zone's view: the refusals and launches, and each spot lifetime
         (the machine's claim and the next one, which says when it was lost) to the zone it lived in."""

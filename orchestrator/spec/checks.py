@@ -3,6 +3,7 @@ the fields the chosen task uses or needs together, and the data fields present i
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -108,3 +109,32 @@ def data_field_problems(model: Optional[ModelSection], data: Optional[DataSectio
                     + separator_hint(keys)
                 )
     return problems
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Set by orch for every attempt: a job cannot take them from the daemon's environment.
+_ORCH_SETS = ("CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
+
+
+def env_names_problem(env: dict[str, str], pass_env: list[str], secret_env: list[str]) -> Optional[str]:
+    """[env]'s names, pass_env's (taken from the daemon's environment) and secret_env's (what of
+    both reaches a cluster job only through its secret file): valid, not orch's own, each said once."""
+    bad_env = [k for k in env if not _ENV_NAME.fullmatch(k)]
+    if bad_env:
+        return f"env: {bad_env[0]!r} is not a valid environment variable name"
+    for field, names in (("pass_env", pass_env), ("secret_env", secret_env)):
+        bad = next((n for n in names if not _ENV_NAME.fullmatch(n)), None)
+        if bad is not None:
+            return f"{field}: {bad!r} is not a valid environment variable name"
+        twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        if twice is not None:
+            return f"{field}: {twice} is listed twice"
+    for name in pass_env:
+        if name.startswith("ORCH_") or name in _ORCH_SETS:
+            return f"pass_env: {name} is set by orch for each attempt; it cannot be taken from the daemon's environment"
+        if name in env:
+            return f"pass_env: {name} is also set in [env]; keep one (pass_env takes the daemon's value)"
+    for name in secret_env:
+        if name not in env and name not in pass_env:
+            return f"secret_env: {name} is neither in [env] nor in pass_env; list only the job's own variables"
+    return None

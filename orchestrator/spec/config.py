@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .bounds import control_problem
 from ..model.errors import ConfigError
+from ..model.executor_kinds import unknown_kind_problem
 from ..model.states import DEFAULT_NOTIFY_EVENTS, EventKind
 from .problems import TomlTable, problems_from
 from .ray_section import RaySection
@@ -106,6 +107,21 @@ class StorageSection(_Section):
     heartbeat_seconds: float = Field(default=60.0, gt=0)  # how often the owner renews its lease
     throttle_seconds: float = Field(default=30.0, ge=0)  # progress, metrics and logs at most this often
     data_max_mb: float = Field(default=2048.0, ge=0)  # local data files up to this size travel with the job
+    # The environment variable holding the bucket key: manifests are signed with it, and `orch watch`
+    # and `orch adopt` act only on manifests that verify (objectstore/signing.py). Never the key itself.
+    signing_key_env: Optional[str] = None
+    signing_previous_key_env: Optional[str] = None  # a key being rotated out: still accepted, never signs
+
+    @field_validator("signing_key_env", "signing_previous_key_env")
+    @classmethod
+    def _env_name(cls, v: Optional[str]) -> Optional[str]:
+        import re
+
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError(
+                f"must name an environment variable, e.g. ORCH_BUCKET_KEY, not hold the key (got {len(v)} characters)"
+            )
+        return v
 
     @field_validator("url")
     @classmethod
@@ -130,8 +146,17 @@ class LoggingSection(_Section):
 
 
 class ExecutorSection(_Section):
-    # where attempts run: this machine, a Slurm cluster ([slurm]) or a Ray cluster ([ray])
-    kind: Literal["local", "slurm", "ray"] = "local"
+    # where attempts run: this machine, a Slurm cluster ([slurm]) or a Ray cluster ([ray]); the kinds
+    # are model/executor_kinds.py's table
+    kind: str = "local"
+
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        problem = unknown_kind_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class SlurmSection(_Section):
@@ -202,6 +227,9 @@ class RecoverySection(_Section):
     provider: Literal["command", "aws"] = "command"
     launch: Optional[list[str]] = None  # command provider: argv run with ORCH_RECOVERY_*; exit 0 = coming
     stop: Optional[list[str]] = None  # command provider: argv run with ORCH_RECOVERY_INSTANCE; exit 0 = stopped
+    # command provider: argv run with ORCH_RECOVERY_INSTANCE; exit 0 = the machine runs, 1 = gone, else
+    # cannot tell. Without it a silent lease alone decides.
+    alive: Optional[list[str]] = None
     on_demand_after: int = Field(default=3, ge=0)  # losses of one job before its next machine is on-demand
     max_launches: int = Field(default=10, ge=1)  # launches of a job that never brought it back; then left alone
     poll_seconds: float = Field(default=30.0, gt=0)  # how often the controller reads the mirror
@@ -229,7 +257,7 @@ class RecoverySection(_Section):
             seen.add(z.name)
         return v
 
-    @field_validator("launch", "stop")
+    @field_validator("launch", "stop", "alive")
     @classmethod
     def _launch(cls, v: Optional[list[str]]) -> Optional[list[str]]:
         if v is None:

@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .bounds import INT64_MAX, INT64_MIN, control_problem, name_problem
 from ..model.errors import SpecError  # raised by every loader here; training catches it from here
-from .checks import data_field_problems, kind_problem, task_problems
+from .checks import data_field_problems, env_names_problem, kind_problem, task_problems
 from .datafile_keys import empty_problem, separator_hint
 from .sections import (  # the tables and task names, importable from here as before
     TASK_CAUSAL_LM,
@@ -88,6 +88,11 @@ class JobSpec(JobTable):
     checkpoint: CheckpointSection = CheckpointSection()
     budget: BudgetSection = BudgetSection()
     env: dict[str, str] = {}
+    # Names the job takes from the daemon's environment (a cluster job is given nothing else of it),
+    # and the names of [env] and pass_env that reach a cluster job only through its secret file
+    # (besides every name the redaction rule calls a credential): docs/job-toml.md.
+    pass_env: list[str] = []
+    secret_env: list[str] = []
     slurm: Optional[SlurmJobSection] = None
     tracking: Optional[TrackingSection] = None  # experiment trackers, one run per job (docs/tracking.md)
     # When the job must be done, with its time zone ("2026-12-05T18:00+08:00"): among jobs of equal
@@ -96,6 +101,9 @@ class JobSpec(JobTable):
     # An attempt whose installed distributions differ from the first attempt's: "warn" (an
     # env_changed event, then it trains) or "stop" (the job is stopped before it trains).
     on_env_change: Literal["warn", "stop"] = "warn"
+    # A command job whose program is not orch-aware (LLaMA-Factory, TRL, a Lightning script): orch
+    # attaches its callback to the program's Trainer through a bootstrap on PYTHONPATH.
+    instrument: Literal["transformers", "lightning", "auto", "off"] = "off"
 
     @field_validator("deadline")
     @classmethod
@@ -117,6 +125,11 @@ class JobSpec(JobTable):
         if self.command is not None:
             if any(not part for part in self.command):
                 raise ValueError("command: no part of the command may be an empty string")
+        elif self.instrument != "off":
+            raise ValueError(
+                f"instrument: {self.instrument!r} is for command jobs (the built-in fine-tune resumes exactly "
+                "already); remove it, or give the job a command"
+            )
         for field, value in _texts(self):
             problem = control_problem(value)
             if problem:  # an env value may be a secret: never echoed
@@ -130,9 +143,9 @@ class JobSpec(JobTable):
             problems = task_problems(self.model, self.data, self.lora, self.early_stopping)
             if problems:
                 raise ValueError("; ".join(problems))
-        bad_env = [k for k in self.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
-        if bad_env:
-            raise ValueError(f"env: {bad_env[0]!r} is not a valid environment variable name")
+        problem = env_names_problem(self.env, self.pass_env, self.secret_env)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from pydantic import Field, field_validator
 
+from ..redaction import is_secret_name
 from .bounds import control_problem
 from .problems import TomlTable
 
@@ -62,4 +63,10 @@ class RaySection(TomlTable):
         env_vars = v.get("env_vars", {})
         if not isinstance(env_vars, dict) or not all(isinstance(x, str) for x in env_vars.values()):
             raise ValueError('env_vars: must be a table of strings, e.g. { NCCL_DEBUG = "WARN" }')
+        secret = next((name for name in env_vars if is_secret_name(name)), None)
+        if secret is not None:  # the value is never echoed
+            raise ValueError(
+                f"env_vars.{secret}: Ray's dashboard shows every job's runtime_env to anyone who reaches it; "
+                f'give it to the jobs that need it with job.toml pass_env = ["{secret}"] instead (docs/ray.md)'
+            )
         return v

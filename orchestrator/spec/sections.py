@@ -135,6 +135,12 @@ class TrainSection(JobTable):
     flat_min_improvement: float = Field(default=0.02, ge=0, lt=1)
     # Hang watchdog: no new step for this long -> stacks dumped, SIGTERM, grace, SIGKILL, retry (None: off).
     hang_minutes: Optional[float] = Field(default=None, gt=0, le=10080)
+    # How the ranks of a multi-process job share the model: "ddp" (each rank a whole copy) or
+    # "fsdp" (FSDP2: each rank a shard of the parameters, gradients and optimizer state, and
+    # sharded checkpoints, one folder each). One process ignores it.
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    # fsdp only: the parameter shards and optimizer state live in host memory between uses.
+    cpu_offload: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -153,6 +159,8 @@ class TrainSection(JobTable):
             )
         if isinstance(v, int) and v < 1:
             raise ValueError(f"val_check_interval: must be at least 1 batch (got {v})")
+        if self.cpu_offload and self.strategy != "fsdp":
+            raise ValueError('cpu_offload: offloads FSDP shards; it needs strategy = "fsdp"')
         return self
 
 

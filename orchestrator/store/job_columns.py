@@ -13,9 +13,10 @@ from ..model.states import JobState
 _UPDATABLE = frozenset(
     """priority after_ids not_before retries failures attempt intent cancel_requested_at reason
     started_at finished_at supervisor_pid supervisor_start gpu_ids signalled_at retry_after
-    cost run_seconds gpu_seconds waste_seconds waste_cost steps_lost max_cost max_hours executor executor_ref""".split()
+    cost run_seconds gpu_seconds waste_seconds waste_cost steps_lost max_cost max_hours executor executor_ref
+    gpus spec_json""".split()
 )
-_JSON_COLUMNS = frozenset({"after_ids", "gpu_ids", "executor_ref"})
+_JSON_COLUMNS = frozenset({"after_ids", "gpu_ids", "executor_ref", "spec_json"})
 
 
 def implied_columns(

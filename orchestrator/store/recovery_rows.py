@@ -3,6 +3,7 @@ events (machine_lost, relaunched, relaunch_failed) with their outbox rows, each 
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable, Optional
 
 from ..model.records import Outgoing
@@ -38,6 +39,18 @@ class RecoveryRows(SweepRows):
         """`key` was queued or marked here before."""
         return self.db.execute("SELECT 1 FROM recovery_sent WHERE key=?", (key,)).fetchone() is not None
 
+    def recovery_newest(self, key: str, value: float) -> Optional[float]:
+        """Remember the largest `value` seen under `key` (the newest `written_at` of a job's manifest
+        this controller has trusted) and return the largest seen before this call, or None."""
+        with self._tx() as db:
+            row = db.execute("SELECT at FROM recovery_sent WHERE key=?", (key,)).fetchone()
+            if row is None:
+                db.execute("INSERT INTO recovery_sent(key, event_id, at) VALUES(?,?,?)", (key, 0, value))
+                return None
+            if value > row["at"]:
+                db.execute("UPDATE recovery_sent SET at=? WHERE key=?", (value, key))
+            return float(row["at"])
+
     def recovery_set(self, uid: str, now: float, **fields: Any) -> None:
         unknown = set(fields) - set(_COLUMNS)
         if unknown:
@@ -65,3 +78,19 @@ class RecoveryRows(SweepRows):
             "SELECT e.* FROM events e JOIN recovery_sent s ON s.event_id = e.id ORDER BY e.id"
         ).fetchall()
         return [dict(r) for r in rows]
+
+    # -- the machine ledger (recovery/ledger.py) ----------------------------------------------------
+
+    def machine_put(self, url: str, instance_id: str, record: dict[str, Any], now: float) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO recovery_machines(url, instance_id, record, updated_at) VALUES(?,?,?,?) "
+                "ON CONFLICT(url, instance_id) DO UPDATE SET record=excluded.record, updated_at=excluded.updated_at",
+                (url, instance_id, json.dumps(record, sort_keys=True), now),
+            )
+
+    def machine_records(self, url: str) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT record FROM recovery_machines WHERE url=? ORDER BY instance_id", (url,)
+        ).fetchall()
+        return [json.loads(r[0]) for r in rows]

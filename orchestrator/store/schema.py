@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Forward migrations: MIGRATIONS[n] takes a database at version n to n + 1.
 MIGRATIONS: dict[int, str] = {
@@ -97,5 +97,13 @@ MIGRATIONS: dict[int, str] = {
     );
     CREATE TABLE recovery_sent(key TEXT PRIMARY KEY, event_id INTEGER NOT NULL, at REAL NOT NULL);
     ALTER TABLE mirror ADD COLUMN machines TEXT NOT NULL DEFAULT '[]';
+    """,
+    # `orch watch`'s machine ledger: every machine it launched, per mirror, as one JSON record
+    # (recovery/ledger.py owns its fields), until it is stopped and long after.
+    5: """
+    CREATE TABLE recovery_machines(
+      url TEXT NOT NULL, instance_id TEXT NOT NULL, record TEXT NOT NULL, updated_at REAL NOT NULL,
+      PRIMARY KEY(url, instance_id)
+    );
     """,
 }

@@ -3,7 +3,6 @@ keys. The table and `--json` are rendered from the same dicts."""
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -11,6 +10,7 @@ from typing import Any, Optional
 from ..cost import money as cost
 from ..contract import CKPT_SUFFIX, PROGRESS, RESULT, SNAPSHOT_MEMORY, checkpoint_dir, parse_checkpoint_name, read_json
 from ..planning.dispatch import hold_reason
+from ..redaction import redact
 from ..planning.forecast import step_rate
 from ..host.summary import provenance_summary
 from ..home.paths import Home
@@ -22,6 +22,10 @@ from .ray_where import ray_attempt, ray_now, ray_text
 
 def read_progress(run_dir: Path) -> Optional[dict[str, Any]]:
     return read_json(run_dir / PROGRESS)
+
+
+# A queued job's reason when no daemon holds this home's lock: no slot will ever come up by itself.
+NO_DAEMON = "no daemon is running to start it: `orch daemon start` runs the queue"
 
 
 def projection(job: Job, eta: Optional[float]) -> Optional[cost.Projection]:
@@ -39,6 +43,7 @@ def status_row(
     dep_states: dict[int, JobState],
     attempt: Optional[Attempt] = None,
     with_progress: Optional[bool] = None,
+    daemon_up: bool = True,
 ) -> dict[str, Any]:
     """One job's row. progress.json is read only for running jobs unless `with_progress` says
     otherwise, so `orch status --all` over thousands of finished jobs reads no files."""
@@ -60,6 +65,8 @@ def status_row(
             else "waiting for a free CPU slot ([daemon] cpu_slots)"
         )
         reason = hold.reason if hold else (job.reason or slot)
+        if not hold and not daemon_up:  # no slot is coming: nothing runs the queue
+            reason = (job.reason + "; " if job.reason else "") + NO_DAEMON
     # where a cluster executor says the attempt is (e.g. "Slurm 12: PENDING (Resources)"), from the row
     where = (job.executor_ref or {}).get("where") if running else None
     reason = reason or where or ""
@@ -94,7 +101,14 @@ def status_rows(store: Store, home: Home, now: float, *, include_all: bool = Fal
     deps = {d for j in jobs if j.state is JobState.QUEUED for d in j.after_ids}
     dep_states = store.states_of(deps)
     latest = store.latest_attempts(j.id for j in jobs if j.state is JobState.RUNNING and j.attempt)
-    return [status_row(job, home, now, dep_states=dep_states, attempt=latest.get(job.id)) for job in jobs]
+    up = daemon_running(home) if any(j.state is JobState.QUEUED for j in jobs) else True
+    return [status_row(job, home, now, dep_states=dep_states, attempt=latest.get(job.id), daemon_up=up) for job in jobs]
+
+
+def daemon_running(home: Home) -> bool:
+    from ..home.daemon_lock import running_pid
+
+    return running_pid(home) is not None
 
 
 def list_checkpoints(run_dir: Path) -> list[dict[str, Any]]:
@@ -124,7 +138,7 @@ def masked_spec(spec: dict[str, Any]) -> dict[str, Any]:
         spec["env"] = {k: "***" for k in spec["env"]}
     tracking = spec.get("tracking")
     if isinstance(tracking, dict) and isinstance(tracking.get("mlflow_uri"), str):  # http://user:password@host
-        spec["tracking"] = {**tracking, "mlflow_uri": re.sub(r"(://)[^/@\s]+@", r"\1***@", tracking["mlflow_uri"])}
+        spec["tracking"] = {**tracking, "mlflow_uri": redact(tracking["mlflow_uri"])}  # the one masking rule
     return spec
 
 
@@ -136,7 +150,13 @@ def show_data(
     attempts = store.attempts(job_id)
     dep_states = store.states_of(job.after_ids)
     data = status_row(
-        job, home, now, dep_states=dep_states, attempt=attempts[-1] if attempts else None, with_progress=True
+        job,
+        home,
+        now,
+        dep_states=dep_states,
+        attempt=attempts[-1] if attempts else None,
+        with_progress=True,
+        daemon_up=job.state is not JobState.QUEUED or daemon_running(home),
     )
     run_dir = home.run_dir(job_id)
     result = read_json(run_dir / RESULT)

@@ -103,6 +103,21 @@ def status_table(
     return "\n".join([line(list(_COLUMNS), header=True)] + [line(c) for c in cells])
 
 
+def rank_holds(spec: dict[str, Any], gpus: int) -> str:
+    """What each rank of a multi-GPU built-in job holds ([train] strategy); "" for one process."""
+    ranks = int(gpus or 0) * int(spec.get("nodes") or 1)
+    if ranks < 2:
+        return ""
+    train = spec.get("train") or {}
+    if train.get("strategy") == "fsdp":
+        where = "host memory (cpu_offload)" if train.get("cpu_offload") else "its GPU"
+        return (
+            f"fsdp: each of {ranks} ranks holds 1/{ranks} of the parameters, gradients and optimizer state "
+            f"in {where}; checkpoints are sharded folders"
+        )
+    return f"ddp: each of {ranks} ranks holds the whole model, its gradients and optimizer state"
+
+
 def show_text(d: dict[str, Any], currency: str = "") -> str:
     lines = [
         f"job {d['id']}  {d['name']}  [{d['state']}]" + (f"  {d['reason']}" if d.get("reason") else ""),
@@ -124,6 +139,9 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
     else:
         m, data = d["spec"].get("model", {}), d["spec"].get("data", {})
         lines.append(f"  model:     {m.get('name_or_path')}   data: {data.get('train')}")
+        held = rank_holds(d["spec"], d["gpus"])
+        if held:
+            lines.append(f"  ranks:     {held}")
     if d.get("after"):
         lines.append(f"  after:     {', '.join(map(str, d['after']))}")
     if d.get("not_before"):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from bucket_key import KEY, KEY_ENV
 from s3_server import S3Server
 
 ACCESS = {"AWS_ACCESS_KEY_ID": "orch-test-key", "AWS_SECRET_ACCESS_KEY": "orch-test-secret", "AWS_REGION": "us-east-1"}
@@ -22,6 +23,14 @@ def s3_server() -> Iterator[S3Server]:
     server = S3Server()
     yield server
     server.stop()
+
+
+@pytest.fixture(autouse=True)
+def bucket_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The bucket key in this process's environment (daemons and `orch watch` started from it
+    inherit it); the config files these tests write name it (storage_toml, controller_home)."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    return KEY
 
 
 @pytest.fixture
@@ -58,7 +67,8 @@ def storage_toml(url: str, endpoint: str | None = None, **kw: Any) -> str:
     lines = ["[storage]", f"url = {json.dumps(url)}"]
     if endpoint:
         lines.append(f"endpoint = {json.dumps(endpoint)}")
-    lines += [f"{k} = {json.dumps(v)}" for k, v in kw.items()]
+    kw = {"signing_key_env": KEY_ENV, **kw}  # signed manifests, as a deployment with a key writes them
+    lines += [f"{k} = {json.dumps(v)}" for k, v in kw.items() if v is not None]
     return "\n".join(lines) + "\n"
 
 

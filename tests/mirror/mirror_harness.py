@@ -9,11 +9,13 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from daemon_harness import OrchHome, wait_for
+from tests.daemon_harness import OrchHome, wait_for
 
 from orchestrator.spec.config import load_config
 from orchestrator.objectstore import manifest as mf
 from orchestrator.objectstore.remote import Remote
+
+from tests.bucket_key import KEY_ENV, put_in_environment
 
 # A command job: writes step-N checkpoints (`size` random bytes each) every `every` seconds up to
 # `steps`, progress.json after each, then waits for a release file (if any) and exits 0. SIGTERM:
@@ -57,6 +59,7 @@ sys.exit(0)
 
 def storage_home(folder: Path, url: str, endpoint: Optional[str] = None, **storage: Any) -> OrchHome:
     folder.mkdir(parents=True, exist_ok=True)
+    put_in_environment()  # the daemon signs its manifests with the test key its config names
     h = OrchHome(folder, cpu_slots=2, grace_seconds=10)
     settings = {
         "heartbeat_seconds": 1,
@@ -64,6 +67,7 @@ def storage_home(folder: Path, url: str, endpoint: Optional[str] = None, **stora
         "stale_after_minutes": 0.05,
         "keep": 2,
         "part_size_mb": 5,
+        "signing_key_env": KEY_ENV,  # manifests signed (tests/mirror/conftest.py sets the key)
         **storage,
     }
     lines = ["", "[storage]", f"url = {json.dumps(url)}"] + ([f"endpoint = {json.dumps(endpoint)}"] if endpoint else [])

@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 import tomli_w
-from daemon_harness import kill_leftover_attempts
+from tests.daemon_harness import kill_leftover_attempts
 
 from orchestrator.objectstore import claims as cl
 from orchestrator.objectstore.remote import Remote
 from orchestrator.home.paths import Home
+
+from tests.bucket_key import KEY_ENV, put_in_environment
 
 # The provider's launch command: a machine is "launch-<n>", booting in the background (the
 # command returns at once, as `aws ec2 run-instances` does); its market and jobs written down.
@@ -66,7 +68,10 @@ def machines_folder(tmp: Path, machine_config: Path) -> Path:
 def controller_home(tmp: Path, url: str, recovery: dict[str, Any], **storage: Any) -> Path:
     root = tmp / "controller"
     root.mkdir(parents=True, exist_ok=True)
-    cfg: dict[str, Any] = {"storage": {"url": url, **storage}, "recovery": recovery}
+    put_in_environment()  # `orch watch` verifies with the test key its config names
+    if url.startswith("file://"):  # the bucket's folder, as a user makes it (`orch launch` refuses a missing one)
+        Path(url.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+    cfg: dict[str, Any] = {"storage": {"url": url, "signing_key_env": KEY_ENV, **storage}, "recovery": recovery}
     notifiers = recovery.pop("notifiers", None)
     if notifiers:
         cfg["notifiers"] = notifiers

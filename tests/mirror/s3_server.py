@@ -91,6 +91,7 @@ class ThrottledProxy:
 
         self.target_port = int(target_endpoint.rsplit(":", 1)[1])
         self.rate = rate
+        self.passed = 0  # bytes passed on to the server so far: a test sees an upload under way
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(16)
@@ -106,19 +107,21 @@ class ThrottledProxy:
             except OSError:
                 return
             server = socket.create_connection(("127.0.0.1", self.target_port))
-            threading.Thread(target=_pipe, args=(client, server, self.rate), daemon=True).start()
+            threading.Thread(target=_pipe, args=(client, server, self.rate, self), daemon=True).start()
             threading.Thread(target=_pipe, args=(server, client, 0.0), daemon=True).start()
 
     def stop(self) -> None:
         self.listener.close()
 
 
-def _pipe(src: socket.socket, dst: socket.socket, rate: float) -> None:
+def _pipe(src: socket.socket, dst: socket.socket, rate: float, meter: "ThrottledProxy | None" = None) -> None:
     import time
 
     try:
         while data := src.recv(16384):
             dst.sendall(data)
+            if meter is not None:
+                meter.passed += len(data)
             if rate:
                 time.sleep(len(data) / rate)
     except OSError:

@@ -33,6 +33,25 @@ time.sleep(120)
 """
 
 
+# What a sharded (strategy = "fsdp") job leaves: the folder itself under the contract name, written
+# under a temp name and renamed into place once complete (training/resume/sharded.py).
+SHARDED_JOB = r"""
+import os, sys
+ck = os.environ["ORCH_CKPT_DIR"]
+step = int(sys.argv[1])
+temp = os.path.join(ck, ".tmp-step-%08d.ckpt" % step)
+os.makedirs(temp, exist_ok=True)
+for rank in (0, 1):
+    open(os.path.join(temp, f"__{rank}_0.distcp"), "wb").write(os.urandom(200_000))
+open(os.path.join(temp, ".metadata"), "wb").write(b"dcp" * 100)
+open(os.path.join(temp, "meta.pt"), "wb").write(b"meta" * 100)
+os.rename(temp, os.path.join(ck, "step-%08d.ckpt" % step))
+import signal, time
+signal.signal(signal.SIGTERM, lambda *a: os._exit(75))
+time.sleep(120)
+"""
+
+
 def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -47,12 +66,15 @@ def test_the_same_folder_always_packs_to_the_same_bytes(tmp_path):
     assert pack_folder(folder, tmp_path / "two.tar").read_bytes() == one
 
 
-def test_a_folder_checkpoint_is_mirrored_and_adopted_as_the_same_folder(homes, tmp_path):
+@pytest.mark.parametrize("layout", ["trainer", "sharded"])
+def test_a_folder_checkpoint_is_mirrored_and_adopted_as_the_same_folder(homes, tmp_path, layout):
+    """Either layout travels as one set (one tar, its sha256 in the manifest committed after it):
+    a partial upload is never in the manifest, so never adopted."""
     url = f"file://{tmp_path}/mirror"
     a = storage_home(tmp_path / "a", url, None)
     homes.append(a)
     script = tmp_path / "folder_job.py"
-    script.write_text(FOLDER_JOB)
+    script.write_text(FOLDER_JOB if layout == "trainer" else SHARDED_JOB)
     a.start_daemon()
     job_id = a.submit("trainer-like", command=[sys.executable, str(script), "7"])
     uid = a.job(job_id).uid
@@ -65,7 +87,9 @@ def test_a_folder_checkpoint_is_mirrored_and_adopted_as_the_same_folder(homes, t
     )
     record = m["checkpoints"][0]
     assert record["packed"] == "tar" and record["name"] == "step-00000007.ckpt"
-    original = _files(a.run_dir(job_id) / "checkpoints" / "checkpoint-7")
+    original = _files(
+        a.run_dir(job_id) / "checkpoints" / ("checkpoint-7" if layout == "trainer" else "step-00000007.ckpt")
+    )
     shown = json.loads(a.cli("show", str(job_id), "--json").stdout)["checkpoints"]
     assert [c["bytes"] for c in shown if c["step"] == 7] == [sum(len(b) for b in original.values())]
     a.cli("daemon", "stop")
@@ -85,5 +109,8 @@ def test_a_folder_checkpoint_is_mirrored_and_adopted_as_the_same_folder(homes, t
     assert step == 7 and path.is_dir()
     assert _files(path) == original
     assert not [p for p in ckpts.iterdir() if p.name.endswith(".tar")]
-    assert json.loads((path / "trainer_state.json").read_text()) == {"global_step": 7}
+    if layout == "trainer":
+        assert json.loads((path / "trainer_state.json").read_text()) == {"global_step": 7}
+    else:
+        assert {".metadata", "meta.pt", "__0_0.distcp", "__1_0.distcp"} <= set(original)
     assert manifest(remote, uid) is not None

@@ -12,7 +12,7 @@ from mirror_harness import ckpt_job, manifest, remote_for, storage_home
 from orchestrator.spec.config import load_config
 from orchestrator.daemon.mirror import Mirror
 from orchestrator.objectstore.manifest_model import Owner
-from orchestrator.recovery.aws import instance_of
+from orchestrator.recovery.aws import lease_instance_id
 
 
 def _home(tmp_path, preemption: str):
@@ -40,7 +40,7 @@ def test_the_lease_records_the_instance_id_from_imds(tmp_path, serve):
 
     assert owner["instance_id"] == "i-0abc1234def567890"
     assert Owner.model_validate(owner).instance_id == "i-0abc1234def567890"  # what adopt reads
-    assert instance_of(owner) == "i-0abc1234def567890"  # what the aws provider asks EC2 about
+    assert lease_instance_id(owner) == "i-0abc1234def567890"  # what the aws provider asks EC2 about
     assert [p for _, p, _ in fake.requests].count("/latest/meta-data/instance-id") == 1
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import kill_leftover_attempts, wait_for
 from mirror_harness import ckpt_job, manifest, named_keys, remote_for, storage_home, wait_manifest
+from s3_server import ThrottledProxy
 
 from orchestrator.model.states import JobState
 
@@ -205,7 +206,10 @@ def test_sigkill_in_the_middle_of_an_upload_leaves_the_manifest_on_complete_chec
     s3_server, s3_env, homes, tmp_path
 ):
     url, endpoint = f"s3://{s3_server.bucket()}/orch", s3_server.endpoint
-    a = storage_home(tmp_path / "a", url, endpoint, concurrency=1)
+    # A slow uplink (8 MiB/s: the 160 MiB checkpoint takes 20 s), so the kill provably lands inside
+    # the put, seen by the bytes the proxy passed, whatever the machine's speed.
+    proxy = ThrottledProxy(endpoint, rate=8 * 1024 * 1024)
+    a = storage_home(tmp_path / "a", url, proxy.endpoint, concurrency=1)
     homes.append(a)
     a.start_daemon()
     job_id = ckpt_job(
@@ -227,7 +231,8 @@ def test_sigkill_in_the_middle_of_an_upload_leaves_the_manifest_on_complete_chec
         interval=0.02,
         what="the big upload to start",
     )
-    time.sleep(0.3)  # inside the put
+    under_way = proxy.passed
+    wait_for(lambda: proxy.passed > under_way + 4 * 1024 * 1024, 60, what="4 MiB of the big checkpoint sent")
     assert "uploaded step-00000004.ckpt" not in a.home.log_file.read_text(), "the upload finished too fast to test"
     _kill_home(a)
     m = manifest(remote, uid)
@@ -250,6 +255,7 @@ def test_sigkill_in_the_middle_of_an_upload_leaves_the_manifest_on_complete_chec
     # most the 4 it trained. Progress is synced after the checkpoint's upload has started (the put
     # goes first, within 0.1 s of the file appearing), so it may still say 2 when the kill comes.
     assert 2 <= b.store.attempts(job_b.id)[-1].step_reached <= 4
+    proxy.stop()
 
 
 def test_daemon_stop_drops_the_periodic_upload_in_flight_mirrors_the_notice_checkpoint_and_releases(

@@ -36,6 +36,7 @@ def orch(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def controller(tmp: Path, name: str, url: str) -> Path:
     home = tmp / name
     home.mkdir()
+    Path(url.removeprefix("file://")).mkdir(exist_ok=True)  # `orch launch` refuses a folder that is not there
     (tmp / "launch.sh").write_text(LAUNCH_SH)
     cfg = {"storage": {"url": url}, "recovery": {"launch": ["bash", str(tmp / "launch.sh")], "poll_seconds": 1.0}}
     (home / "config.toml").write_text(tomli_w.dumps(cfg))
@@ -153,3 +154,15 @@ def test_launch_refuses_a_deadline_nearer_than_the_jobs_estimate(tmp_path):
     later = orch(home, "launch", str(path), "--deadline", (now + timedelta(hours=3)).isoformat(timespec="minutes"))
     assert later.returncode == 0, later.stderr
     assert len(bucket_jobs(url)) == 1
+
+
+def test_launch_refuses_a_file_bucket_folder_that_does_not_exist_in_one_line(tmp_path):
+    """A typo would make a new bucket no `orch watch` reads (exit 0, the job never placed): refused
+    as `orch storage check` and `orch watch` refuse it, nothing created, nothing recorded."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    missing = tmp_path / "typo"
+    ran = orch(home, "launch", str(job_file(tmp_path, gpus=0)), "--url", f"file://{missing}")
+    assert ran.returncode == 2, ran
+    assert ran.stderr.strip().count("\n") == 0 and "does not exist" in ran.stderr and str(missing) in ran.stderr
+    assert "Traceback" not in ran.stderr and not missing.exists()

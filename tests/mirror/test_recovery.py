@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import pytest
 import tomli_w
+from bucket_key import KEYS, signed
 from daemon_harness import wait_for
 from mirror_harness import ckpt_job, remote_for, storage_home, wait_manifest
 from recovery_harness import Watch, controller_home
@@ -33,7 +34,7 @@ from orchestrator.recovery import market as mk
 from orchestrator.recovery.command import CommandProvider
 from orchestrator.recovery.controller import Controller
 from orchestrator.recovery.build import build_provider
-from orchestrator.recovery.provider import LaunchRequest, RelaunchError
+from orchestrator.recovery.provider import Launched, LaunchRequest, RelaunchError
 from orchestrator.store import Store
 
 UID = "0123456789abcdef0123456789abcdef"
@@ -87,7 +88,7 @@ def manifest_of(heartbeat: float, **over: Any) -> dict[str, Any]:
 
 def put_manifest(remote: Remote, m: dict[str, Any]) -> None:
     got = remote.get_with_etag(mf.manifest_key(UID))
-    remote.cas_put(mf.manifest_key(UID), mf.dump(m), got[1] if got else None)
+    remote.cas_put(mf.manifest_key(UID), mf.dump(signed(m)), got[1] if got else None)
 
 
 class Clock:
@@ -134,7 +135,7 @@ def controller(tmp: Path, remote: Remote, provider: Any, clock: Clock, name: str
     if remote.url.scheme == "s3":
         config.storage = remote.settings.model_copy(update={"stale_after_minutes": 1.0})
     store = Store(folder / "orch.db")
-    return Controller(config, store, remote, provider, controller_id=f"ctl-{name}", clock=clock)
+    return Controller(config, store, remote, provider, controller_id=f"ctl-{name}", clock=clock, keys=KEYS)
 
 
 @pytest.fixture
@@ -199,9 +200,11 @@ def test_a_restarted_controller_neither_launches_nor_notifies_twice_and_a_live_l
     # `orch status` in the controller's home and the dashboard say it waits for a machine, since when.
     shown = CliRunner().invoke(app, ["--home", str(tmp_path / "c"), "status"])
     assert shown.exit_code == 0 and "waiting for a replacement machine since" in shown.output, shown.output
-    from orchestrator.dashboard.data import waiting_for_machines
+    from orchestrator.dashboard.data import queue
+    from orchestrator.home.paths import Home
 
-    (row,) = waiting_for_machines(c2.store)
+    home = Home(tmp_path / "c")  # the dashboard reads through a read-only store, as it serves the page
+    (row,) = queue(Store(home.db, read_only=True), home, c2.config, clock.t)["recovery"]
     assert row["uid"] == UID and row["waiting_since"] == clock.t - 15 - 120 and row["launches"] == 1
     # A claim made, then the old machine's lease comes back (a network blip): cancelled, no launch.
     claim = cl.Claim(UID, 2, cl.CLAIMED, "spot", {"home_id": "home-old", "heartbeat": 1.0}, clock.t, "x", clock.t)
@@ -257,7 +260,7 @@ def test_build_provider_names_the_command_provider(tmp_path):
     config = config_for(tmp_path, f"file://{tmp_path}/s", launch=["echo", "hi"])
     provider = build_provider(config.recovery)
     assert provider.name == "command"
-    assert provider.launch(LaunchRequest("file:///x", (UID,), "spot", 1)) == "hi"
+    assert provider.launch(LaunchRequest("file:///x", (UID,), "spot", 1)) == Launched("hi", "hi")
 
 
 # -- a real daemon's lease: a pause is not a loss, a kill is ------------------------------------

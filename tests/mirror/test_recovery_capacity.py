@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import tomli_w
+from bucket_key import KEYS, signed
 from daemon_harness import wait_for
 
 from orchestrator.objectstore import claims as cl
@@ -61,7 +62,7 @@ def put_job(remote: Remote, uid: str, heartbeat: float, *, home: str = "home-old
         "cost": {"run_seconds": 100.0, "cost": 1.0},
         "budget": {},
     }
-    remote.cas_put(mf.manifest_key(uid), mf.dump(m), None)
+    remote.cas_put(mf.manifest_key(uid), mf.dump(signed(m)), None)
 
 
 def make_controller(tmp: Path, remote: Remote, clock: Any, *, launcher: Any = None, **recovery: Any) -> Controller:
@@ -73,7 +74,14 @@ def make_controller(tmp: Path, remote: Remote, clock: Any, *, launcher: Any = No
     assert config.recovery is not None
     store = Store(tmp / "orch.db")
     return Controller(
-        config, store, remote, build_provider(config.recovery), controller_id="ctl", clock=clock, launcher=launcher
+        config,
+        store,
+        remote,
+        build_provider(config.recovery),
+        controller_id="ctl",
+        clock=clock,
+        launcher=launcher,
+        keys=KEYS,
     )
 
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 import tomli_w
+from bucket_key import KEYS, signed
 
 from orchestrator.objectstore import claims as cl
 from orchestrator.objectstore import manifest as mf
 from orchestrator.objectstore import moves
 from orchestrator.objectstore.remote import Remote
-from orchestrator.recovery import stopping
 from orchestrator.recovery.build import build_provider
 from orchestrator.recovery.controller import Controller
 from orchestrator.recovery.moving import MoveRefused
@@ -57,10 +57,10 @@ def manifest(heartbeat: float, home: str, *, state: str = "running", released: b
 
 def put(remote: Remote, m: dict[str, Any]) -> None:
     got = remote.get_with_etag(mf.manifest_key(UID))
-    remote.cas_put(mf.manifest_key(UID), mf.dump(m), got[1] if got else None)
+    remote.cas_put(mf.manifest_key(UID), mf.dump(signed(m)), got[1] if got else None)
 
 
-def controller(tmp: Path, remote: Remote, clock: Clock) -> Controller:
+def controller(tmp: Path, remote: Remote, clock: Clock, controller_id: str = "ctl") -> Controller:
     (tmp / "launch.sh").write_text(LAUNCH_SH)
     (tmp / "stop.sh").write_text(STOP_SH)
     rec = {
@@ -74,7 +74,13 @@ def controller(tmp: Path, remote: Remote, clock: Clock) -> Controller:
     config = load_config(cfg, required=True)
     assert config.recovery is not None
     return Controller(
-        config, Store(tmp / "orch.db"), remote, build_provider(config.recovery), controller_id="ctl", clock=clock
+        config,
+        Store(tmp / "orch.db"),
+        remote,
+        build_provider(config.recovery),
+        controller_id=controller_id,
+        clock=clock,
+        keys=KEYS,
     )
 
 
@@ -165,7 +171,7 @@ def test_a_move_for_a_finished_job_is_refused_and_a_late_one_closed(tmp_path, re
     assert lines(tmp_path / "launched") == []
 
 
-def test_a_stop_command_that_fails_is_retried_with_backoff_notified_once_and_given_up(tmp_path, remote):
+def test_a_stop_command_that_fails_is_retried_with_backoff_notified_once_and_never_dropped(tmp_path, remote):
     clock = Clock(10_000.0)
     on_demand_job(remote, clock)
     (tmp_path / "stop-fails").touch()
@@ -173,16 +179,27 @@ def test_a_stop_command_that_fails_is_retried_with_backoff_notified_once_and_giv
     c.ask_move(UID, "spot", "spot is back")
     put(remote, manifest(clock.t, "home-od", state="queued", released=True))
     c.pass_once()
-    for _ in range(200):  # many polls: tries only when the backoff is over, and at most MAX_TRIES
+    for _ in range(200):  # many polls: tries only when the backoff is over
         put(remote, manifest(clock.t, "home-spot"))  # the spot machine heartbeats
         c.pass_once()
         clock.t += 10
     tries = lines(tmp_path / "stopped")
-    assert tries == ["vm-1"] * stopping.MAX_TRIES
+    # 2,000 s of polls every 10 s: backoff 10, 20, 40, ... s between tries, so 8 tries, not 200
+    assert tries == ["vm-1"] * 8
     assert kinds(c).count("stop_failed") == 1
     assert "API down" in c.store.recovery_events()[-1]["detail"]
+    (record,) = [m for m in c.ledger.machines.values() if m.instance_id == "vm-1"]
+    assert record.state == "stopping" and record.stop_tries == 8 and "API down" in record.stop_error
     request = moves.read(remote, UID)  # closed, saying so
     assert request is not None and request.status == moves.DONE and "could not be stopped" in request.note
+
+    (tmp_path / "stop-fails").unlink()  # the API is back: the next try stops it, and nothing after
+    for _ in range(250):
+        put(remote, manifest(clock.t, "home-spot"))
+        c.pass_once()
+        clock.t += 10
+    assert lines(tmp_path / "stopped") == ["vm-1"] * 9
+    assert c.ledger.machines["vm-1"].state == "stopped"
 
 
 def test_a_controller_killed_mid_move_leaves_the_next_one_to_finish_it_launching_once(tmp_path, remote):
@@ -204,9 +221,7 @@ def test_a_controller_killed_mid_move_leaves_the_next_one_to_finish_it_launching
     assert [x.status for x in cl.read_claims(remote, UID)] == [cl.LAUNCHED, cl.LAUNCHED]
 
 
-def test_a_machine_whose_job_finished_is_stopped_once_but_not_one_finished_before_the_controller_looked(
-    tmp_path, remote
-):
+def test_a_machine_whose_job_finished_is_stopped_once_and_only_by_the_controller_that_launched_it(tmp_path, remote):
     clock = Clock(10_000.0)
     on_demand_job(remote, clock)  # running on vm-1, which the controller launched
     c = controller(tmp_path, remote, clock)
@@ -221,8 +236,8 @@ def test_a_machine_whose_job_finished_is_stopped_once_but_not_one_finished_befor
 
     (tmp_path / "stopped").unlink()
     (tmp_path / "again").mkdir()
-    restarted = controller(tmp_path / "again", remote, clock)  # another home: nothing it saw run
+    restarted = controller(tmp_path / "again", remote, clock, "other")  # another home: it launched none of them
     for _ in range(3):
         restarted.pass_once()
         clock.t += 10
-    assert lines(tmp_path / "stopped") == []  # finished before this controller saw it run
+    assert lines(tmp_path / "stopped") == []  # not its machines

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import tomli_w
+from bucket_key import KEY_ENV, signed
 
 from notifiers import Message
 from orchestrator.objectstore import manifest as mf
@@ -37,7 +38,7 @@ def _mirror_with_a_lost_machine(folder: Path) -> str:
         "cost": {"run_seconds": 100.0, "cost": 1.0},
         "budget": {},
     }
-    remote.cas_put(mf.manifest_key(UID), mf.dump(manifest), None)
+    remote.cas_put(mf.manifest_key(UID), mf.dump(signed(manifest)), None)
     return url
 
 
@@ -45,7 +46,7 @@ def _controller_home(tmp: Path, url: str) -> Path:
     root = tmp / "controller"
     root.mkdir()
     config = {
-        "storage": {"url": url, "stale_after_minutes": 1.0},
+        "storage": {"url": url, "stale_after_minutes": 1.0, "signing_key_env": KEY_ENV},
         "recovery": {"provider": "command", "launch": ["true"], "poll_seconds": 10.0},
         "notifiers": [{"type": "webhook", "url": "http://127.0.0.1:9/hook", "events": ["machine_lost"]}],
     }

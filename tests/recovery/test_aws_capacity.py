@@ -104,7 +104,9 @@ def test_ec2_capacity_codes_are_no_capacity_and_on_demand_still_launches(proxy, 
         with pytest.raises(NoCapacity) as caught:
             provider(proxy.endpoint).launch(LaunchRequest(URL, ("a1b2",), "spot", 1))
         assert code in str(caught.value)
-        assert provider(proxy.endpoint).launch(LaunchRequest(URL, ("a1b2",), "on-demand", 2)).startswith("i-")
+        assert (
+            provider(proxy.endpoint).launch(LaunchRequest(URL, ("a1b2",), "on-demand", 2)).instance_id.startswith("i-")
+        )
     finally:
         proxy.refuse = None
 
@@ -126,7 +128,7 @@ def test_stop_terminates_the_instance_and_a_gone_one_is_fine(ec2_server):
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=ec2_server.endpoint)
     p = provider(ec2_server.endpoint)
     described = p.launch(LaunchRequest(URL, ("a1b2",), "on-demand", 1))
-    instance_id = described.split()[0]
+    instance_id = described.instance_id
     assert "shutting-down" in p.stop(instance_id) or "terminated" in p.stop(instance_id)
     state = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"]["Name"]
     assert state in ("shutting-down", "terminated")

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 import tomli_w
+from bucket_key import KEYS, signed
 from ec2_server import Ec2Server, ec2_server_running
 
 pytest.importorskip("boto3")
@@ -78,7 +79,7 @@ def _put_manifest(remote: Remote, heartbeat: float, instance_id: str) -> None:
         "budget": {},
     }
     got = remote.get_with_etag(mf.manifest_key(UID))
-    remote.cas_put(mf.manifest_key(UID), mf.dump(m), got[1] if got else None)
+    remote.cas_put(mf.manifest_key(UID), mf.dump(signed(m)), got[1] if got else None)
 
 
 def _controller(tmp_path: Path, url: str, endpoint: str, clock: Clock) -> Any:
@@ -95,7 +96,9 @@ def _controller(tmp_path: Path, url: str, endpoint: str, clock: Clock) -> Any:
     provider = build_provider(config.recovery)
     store = Store(tmp_path / "orch.db")
     remote = Remote(StorageSection(url=url, stale_after_minutes=1.0))
-    return controller_module.Controller(config, store, remote, provider, controller_id="ctl-aws", clock=clock)
+    return controller_module.Controller(
+        config, store, remote, provider, controller_id="ctl-aws", clock=clock, keys=KEYS
+    )
 
 
 def _kinds(c: Any) -> list[str]:
@@ -156,3 +159,70 @@ def test_the_controller_with_the_aws_provider_waits_for_ec2_fails_backs_off_then
         if i["State"]["Name"] != "terminated"
     }
     assert list(markets.values()) == ["on-demand"], markets
+
+
+def _lease(remote: Remote, heartbeat: Any, home: str, state: str = "running") -> None:
+    """A daemon's lease with no instance id in it (its config lists no "aws" notice source)."""
+    m = {
+        "version": 1,
+        "uid": UID,
+        "name": "tiny",
+        "state": state,
+        "gpus": 1,
+        "spec": {"name": "tiny", "command": ["true"]},
+        "owner": {"host": "ip-10-0-0-9", "home_id": home, "pid": 1, "heartbeat": heartbeat} if home else {},
+        "progress": {"step": 10, "total_steps": 100},
+        "cost": {"run_seconds": 100.0, "cost": 1.0},
+        "budget": {},
+    }
+    if state != "running":
+        m["owner"]["released"] = True
+    got = remote.get_with_etag(mf.manifest_key(UID))
+    remote.cas_put(mf.manifest_key(UID), mf.dump(signed(m)), got[1] if got else None)
+
+
+def test_a_machine_it_launched_that_runs_without_bucket_access_is_not_replaced_and_is_stopped_at_the_end(
+    ec2, ec2_server, tmp_path
+):
+    from orchestrator.recovery.jobview import launch_key
+
+    url = f"file://{tmp_path}/mirror"
+    remote = Remote(StorageSection(url=url))
+    clock = Clock(time.time())
+    try:
+        ec2.create_launch_template(
+            LaunchTemplateName="orch-worker",
+            LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "g5.xlarge"},
+        )
+    except Exception:  # made by the test above in this module
+        pass
+    _lease(remote, None, "")  # `orch launch`: no machine yet
+    c = _controller(tmp_path, url, ec2_server.endpoint, clock)
+    c.store.recovery_mark(launch_key(UID), clock.t)
+    c.pass_once()
+    (first,) = cl.read_claims(remote, UID)
+    instance = first.extra["instance_id"]
+    assert instance.startswith("i-") and first.launched.startswith(instance + " (")
+    _lease(remote, clock.t, "home-a")  # it adopted; then it loses the bucket (no heartbeat)
+    for _ in range(19):  # 3 x stale_after (60 s) and more, a poll every 10 s
+        clock.t += 10
+        c.pass_once()
+    assert len(cl.read_claims(remote, UID)) == 1, "EC2 says the machine runs: not replaced"
+    assert "machine_lost" not in _kinds(c)
+
+    ec2.terminate_instances(InstanceIds=[instance])  # now it is gone
+    clock.t += 10
+    c.pass_once()
+    claims = cl.read_claims(remote, UID)
+    assert len(claims) == 2 and "machine_lost" in _kinds(c)
+    second = claims[-1].extra["instance_id"]
+    _lease(remote, clock.t, "home-b")
+    clock.t += 10
+    c.pass_once()
+    _lease(remote, clock.t, "home-b", state="succeeded")
+    for _ in range(3):
+        clock.t += 10
+        c.pass_once()
+    state = ec2.describe_instances(InstanceIds=[second])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state in ("shutting-down", "terminated")
+    assert {m.instance_id: m.state for m in c.ledger.machines.values()} == {instance: "stopped", second: "stopped"}

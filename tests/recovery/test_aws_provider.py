@@ -20,8 +20,8 @@ import pytest
 
 from ec2_server import Ec2Server, ec2_server_running
 
-from orchestrator.recovery.aws import AwsProvider, instance_of
-from orchestrator.recovery.provider import LaunchRequest, RelaunchError
+from orchestrator.recovery.aws import AwsProvider, lease_instance_id
+from orchestrator.recovery.provider import Launched, LaunchRequest, RelaunchError, launched_from_output
 
 pytest.importorskip("boto3")
 
@@ -57,8 +57,10 @@ def _provider(server: Ec2Server, template: str) -> AwsProvider:
     return AwsProvider(settings)
 
 
-def _instance(ec2: Any, description: str) -> dict[str, Any]:
-    instance_id = description.split()[0]
+def _instance(ec2: Any, launched: "Launched | str") -> dict[str, Any]:
+    """The instance a launch returned (its text starts with its id), or the one an id names."""
+    instance_id = launched if isinstance(launched, str) else launched.instance_id
+    assert isinstance(launched, str) or launched.text.startswith(instance_id + " (")
     reply = ec2.describe_instances(InstanceIds=[instance_id])
     return dict(reply["Reservations"][0]["Instances"][0])
 
@@ -120,7 +122,7 @@ def test_cloud_config_template_becomes_multipart_with_both_parts(ec2, ec2_server
 
     description = _provider(ec2_server, "orch-cc").launch(request)
 
-    msg = email.message_from_string(_user_data(ec2, description.split()[0]))
+    msg = email.message_from_string(_user_data(ec2, description.instance_id))
     parts = [(p.get_content_type(), p.get_payload(decode=True).decode()) for p in msg.walk() if not p.is_multipart()]
     assert parts[0] == ("text/cloud-config", "#cloud-config\npackages: [git]\n")
     assert parts[1][0] == "text/x-shellscript" and "orch recovery bootstrap" in parts[1][1]
@@ -138,7 +140,7 @@ def test_missing_template_is_a_relaunch_error_naming_it_then_a_later_launch_succ
     assert FAKE_SECRET not in text
 
     _template(ec2, "orch-not-yet", TEMPLATE_SCRIPT)  # the user fixes it: the next try launches
-    assert provider.launch(request).startswith("i-")
+    assert provider.launch(request).instance_id.startswith("i-")
 
 
 def test_a_template_that_sets_the_market_itself_is_refused(ec2, ec2_server):
@@ -155,7 +157,7 @@ def _running_instance(ec2: Any, ec2_server: Ec2Server, template: str) -> tuple[A
     _template(ec2, template, TEMPLATE_SCRIPT)
     provider = _provider(ec2_server, template)
     described = provider.launch(LaunchRequest(url=URL, job_uids=("a1b2c3",), market="spot", launch_number=1))
-    return provider, described.split()[0]
+    return provider, described.instance_id
 
 
 @pytest.mark.parametrize(
@@ -299,7 +301,7 @@ def test_ec2_errors_become_relaunch_errors_that_say_what_to_do(code, message, sa
     ],
 )
 def test_instance_of_reads_the_recorded_id_or_a_resource_named_host(owner, expected):
-    assert instance_of(owner) == expected
+    assert lease_instance_id(owner) == expected
 
 
 def _doc_block(first_lines: str) -> str:
@@ -334,7 +336,8 @@ def test_the_documented_aws_cli_launch_script_works_against_ec2(ec2, ec2_server,
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
 
     assert done.returncode == 0, done.stderr
-    instance_id = done.stdout.strip().splitlines()[-1]  # what `orch watch` records
+    instance_id = launched_from_output(done.stdout).instance_id  # what `orch watch` records: its instance= line
+    assert done.stdout.strip().splitlines()[-1] == f"instance={instance_id}"
     inst = _instance(ec2, instance_id)
     assert inst.get("InstanceLifecycle") == ("spot" if market == "spot" else None)
     sent = ec2_server.requests("RunInstances")[-1]

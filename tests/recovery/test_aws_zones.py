@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 import tomli_w
+from bucket_key import KEYS, signed
 from ec2_server import Ec2Server, ec2_server_running
 
 pytest.importorskip("boto3")
@@ -131,6 +132,8 @@ def test_a_zone_refusing_spot_sends_the_launch_to_the_other_zone_at_once(ec2_ser
         assert got["SubnetId"] == subnets["us-east-1b"]
         assert got["Placement"]["AvailabilityZone"] == "us-east-1b"
         assert ", b)" in claim.launched  # the launch names its zone
+        machine = c.ledger.get(instance_id)  # the machine ledger records the zone and prices it there
+        assert machine is not None and (machine.zone, machine.price_hour) == ("b", 1.0)
     finally:
         proxy.server.shutdown()
 
@@ -155,7 +158,7 @@ def _put_manifest(remote: Remote, heartbeat: float, instance_id: str) -> None:
         "cost": {"run_seconds": 100.0, "cost": 1.0},
         "budget": {},
     }
-    remote.put_bytes(mf.manifest_key(UID), mf.dump(m))
+    remote.put_bytes(mf.manifest_key(UID), mf.dump(signed(m)))
 
 
 def _controller(tmp_path: Path, url: str, endpoint: str, subnets: dict[str, str], clock: Clock) -> Any:
@@ -175,5 +178,35 @@ def _controller(tmp_path: Path, url: str, endpoint: str, subnets: dict[str, str]
     store = Store(tmp_path / "orch.db")
     remote = Remote(StorageSection(url=url, stale_after_minutes=1.0))
     return controller_module.Controller(
-        config, store, remote, build_provider(config.recovery), controller_id="ctl-zones", clock=clock
+        config, store, remote, build_provider(config.recovery), controller_id="ctl-zones", clock=clock, keys=KEYS
     )
+
+
+def test_a_machine_in_another_zones_region_is_asked_about_and_stopped_there(ec2_server, tmp_path):
+    """A zone in another region than [recovery.aws]'s: a provider that did not launch the machine
+    (a restarted controller, which has only the ledger's id) finds it there, not 'already gone'."""
+    import boto3
+
+    west = boto3.client("ec2", region_name="us-west-2", endpoint_url=ec2_server.endpoint)
+    instance = west.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    cfg = tmp_path / "config.toml"
+    recovery = {
+        "provider": "aws",
+        "aws": {"region": "us-east-1", "launch_template": "orch-zones", "endpoint": ec2_server.endpoint},
+        "zones": [{"name": "east", "spot_price": 1.0}, {"name": "west", "region": "us-west-2", "spot_price": 1.0}],
+    }
+    cfg.write_text(tomli_w.dumps({"storage": {"url": f"file://{tmp_path}/mirror"}, "recovery": recovery}))
+    config = load_config(cfg, required=True)
+    assert config.recovery is not None
+    provider = build_provider(config.recovery)
+
+    assert provider.machine_gone({"instance_id": instance}) is False
+    said = provider.stop(instance)
+    assert said.startswith(instance) and "already gone" not in said, said
+    (state,) = [
+        i["State"]["Name"]
+        for r in west.describe_instances(InstanceIds=[instance])["Reservations"]
+        for i in r["Instances"]
+    ]
+    assert state in ("shutting-down", "terminated")
+    assert provider.machine_gone({"instance_id": instance}) is True

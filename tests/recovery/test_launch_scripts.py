@@ -15,6 +15,8 @@ from typing import Any, Iterator
 
 import pytest
 
+from orchestrator.recovery.provider import launched_from_output
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "recovery-providers.md"
 URL = "s3://orch-bucket/lab"
 RECORD = '#!/bin/sh\necho "$(basename "$0") $*" >> "$CALLS"\n'
@@ -99,7 +101,8 @@ def test_the_autodl_script_creates_a_pro_instance_whose_start_command_adopts_and
     done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "autodl instance uuid-1234"
+    assert done.stdout.strip().splitlines()[-2:] == ["autodl instance uuid-1234", "instance=uuid-1234"]
+    assert launched_from_output(done.stdout).instance_id == "uuid-1234"  # what stop and alive get
     body = fake.bodies[-1]
     assert fake.headers[-1]["authorization"] == "tok-secret"
     assert (body["req_gpu_amount"], body["image_uuid"], body["cuda_v_from"]) == (1, "image-uuid-9", 118)
@@ -138,7 +141,8 @@ def test_the_skypilot_script_launches_a_named_cluster_on_the_market_asked(tmp_pa
 
     assert done.returncode == 0, done.stderr
     cluster = "orch-ab-12-3"  # lower case, _ -> -: a name SkyPilot accepts
-    assert done.stdout.strip() == f"sky cluster {cluster} ({market})"
+    assert done.stdout.strip().splitlines() == [f"sky cluster {cluster} ({market})", f"instance={cluster}"]
+    assert launched_from_output(done.stdout).instance_id == cluster
     assert _calls(tmp_path) == [
         f"sky launch -y -d --down -c {cluster} {flag} --env ORCH_RECOVERY_URL --env ORCH_RECOVERY_JOBS "
         f"{folder}/orch-worker.yaml"
@@ -167,3 +171,24 @@ def test_the_skypilot_task_adopts_runs_while_orch_has_work_then_stops(tmp_path):
         "orch daemon stop",
     ]
     assert (tmp_path / "home" / ".orch" / "config.toml").read_text() == f'[storage]\nurl = "{URL}"\n'
+
+
+def test_the_skypilot_task_keeps_its_machine_while_an_adoption_is_pending(tmp_path):
+    """A planned move's machine: its adopt was left pending and `orch status` lists nothing yet; the
+    task waits for the hand-over instead of stopping the daemon (and SkyPilot tearing it down)."""
+    task = _block("# orch-worker.yaml")
+    run = "\n".join(line[2:] for line in task.split("run: |\n", 1)[1].splitlines())
+    pending = tmp_path / "home" / ".orch" / "pending-adopt"
+    orch = (
+        '#!/bin/sh\necho "orch $*" >> "$CALLS"\n'
+        f'if [ "$1" = adopt ]; then mkdir -p {pending}; touch {pending}/Ab_12.json; fi\n'
+        'if [ "$1" = status ]; then n=$(grep -c "orch status" "$CALLS"); echo "[]"; '
+        f'[ "$n" -ge 3 ] && rm -f {pending}/*.json; fi\n'  # the daemon adopted it at the hand-over
+    )
+    env = _env(tmp_path, _bin(tmp_path, "orch", text=orch))
+    _bin(tmp_path, "sleep", text="#!/bin/sh\nexit 0\n")
+
+    subprocess.run(["bash", "-c", run], env=env, check=True, timeout=30)
+
+    assert [c for c in _calls(tmp_path) if c.startswith("orch status")] == ["orch status --json"] * 3
+    assert _calls(tmp_path)[-1] == "orch daemon stop"

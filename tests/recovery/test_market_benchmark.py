@@ -1,4 +1,4 @@
-"""benchmarks/market.py on a short synthetic trace: the real controller replays a handful of jobs
+"""benchmarks/market.py (`python -m benchmarks.market`) on a short synthetic trace: the real controller replays a handful of jobs
 for each policy; the JSON has the documented shape, on-demand only costs exactly 1.0, no policy misses a
 deadline or gives a job up on a market with long spot runs and short outages, and none costs less
 than the oracle (--oracle) that knows the trace's future."""
@@ -21,7 +21,8 @@ def test_market_benchmark_json_on_a_synthetic_trace(tmp_path):
     done = subprocess.run(
         [
             sys.executable,
-            str(REPO / "benchmarks" / "market.py"),
+            "-m",
+            "benchmarks.market",
             str(tmp_path),
             "--starts",
             "3",
@@ -58,7 +59,7 @@ def test_market_benchmark_json_on_a_synthetic_trace(tmp_path):
 
 def test_market_benchmark_refuses_a_folder_without_traces(tmp_path):
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "market.py"), str(tmp_path), "--starts", "1"],
+        [sys.executable, "-m", "benchmarks.market", str(tmp_path), "--starts", "1"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -77,7 +78,8 @@ def test_market_benchmark_zones_on_two_synthetic_zones(tmp_path):
     done = subprocess.run(
         [
             sys.executable,
-            str(REPO / "benchmarks" / "market.py"),
+            "-m",
+            "benchmarks.market",
             str(tmp_path),
             "--zones",
             "--starts",

@@ -5,21 +5,16 @@ availability trace, machines that adopt and hand over as orch's daemon does) wit
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from marketsim import baselines  # noqa: E402
-from marketsim.replay import replay, sim_config  # noqa: E402
-
-from orchestrator.objectstore import claims as cl  # noqa: E402
-from orchestrator.objectstore import manifest as mf  # noqa: E402
-from orchestrator.recovery.policy import decide  # noqa: E402
-from orchestrator.store import Store  # noqa: E402
+from benchmarks.marketsim import baselines
+from benchmarks.marketsim.replay import replay, sim_config
+from orchestrator.objectstore import claims as cl
+from orchestrator.objectstore import manifest as mf
+from orchestrator.recovery.policy import decide
+from orchestrator.store import Store
 
 TICK = 600.0  # 10 minutes
 

@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import math
 import random
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import market  # noqa: E402
-from marketsim import baselines  # noqa: E402
-from marketsim.oracle import cheapest, grid_s, job_cost_h  # noqa: E402
-from marketsim.replay import replay, sim_config  # noqa: E402
-
-from orchestrator.recovery.policy import decide  # noqa: E402
-from orchestrator.store import Store  # noqa: E402
+from benchmarks import market
+from benchmarks.marketsim import baselines
+from benchmarks.marketsim.oracle import cheapest, grid_s, job_cost_h
+from benchmarks.marketsim.replay import replay, sim_config
+from orchestrator.recovery.policy import decide
+from orchestrator.store import Store
 
 K = 3.14
 

@@ -32,7 +32,8 @@ def test_command_job_runs_to_success_and_status_shows_slurm(slurm_home):
     h.release("hello")
     done = h.wait_state(job, JobState.SUCCEEDED, timeout=30)
     assert done.attempt == 1 and done.run_seconds > 0
-    assert squeue_state(h.slurm, sid) == "COMPLETED"
+    # the exit record comes first (orch settles on it); Slurm says COMPLETED once the script has ended
+    wait_for(lambda: squeue_state(h.slurm, sid) == "COMPLETED", 30, what=lambda: squeue_state(h.slurm, sid))
     log = (h.run_dir(job) / "attempt-1.log").read_text()
     assert "printed by the job" in log and f"as Slurm job {sid}" in log
     sbatch = (h.run_dir(job) / "attempt-1.sbatch").read_text()
@@ -57,7 +58,7 @@ def test_cancel_running_slurm_job_signals_the_task_and_never_requeues(slurm_home
     assert (h.run_dir(job) / "checkpoints" / "notice-step-00000003.ckpt").exists()
     assert done.attempt == 1
     assert h.exit_record(job, 1)["code"] == 75
-    time.sleep(2)  # nothing resubmits it
+    h.wait_ticks(4, exchanges=4)  # observed ticks and looks at Slurm: nothing resubmits it
     assert h.job(job).attempt == 1 and h.job(job).state is JobState.CANCELLED
     name = [
         ln.split("=", 1)[1]
@@ -85,7 +86,7 @@ def test_cancel_pending_slurm_job_is_at_once(slurm_home):
         wait_for(lambda: "PENDING (" in (h.job(job).executor_ref.get("where") or ""), 60, what="PENDING (reason)")
         row = [r for r in json.loads(orch_cli(h, "status", "--json").stdout) if r["id"] == job][0]
         assert row["state"] == "running" and f"Slurm {sid}: PENDING (" in row["where"], row
-        time.sleep(2)  # several ticks and polls while Slurm holds it PENDING: no runtime, no cost
+        h.wait_ticks(4, exchanges=4)  # observed ticks and polls while Slurm holds it PENDING: no runtime, no cost
         assert h.job(job).cost == 0.0 and h.job(job).run_seconds == 0.0
         assert orch_cli(h, "cancel", str(job)).returncode == 0
         h.wait_state(job, JobState.CANCELLED, timeout=60)
@@ -112,7 +113,7 @@ def test_budget_counts_only_slurm_running_time_and_stops_the_job(slurm_home):
     poke(h.home.wake_socket)
     try:
         wait_for(lambda: "PENDING" in (h.job(job).executor_ref.get("where") or ""), 20, what="PENDING")
-        time.sleep(5)
+        h.wait_ticks(4, exchanges=4)  # observed ticks and polls while it is PENDING: nothing billed
         assert h.state(job) is JobState.RUNNING and h.job(job).run_seconds == 0.0
         h.wait_record("capped", "start", timeout=30)
         done = h.wait_state(job, JobState.STOPPED, timeout=120)

@@ -35,7 +35,7 @@ def test_gpu_job_costs_allocated_gpus_times_slurm_running_time_and_nothing_pendi
     try:
         sid = slurm_id(h, job)
         wait_for(lambda: "PENDING" in (h.job(job).executor_ref.get("where") or ""), 20, what="PENDING")
-        time.sleep(3)
+        h.wait_ticks(4, exchanges=4)  # observed ticks and polls while it is PENDING
         assert h.job(job).cost == 0.0 and h.job(job).gpu_seconds == 0.0
         start = h.wait_record("gpu2", "start", timeout=40)
         assert start["env"]["CUDA_VISIBLE_DEVICES"] == "0,1" and start["env"]["SLURM_JOB_GPUS"] == "0,1", start["env"]

@@ -5,6 +5,7 @@ submission runs on the other node and resumes from the newest checkpoint."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -67,7 +68,7 @@ def test_node_failure_requeues_and_the_job_finishes_on_the_other_node(slurm_home
 
 def test_attempt_submitted_but_never_recorded_is_adopted_not_submitted_twice(slurm_home):
     """The daemon died between sbatch and recording the Slurm id: the next daemon finds the
-    attempt (the file start() wrote beside the script) and follows it instead of running it again."""
+    attempt (the file the exchange wrote beside the script) and follows it instead of running it again."""
     from orchestrator.jobs.attempts import begin_attempt
     from orchestrator.executors import build_executor
 
@@ -76,7 +77,10 @@ def test_attempt_submitted_but_never_recorded_is_adopted_not_submitted_twice(slu
     begun = begin_attempt(
         h.store, h.config, h.home, h.job(job), [], time.time(), environ=dict(os.environ), executor="slurm"
     )
-    ref = build_executor(h.config, h.home).start(begun.launch)["executor_ref"]  # ...and the daemon "dies" here
+    executor = build_executor(h.config, h.home)
+    executor.start(begun.launch)  # queues the sbatch, which the exchange sends off the tick's lock
+    executor.exchange([h.job(job)], time.time())  # ...and the daemon "dies" here, before recording it
+    ref = json.loads((h.run_dir(job) / "attempt-1.submitted.json").read_text())
     assert h.job(job).state is JobState.RUNNING and not h.job(job).executor_ref
     h.start_daemon()
     wait_for(lambda: h.job(job).executor_ref.get("slurm_job_id") == ref["slurm_job_id"], 20, what="adoption")

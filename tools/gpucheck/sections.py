@@ -5,6 +5,7 @@ and may raise frame.Skip(reason)."""
 from __future__ import annotations
 
 from .daemon_idle import daemon_idle
+from .fsdp import fsdp
 from .notice import notice
 from .oom import oom
 from .resume import resume
@@ -18,4 +19,5 @@ SECTIONS = [
     ("resume", "d", "exact resume after SIGTERM (deterministic, and not)", resume, 40),
     ("notice", "e", "notice checkpoint of BERT-large + AdamW on the GPU vs bare torch.save", notice, 40),
     ("daemon_idle", "f", "GPU idle between two queued jobs under a real daemon", daemon_idle, 30),
+    ("fsdp", "g", "FSDP: bf16 shards on NCCL, background saves, notice and resume", fsdp, 60),
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from orchestrator.contract import (
     ENV_ATTEMPT,
@@ -22,7 +22,15 @@ from orchestrator.spec.jobspec import TASK_CLASSIFY, JobSpec, load_resolved, met
 
 from training.exits import EX_CHECKPOINTED, EX_FAIL, EX_OK, ConfigError, EarlyStop, RunError, install_early_sigterm
 from training.builtin.job_end import out_of_memory, result_figures, wait_for_other_ranks
-from training.builtin.job_plan import choose_resume, is_rank_zero, plan_devices, resolve_sizes, say, total_steps
+from training.builtin.job_plan import (
+    choose_resume,
+    is_rank_zero,
+    plan_devices,
+    resolve_sizes,
+    say,
+    sharded_run,
+    total_steps,
+)
 from training.builtin.job_trainer import (
     FinalCheckpoint,
     build_callbacks,
@@ -77,6 +85,30 @@ def run_job(run_dir: Path, *, progress: bool = False) -> int:
             from training.tracking.trackers import exit_outcome
 
             trackers.close(exit_outcome(code))
+
+
+def other_world(resume: Optional[Path], world: int, batch_size: int, accumulate: int) -> tuple[int, int]:
+    """A checkpoint written on another number of ranks (`orch retry --gpus N`): its micro-batch,
+    and the accumulation that keeps its effective batch on this many (exit 78 when none can)."""
+    from training.resume.checkpoints import saved_geometry
+    from training.resume.resize import rescaled_accumulation
+
+    saved = saved_geometry(resume)
+    old = int(saved.get("world_size") or 0)
+    if not old or old == world or resume is None:
+        return batch_size, accumulate
+    batch, acc = int(saved["batch_size"]), int(saved["accumulate_grad_batches"])
+    new_acc = rescaled_accumulation(acc, old, world)
+    if new_acc is None:
+        raise ConfigError(
+            f"{resume.name} was written by {old} ranks at batch {batch} x accumulate {acc}: its effective batch "
+            f"({batch * acc * old}) cannot be kept on {world} rank(s); retry with a number of GPUs that divides {acc * old}"
+        )
+    if is_rank_zero():
+        say(
+            f"{resume.name} was written by {old} rank(s): resuming on {world} with batch {batch} x accumulate {new_acc}"
+        )
+    return batch, new_acc
 
 
 def _tracker_hyperparams(spec: JobSpec, batch_size: int, accumulate: int) -> dict[str, Any]:
@@ -135,8 +167,9 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
         for note in plan["notes"]:
             say("warning: " + note)
     batch_size, accumulate = resolve_sizes(spec, run_dir)
-    factor = max(1, train.batch_size // batch_size)
     resume = choose_resume(ckpt_dir)
+    batch_size, accumulate = other_world(resume, plan["world"], batch_size, accumulate)
+    factor = max(1, train.batch_size // batch_size)
     if rank0:
         say(
             f"job {os.environ.get(ENV_JOB_ID, '?')} attempt {os.environ.get(ENV_ATTEMPT, '?')}: "
@@ -170,11 +203,13 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
             f"warning: the training data has {num_labels} distinct labels; using num_labels = {num_labels} "
             f"(job.toml says {spec.model.num_labels})"
         )
+    sharded = sharded_run(spec, plan["world"], resume)
     try:
         model = make_module(
             spec,
             data,
             num_labels,
+            sharded=sharded,
             learning_rate=train.learning_rate,
             weight_decay=train.weight_decay,
             warmup_ratio=train.warmup_ratio,
@@ -183,6 +218,23 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
         )
     except OSError as exc:
         raise load_error("the model", spec.model.name_or_path, exc) from None
+
+    strategy, precision, plugins = plan["strategy"], plan["precision"], [checkpoint_io(spec, AtomicCheckpointIO)]
+    if sharded:
+        from training.builtin.fsdp import ShardedStrategy, sharding
+
+        strategy = ShardedStrategy(
+            plan["world"],
+            keep=spec.checkpoint.keep,
+            trained_only=spec.lora is not None,
+            background=spec.checkpoint.background,
+        )
+        model.shard, precision = sharding(plan, train.cpu_offload)
+        plugins = []  # the sharded strategy writes its own checkpoints (no CheckpointIO)
+        if rank0:
+            say(
+                f"fsdp: {plan['world']} rank(s), each holding 1/{plan['world']} of the parameters, gradients and optimizer state"
+            )
 
     has_val = "validation" in data.splits
     orch_cb, early, best, callbacks = build_callbacks(spec, ckpt_dir, has_val=has_val, progress=progress)
@@ -221,8 +273,8 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
         accelerator=plan["accelerator"],
         devices=plan["devices"],
         num_nodes=plan["num_nodes"],
-        strategy=plan["strategy"],
-        precision=plan["precision"],
+        strategy=strategy,
+        precision=precision,
         accumulate_grad_batches=accumulate,
         max_epochs=train.max_epochs if train.max_epochs is not None else -1,
         max_steps=train.max_steps if train.max_steps is not None else -1,
@@ -234,7 +286,7 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
         gradient_clip_val=train.gradient_clip_val or None,
         deterministic=train.deterministic,
         callbacks=callbacks,
-        plugins=[checkpoint_io(spec, AtomicCheckpointIO), *slurm_plugins()],
+        plugins=[*plugins, *slurm_plugins()],
         logger=loggers,
         log_every_n_steps=10,
         num_sanity_val_steps=0,
@@ -253,9 +305,14 @@ def _run_job(run_dir: Path, *, progress: bool, opened: dict[str, Any]) -> int:
         raise RunError(str(exc)) from None
     install_early_sigterm()  # Lightning restored its pre-fit handlers; keep "SIGTERM = exit 75" after fit
 
+    full_state = None
+    if sharded:  # every rank takes part in the gather; rank 0 alone ends up with the whole model
+        from training.builtin.fsdp import gather_full_state
+
+        full_state = gather_full_state(model)
     if not rank0:
         return EX_OK
-    export(spec, model, tokenizer, model_dir(run_dir))
+    export(spec, model, tokenizer, model_dir(run_dir), full_state=full_state)
     result = result_figures(trainer, early, best, batch_size, accumulate, time.monotonic() - started)
     from orchestrator.contract import write_json_atomic
 

@@ -76,6 +76,15 @@ def plan_devices(spec: JobSpec) -> dict[str, Any]:
     return plan
 
 
+def sharded_run(spec: JobSpec, world: int, resume: Optional[Path]) -> bool:
+    """strategy = "fsdp" shards over several ranks; one process ignores it, unless it resumes a
+    sharded checkpoint (a folder), which only the sharded strategy reads (one rank holds it all)."""
+    assert spec.train is not None
+    if spec.train.strategy != "fsdp":
+        return False
+    return world > 1 or (resume is not None and resume.is_dir())
+
+
 def missing_gpus(asked: int, visible: int) -> Optional[str]:
     """The one line a job that asks for more GPUs than this process sees fails with (exit 78).
     A Slurm step is exempt: each task sees the GPUs its allocation bound to it."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -20,7 +20,7 @@ from orchestrator.contract import (
 )
 from orchestrator.spec.jobspec import TASK_CLASSIFY, logged_metrics
 
-from training.resume.resize import rescale_checkpoint
+from training.resume.resize import rescale_checkpoint, rescale_world
 
 # Fault-injection seams (tests and drills; no effect unless set): their names are in the contract.
 FAULT_OOM_ABOVE_BATCH = ENV_FAULT_OOM_ABOVE_BATCH
@@ -75,6 +75,16 @@ class TransformerClassifier(pl.LightningModule):
         self._hang_at = (os.environ.get(FAULT_HANG_AT_STEP) or "") if os.environ.get(ENV_ATTEMPT, "1") == "1" else ""
         self._trace = os.environ.get(TRACE_SAMPLES)
         self._prog_bar = True
+        # strategy = "fsdp": the runner sets this to shard the model (training/builtin/fsdp.py)
+        self.shard: Optional[Callable[[Any, Any], None]] = None
+        self._sharded = False
+
+    def configure_model(self) -> None:
+        """Where Lightning's ModelParallelStrategy wants the model sharded: once its device mesh
+        exists, before the optimizer is built over the shards. Nothing to do under DDP."""
+        if self.shard is not None and not self._sharded:
+            self.shard(self, self.device_mesh)
+            self._sharded = True
 
     def on_train_start(self) -> None:
         self._prog_bar = self.trainer.progress_bar_callback is not None
@@ -159,9 +169,14 @@ class TransformerClassifier(pl.LightningModule):
         checkpoint["orch"] = {
             "batch_size": int(self.batch_size),
             "accumulate_grad_batches": int(self.trainer.accumulate_grad_batches),
+            "world_size": int(self.trainer.world_size),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        world = checkpoint.get("orch", {}).get("world_size")
+        if world and world != self.trainer.world_size:
+            # `orch retry --gpus N`: the loop and loader positions in this world's per-rank counts
+            rescale_world(checkpoint, int(world), int(self.trainer.world_size))
         saved = checkpoint.get("orch", {}).get("batch_size")
         if saved and saved != self.batch_size:
             # The micro-batch shrank after an OOM: re-express the loop and loader positions in

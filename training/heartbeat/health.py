@@ -57,6 +57,12 @@ def _all_finite(tensors: list[torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(tensors[i]).all()) for i in suspects)
 
 
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (FSDP2's parameters); any other tensor as it is."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
 LOSS_CHECK_EVERY = 10  # optimizer steps between reads of a device-side loss flag (one sync each)
 
 
@@ -188,8 +194,12 @@ class HealthCallback(pl.Callback):
         # A loss flag not yet read, then weights: a step with a finite loss can still leave inf/NaN
         # weights; such a file must never replace the last good one. A sync or two per checkpoint.
         self._stop_if_diverged(trainer)
-        params = [p.detach() for p in pl_module.parameters()]
-        finite = _all_finite(params)
+        # A sharded model (strategy = "fsdp"): each rank checks its own shards, and all ranks
+        # agree (a rank alone stopping would leave the others in the save's collective).
+        params = [_local(p.detach()) for p in pl_module.parameters()]
+        finite = _all_finite([p for p in params if p.numel()])
+        if any(_local(p) is not p for p in pl_module.parameters()):
+            finite = bool(trainer.strategy.reduce_boolean_decision(finite, all=True))
         if self.diverged or not finite:
             self._diverge(trainer, trainer.global_step, "a model weight became inf or NaN")
 

@@ -138,22 +138,32 @@ def remove_orphan_temps(ckpt_dir: str | Path) -> list[Path]:
     if not folder.is_dir():
         return removed
     for entry in folder.iterdir():
-        if entry.name.startswith(TEMP_MARK) and entry.is_file():
-            try:
+        if not entry.name.startswith(TEMP_MARK):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():  # a sharded save's temp folder
+                shutil.rmtree(entry)
+            else:
                 entry.unlink()
-                removed.append(entry)
-            except OSError:
-                pass
+            removed.append(entry)
+        except OSError:
+            pass
     return removed
 
 
 def list_checkpoints(ckpt_dir: str | Path) -> list[Path]:
     """Periodic and notice checkpoints, newest step first (name order, never mtime); at equal
-    steps a notice checkpoint comes first."""
+    steps a notice checkpoint comes first. A file, or a sharded checkpoint's folder
+    (training/resume/sharded.py); not a link (a transformers.Trainer folder orch only points at)."""
     folder = Path(ckpt_dir)
     if not folder.is_dir():
         return []
-    return [p for p, _ in step_checkpoints(folder) if p.is_file()]
+    return [p for p, _ in step_checkpoints(folder) if p.is_file() or (p.is_dir() and not p.is_symlink())]
+
+
+def is_sharded(path: str | Path) -> bool:
+    """A sharded checkpoint (a folder written by DCP), not a single file."""
+    return Path(path).is_dir()
 
 
 def load_checkpoint_file(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
@@ -165,7 +175,12 @@ def checkpoint_problem(path: str | Path) -> Optional[str]:
     Loaded with mmap: the zip directory and the pickle are read and checked, the tensor bytes are
     not (a full load does not check them either: torch keeps no checksum it verifies on load), so
     a resumed attempt reads the checkpoint once, in Lightning's restore, instead of twice
-    (BERT-base + AdamW: 0.03-0.1 s instead of 0.5-1.8 s)."""
+    (BERT-base + AdamW: 0.03-0.1 s instead of 0.5-1.8 s). A sharded checkpoint's folder is checked
+    for its metadata and every shard (training/resume/sharded.py)."""
+    if is_sharded(path):
+        from training.resume.sharded import folder_problem
+
+        return folder_problem(path)
     try:
         ckpt = load_checkpoint_file(path, mmap=True)
     except Exception as exc:  # truncated zip, pickle error, permission: all mean "unusable"
@@ -189,7 +204,7 @@ def latest_valid_checkpoint(
         candidates.append(Path(prefer))
     candidates += [p for p in list_checkpoints(ckpt_dir) if not (prefer and p.resolve() == Path(prefer).resolve())]
     for path in candidates:
-        if not path.is_file():
+        if not (path.is_file() or path.is_dir()):
             warn(f"checkpoint {path} does not exist; looking for an older one")
             continue
         problem = checkpoint_problem(path)
@@ -208,7 +223,10 @@ def prune_checkpoints(ckpt_dir: str | Path, keep: int) -> list[Path]:
     doomed = periodic[keep:] + notices[1:]
     for path in doomed:
         try:
-            path.unlink()
+            if is_sharded(path):
+                shutil.rmtree(path)
+            else:
+                path.unlink()
         except OSError:
             pass
     return doomed
@@ -263,3 +281,22 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             Path(path).unlink()
         except FileNotFoundError:
             pass
+
+
+def saved_geometry(path: Optional[Path]) -> dict[str, Any]:
+    """What a checkpoint says of the run that wrote it: its micro-batch, accumulation and number of
+    ranks (the module's `orch` entry); {} when it says nothing. Reads a sharded checkpoint's small
+    meta.pt only, a file through mmap (no tensor bytes)."""
+    if path is None:
+        return {}
+    try:
+        if is_sharded(path):
+            from training.resume.sharded import load_meta
+
+            data = load_meta(path)
+        else:
+            data = load_checkpoint_file(path, mmap=True)
+    except Exception:  # the restore itself reports an unreadable checkpoint
+        return {}
+    orch = data.get("orch") if isinstance(data, dict) else None
+    return dict(orch) if isinstance(orch, dict) else {}

@@ -1,5 +1,6 @@
 """What makes a Lightning resume exact beyond Lightning's own restore: the train loader's saved
-position (applied, and moved past an epoch's end), every DDP rank's RNG stream, weights-only loads."""
+position (applied, and moved past an epoch's end), the loader's own generator, every DDP rank's RNG
+stream, weights-only loads."""
 
 from __future__ import annotations
 
@@ -94,6 +95,30 @@ def restore_rank_rng(state: Optional[dict[str, Any]], trainer: pl.Trainer) -> No
     device = trainer.strategy.root_device
     if "cuda" in state and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda"][rank].to(torch.uint8).contiguous().clone(), device)
+
+
+def _train_loader_generators(trainer: Optional[pl.Trainer]) -> list[torch.Generator]:
+    """The `generator=` of each train loader (None-free; [] before the loaders exist)."""
+    combined = getattr(getattr(trainer, "fit_loop", None), "_combined_loader", None)
+    if combined is None:
+        return []
+    loaders = combined.flattened
+    return [g for g in (getattr(loader, "generator", None) for loader in loaders) if isinstance(g, torch.Generator)]
+
+
+def capture_loader_generators(trainer: Optional[pl.Trainer]) -> Optional[list[torch.Tensor]]:
+    """A train loader's own generator, as the checkpoint is taken. A resume builds the loader's
+    iterator more than once (each draws a seed from that generator) before the saved position is
+    applied: with the generator put back, the epochs after the resumed one draw the same order."""
+    generators = _train_loader_generators(trainer)
+    return [g.get_state() for g in generators] or None
+
+
+def restore_loader_generators(states: Optional[list[Any]], trainer: pl.Trainer) -> None:
+    generators = _train_loader_generators(trainer)
+    if states and len(states) == len(generators):
+        for generator, state in zip(generators, states):
+            generator.set_state(state.to(torch.uint8).contiguous().clone())
 
 
 def safe_loads(trainer: pl.Trainer) -> None:

@@ -102,3 +102,56 @@ def rescale_checkpoint(checkpoint: dict[str, Any], old_batch: int, new_batch: in
     # epoch_loop._batches_that_stepped counts optimizer steps (logging x-axis): unchanged.
     checkpoint.setdefault("orch", {})["batch_size"] = new_batch
     checkpoint["orch"]["rescaled_from"] = old_batch
+
+
+# -- another number of ranks (`orch retry --gpus N`) ---------------------------------------------
+# The sampler deals the epoch's global order round-robin to the ranks, and a rank's position is
+# counted in its own samples: G samples consumed in all = yielded x world. On W' ranks the same G
+# is yielded' = G / W' per rank, and rank r goes on at order[G + r], the sample it would have had
+# next on the old world too. Per-rank batch counters scale the same way; optimizer steps do not
+# (the accumulation takes the factor: the effective batch is kept).
+
+
+def rescaled_accumulation(accumulate: int, old_world: int, new_world: int) -> Optional[int]:
+    """The accumulation that keeps batch x accumulate x world on `new_world` ranks; None when it
+    cannot (the per-rank micro-batch stays)."""
+    total = accumulate * old_world
+    return total // new_world if total % new_world == 0 else None
+
+
+def _scale(value: int, old_world: int, new_world: int) -> int:
+    scaled, rest = divmod(value * old_world, new_world)
+    if rest:
+        raise ValueError(f"a position of {value} per rank on {old_world} ranks is not whole on {new_world}")
+    return scaled
+
+
+def _scale_world_loader(state: Any, old: int, new: int) -> None:
+    if not isinstance(state, dict):
+        return
+    for key in ("_num_yielded", "_sampler_iter_yielded", "_snapshot_step", "samples_yielded", "yielded"):
+        if isinstance(state.get(key), int):
+            state[key] = _scale(state[key], old, new)
+    for key in ("_snapshot", "_main_snapshot", "_sampler_iter_state", "sampler_iter_state"):
+        _scale_world_loader(state.get(key), old, new)
+
+
+def rescale_world(checkpoint: dict[str, Any], old_world: int, new_world: int) -> None:
+    """Mutate a Lightning checkpoint taken on `old_world` ranks so it resumes on `new_world`: the
+    per-rank batch counters and the loader's per-rank sample position re-expressed (ValueError when
+    the position is not whole on the new world)."""
+    fit = checkpoint.get("loops", {}).get("fit_loop", {})
+    progress = fit.get("epoch_loop.batch_progress")
+    if isinstance(progress, dict):
+        for part in ("total", "current"):
+            counters = progress.get(part)
+            if isinstance(counters, dict):
+                lag = counters.get("processed", 0) - counters.get("completed", 0)
+                for key in ("ready", "started", "processed"):
+                    if isinstance(counters.get(key), int):
+                        counters[key] = _scale(counters[key], old_world, new_world)
+                counters["completed"] = counters.get("processed", 0) - lag
+    for loader_state in fit.get("state_dict", {}).get("combined_loader", []) or []:
+        _scale_world_loader(loader_state, old_world, new_world)
+    checkpoint.setdefault("orch", {})["world_size"] = new_world
+    checkpoint["orch"]["rescaled_from_world"] = old_world

@@ -113,6 +113,25 @@ def prune_dangling_links(ckpt_dir: Path) -> list[Path]:
     return removed
 
 
+def any_rank(flag: bool, device: Any) -> bool:
+    """True on every rank when it is True on any (one all-reduce; a single process: `flag`)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    value = torch.tensor([1 if flag else 0], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def all_ranks_here() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
 def _ends_epoch(state: TrainerState) -> bool:
     """True on an epoch's last optimizer step (the Trainer sets epoch = e + (batch+1)/batches)."""
     return state.epoch is not None and float(state.epoch).is_integer() and state.global_step > 0
@@ -176,6 +195,9 @@ class OrchTrainerCallback(TrainerCallback):
         samples = args.per_device_train_batch_size * args.gradient_accumulation_steps * max(1, args.world_size)
         if self.progress.step_done(samples):
             self._write(args, state)
+        if args.world_size > 1:
+            # every rank saves at the same step (the save is collective), whichever rank saw SIGTERM
+            self.stop.requested = any_rank(self.stop.requested, args.device)
         if self.stop.requested:
             control.should_save = True  # the Trainer saves right after this hook, in its own layout
             if self._notice_step is None:
@@ -227,6 +249,8 @@ class OrchTrainerCallback(TrainerCallback):
             say(f"saved {self.notice_checkpoint} at step {state.global_step}; exiting 75 to be resumed")
             if state.is_world_process_zero:
                 self.tracker_runs.preempted()
+            if args.world_size > 1:
+                all_ranks_here()  # no rank exits (and makes its launcher stop the rest) before the link
             raise Preempted(self.notice_checkpoint)
 
     # -- metrics -------------------------------------------------------------------------------

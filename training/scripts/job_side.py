@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from orchestrator.contract import (
+    ENV_ATTEMPT,
     ENV_CKPT_DIR,
     ENV_FAULT_SLOW_STEP_S,
     ENV_PROGRESS_EVERY_S,
@@ -53,6 +54,12 @@ def ckpt_dir() -> Optional[Path]:
 
 def resume_env() -> Optional[Path]:
     return env_path(ENV_RESUME_FROM)
+
+
+def later_attempt() -> bool:
+    """True from the second attempt on (ORCH_ATTEMPT > 1): a resume is expected."""
+    attempt = os.environ.get(ENV_ATTEMPT, "")
+    return attempt.isdigit() and int(attempt) > 1
 
 
 def say(message: str) -> None:

@@ -38,10 +38,12 @@ from training.tracking.notes import ScriptRuns
 from training.resume.exact import (
     apply_pending_loader_state,
     as_taken_in_batch_end,
+    capture_loader_generators,
     fix_epoch_end_loader_state,
     gather_rank_rng,
     redo_validation,
     restore_callback_metrics,
+    restore_loader_generators,
     restore_rank_rng,
     safe_loads,
     step_end_hookable,
@@ -93,6 +95,7 @@ class OrchCallback(pl.Callback):
         self._prev_sigint: Any = None
         self._pending_rng: Optional[dict[str, Any]] = None
         self._pending_rank_rng: Optional[dict[str, Any]] = None
+        self._pending_loader_generators: Optional[list[Any]] = None
         self._trainer: Optional[pl.Trainer] = None  # for the per-rank RNG gather in state_dict
         # The notice waits for the end of the step (training/resume/exact.py: "a checkpoint between
         # a step and its validation"): the step's end time while it waits, the hooked epoch loop,
@@ -151,6 +154,8 @@ class OrchCallback(pl.Callback):
             self._pending_rng = None
             restore_rank_rng(self._pending_rank_rng, trainer)
             self._pending_rank_rng = None
+            restore_loader_generators(self._pending_loader_generators, trainer)
+            self._pending_loader_generators = None
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -305,6 +310,9 @@ class OrchCallback(pl.Callback):
                 for k, v in self._trainer.callback_metrics.items()
                 if isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.numel() == 1)
             }
+        generators = capture_loader_generators(self._trainer)
+        if generators is not None:
+            state["loader_generators"] = generators
         per_rank = gather_rank_rng(self._trainer)
         if per_rank is not None:
             state["rank_rng"] = per_rank
@@ -317,5 +325,6 @@ class OrchCallback(pl.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending_rng = state_dict.get("rng")
         self._pending_rank_rng = state_dict.get("rank_rng")
+        self._pending_loader_generators = state_dict.get("loader_generators")
         self._validation_pending = bool(state_dict.get("validation_pending"))
         self._pending_metrics = state_dict.get("callback_metrics")

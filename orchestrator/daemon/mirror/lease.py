@@ -14,7 +14,7 @@ from ...contract import BATCH, MODEL, PROGRESS, RESULT, read_json
 from ...home.paths import Home
 from ...model.records import Job
 from ...model.states import TERMINAL, Intent, JobState
-from ...objectstore import machines
+from ...objectstore import machines, signing
 from ...objectstore import manifest as mf
 from ...objectstore.remote import Conflict, Remote
 from ...store import Store
@@ -33,11 +33,14 @@ class ManifestWriter:
         home_id: str,
         on_lease_lost: Callable[[Job, str], None],
         instance_id: Callable[[float], Optional[str]] = lambda now: None,
+        keys: Optional[signing.Keys] = None,
     ):
         self.home, self.store, self.remote, self.home_id = home, store, remote, home_id
+        self.keys = keys  # the bucket key: every manifest, each lease renewal too, is signed with it
         self.on_lease_lost = on_lease_lost
         self.instance_id = instance_id  # this machine's cloud id for the lease (machine.py), or None
         self._written: dict[int, tuple[Any, ...]] = {}  # job id -> what its last manifest said
+        self._last_at: dict[int, float] = {}  # job id -> the written_at of the last manifest written here
 
     @staticmethod
     def fingerprint(job: Job) -> tuple[Any, ...]:
@@ -97,11 +100,12 @@ class ManifestWriter:
         )
         if handing_over:
             manifest["state"] = JobState.QUEUED.value
+        signing.sign(manifest, self.keys)
         key = mf.manifest_key(job.uid)
         try:
             etag = self.remote.cas_put(key, mf.dump(manifest), row.get("etag"))
         except Conflict:
-            holder = self._holder(key)
+            holder = self._holder(key, self._last_at.get(job.id))
             if holder is None:  # written by this home (an adopt here): take its ETag, try again next pass
                 got = self.remote.get_with_etag(key)
                 self.store.mirror_set(job.id, job.uid, etag=got[1] if got else None, dirty=1)
@@ -122,12 +126,16 @@ class ManifestWriter:
             machines=manifest["machines"],
         )
         self._written[job.id] = self.fingerprint(job)
+        self._last_at[job.id] = now
         for doomed in list(row.get("doomed") or []):
             self.remote.delete(doomed)  # the manifest that no longer names it is written
         if row.get("doomed"):
             self.store.mirror_set(job.id, job.uid, doomed=[])
 
-    def _holder(self, key: str) -> Optional[str]:
+    def _holder(self, key: str, ours_at: Optional[float] = None) -> Optional[str]:
+        """Who took the job, when the manifest changed under our conditional write; None when no one
+        did (written by this home, or a manifest that is not a real adoption: unsigned with a bucket
+        key, or an older copy than the one we wrote -- a replay)."""
         got = self.remote.get_with_etag(key)
         if got is None:
             return None
@@ -135,8 +143,26 @@ class ManifestWriter:
             current = mf.parse_manifest(got[0], self.remote.where(key))
         except ValueError:
             return "an unreadable manifest"
+        if self.keys is not None and signing.problem(current, self.keys):
+            # Not written by a machine holding the bucket key: no one took the job; the next
+            # pass writes over it (a forged manifest never stops a live job).
+            log.warning(
+                "mirror: job %s: its manifest in the bucket was replaced by one that is not signed with the "
+                "bucket key (%s); writing ours over it",
+                job_uid_of(current),
+                signing.problem(current, self.keys),
+            )
+            return None
         own = current.get("owner") or {}
         if own.get("home_id") == self.home_id:
+            return None
+        written = current.get("written_at")
+        if ours_at is not None and isinstance(written, (int, float)) and written < ours_at:
+            log.warning(
+                "mirror: job %s: an older copy of its manifest (written before ours) was put back in the "
+                "bucket; writing ours over it",
+                job_uid_of(current),
+            )
             return None
         return f"{own.get('host') or '?'} ({own.get('by') or 'orch'} {own.get('pid') or ''})".strip()
 
@@ -157,3 +183,7 @@ def files_under(folder: Path) -> list[str]:
         for name in files:
             out.append(str((Path(root) / name).relative_to(folder)))
     return sorted(out)
+
+
+def job_uid_of(manifest: dict[str, Any]) -> str:
+    return str(manifest.get("uid") or "?")[:12]

@@ -1,5 +1,6 @@
-"""The lease holder's side of a planned market move (objectstore/moves.py): at each heartbeat of
-an active job, one small read of `jobs/<uid>/move.json`; a request that names this home as the
+"""The lease holder's side of a planned market move (objectstore/moves.py): once a heartbeat of
+an active job (whether the heartbeat or a checkpoint's commit wrote its manifest), one small read
+of `jobs/<uid>/move.json`; a request that names this home as the
 holder is honoured once, like a preemption notice for that job alone (stop_requests.stop_for_move:
 SIGTERM, checkpoint, upload, exit 75, `moved`, the last manifest released). Anything else there --
 a request for another home, an unreadable object -- is left alone."""
@@ -17,13 +18,16 @@ log = logging.getLogger("orch.mirror")
 
 
 class MoveWatch:
-    def __init__(self, remote: Remote, home_id: str, on_move: Callable[[Job, str], None]):
-        self.remote, self.home_id, self.on_move = remote, home_id, on_move
+    def __init__(self, remote: Remote, home_id: str, on_move: Callable[[Job, str], None], every_s: float = 0.0):
+        self.remote, self.home_id, self.on_move, self.every_s = remote, home_id, on_move, every_s
         self._honoured: set[str] = set()  # job uids handed over by this process
+        self._asked_at: dict[str, float] = {}  # job uid -> when its move request was last read
 
     def check(self, job: Job, now: float) -> None:
-        if job.uid in self._honoured:
+        """Read the job's move request, at most once every `every_s` (a heartbeat)."""
+        if job.uid in self._honoured or now - self._asked_at.get(job.uid, -1e18) < self.every_s:
             return
+        self._asked_at[job.uid] = now
         try:
             request = moves.read(self.remote, job.uid)
         except StorageError as exc:  # the next heartbeat asks again

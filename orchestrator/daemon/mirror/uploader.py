@@ -18,6 +18,7 @@ from ...model.records import Job
 from ...model.states import TERMINAL, EventKind, JobState
 from ...objectstore import manifest as mf
 from ...objectstore.remote import Remote, StorageError
+from ...objectstore.signing import keys_from
 from ...store import Store
 from .events import Outage
 from .files import FileSync
@@ -54,10 +55,18 @@ class Mirror:
         self.uploads = UploadQueue(home, store, self.s, self.remote, home_id, self.stopping, self._commit)
         self.machine = MachineIdentity(config.preemption)
         self.manifests = ManifestWriter(
-            home, store, self.remote, home_id, on_lease_lost or (lambda job, holder: None), self.machine.instance_id
+            home,
+            store,
+            self.remote,
+            home_id,
+            on_lease_lost or (lambda job, holder: None),
+            self.machine.instance_id,
+            keys=keys_from(self.s, os.environ),
         )
         self.files = FileSync(home, store, self.s, self.remote)
-        self.moves = MoveWatch(self.remote, home_id, on_move or (lambda job, reason: None))
+        self.moves = MoveWatch(
+            self.remote, home_id, on_move or (lambda job, reason: None), every_s=self.s.heartbeat_seconds
+        )
         self.outage = Outage(store, self.remote, on_event or (lambda kind, detail: None))
         self.stall_watch = StallWatch(self.remote, self.uploads, self.outage, self.stopping)
         self._thread: Optional[threading.Thread] = None
@@ -237,8 +246,8 @@ class Mirror:
         )
         if due:
             self.write_manifest(job, row, now, released=job.state in TERMINAL)
-            if job.state in ACTIVE:  # at each heartbeat: has `orch watch` asked that the job move?
-                self.moves.check(job, now)
+        if job.state in ACTIVE:  # once a heartbeat (even when checkpoints write the manifest): a move asked?
+            self.moves.check(job, now)
 
     def _commit(self, job_id: int) -> None:
         """A checkpoint was just uploaded: an active job's manifest names it now (a finished job's

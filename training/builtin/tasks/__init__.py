@@ -53,8 +53,10 @@ def make_data(spec: JobSpec, tokenizer: Any, batch_size: int) -> Any:
     )
 
 
-def make_module(spec: JobSpec, data: Any, num_labels: int, **kwargs: Any) -> Any:
-    """kwargs: what every task's module takes (learning rate, schedule, batch size, total steps)."""
+def make_module(spec: JobSpec, data: Any, num_labels: int, *, sharded: bool = False, **kwargs: Any) -> Any:
+    """kwargs: what every task's module takes (learning rate, schedule, batch size, total steps).
+    `sharded` (strategy = "fsdp"): every parameter in float32, the frozen base too, since FSDP2
+    shards a block's parameters as one buffer of one dtype (its policy computes in bf16 on a GPU)."""
     assert spec.model is not None
     task, path, checkpointing = spec.model.task, spec.model.name_or_path, spec.model.gradient_checkpointing
     if task == TASK_CAUSAL_LM:
@@ -66,7 +68,8 @@ def make_module(spec: JobSpec, data: Any, num_labels: int, **kwargs: Any) -> Any
         # LoRA: the frozen base stays in its checkpoint's dtype (a 7B model in bf16 is 14 GB, not
         # 28); the adapters peft adds are float32. Full fine-tuning: float32 weights for AdamW,
         # with [train] precision's autocast for the compute.
-        model = AutoModelForCausalLM.from_pretrained(path, **_dtype("auto" if spec.lora is not None else torch.float32))
+        lora_base = spec.lora is not None and not sharded
+        model = AutoModelForCausalLM.from_pretrained(path, **_dtype("auto" if lora_base else torch.float32))
         if checkpointing:
             model.gradient_checkpointing_enable()
         if spec.lora is not None:
@@ -106,13 +109,25 @@ def _dtype(value: Any) -> dict[str, Any]:
     return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": value}
 
 
-def export(spec: JobSpec, module: Any, tokenizer: Any, folder: Path) -> None:
-    """RUN_DIR/model: the trained model and tokenizer (LoRA: the adapter, and model/merged/)."""
+def export(spec: JobSpec, module: Any, tokenizer: Any, folder: Path, *, full_state: Any = None) -> None:
+    """RUN_DIR/model: the trained model and tokenizer (LoRA: the adapter, and model/merged/).
+    `full_state`: a sharded model's whole state dict, gathered onto this rank's CPU."""
+    assert spec.model is not None
     if spec.lora is not None:
         from .lora import export_lora
 
-        export_lora(module.model, tokenizer, folder, merge=spec.lora.merge)
+        export_lora(
+            module.model,
+            tokenizer,
+            folder,
+            merge=spec.lora.merge,
+            state_dict=full_state,
+            base=spec.model.name_or_path if full_state is not None else None,
+        )
         return
     folder.mkdir(parents=True, exist_ok=True)
-    module.model.save_pretrained(str(folder))
+    if full_state is not None:
+        module.model.save_pretrained(str(folder), state_dict=full_state)
+    else:
+        module.model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))

@@ -40,13 +40,21 @@ def trained_only(state_dict: dict[str, Any], module: Any) -> dict[str, Any]:
     return {k: v for k, v in state_dict.items() if k in trained}
 
 
-def export_lora(peft_model: Any, tokenizer: Any, folder: Path, *, merge: bool) -> None:
+def export_lora(
+    peft_model: Any, tokenizer: Any, folder: Path, *, merge: bool, state_dict: Any = None, base: Any = None
+) -> None:
     """folder/: adapter_model.safetensors + adapter_config.json (PeftModel.from_pretrained onto the
-    base) and the tokenizer; with merge, folder/merged/: a plain model (from_pretrained alone)."""
+    base) and the tokenizer; with merge, folder/merged/: a plain model (from_pretrained alone).
+    A sharded model (strategy = "fsdp") gives its gathered `state_dict`, and is merged from a fresh
+    copy of its `base` with the adapter just written (its own parameters are shards)."""
     folder.mkdir(parents=True, exist_ok=True)
-    peft_model.save_pretrained(str(folder))
+    peft_model.save_pretrained(str(folder), **({"state_dict": state_dict} if state_dict is not None else {}))
     tokenizer.save_pretrained(str(folder))
     if merge:
+        if base is not None:
+            from peft import AutoPeftModelForCausalLM
+
+            peft_model = AutoPeftModelForCausalLM.from_pretrained(str(folder))
         merged = peft_model.merge_and_unload()  # last use of the model: merging changes it in place
         merged.save_pretrained(str(folder / "merged"))
         tokenizer.save_pretrained(str(folder / "merged"))

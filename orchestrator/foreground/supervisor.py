@@ -1,10 +1,12 @@
-"""`orch run`: record a job like submit, then run it here, in the foreground, with the same runner,
-run folder and steps the daemon uses: `attempts.begin_attempt` starts each attempt and
+"""`orch run`'s supervisor: this process runs the job here, in the foreground, with the same
+runner, run folder and steps the daemon uses: `attempts.begin_attempt` starts each attempt and
 `settling.settle_attempt` decides what its exit makes of the job (retries, the result.json rule,
-OOM). Ctrl-C records a cancel and asks the job to checkpoint (SIGTERM), then prints the command
+OOM). Ctrl-C records a cancel and asks the job to checkpoint (SIGTERM), then says the command
 that continues it; during a retry's backoff or while waiting for a GPU it cancels the queued job.
 
-Its signals are the supervisor's (cli/run_signals.py): the handlers only count; this loop writes.
+Its signals are the supervisor's (signals.py): the handlers only count; this loop writes. What it
+has to tell the user goes to `say` (the CLI's stderr), also from record.py and jobs/runners.py:
+nothing in this room prints.
 """
 
 from __future__ import annotations
@@ -12,94 +14,64 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
-from typing import Optional
+from typing import Callable, Optional
 from pathlib import Path
 
+from ..jobs.absent_gpus import absent_gpus_reason, refuse_attempt
 from ..jobs.attempts import Begun, begin_attempt
 from ..jobs.settling import Settled, settle_attempt
-from ..jobs.runners import settle_a_runnerless_attempt
 from ..spec.config import Config
-from ..contract import EX_CHECKPOINTED, attempt_exit, attempt_log, exit_record, write_json_atomic
+from ..contract import EX_CHECKPOINTED, EX_CONFIG, attempt_exit, attempt_log, exit_record, write_json_atomic
 from ..model.errors import InvalidTransition
 from ..cost.money import Pricing
 from ..cost.own_share import own_share
 from ..jobs.budget_stop import budget_reason, record_stop, total_budget_reason
-from ..jobs.lifecycle import cancel_job, retry_job, submit_job
+from ..jobs.lifecycle import cancel_job
 from ..planning.capacity import machine_gpus
 from ..planning.dispatch import choose_slot, free_slots
 from ..home.paths import Home
+from ..host.env_observe import driver_and_gpus
 from ..host.procs import own_group_dying_with_parent, start_time
-from ..model.records import FOREGROUND, FOREGROUND_PID, FOREGROUND_START, Job
+from ..model.records import FOREGROUND, FOREGROUND_PID, Job
 from ..jobs.outcome import Decision
-from ..model.states import RETRYABLE, AttemptOutcome, EventKind, Intent, JobState
+from ..model.states import AttemptOutcome, EventKind, Intent, JobState
 from ..store import Store
-from .run_signals import RunSignals
+from .record import record_job
+from .signals import RunSignals
 
 
 def run_foreground(
-    home: Home, store: Store, config: Config, *, job_toml: Optional[Path], resume_id: Optional[int]
+    home: Home,
+    store: Store,
+    config: Config,
+    *,
+    job_toml: Optional[Path],
+    resume_id: Optional[int],
+    say: Callable[[str], None],
 ) -> int:
+    """Record the job (a job file, or `resume_id`) and run it here until it ends or is stopped;
+    the exit code `orch run` exits with (the job's own, 75 when preempted, 130 after a Ctrl-C
+    between attempts, 1 when another runner has the job)."""
     managed = machine_gpus(config)  # the job runs here, whatever executor the daemon uses
-    foreground = _Foreground(home, store, config, managed)
+    foreground = _Foreground(home, store, config, managed, say)
     # The handlers from the first write on: a Ctrl-C while the job is recorded is one more
     # "stop" the loop acts on, never a KeyboardInterrupt between two writes.
     with foreground.sig.installed():
-        job = _record(home, store, config, managed, job_toml=job_toml, resume_id=resume_id)
+        job = record_job(home, store, config, managed, job_toml=job_toml, resume_id=resume_id, say=say)
         if job is None:
             return 1
         return foreground.run(job)
 
 
-def _record(
-    home: Home, store: Store, config: Config, managed: list[int], *, job_toml: Optional[Path], resume_id: Optional[int]
-) -> Optional[Job]:
-    """The job `orch run` runs, recorded (submitted, or settled and retried for --resume) and
-    claimed for this process; None when another runner has it (said on stderr)."""
-    if job_toml is not None:
-        job = submit_job(store, config, home, job_toml, now=time.time(), machine_gpus=len(managed))
-        print(f"recorded job {job.id} ({job.name}); running it here (Ctrl-C checkpoints and stops)", file=sys.stderr)
-    else:
-        job = store.get(resume_id)  # type: ignore[arg-type]
-        if job.state is JobState.RUNNING:
-            from ..executors import build_local_executor
-            from .context import daemon_pid
-
-            settled = settle_a_runnerless_attempt(
-                home, store, config, job, executor=build_local_executor(home), daemon=daemon_pid(home)
-            )
-            if settled is None:
-                return None
-            job = settled
-        if job.state not in RETRYABLE and job.state is not JobState.QUEUED:
-            raise InvalidTransition(
-                job.id, job.state.value, "running", "only a queued, failed, cancelled or stopped job can be resumed"
-            )
-        if job.state in RETRYABLE:
-            job = retry_job(store, config, home, job.id, time.time())
-        print(f"resuming job {job.id} ({job.name}) here (Ctrl-C checkpoints and stops)", file=sys.stderr)
-    # Claimed for this process while it waits to begin: a daemon beside it leaves the job alone
-    # (it would win the race to start it while this process lists its environment, say) unless
-    # this process is gone.
-    pid = os.getpid()
-    store.update(
-        job.id,
-        time.time(),
-        only_if_state=[JobState.QUEUED],
-        executor_ref={FOREGROUND_PID: pid, FOREGROUND_START: start_time(pid)},
-    )
-    return store.get(job.id)
-
-
 class _Foreground:
-    def __init__(self, home: Home, store: Store, config: Config, managed: list[int]):
-        self.home, self.store, self.config, self.managed = home, store, config, managed
+    def __init__(self, home: Home, store: Store, config: Config, managed: list[int], say: Callable[[str], None]):
+        self.home, self.store, self.config, self.managed, self.say = home, store, config, managed, say
         self.pricing = Pricing.from_config(config)
         self.accrue_every_s = max(1.0, config.daemon.tick_seconds)
         self.proc: Optional[subprocess.Popen] = None
         self.job: Optional[Job] = None
-        self.sig = RunSignals()  # what the handlers counted (cli/run_signals.py)
+        self.sig = RunSignals()  # what the handlers counted (signals.py)
         self.acted = 0  # of the stop signals, the ones the loop has acted on for the running attempt
 
     def _act_on_signals(self) -> None:
@@ -113,7 +85,7 @@ class _Foreground:
         if self.sig.stops > self.acted and self.acted == 0:
             if job is not None:  # the daemon may have recorded its own intent already; keep it
                 self.store.set_intent_once(job.id, Intent.CANCEL.value, time.time())
-            print("\ncheckpointing... (Ctrl-C again to kill without saving)", file=sys.stderr)
+            self.say("\ncheckpointing... (Ctrl-C again to kill without saving)")
             self._signal_job(proc, signal.SIGTERM)
         self.acted, self.sig.kill_now = self.sig.stops, False
         if kill:
@@ -130,7 +102,7 @@ class _Foreground:
         while True:
             if job.retry_after and job.retry_after > time.time() and not self.sig.stops:
                 wait = job.retry_after - time.time()
-                print(f"retrying in {wait:.0f}s ({job.reason})", file=sys.stderr)
+                self.say(f"retrying in {wait:.0f}s ({job.reason})")
                 self._sleep(wait)
             if self.sig.stops:
                 return self._stop_queued(job)
@@ -143,7 +115,7 @@ class _Foreground:
             if d.state is JobState.QUEUED and d.event is EventKind.PREEMPTED:
                 return self._preempted(job, d)
             if d.state is JobState.QUEUED:
-                print(f"job {job.id}: {d.reason}; running it again here", file=sys.stderr)
+                self.say(f"job {job.id}: {d.reason}; running it again here")
                 continue
             return self._report(job, settled)
 
@@ -157,10 +129,9 @@ class _Foreground:
         """A preemption notice reached the daemon beside us (the machine is going away): the job
         checkpointed and is queued to resume, as the outcome table says. Not run again here, nor
         cancelled: the daemon resumes it once this process is gone, or `orch run --resume` does."""
-        print(
+        self.say(
             f"\njob {job.id} was preempted ({job.reason or d.reason}); it is queued and resumes from its checkpoint "
             f"when the daemon runs again, or here with:  orch run --resume {job.id}",
-            file=sys.stderr,
         )
         return EX_CHECKPOINTED
 
@@ -172,12 +143,11 @@ class _Foreground:
         except InvalidTransition:
             done = False
         if done:
-            print(
+            self.say(
                 f"\njob {job.id} cancelled before its next attempt; continue it with:  orch run --resume {job.id}",
-                file=sys.stderr,
             )
         else:
-            print(f"\njob {job.id} is no longer waiting here; see `orch show {job.id}`", file=sys.stderr)
+            self.say(f"\njob {job.id} is no longer waiting here; see `orch show {job.id}`")
         return 130
 
     def _begin(self, job: Job) -> Optional[Begun]:
@@ -214,7 +184,7 @@ class _Foreground:
                     if job.gpus
                     else f"a free CPU slot ([daemon] cpu_slots = {self.config.daemon.cpu_slots}, all taken)"
                 )
-                print(f"job {job.id}: waiting for {what} (Ctrl-C cancels)", file=sys.stderr)
+                self.say(f"job {job.id}: waiting for {what} (Ctrl-C cancels)")
                 said = True
             self._sleep(1.0)
         return None
@@ -236,7 +206,7 @@ class _Foreground:
         reason = budget_reason(job, self.config, total_budget_reason(self.store, self.config))
         if reason is None or not record_stop(self.store, job, Intent.BUDGET, now, reason):
             return
-        print(f"\n{reason}: checkpointing and stopping", file=sys.stderr)
+        self.say(f"\n{reason}: checkpointing and stopping")
         self._signal_job(proc, signal.SIGTERM)
 
     def _one_attempt(self, job: Job) -> Optional[Settled]:
@@ -244,15 +214,21 @@ class _Foreground:
         if begun is None:
             if self.sig.stops:
                 return None
-            print(
-                f"job {job.id} was started by a running daemon; follow it with `orch logs -f {job.id}`", file=sys.stderr
-            )
+            self.say(f"job {job.id} was started by a running daemon; follow it with `orch logs -f {job.id}`")
             return None
         if begun.launch is None:  # on_env_change = "stop"
             self.exit_info = {"code": 1, "signal": None}  # `orch run` exits 1, as for a failed job
             stop = Decision(JobState.STOPPED, EventKind.STOPPED, AttemptOutcome.STOPPED, begun.job.reason)
             return Settled(begun.job, stop)
         launch = begun.launch
+        absent = absent_gpus_reason(launch, driver_and_gpus()[1])
+        if absent:  # GPUs nvidia-smi does not show: failed at once, exit 78 (jobs/absent_gpus.py)
+            refuse_attempt(launch, absent)
+            now = time.time()
+            self.exit_info = exit_record(EX_CONFIG, None, now, now)
+            settled = settle_attempt(self.store, self.config, self.home, self.store.get(job.id), self.exit_info, now)
+            write_json_atomic(launch.run_dir / attempt_exit(launch.attempt), self.exit_info)
+            return settled
         # This process stands in for the attempt's supervisor: a daemon sees it alive, and its
         # cancel SIGTERMs reach us. The foreground mark: this process accrues the attempt's time.
         self.store.update(
@@ -307,26 +283,24 @@ class _Foreground:
     def _report(self, job: Job, settled: Settled) -> int:
         code, sig = self.exit_info.get("code"), self.exit_info.get("signal")
         if job.state is JobState.SUCCEEDED:
-            print(f"job {job.id} succeeded; run folder: {self.home.run_dir(job.id)}", file=sys.stderr)
+            self.say(f"job {job.id} succeeded; run folder: {self.home.run_dir(job.id)}")
             return 0
         if job.state is JobState.CANCELLED:
-            print(f"\njob {job.id} stopped; continue it with:  orch run --resume {job.id}", file=sys.stderr)
+            self.say(f"\njob {job.id} stopped; continue it with:  orch run --resume {job.id}")
         elif job.state is JobState.STOPPED and (job.reason or "").startswith("budget"):
             raise_it = (
                 "raise [budget] total in config.toml"
                 if "[budget] total" in (job.reason or "")
                 else f"`orch retry {job.id} --budget N` (or `--hours N`)"
             )
-            print(
+            self.say(
                 f"job {job.id} stopped at its budget ({job.reason}). To go on: {raise_it}, then "
                 f"`orch run --resume {job.id}` (it resumes from its latest checkpoint)",
-                file=sys.stderr,
             )
         else:
-            print(
+            self.say(
                 f"job {job.id} {job.state.value}: {settled.decision.reason or job.reason}; after fixing, continue with "
                 f"`orch run --resume {job.id}`",
-                file=sys.stderr,
             )
         if code is not None:
             return code or 1
