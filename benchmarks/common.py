@@ -9,6 +9,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+class BadTraces(ValueError):
+    """A market benchmark's traces or prices cannot be replayed (the message names the file and the
+    problem): one line, exit 2."""
+
+
 def orch_exe() -> str:
     """The `orch` command of the running venv (the benchmarks time it as users run it)."""
     found = shutil.which("orch") or str(Path(sys.executable).with_name("orch"))

@@ -30,13 +30,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .common import BadTraces
+
 POLICIES = ("orch", "greedy", "uniform_progress", "on_demand")
 ORACLE = "oracle"  # --oracle: the cheapest schedule knowing the trace's future (marketsim/oracle.py)
 TAIL_H = 24.0  # trace kept after the deadline, so a late job can still finish and be counted late
-
-
-class BadTraces(ValueError):
-    """TRACE_DIR cannot be replayed (the message names the file and the problem)."""
 
 
 def shuffle_spells(values: list[int], rng: random.Random) -> list[int]:
@@ -82,19 +80,21 @@ def starts_for(values: list[int], gap: float, n: int, horizon_h: float, rng: ran
     return [rng.randrange(0, room) for _ in range(n)]
 
 
-def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[float, ...]]]:
-    policy_name, values, gap, starts, opts = task
+def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[Any, ...]]]:
+    policy_name, trace, values, gap, starts, opts = task
     if policy_name == ORACLE:
-        return policy_name, _oracle(values, gap, starts, opts)
+        return policy_name, _oracle(trace, values, gap, starts, opts)
     from .marketsim import baselines
     from .marketsim.replay import open_store, replay, sim_config
 
     from orchestrator.recovery.policy import decide
 
-    policy = decide if policy_name == "orch" else baselines.POLICIES[policy_name]
-    config = sim_config(changeover_h=opts["changeover_h"], price_ratio=opts["price_ratio"])
-    out = []
-    seen: dict[tuple[str, float], float] = {}  # spot lifetimes observed on this trace, across its jobs
+    policy = decide if policy_name.split("@")[0] == "orch" else baselines.POLICIES[policy_name.split("@")[0]]
+    prices = opts.get("prices") or {}  # zone -> (spot, on-demand) per hour
+    zones = {z: prices.get(z, (1.0, opts["price_ratio"])) for z in values} if isinstance(values, dict) else None
+    config = sim_config(changeover_h=opts["changeover_h"], price_ratio=opts["price_ratio"], zones=zones)
+    out: list[tuple[Any, ...]] = []
+    seen: dict[Any, Any] = {}  # spot lifetimes observed on this trace (per zone), across its jobs
     ram = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     with tempfile.TemporaryDirectory(
         prefix="orch-market-", dir=ram
@@ -111,41 +111,68 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[float, ...]]]:
                 job_h=opts["job_h"],
                 deadline_h=opts["deadline_h"],
                 seen=seen,
+                handover_h=opts["handover_h"],
             )
-            out.append((r.od_h, r.spot_h, r.od_work_h, r.spot_work_h, float(r.missed), float(r.given_up)))
+            cost = r.od_h + r.spot_h / opts["price_ratio"]  # in on-demand hours
+            if zones:  # each machine at its zone's price, in hours of the cheapest on-demand
+                od_ref = min(od for _, od in zones.values())
+                cost = sum(
+                    (m.end_at - m.launched_at) / 3600 * zones[m.zone][0 if m.market == "spot" else 1] / od_ref
+                    for m in r.world.machines.values()
+                )
+            out.append(
+                (trace, start, r.od_h, r.spot_h, r.od_work_h, r.spot_work_h, r.missed, r.given_up, r.machines, cost)
+            )
         store.close()
     return policy_name, out
 
 
-def _oracle(values: list[int], gap: float, starts: list[int], opts: dict[str, Any]) -> list[tuple[float, ...]]:
+def _oracle(
+    trace: str, values: list[int], gap: float, starts: list[int], opts: dict[str, Any]
+) -> list[tuple[Any, ...]]:
     from .marketsim.oracle import job_cost_h
 
-    args = {k: opts[k] for k in ("job_h", "deadline_h", "changeover_h", "price_ratio")}
-    out = []
+    args = {k: opts[k] for k in ("job_h", "deadline_h", "changeover_h", "price_ratio", "handover_h")}
+    out: list[tuple[Any, ...]] = []
     for start in starts:
         billed = job_cost_h(values, gap, start, **args)
         paper = job_cost_h(values, gap, start, **args, paper=True)
         if billed is None or paper is None:
             return []  # too fine a grid: no oracle row
-        out.append((billed, paper))
+        out.append((trace, start, billed, paper))
     return out
 
 
-def summarize(rows: dict[str, list[tuple[float, ...]]], k: float, job_h: float) -> dict[str, dict[str, Any]]:
-    def mean(name: str, i: int) -> float:
-        return sum(r[i] for r in rows[name]) / max(len(rows[name]), 1)
+def _cost(row: tuple[Any, ...], k: float) -> float:
+    return float(row[9]) if len(row) > 9 else float(row[2] + row[3] / k)
 
-    od_only = mean("on_demand", 0) + mean("on_demand", 1) / k
-    out = {}
-    for name in POLICIES:
-        od_h, spot_h = mean(name, 0), mean(name, 1)
-        od_work, spot_work = mean(name, 2), mean(name, 3)
+
+def summarize(
+    rows: dict[str, list[tuple[Any, ...]]], k: float, job_h: float, policies: tuple[str, ...] = POLICIES
+) -> dict[str, dict[str, Any]]:
+    """Per policy: billed hours and cost / on-demand only (the headline: every machine hour,
+    boots and hand-overs included), deadlines missed, jobs given up, machines per job, and the
+    paper's accounting (hours of work only). With oracle rows: its cost, and per trace how far
+    orch and Uniform Progress are above it on the same starts."""
+
+    def mean(name: str, i: int) -> float:
+        return sum(float(r[i]) for r in rows[name]) / max(len(rows[name]), 1)
+
+    def cost(name: str) -> float:
+        return sum(_cost(r, k) for r in rows[name]) / max(len(rows[name]), 1)
+
+    od_only = cost("on_demand")
+    out: dict[str, dict[str, Any]] = {}
+    for name in policies:
+        od_h, spot_h = mean(name, 2), mean(name, 3)
+        od_work, spot_work = mean(name, 4), mean(name, 5)
         out[name] = {
             "od_h": round(od_h, 2),
             "spot_h": round(spot_h, 2),
-            "cost_vs_on_demand": round((od_h + spot_h / k) / od_only, 4),
-            "missed": int(sum(r[4] for r in rows[name])),
-            "given_up": int(sum(r[5] for r in rows[name])),
+            "cost_vs_on_demand": round(cost(name) / od_only, 4),
+            "missed": int(sum(bool(r[6]) for r in rows[name])),
+            "given_up": int(sum(bool(r[7]) for r in rows[name])),
+            "machines": round(mean(name, 8), 2),
             "runs": len(rows[name]),
             "paper": {  # the paper's accounting: hours of work on each market
                 "od_h": round(od_work, 2),
@@ -156,11 +183,30 @@ def summarize(rows: dict[str, list[tuple[float, ...]]], k: float, job_h: float) 
     if rows.get(ORACLE):
         n = len(rows[ORACLE])
         out[ORACLE] = {
-            "cost_vs_on_demand": round(sum(r[0] for r in rows[ORACLE]) / n / od_only, 4),
+            "cost_vs_on_demand": round(sum(r[2] for r in rows[ORACLE]) / n / od_only, 4),
             "runs": n,
-            "paper": {"cost_vs_on_demand": round(sum(r[1] for r in rows[ORACLE]) / n / job_h, 4)},
+            "paper": {"cost_vs_on_demand": round(sum(r[3] for r in rows[ORACLE]) / n / job_h, 4)},
+            "per_trace": _oracle_distance(rows, k, [p for p in ("orch", "uniform_progress") if p in policies]),
         }
     return out
+
+
+def _oracle_distance(rows: dict[str, list[tuple[Any, ...]]], k: float, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Per trace, on the starts the oracle ran: its mean billed cost (on-demand hours per job) and
+    each policy's cost / the oracle's."""
+    per: dict[str, dict[str, Any]] = {}
+    oracle: dict[tuple[str, int], tuple[Any, ...]] = {(r[0], r[1]): r for r in rows[ORACLE]}
+    for trace in sorted({r[0] for r in rows[ORACLE]}):
+        keys = [key for key in oracle if key[0] == trace]
+        bound = sum(oracle[key][2] for key in keys) / len(keys)
+        entry: dict[str, Any] = {"starts": len(keys), "oracle_h": round(bound, 2)}
+        for name in names:
+            mine = {(r[0], r[1]): r for r in rows[name] if (r[0], r[1]) in oracle}
+            got = [_cost(mine[key], k) for key in keys if key in mine]
+            if got:
+                entry[name] = round(sum(got) / len(got) / bound, 4)
+        per[trace] = entry
+    return per
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--job-hours", type=float, default=48.0)
     ap.add_argument("--deadline-hours", type=float, default=60.0, help="after the start")
     ap.add_argument("--changeover-hours", type=float, default=0.2)
+    ap.add_argument(
+        "--handover-minutes",
+        type=float,
+        default=5.0,
+        help="what every adoption and planned move costs the job: billed, no progress",
+    )
     ap.add_argument("--price-ratio", type=float, default=3.14, help="on-demand price / spot price")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reverse", action="store_true", help="replay each trace backwards (a held-out check)")
@@ -179,11 +231,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--oracle", action="store_true", help="also what a scheduler that knows the future would pay (a lower bound)"
     )
+    ap.add_argument("--oracle-starts", type=int, default=30, help="the oracle's starts per trace (the first N)")
+    ap.add_argument(
+        "--zones",
+        action="store_true",
+        help="every trace in the folder is one zone of one region; each start is one job that may use any zone",
+    )
+    ap.add_argument(
+        "--prices",
+        type=Path,
+        help='with --zones: a JSON file {"zone": {"spot": 0.97, "on_demand": 3.06}} (per hour; default: equal)',
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    if args.starts < 1 or args.job_hours <= 0 or args.deadline_hours < args.job_hours or args.price_ratio < 1:
-        print("--starts >= 1, --job-hours > 0, --deadline-hours >= --job-hours, --price-ratio >= 1", file=sys.stderr)
+    if (
+        args.starts < 1
+        or args.job_hours <= 0
+        or args.deadline_hours < args.job_hours
+        or args.price_ratio < 1
+        or args.handover_minutes < 0
+    ):
+        print(
+            "--starts >= 1, --job-hours > 0, --deadline-hours >= --job-hours, --price-ratio >= 1, "
+            "--handover-minutes >= 0",
+            file=sys.stderr,
+        )
         return 2
     rng = random.Random(args.seed)
     try:
@@ -191,23 +264,24 @@ def main(argv: list[str] | None = None) -> int:
         if args.shuffle_spells:
             shuffler = random.Random(f"spells-{args.seed}")
             traces = {name: (shuffle_spells(v, shuffler), g) for name, (v, g) in traces.items()}
+        if args.zones:
+            return _main_zones(args, traces, rng)
         starts = {name: starts_for(v, g, args.starts, args.deadline_hours, rng) for name, (v, g) in traces.items()}
     except BadTraces as exc:
         print(f"market.py: {exc}", file=sys.stderr)
         return 2
-    opts = {
-        "job_h": args.job_hours,
-        "deadline_h": args.deadline_hours,
-        "changeover_h": args.changeover_hours,
-        "price_ratio": args.price_ratio,
-    }
+    opts = _opts(args)
     tasks = []
     for trace, (values, gap) in traces.items():
         chunk = max(1, len(starts[trace]) // 4)  # a few tasks per trace and policy: both workers busy to the end
-        for name in POLICIES + ((ORACLE,) if args.oracle else ()):
+        if args.oracle:
+            mine = starts[trace][: max(1, args.oracle_starts)]
+            for i in range(0, len(mine), 5):
+                tasks.append((ORACLE, trace, values, gap, mine[i : i + 5], opts))
+        for name in POLICIES:
             for i in range(0, len(starts[trace]), chunk):
-                tasks.append((name, values, gap, starts[trace][i : i + chunk], opts))
-    rows: dict[str, list[tuple[float, ...]]] = {name: [] for name in POLICIES + (ORACLE,)}
+                tasks.append((name, trace, values, gap, starts[trace][i : i + chunk], opts))
+    rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in POLICIES + (ORACLE,)}
     with multiprocessing.get_context("spawn").Pool(max(1, args.workers)) as pool:
         for name, got in pool.imap_unordered(_run, tasks):
             rows[name] += got
@@ -217,26 +291,93 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(
         f"{len(traces)} trace(s) x {args.starts} starts: {args.job_hours:g} h of work, deadline {args.deadline_hours:g} h, "
-        f"changeover {args.changeover_hours:g} h, on-demand = {args.price_ratio:g} x spot"
+        f"changeover {args.changeover_hours:g} h, hand-over {args.handover_minutes:g} min, "
+        f"on-demand = {args.price_ratio:g} x spot"
         + (", traces reversed" if args.reverse else "")
         + (", spells shuffled" if args.shuffle_spells else "")
     )
+    print_tables(result)
+    return 0
+
+
+def _opts(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "job_h": args.job_hours,
+        "deadline_h": args.deadline_hours,
+        "changeover_h": args.changeover_hours,
+        "handover_h": args.handover_minutes / 60,
+        "price_ratio": args.price_ratio,
+    }
+
+
+def _main_zones(args: argparse.Namespace, traces: dict[str, tuple[list[int], float]], rng: random.Random) -> int:
+    """--zones: the traces are one region's zones, side by side in time (cut to the shortest)."""
+    from .marketsim.across import load_prices, zone_tasks
+
+    gaps = {g for _, g in traces.values()}
+    if len(gaps) != 1:
+        raise BadTraces(f"{args.trace_dir}: with --zones every trace needs the same gap_seconds (got {sorted(gaps)})")
+    gap = gaps.pop()
+    n = min(len(v) for v, _ in traces.values())
+    zone_values = {name: v[:n] for name, (v, _) in traces.items()}
+    starts = starts_for(next(iter(zone_values.values())), gap, args.starts, args.deadline_hours, rng)
+    opts = _opts(args)
+    opts["prices"] = load_prices(args.prices, list(zone_values), args.price_ratio) if args.prices else {}
+    tasks, policies = zone_tasks(zone_values, gap, starts, opts, ORACLE if args.oracle else "", args.oracle_starts)
+    rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in policies + (ORACLE,)}
+    with multiprocessing.get_context("spawn").Pool(max(1, args.workers)) as pool:
+        for name, got in pool.imap_unordered(_run, tasks):
+            rows[name] += got
+    result = summarize(rows, args.price_ratio, args.job_hours, policies)
+    singles = {k: v for k, v in result.items() if "@" in k}
+    if singles:
+        costs = [r["cost_vs_on_demand"] for r in singles.values()]
+        result["uniform_progress single zone"] = {
+            "mean": round(sum(costs) / len(costs), 4),
+            "best": min(costs),
+            "best_zone": min(singles, key=lambda k: singles[k]["cost_vs_on_demand"]).split("@")[1],
+        }
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
     print(
-        f"{'policy':<17} {'on-demand h':>11} {'spot h':>7} {'cost/OD':>8} {'missed':>7} {'given up':>9}   paper's accounting"
+        f"{len(zone_values)} zones ({', '.join(zone_values)}) x {args.starts} starts: {args.job_hours:g} h of work, "
+        f"deadline {args.deadline_hours:g} h, changeover {args.changeover_hours:g} h, hand-over "
+        f"{args.handover_minutes:g} min"
+    )
+    single = result.pop("uniform_progress single zone", None)
+    print_tables(result)
+    if single:
+        print(
+            f"uniform_progress in one zone alone: mean {single['mean']:.3f}, best {single['best']:.3f} "
+            f"({single['best_zone']})"
+        )
+    return 0
+
+
+def print_tables(result: dict[str, dict[str, Any]]) -> None:
+    print("billed (every machine hour: boots and hand-overs included)")
+    print(
+        f"{'policy':<17} {'on-demand h':>11} {'spot h':>7} {'cost/OD':>8} {'missed':>7} {'given up':>9} {'machines':>9}"
     )
     for name, r in result.items():
-        p = r["paper"]
         if name == ORACLE:
-            print(
-                f"{'oracle (future)':<17} {'-':>11} {'-':>7} {r['cost_vs_on_demand']:>8.3f} {'-':>7} {'-':>9}"
-                f"   {p['cost_vs_on_demand']:.3f} (its own cheapest schedule in that accounting)"
-            )
+            print(f"{'oracle (future)':<17} {'-':>11} {'-':>7} {r['cost_vs_on_demand']:>8.3f}   ({r['runs']} starts)")
             continue
         print(
             f"{name:<17} {r['od_h']:>11.1f} {r['spot_h']:>7.1f} {r['cost_vs_on_demand']:>8.3f} {r['missed']:>7} "
-            f"{r['given_up']:>9}   {p['od_h']:.1f} / {p['spot_h']:.1f} h, {p['cost_vs_on_demand']:.3f}"
+            f"{r['given_up']:>9} {r['machines']:>9.1f}"
         )
-    return 0
+    print("the paper's accounting (hours of work on each market; boots and hand-overs free)")
+    for name, r in result.items():
+        p = r["paper"]
+        hours = "" if name == ORACLE else f"{p['od_h']:.1f} / {p['spot_h']:.1f} h"
+        print(f"{name:<17} {hours:>15} {p['cost_vs_on_demand']:>8.3f}")
+    if ORACLE in result:
+        print("per trace, billed, on the oracle's starts: cost / the oracle's")
+        for trace, e in result[ORACLE]["per_trace"].items():
+            rest = "  ".join(f"{k} {v:.3f}" for k, v in e.items() if k not in ("starts", "oracle_h"))
+            print(f"{trace:<24} {e['starts']:>4} starts, oracle {e['oracle_h']:.1f} OD h/job  {rest}")
 
 
 if __name__ == "__main__":

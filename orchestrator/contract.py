@@ -66,6 +66,8 @@ RECOVERY_ENV_JOBS = "ORCH_RECOVERY_JOBS"  # the lost jobs' uids, space-separated
 RECOVERY_ENV_MARKET = "ORCH_RECOVERY_MARKET"  # "spot" or "on-demand"
 RECOVERY_ENV_LAUNCH = "ORCH_RECOVERY_LAUNCH"  # 1, 2, ... for these jobs
 RECOVERY_ENV_GPUS = "ORCH_RECOVERY_GPUS"  # the GPUs the jobs need together (the machine's size)
+RECOVERY_ENV_ZONE = "ORCH_RECOVERY_ZONE"  # [[recovery.zones]]: the zone to launch in
+RECOVERY_ENV_PRICE = "ORCH_RECOVERY_PRICE"  # ... and its price per hour on the market, where configured
 RECOVERY_ENV_INSTANCE = "ORCH_RECOVERY_INSTANCE"  # `[recovery] stop`: the machine to stop (what launch printed)
 RECOVERY_EXIT_NO_CAPACITY = 69  # the launch command: no capacity on that market now (EX_UNAVAILABLE)
 

@@ -28,7 +28,7 @@ def on_demand(s: Situation) -> Decision:
 
 def _net_at(s: Situation) -> float:
     assert s.deadline is not None
-    return s.deadline - s.left_s - 2 * s.changeover_s - s.reaction_s
+    return s.deadline - s.left_s - 2 * s.move_s - s.reaction_s
 
 
 def greedy(s: Situation) -> Decision:
@@ -58,7 +58,7 @@ def uniform_progress(s: Situation) -> Decision:
         return rate * (t - s.started)
 
     if s.current == ON_DEMAND:
-        margin = 2 * s.changeover_s
+        margin = 2 * s.move_s
         if s.spot_now and s.done_s >= line(s.now + margin):
             return Decision(SPOT, "ahead of the line at t + 2d and spot can be had")
         catch_up = s.now + max(line(s.now + margin) - s.done_s, 0.0) / max(1.0 - rate, 1e-9)

@@ -3,8 +3,10 @@ the job by its deadline, found by dynamic programming on a time grid (no policy,
 A lower bound for any policy run through the controller on the same start: it may start, stop and
 overlap machines at any grid step, with the same rules as the simulated world (world.py) --
 
-- a new machine boots for the changeover (billed, no progress), then makes progress at the job's
-  pace; a spot one only while the trace says 1 (the oracle never loses one by surprise: it knows);
+- a new machine boots for the changeover (billed, no progress), takes the job over for the
+  hand-over (billed, no progress: the checkpoint's download and the resume), then makes progress
+  at the job's pace; a spot one only while the trace says 1 (the oracle never loses one by
+  surprise: it knows);
 - a machine on one market may boot while one on the other works (a planned move's new machine
   comes up before the old one hands over, both ways), and two machines never work at once;
 - billed: every machine hour, on-demand at 1, spot at 1 / k; the paper's accounting (its own
@@ -12,7 +14,8 @@ overlap machines at any grid step, with the same rules as the simulated world (w
 
 No detection delay and no first minutes without a measured pace, which the controller has: the
 bound is optimistic for it. The grid is the greatest common divisor of the trace's tick and the
-changeover (120 s for Table 3's); the job's work is rounded up to the grid, the deadline down."""
+changeover and the hand-over (60 s for Table 3's with 5-minute hand-overs); the job's work is
+rounded up to the grid, the deadline down."""
 
 from __future__ import annotations
 
@@ -25,15 +28,18 @@ INF = 1e18
 MIN_GRID_S = 60.0  # a finer grid (a changeover of 0.02 h is 72 s) is too slow to be worth it
 
 
-def grid_s(gap_s: float, changeover_s: float) -> Optional[float]:
-    """The oracle's time step for this trace and changeover, or None when it would be too fine."""
-    g = math.gcd(int(round(gap_s)), int(round(changeover_s)))
+def grid_s(gap_s: float, changeover_s: float, handover_s: float = 0.0) -> Optional[float]:
+    """The oracle's time step for this trace, changeover and hand-over, or None when it would be too fine."""
+    g = math.gcd(math.gcd(int(round(gap_s)), int(round(changeover_s))), int(round(handover_s)))
     return float(g) if g >= MIN_GRID_S and abs(gap_s - round(gap_s)) < 1e-9 else None
 
 
-def cheapest(available: list[int], work: int, steps: int, boot: int, k: float, paper: bool = False) -> float:
+def cheapest(
+    available: list[int], work: int, steps: int, boot: int, k: float, paper: bool = False, handover: int = 0
+) -> float:
     """The least cost (in on-demand machine steps) to do `work` steps of work within `steps` steps,
     spot usable at step i when available[i]; inf when even on-demand from the start is too late.
+    Every machine that takes the job over pays `handover` steps after its boot (no progress).
 
     States at a step's start, by (what runs, boot steps left), over the lag (steps not spent
     working so far, 0 .. steps - work): "I" nothing; "O"/"S" one machine on on-demand / spot;
@@ -67,9 +73,9 @@ def cheapest(available: list[int], work: int, steps: int, boot: int, k: float, p
 
         anything = np.minimum.reduce(list(states.values()))  # any machine may be let go
         choose(("I", 0), anything)
-        choose(("O", boot), anything)
+        choose(("O", boot + handover), anything)
         if up:
-            choose(("S", boot), anything)
+            choose(("S", boot + handover), anything)
         for (what, left), x in states.items():
             if what == "O":
                 choose(("O", left), x)
@@ -81,12 +87,12 @@ def cheapest(available: list[int], work: int, steps: int, boot: int, k: float, p
                     choose(("SO", boot), x)
             elif what == "OS":
                 if up:
-                    choose(("OS", left) if left > 0 else ("S", 0), x)
+                    choose(("OS", left) if left > 0 else ("S", handover), x)
                 choose(("O", 0), x)
             elif what == "SO":
                 if up:
                     choose(("SO", left) if left > 0 else ("S", 0), x)
-                choose(("O", left), x)  # spot lost (or let go): the on-demand one boots on
+                choose(("O", left + handover), x)  # spot lost (or let go): the on-demand one boots on, then takes over
         after: dict[tuple[str, int], np.ndarray] = {}
 
         def put(key: tuple[str, int], x: np.ndarray) -> None:
@@ -120,11 +126,12 @@ def job_cost_h(
     deadline_h: float,
     changeover_h: float,
     price_ratio: float,
+    handover_h: float = 0.0,
     paper: bool = False,
 ) -> Optional[float]:
     """The oracle's cost of one job started at `start_tick`, in on-demand hours; None when the
     grid would be too fine."""
-    dt = grid_s(gap_s, changeover_h * 3600)
+    dt = grid_s(gap_s, changeover_h * 3600, handover_h * 3600)
     if dt is None:
         return None
     per_tick = int(round(gap_s / dt))
@@ -133,5 +140,6 @@ def job_cost_h(
     available = [
         values[start_tick + i // per_tick] if start_tick + i // per_tick < len(values) else 0 for i in range(steps)
     ]
-    cost = cheapest(available, work, steps, int(round(changeover_h * 3600 / dt)), price_ratio, paper=paper)
+    boot, handover = int(round(changeover_h * 3600 / dt)), int(round(handover_h * 3600 / dt))
+    cost = cheapest(available, work, steps, boot, price_ratio, paper=paper, handover=handover)
     return cost * dt / 3600

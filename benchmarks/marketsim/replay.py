@@ -43,8 +43,14 @@ class Clock:
 
 
 def sim_config(
-    *, changeover_h: float, price_ratio: float = 3.14, stale_after_minutes: float = 1.0, poll_seconds: float = 30.0
+    *,
+    changeover_h: float,
+    price_ratio: float = 3.14,
+    stale_after_minutes: float = 1.0,
+    poll_seconds: float = 30.0,
+    zones: Optional[dict[str, tuple[float, float]]] = None,
 ) -> Config:
+    """`zones`: name -> (spot price, on-demand price) per hour, one [[recovery.zones]] entry each."""
     return Config.model_validate(
         {
             "storage": {"url": "s3://market-benchmark/orch", "stale_after_minutes": stale_after_minutes},
@@ -55,6 +61,10 @@ def sim_config(
                 "changeover_minutes": changeover_h * 60,
                 # a launched machine has the changeover to come up, and some more
                 "launch_timeout_minutes": max(20.0, changeover_h * 60 * 2),
+                "zones": [
+                    {"name": name, "spot_price": spot, "on_demand_price": od}
+                    for name, (spot, od) in (zones or {}).items()
+                ],
             },
             "pricing": {"gpu_hour": 1.0, "on_demand_gpu_hour": price_ratio},  # what the policy's ratio reads
         }
@@ -62,7 +72,7 @@ def sim_config(
 
 
 def replay(
-    values: list[int],
+    values: "list[int] | dict[str, list[int]]",
     gap_s: float,
     start_tick: int,
     policy: Callable[[Situation], Decision],
@@ -71,12 +81,16 @@ def replay(
     store: Store,
     job_h: float,
     deadline_h: Optional[float],
-    seen: Optional[dict[tuple[str, float], float]] = None,
+    seen: Optional[dict[Any, Any]] = None,
+    handover_h: float = 0.0,
 ) -> Result:
     """`seen`: the spot lifetimes observed by the controllers of this trace's earlier replays, kept
     across them (a controller watches one market for weeks, over many jobs); each replay's
-    controller sees only those that ended before its own clock."""
-    market = Market(values, gap_s, EPOCH)
+    controller sees only those that ended before its own clock. `handover_h`: what every adoption
+    costs the job (world.py), billed, no progress. With zones (`values` a trace per zone, and the
+    config's [[recovery.zones]] naming them), `seen` is per zone."""
+    zone_values = values if isinstance(values, dict) else {}
+    market = Market(next(iter(zone_values.values())) if zone_values else values, gap_s, EPOCH)  # type: ignore[arg-type]
     t0 = EPOCH + start_tick * gap_s
     clock = Clock(t0)
     remote = MemoryRemote()
@@ -90,6 +104,8 @@ def replay(
         clock=clock,
         total_s=job_h * 3600,
         changeover_s=rc.changeover_minutes * 60,
+        handover_s=handover_h * 3600,
+        zones={zone: Market(v, gap_s, EPOCH) for zone, v in zone_values.items()},
         submitted_at=t0,
         deadline=None if deadline_h is None else t0 + deadline_h * 3600,
         t=t0,
@@ -98,12 +114,15 @@ def replay(
         config, store, remote, world, controller_id="benchmark", clock=clock, launcher=InlineLauncher()
     )  # type: ignore[arg-type]
     controller.policy = policy
-    if seen is not None:
+    if seen is not None and controller.zones is not None:
+        for zone in zone_values:  # instance type: the job's one GPU
+            controller.zones.view(zone, 1).lifetimes = seen.setdefault(zone, {})
+    elif seen is not None:
         controller.market.lifetimes = seen
     store.recovery_mark(launch_key(uid), t0)  # `orch launch` put the job in the bucket
     stale_s, timeout_s = config.storage.stale_after_minutes * 60, rc.launch_timeout_minutes * 60
     given_up = False
-    end = market.end()
+    end = min(m.end() for m in world.zones.values()) if world.zones else market.end()
     world.write_manifest()
     while world.finished_at is None and clock.t < end:
         for _ in range(PASSES_AT_ONCE):

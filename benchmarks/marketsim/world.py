@@ -1,10 +1,14 @@
 """The simulated cloud and machines of one replayed job. The spot market follows an availability
 trace: a spot launch is refused (NoCapacity) while the trace says 0, and a spot machine is
-reclaimed the moment it turns 0. A launched machine boots, adopts the job after the changeover
-(paid, no progress) as `orch adopt` + `orch daemon start` would, holds the lease, makes progress at
-the job's pace and writes the manifest (heartbeat, progress, run_seconds) as its daemon does; a
-machine asked to move hands the job over (checkpoint, released lease) and powers off, as does one
-whose job is done. Every machine's hours are billed on its market from launch to its end."""
+reclaimed the moment it turns 0. A launched machine boots for the changeover (paid, no progress),
+adopts the job as `orch adopt` + `orch daemon start` would and holds the lease; every adoption --
+after a loss or a planned move alike -- then costs the job's hand-over (`handover_s`: the
+checkpoint's download and the resume up to the first step; paid, no progress), after which the
+machine makes progress at the job's pace and writes the manifest (heartbeat, progress,
+run_seconds, its `machines` record) as its daemon does; a machine asked to move hands the job over
+(checkpoint, released lease) and powers off, as does one whose job is done. Every machine's hours
+are billed on its market from launch to its end. With `zones`, each zone has its own trace: a
+launch goes to the zone its request names, and a spot machine lives by its zone's trace."""
 
 from __future__ import annotations
 
@@ -31,6 +35,10 @@ class Machine:
     end_at: Optional[float] = None
     work_s: float = 0.0  # progress made on it
     adopted: bool = False  # it has held the job
+    adopted_at: Optional[float] = None
+    resume_at: float = 0.0  # adopted, it makes progress from then on (after the hand-over)
+    first_work_s: float = 0.0  # the job's progress when it adopted
+    zone: str = ""  # with zones: the zone it runs in (its spot market)
 
     @property
     def home_id(self) -> str:
@@ -73,12 +81,15 @@ class World:
     changeover_s: float
     submitted_at: float
     deadline: Optional[float]
+    handover_s: float = 0.0
     machines: dict[str, Machine] = field(default_factory=dict)
     holder: Optional[Machine] = None  # the machine holding the lease
     released: bool = False  # the holder handed the job over (a planned move)
     done_s: float = 0.0
     finished_at: Optional[float] = None
     t: float = 0.0
+    zones: dict[str, Market] = field(default_factory=dict)  # with zones: each zone's spot market
+    adopted: list[Machine] = field(default_factory=list)  # the machines that held the job, in order
 
     # -- the provider -----------------------------------------------------------------------------
 
@@ -86,11 +97,17 @@ class World:
 
     def launch(self, request: LaunchRequest) -> Launched:
         now = self.clock()
-        if request.market == SPOT and not self.market.available(now):
-            raise NoCapacity("simulated: no spot capacity in this zone now")
+        if self.zones and request.zone not in self.zones:
+            raise NoCapacity(f"simulated: no zone {request.zone!r}")
+        if request.market == SPOT and not self._market(request.zone).available(now):
+            raise NoCapacity(f"simulated: no spot capacity in zone {request.zone or 'of the trace'} now")
         machine = Machine(f"i-{len(self.machines) + 1:08x}", request.market, now, now + self.changeover_s)
+        machine.zone = request.zone
         self.machines[machine.id] = machine
         return Launched(machine.id, f"{machine.id} ({request.market})")
+
+    def _market(self, zone: str) -> Market:
+        return self.zones[zone] if self.zones else self.market
 
     def stop(self, instance_id: str) -> str:
         machine = self.machines.get(instance_id)
@@ -108,14 +125,15 @@ class World:
         """Run the world from self.t to t: reclaims, progress, the job's end, adoptions."""
         for m in self.machines.values():
             if m.end_at is None and m.market == SPOT:
-                change = self.market.next_change(m.launched_at if m.launched_at > self.t else self.t)
-                if not self.market.available(max(m.launched_at, self.t)):
+                market = self._market(m.zone)
+                change = market.next_change(m.launched_at if m.launched_at > self.t else self.t)
+                if not market.available(max(m.launched_at, self.t)):
                     m.end_at = max(m.launched_at, self.t)
                 elif change <= t:
                     m.end_at = change  # reclaimed the moment the trace turns 0
         h = self.holder
         if h is not None and not self.released and self.finished_at is None:
-            start, stop = max(self.t, h.ready_at), min(t, h.end_at if h.end_at is not None else t)
+            start, stop = max(self.t, h.resume_at), min(t, h.end_at if h.end_at is not None else t)
             if stop > start:
                 step = min(stop - start, self.total_s - self.done_s)
                 self.done_s += step
@@ -135,6 +153,8 @@ class World:
             for m in sorted(self.machines.values(), key=lambda m: m.ready_at):
                 if m is not h and m.alive(t) and m.ready_at <= t:
                     self.holder, self.released, m.adopted = m, False, True
+                    m.adopted_at, m.resume_at, m.first_work_s = t, t + self.handover_s, self.done_s
+                    self.adopted.append(m)
                     break
 
     def _honour_move(self, t: float) -> None:
@@ -151,7 +171,7 @@ class World:
 
     def next_event(self, t: float, stale_after_s: float, launch_timeout_s: float) -> float:
         """The next moment something happens in the world after t."""
-        times = [self.market.next_change(t)]
+        times = [market.next_change(t) for market in (self.zones.values() if self.zones else [self.market])]
         for m in self.machines.values():
             if m.end_at is None and m.ready_at > t:
                 times.append(m.ready_at)
@@ -164,7 +184,11 @@ class World:
             request = moves.read(self.remote, self.uid)
             if request is not None and request.status == moves.ASKED and request.from_home == h.home_id:
                 times.append(t + HEARTBEAT_S)  # the holder's daemon reads it at its next heartbeat
-            times.append(max(t, h.ready_at) + self.total_s - self.done_s)
+            if h.resume_at > t:
+                times.append(h.resume_at)
+            if h.resume_at + HEARTBEAT_S > t:
+                times.append(h.resume_at + HEARTBEAT_S)  # its first progress in the manifest: a pace
+            times.append(max(t, h.resume_at) + self.total_s - self.done_s)
         later = [x for x in times if x > t + 1e-6]
         return min(later) if later else float("inf")
 
@@ -198,5 +222,17 @@ class World:
                 "released": self.released,
                 "instance_id": h.id,
             }
+        if self.adopted:  # the machines it ran on, as machines.py keeps them: what the hand-over cost
+            m["machines"] = [
+                {
+                    "home_id": a.home_id,
+                    "market": a.market,
+                    "from": a.adopted_at,
+                    "to": min(self.t, a.end_at) if a.end_at is not None else self.t,
+                    "first_step": int(a.first_work_s),
+                    "last_step": int(a.first_work_s + a.work_s),
+                }
+                for a in self.adopted[-20:]
+            ]
         # Compact, unlike a daemon's (mf.dump): the same content, written a few hundred times a job.
         self.remote.put_bytes(mf.manifest_key(self.uid), json.dumps(m, separators=(",", ":")).encode())

@@ -49,6 +49,7 @@ def launch(
 
         now = time.time()
         _preflight(path, now, ANY_SIZE, config.executor.kind)
+        _deadline_within_estimate(path, job_toml, now)
         manifest = _manifest(config, path, job_toml, now)
     remote = Remote(section)
     put_launched(ctx.store(), remote, manifest, now, keys_from(section, os.environ))
@@ -58,6 +59,30 @@ def launch(
         return
     print(f"launched job {uid[:12]} ({name}) into {remote.url.raw}")
     print("`orch watch` in this home places it on a machine; `orch status --url URL` follows it")
+
+
+def _deadline_within_estimate(path: Path, original: Path, now: float) -> None:
+    """A deadline nearer than the job's estimate -- the mean run time of the finished jobs of its
+    name in this home, where there are any -- cannot be met even on on-demand: refused (exit 2)."""
+    from ..model.errors import SpecError
+    from ..model.states import JobState
+    from ..planning.forecast import history_of
+    from ..spec.jobspec import load_jobspec
+
+    spec = load_jobspec(path)
+    when = spec.deadline_ts
+    if when is None:
+        return
+    history = history_of(ctx.store().jobs([JobState.SUCCEEDED]), spec.name or "")
+    if history is None or when - now >= history.seconds:
+        return
+    raise SpecError(
+        [
+            f"{original}: deadline: {spec.deadline} is {(when - now) / 3600:.2f} h away, shorter than the job's "
+            f"estimate of {history.seconds / 3600:.2f} h (the mean of {history.runs} finished job(s) named "
+            f"{spec.name!r} here): it cannot be met even on on-demand"
+        ]
+    )
 
 
 def put_launched(store: Any, remote: Any, manifest: dict[str, Any], now: float, keys: Any = None) -> None:

@@ -108,6 +108,7 @@ class EventKind(Word):
     CAPACITY_WAIT = "capacity_wait"  # the provider had no capacity on that market: the job waits, free
     MARKET_MOVE = "market_move"  # a planned move of a job between markets (from, to, why)
     STOP_FAILED = "stop_failed"  # the provider could not stop a machine orch no longer needs (retried)
+    DEADLINE_INFEASIBLE = "deadline_infeasible"  # even on on-demand from now the job ends after its deadline
     UNTRUSTED = (
         "untrusted"  # a manifest unsigned, badly signed, changed after signing or replayed: never launched or adopted
     )
@@ -137,6 +138,7 @@ DEFAULT_NOTIFY_EVENTS = frozenset(
         "relaunched",
         "relaunch_failed",
         "stop_failed",
+        "deadline_infeasible",
         "untrusted",
     }
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from ..model.markets import SPOT
 from .bootstrap import bootstrap_script, check_request, decode_user_data, with_bootstrap
@@ -57,23 +57,30 @@ class AwsProvider:
     name = "aws"
     can_stop = True
 
-    def __init__(self, settings: Any):
+    def __init__(self, settings: Any, zones: Sequence[Any] = ()):
         self.region: Optional[str] = getattr(settings, "region", None)
         self.template: str = str(getattr(settings, "launch_template", None) or "")
         self.endpoint: Optional[str] = getattr(settings, "endpoint", None)
-        if not self.template:
+        # [[recovery.zones]]: name -> (region, subnet, launch template), each falling back on [recovery.aws]
+        self.zones: dict[str, tuple[Optional[str], Optional[str], str]] = {
+            z.name: (z.region or self.region, z.subnet, str(z.launch_template or self.template)) for z in zones
+        }
+        if not self.template and (not self.zones or not all(t for _, _, t in self.zones.values())):
             raise RelaunchError("aws provider: [recovery.aws] launch_template is not set")
         self._client: Any = None
+        self._clients: dict[Optional[str], Any] = {}
+        self._launched_in: dict[str, Optional[str]] = {}  # instance id -> its region, where not [recovery.aws]'s
 
     # -- launch -----------------------------------------------------------------------------------
 
     def launch(self, request: LaunchRequest) -> Launched:
         check_request(request, self.name)
-        ec2 = self._ec2()
-        version, data = self._template_version(ec2)
+        region, subnet, template = self.zones.get(request.zone, (self.region, None, self.template))
+        ec2 = self._client_of(region)
+        version, data = self._template_version(ec2, template)
         if data.get("InstanceMarketOptions"):
             raise RelaunchError(
-                f"aws provider: launch template {self.template!r} sets InstanceMarketOptions itself; remove them "
+                f"aws provider: launch template {template!r} sets InstanceMarketOptions itself; remove them "
                 "from the template: orch chooses spot or on-demand for each launch"
             )
         script = bootstrap_script(
@@ -81,7 +88,7 @@ class AwsProvider:
         )
         user_data = with_bootstrap(decode_user_data(data.get("UserData")), script)
         params: dict[str, Any] = {
-            "LaunchTemplate": {**self._template_ref(), "Version": str(version)},
+            "LaunchTemplate": {**self._template_ref(template), "Version": str(version)},
             "MinCount": 1,
             "MaxCount": 1,
             "UserData": user_data,  # raw: boto3 base64-encodes RunInstances' UserData itself
@@ -89,6 +96,8 @@ class AwsProvider:
                 {"ResourceType": "instance", "Tags": _template_tags(data, "instance") + launch_tags(request)}
             ],
         }
+        if subnet:  # the zone's subnet: where EC2 places the machine
+            params["SubnetId"] = subnet
         if request.market == SPOT:
             params["InstanceMarketOptions"] = {
                 "MarketType": "spot",
@@ -97,30 +106,36 @@ class AwsProvider:
         try:  # boto3 fills in a ClientToken and keeps it across its retries: a retry never launches twice
             reply = ec2.run_instances(**params)
         except Exception as exc:
-            error = self._error(f"run-instances from launch template {self.template!r}", exc)
+            where = f" in zone {request.zone}" if request.zone else ""
+            error = self._error(f"run-instances from launch template {template!r}{where}", exc)
             if _code(exc) in CAPACITY_CODES:
                 raise NoCapacity(str(error)) from None
             raise error from None
         try:
             instance = reply["Instances"][0]
             instance_id = str(instance["InstanceId"])
-            return Launched(instance_id, f"{instance_id} ({instance.get('InstanceType') or '?'}, {request.market})")
+            if region != self.region:
+                self._launched_in[instance_id] = region
+            where = f", {request.zone}" if request.zone else ""
+            return Launched(
+                instance_id, f"{instance_id} ({instance.get('InstanceType') or '?'}, {request.market}{where})"
+            )
         except (KeyError, IndexError, TypeError):
             raise RelaunchError("aws provider: EC2 answered run-instances without an instance") from None
 
-    def _template_ref(self) -> dict[str, str]:
-        if re.match(r"^lt-[0-9a-f]+$", self.template):
-            return {"LaunchTemplateId": self.template}
-        return {"LaunchTemplateName": self.template}
+    def _template_ref(self, template: str) -> dict[str, str]:
+        if re.match(r"^lt-[0-9a-f]+$", template):
+            return {"LaunchTemplateId": template}
+        return {"LaunchTemplateName": template}
 
-    def _template_version(self, ec2: Any) -> tuple[int, dict[str, Any]]:
+    def _template_version(self, ec2: Any, template: str) -> tuple[int, dict[str, Any]]:
         """The template's default version, read once per launch: its number is launched, so the
         user data orch extends is the one that runs even if a new default appears meanwhile."""
         try:
-            reply = ec2.describe_launch_template_versions(**self._template_ref(), Versions=["$Default"])
+            reply = ec2.describe_launch_template_versions(**self._template_ref(template), Versions=["$Default"])
             version = reply["LaunchTemplateVersions"][0]
         except Exception as exc:
-            raise self._error(f"reading launch template {self.template!r}", exc) from None
+            raise self._error(f"reading launch template {template!r}", exc) from None
         return int(version["VersionNumber"]), dict(version.get("LaunchTemplateData") or {})
 
     # -- stop -------------------------------------------------------------------------------------
@@ -130,15 +145,17 @@ class AwsProvider:
         instance EC2 no longer knows is already gone: that is a success."""
         if not INSTANCE_ID.match(instance_id):
             raise StopError(f"aws provider: {instance_id[:80]!r} is not an EC2 instance id (i-...)")
-        try:
-            ec2 = self._ec2()
-            reply = ec2.terminate_instances(InstanceIds=[instance_id])
-        except RelaunchError as exc:
-            raise StopError(str(exc)) from None
-        except Exception as exc:
-            if _code(exc).startswith("InvalidInstanceID.NotFound"):
-                return f"{instance_id} already gone"
-            raise StopError(str(self._error(f"terminate-instances {instance_id}", exc))) from None
+        for region in self._regions_of(instance_id):
+            try:
+                reply = self._client_of(region).terminate_instances(InstanceIds=[instance_id])
+                break
+            except RelaunchError as exc:
+                raise StopError(str(exc)) from None
+            except Exception as exc:
+                if not _code(exc).startswith("InvalidInstanceID.NotFound"):
+                    raise StopError(str(self._error(f"terminate-instances {instance_id}", exc))) from None
+        else:  # no region where it could be knows it
+            return f"{instance_id} already gone"
         states = [
             str((i.get("CurrentState") or {}).get("Name") or "?") for i in reply.get("TerminatingInstances") or []
         ]
@@ -154,20 +171,23 @@ class AwsProvider:
         instance_id = lease_instance_id(owner)
         if instance_id is None:
             return None
-        try:
-            ec2 = self._ec2()
-            reply = ec2.describe_instances(InstanceIds=[instance_id])
-        except RelaunchError as exc:
-            log.warning("aws provider cannot tell whether %s runs: %s", instance_id, exc)
-            return None
-        except Exception as exc:
-            if _code(exc).startswith("InvalidInstanceID.NotFound"):
-                return True  # terminated instances stay listed about an hour, then vanish
-            # Throttling, credentials, a network error: said with EC2's own code, then "cannot tell".
-            log.warning(
-                "aws provider cannot tell whether %s runs: %s", instance_id, self._error("describe-instances", exc)
-            )
-            return None
+        for region in self._regions_of(instance_id):
+            try:
+                reply = self._client_of(region).describe_instances(InstanceIds=[instance_id])
+                break
+            except RelaunchError as exc:
+                log.warning("aws provider cannot tell whether %s runs: %s", instance_id, exc)
+                return None
+            except Exception as exc:
+                if _code(exc).startswith("InvalidInstanceID.NotFound"):
+                    continue  # not in this region (terminated instances stay listed about an hour, then vanish)
+                # Throttling, credentials, a network error: said with EC2's own code, then "cannot tell".
+                log.warning(
+                    "aws provider cannot tell whether %s runs: %s", instance_id, self._error("describe-instances", exc)
+                )
+                return None
+        else:
+            return True
         states = [
             str((inst.get("State") or {}).get("Name") or "")
             for res in reply.get("Reservations") or []
@@ -183,9 +203,27 @@ class AwsProvider:
 
     # -- EC2 --------------------------------------------------------------------------------------
 
+    def _regions_of(self, instance_id: str) -> list[Optional[str]]:
+        """Where an instance may be: the region this provider launched it in, [recovery.aws]'s, then
+        the other zones' regions (a machine a controller launched before it restarted)."""
+        regions = [self._launched_in.get(instance_id, self.region), self.region]
+        return list(dict.fromkeys(regions + [r for r, _, _ in self.zones.values()]))
+
+    def _client_of(self, region: Optional[str]) -> Any:
+        return self._ec2() if region == self.region else self._regional(region)
+
+    def _regional(self, region: Optional[str]) -> Any:
+        """A zone's region's EC2 client (one per region, made at its first use)."""
+        if region not in self._clients:
+            self._clients[region] = self._connect(region)
+        return self._clients[region]
+
     def _ec2(self) -> Any:
-        if self._client is not None:
-            return self._client
+        if self._client is None:
+            self._client = self._connect(self.region)
+        return self._client
+
+    def _connect(self, region: Optional[str]) -> Any:
         try:
             import boto3
             from botocore.config import Config as BotoConfig
@@ -195,10 +233,9 @@ class AwsProvider:
             ) from None
         config = BotoConfig(connect_timeout=10, read_timeout=30, retries={"mode": "standard", "max_attempts": 4})
         try:
-            self._client = boto3.client("ec2", region_name=self.region, endpoint_url=self.endpoint, config=config)
+            return boto3.client("ec2", region_name=region, endpoint_url=self.endpoint, config=config)
         except Exception as exc:
             raise self._error("connecting to EC2", exc) from None
-        return self._client
 
     def _error(self, doing: str, exc: BaseException) -> RelaunchError:
         """A RelaunchError naming the provider, what it was doing and EC2's own code and message

@@ -29,5 +29,5 @@ def build_provider(recovery_config: "RecoverySection") -> Provider:
     if name == "aws":
         from .aws import AwsProvider
 
-        return AwsProvider(recovery_config.aws)
+        return AwsProvider(recovery_config.aws, recovery_config.zones)
     raise RelaunchError(f"unknown recovery provider {name!r} (config.toml [recovery] provider)")

@@ -22,7 +22,9 @@ from orchestrator.contract import (
     RECOVERY_ENV_JOBS as ENV_JOBS,
     RECOVERY_ENV_LAUNCH as ENV_LAUNCH,
     RECOVERY_ENV_MARKET as ENV_MARKET,
+    RECOVERY_ENV_PRICE as ENV_PRICE,
     RECOVERY_ENV_URL as ENV_URL,
+    RECOVERY_ENV_ZONE as ENV_ZONE,
     RECOVERY_EXIT_NO_CAPACITY,
 )
 from orchestrator.recovery import groups
@@ -71,6 +73,10 @@ class CommandProvider:
             ENV_LAUNCH: str(request.launch_number),
             ENV_GPUS: str(request.gpus),
         }
+        if request.zone:  # [[recovery.zones]]: where, and at what price per hour
+            env[ENV_ZONE] = request.zone
+            if request.price is not None:
+                env[ENV_PRICE] = f"{request.price:g}"
         code, out = _run(self.argv, env, self.cwd, self.timeout_s, "launch", RelaunchError)
         program = self.argv[0]
         if code == RECOVERY_EXIT_NO_CAPACITY:

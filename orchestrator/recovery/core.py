@@ -4,12 +4,14 @@ puts the parts together (jobpass.py, outcomes.py, finishing.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import time
 from typing import Any, Callable, Optional
 
 from ..jobs.lifecycle import outgoing_for
+from ..model.markets import ON_DEMAND, SPOT
 from ..model.states import EventKind
 from ..objectstore import claims as cl
 from ..objectstore import manifest as mf
@@ -23,6 +25,7 @@ from ..spec.config import Config
 from ..store import Store
 from . import deciding as dc
 from . import moving as mv
+from . import zones as zn
 from .jobview import UNFINISHED, UNTRUSTED, JobView, deadline_of
 from .launcher import InlineLauncher, Launcher, Outcome
 from .ledger import Ledger
@@ -37,6 +40,11 @@ ASKING = "asking"  # _gone: the provider's answer is not in yet (the call runs o
 ALIVE_PREFIX = "alive:"
 
 log = logging.getLogger("orch.watch")
+
+
+def _gpus(m: dict[str, Any]) -> int:
+    gpus = m.get("gpus")
+    return gpus if isinstance(gpus, int) and gpus > 0 else 0
 
 
 class ControllerCore:
@@ -81,6 +89,8 @@ class ControllerCore:
         # decision of the last pass changes by itself (a simulated clock jumps there).
         self.policy: Callable[..., Decision] = decide
         self.market = dc.MarketView()
+        # With [[recovery.zones]]: what was seen per zone and instance type, and each launch's zone.
+        self.zones: Optional[zn.ZoneMarkets] = zn.ZoneMarkets(zn.zones_of(self.rc)) if self.rc.zones else None
         self.next_review: Optional[float] = None
         self._claims: dict[str, Any] = {}  # uid -> the claims as last listed and read (claims.read_claims)
         self._parsed: dict[str, tuple[bytes, dict[str, Any]]] = {}  # uid -> its manifest as last read
@@ -146,6 +156,11 @@ class ControllerCore:
         """The policy's answer for this job now (and when it would change by itself)."""
         now = self.clock()
         started = float(m.get("submitted_at") or m.get("started_at") or m.get("written_at") or now)
+        market, zone = self.market, None
+        if self.zones is not None:  # spot wherever some zone has it, judged by that zone's own history
+            gpus = _gpus(m)
+            self.zones.note_claims(str(m.get("uid") or ""), claims, gpus)
+            market, zone = self.zones.policy_view(now, self.capacity_retry_s, gpus)
         situation = dc.situation(
             m,
             now=now,
@@ -153,17 +168,42 @@ class ControllerCore:
             deadline=deadline_of(m),
             current=current,
             losses=losses,
-            market=self.market,
+            market=market,
             rc=self.rc,
             pricing=self.config.pricing,
             reaction_s=self.reaction_s,
             retry_s=self.capacity_retry_s,
         )
+        ratio = zone.price_ratio() if zone is not None else None
+        if ratio is not None:  # the zone's own prices
+            situation = dataclasses.replace(situation, price_ratio=ratio)
         decision = self.policy(situation)
+        if self.zones is not None and decision.market in (SPOT, ON_DEMAND):
+            chosen = self.zones.choose(decision.market, now, self.capacity_retry_s, _gpus(m))
+            decision = dataclasses.replace(decision, zone=chosen.name if chosen else "")
         self._review(decision.review_at)
+        if decision.infeasible_at is not None:
+            self._infeasible(m, decision.infeasible_at)
         if situation.deadline is None and deadline_of(m) is not None:
             decision = Decision(decision.market, decision.why + " (no pace measured yet)", decision.review_at)
         return decision
+
+    def _elsewhere(self, refused: cl.Claim, decision: Decision) -> bool:
+        """With zones: the policy's launch would go to another zone than the one that refused."""
+        return self.zones is not None and decision.market in (SPOT, ON_DEMAND) and decision.zone != zn.zone_of(refused)
+
+    def _infeasible(self, m: dict[str, Any], earliest: float) -> None:
+        """Say once per job that its deadline cannot be met, with the earliest finish orch can promise."""
+        uid, deadline = str(m.get("uid") or ""), deadline_of(m)
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(earliest))
+        late = f"{(earliest - deadline) / 3600:.1f} h after its deadline" if deadline is not None else ""
+        self._event(
+            f"{uid}:infeasible",
+            EventKind.DEADLINE_INFEASIBLE,
+            m,
+            f"job {uid[:12]} ({m.get('name') or ''}) cannot meet its deadline even on on-demand: "
+            f"the earliest finish is {when}, {late}; it runs on on-demand to finish as soon as it can",
+        )
 
     def _review(self, at: Optional[float]) -> None:
         if at is not None and (self.next_review is None or at < self.next_review):

@@ -6,6 +6,7 @@ Pure functions of what was read from the mirror; the controller calls them every
 from __future__ import annotations
 
 import bisect
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -29,6 +30,25 @@ def work_of(m: Mapping[str, Any]) -> Optional[tuple[float, float]]:
         return None
     pace = run_s / step
     return step * pace, max(0, total - step) * pace
+
+
+def handover_s(m: Mapping[str, Any]) -> float:
+    """The job's measured hand-over: on the machines it ran on (its manifest's `machines`), the
+    time each spent without progress -- from its adoption to its last step, less the steps it made
+    at the job's pace -- the median over those that made progress; 0 before any did."""
+    progress = m.get("progress") or {}
+    step = progress.get("step")
+    run_s = float((m.get("cost") or {}).get("run_seconds") or 0.0)
+    if not isinstance(step, int) or step <= 0 or run_s <= 0:
+        return 0.0
+    pace = run_s / step
+    idle = []
+    for rec in (m.get("machines") or [])[1:]:  # the first machine started the job: no hand-over
+        first, last, since, until = (rec.get(k) for k in ("first_step", "last_step", "from", "to"))
+        if not all(isinstance(v, (int, float)) for v in (first, last, since, until)) or last <= first:
+            continue
+        idle.append(max(0.0, (until - since) - (last - first) * pace))
+    return statistics.median(idle) if idle else 0.0
 
 
 def current_market(claims: list[cl.Claim], owner: Mapping[str, Any]) -> str:
@@ -119,13 +139,15 @@ class MarketView:
 
     def seen(self, now: float) -> Seen:
         """The lifetimes of the spot machines that ended by `now`, oldest first (the newest
-        MAX_LIFETIMES)."""
+        MAX_LIFETIMES), and the last moment spot was seen unavailable: a refusal, or a spot
+        machine's end (the cloud reclaimed it)."""
         if self._ordered is None or self._ordered[0] != len(self.lifetimes):
             ordered = sorted(self.lifetimes.items(), key=lambda kv: kv[0][1])
             self._ordered = (len(self.lifetimes), [k[1] for k, _ in ordered], [lived for _, lived in ordered])
         _, ends, lives = self._ordered
         upto = bisect.bisect_right(ends, now)
-        return Seen(lifetimes_s=tuple(lives[max(0, upto - MAX_LIFETIMES) : upto]))
+        down = [t for t in (self.refused_at, ends[upto - 1] if upto else None) if t is not None and t <= now]
+        return Seen(lifetimes_s=tuple(lives[max(0, upto - MAX_LIFETIMES) : upto]), down_at=max(down) if down else None)
 
 
 def price_ratio(pricing: Any, gpus: int) -> float:
@@ -164,6 +186,8 @@ def situation(
         spot_now=market.spot_now(now, retry_s),
         current=current or IDLE,
         changeover_s=rc.changeover_minutes * 60,
+        handover_s=handover_s(m),
+        outage_s=rc.controller_outage_minutes * 60,
         price_ratio=price_ratio(pricing, int(m.get("gpus") or 0)),
         reaction_s=reaction_s,
         seen=market.seen(now),
@@ -176,4 +200,13 @@ def situation(
     )
 
 
-__all__ = ["MarketView", "current_market", "price_ratio", "situation", "spot_lifetimes", "work_of", "ON_DEMAND"]
+__all__ = [
+    "MarketView",
+    "current_market",
+    "handover_s",
+    "price_ratio",
+    "situation",
+    "spot_lifetimes",
+    "work_of",
+    "ON_DEMAND",
+]

@@ -130,9 +130,12 @@ class JobPass(Finishing):
                 return view
             if latest.status == cl.NO_CAPACITY:
                 due = latest.updated_at + self.capacity_retry_s
+                if latest.market == ON_DEMAND:  # nowhere else to go: refusals back off, not every poll
+                    tries = int(latest.extra.get("capacity_tries") or 1)
+                    due = latest.updated_at + backoff_s(tries - 1, self.capacity_retry_s, MAX_BACKOFF_S)
                 view.market = latest.market
-                waiting = self._decide(m, claims, IDLE, losses)
-                if now < due and waiting.market != ON_DEMAND:
+                waiting = self._decide(m, claims, IDLE, losses)  # another market or zone goes at once
+                if now < due and waiting.market in (IDLE, latest.market) and not self._elsewhere(latest, waiting):
                     view.note = (
                         f"no {latest.market} capacity (launch {latest.n} waits, free); next try in {due - now:.0f} s"
                     )

@@ -27,6 +27,7 @@ from .launcher import Outcome
 from .ledger import Machine
 from .placing import Group, Placement, group
 from .provider import Launched, LaunchRequest, NoCapacity, RelaunchError, as_launched
+from .zones import ZONE_KEY
 
 NO_ID = "a machine with no id: the launch printed nothing, so orch can neither stop it nor ask about it (print instance=<id>)"
 
@@ -38,6 +39,11 @@ class Launching(ControllerCore):
         """Claim this pass's launches, then launch each group (the jobs of one lost machine, one
         market) on one machine, off the loop."""
         for g in group(self._placing):
+            zone = self.zones.choose(g.market, self.clock(), self.capacity_retry_s, g.gpus) if self.zones else None
+            if self.zones is not None and zone is None:
+                continue  # spot in no zone now (refused since the decision): the next pass decides again
+            for p in g.placements:
+                p.zone = zone.name if zone else ""
             g.placements = [p for p in g.placements if self._claim(p)]
             if not g.placements:
                 continue
@@ -48,6 +54,8 @@ class Launching(ControllerCore):
                 market=g.market,
                 launch_number=first.n,
                 gpus=g.gpus,
+                zone=zone.name if zone else "",
+                price=zone.price(g.market) if zone else None,
                 signing_key_env=self.config.storage.signing_key_env or "",
             )
             key = g.key()
@@ -55,7 +63,8 @@ class Launching(ControllerCore):
             for p in g.placements:
                 p.view.state, p.view.note = (
                     LAUNCHING,
-                    f"launch {p.n} ({g.market}) in progress since {hms(self.clock())}",
+                    f"launch {p.n} ({g.market}{' in ' + request.zone if request.zone else ''}) in progress since "
+                    f"{hms(self.clock())}",
                 )
             self.launcher.submit(key, timed(functools.partial(self.provider.launch, request)))
         self._placing = []
@@ -68,6 +77,8 @@ class Launching(ControllerCore):
         extra: dict[str, Any] = {"controller_host": self.host, "why": p.why}
         if p.move_for:
             extra["move_for"] = p.move_for
+        if p.zone:
+            extra[ZONE_KEY] = p.zone
         try:
             if p.reuse is not None:
                 claim = p.reuse
@@ -111,16 +122,19 @@ class Launching(ControllerCore):
         first = g.placements[0]
         assert first.claim is not None
         early = self._adopted_early.get((first.uid, first.n), "")
+        zone = self.zones.named(first.zone) if self.zones is not None and first.zone else None
+        zone_price = zone.price(g.market) if zone is not None else None  # the zone's own, where the config says
         self.ledger.add(
             Machine(
                 launched.instance_id,
                 g.market,
                 list(g.uids),
                 now,
+                zone=first.zone or None,
                 launch=f"{first.uid}:{first.n}",
                 move_for=first.move_for,
                 home_id=early,
-                price_hour=mk.hourly_price(self.config.pricing, g.market, g.gpus),
+                price_hour=zone_price or mk.hourly_price(self.config.pricing, g.market, g.gpus),
                 text=redact(launched.text)[:300],
             )
         )

@@ -30,6 +30,7 @@ class Placement:
     # A planned move's new machine, launched while the old one still holds the lease (the move is
     # asked once it is up): the home it will take the job from.
     move_for: str = ""
+    zone: str = ""  # with [[recovery.zones]]: the zone it launches in (set when its group is placed)
 
     @property
     def gpus(self) -> int:

@@ -6,20 +6,38 @@ With a deadline its floor is Uniform Progress ("Can't Be Late", Wu et al., NSDI'
 take spot whenever it can be had; when it cannot and the job is behind the uniform line
 t * C / R, run on-demand; leave on-demand (for spot) only when ahead of the line at t + 2d; and a
 safety net, on-demand for good once the time left is under the work left + 2d (+ the controller's
-reaction time: a lost machine is noticed after stale_after and a poll).
-Beyond that floor it uses what the controller has observed of this spot market (`Seen`), never a
-trace: when the spot machines seen here did, on average, more work than a move to them costs
-(`_spot_pays`), a job on on-demand takes spot as soon as it can be had, even behind the line
-(the paper's "taking risks" rule, gated by evidence). With fewer than MIN_EVIDENCE observations
-it is Uniform Progress. Without a deadline: spot first; on-demand after `max_spot_wait_s`
-without capacity or after `on_demand_after` lost machines (unless the same evidence says spot
-pays); back to spot when it can be had."""
+reaction time: a lost machine is noticed after stale_after and a poll; + the time the controller
+itself may be away, [recovery] controller_outage_minutes).
+
+d is what a new machine costs the job before it makes progress: its boot (changeover_s) and the
+job's hand-over (handover_s: the checkpoint's download and the resume up to the first step, as
+measured on this job's own machines; 0 until measured). Every move pays it.
+
+Beyond that floor, each spot offer gets a predicted lifetime (`predicted_lifetime_s`): from the
+lifetimes of the spot machines seen on this market (one zone and instance type, never mixed),
+those that outlived the offer's age (how long spot has been up here since it was last seen
+down), the median of what they lived on. With it (the paper's section 5.4):
+- from idle, spot is skipped (treated as not there) when the predicted lifetime is under
+  k d / (k - 1): such a machine costs more (life / k) than the on-demand time its work (life - d)
+  would replace;
+- from on-demand, spot is taken only when the predicted lifetime is above 2 k d / (k - 1) (the
+  move pays d on spot and, when spot is reclaimed, d again on on-demand) -- then even behind the
+  uniform line ("taking risks", gated by evidence).
+With fewer than MIN_EVIDENCE lifetimes seen it is Uniform Progress.
+
+A deadline the job cannot meet even on on-demand from now (work left, + d when no machine holds
+it) is said at once: `Decision.infeasible_at` is the earliest finish orch can promise; the job
+stays on the machine it has (a move would only add d), else goes on-demand.
+
+Without a deadline: spot first; on-demand after `max_spot_wait_s` without capacity or after
+`on_demand_after` lost machines (unless the prediction says a move to spot pays); back to spot
+when it can be had."""
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from ..model.markets import IDLE, ON_DEMAND, SPOT
 
@@ -29,9 +47,10 @@ WINDOW = 20  # the newest observations that count: a market changes over days
 
 @dataclass(frozen=True)
 class Seen:
-    """What the controller has observed of this spot market, across its jobs, newest last."""
+    """What the controller has observed of one spot market (a zone and an instance type)."""
 
-    lifetimes_s: tuple[float, ...] = ()  # spot machines: from launch until the cloud reclaimed them
+    lifetimes_s: tuple[float, ...] = ()  # spot machines, newest last: from launch until reclaimed
+    down_at: Optional[float] = None  # the last moment spot was seen unavailable (a refusal, a reclaim)
 
 
 @dataclass(frozen=True)
@@ -41,17 +60,24 @@ class Situation:
     left_s: float  # work left
     spot_now: bool  # spot can be had now, as far as the controller knows
     current: str  # SPOT, ON_DEMAND or IDLE: what the job runs on now
-    changeover_s: float  # d: a new machine's boot, adopt and resume; paid, no progress
+    changeover_s: float  # a new machine's boot, install and adopt; paid, no progress
     price_ratio: float  # on-demand price / spot price
     reaction_s: float = 0.0  # how long a lost machine goes unnoticed (stale_after + a poll)
     seen: Seen = Seen()
     started: float = 0.0  # when the job came to the controller: the uniform line starts here
     deadline: Optional[float] = None
+    handover_s: float = 0.0  # the job's measured resume after an adoption (0 until measured)
+    outage_s: float = 0.0  # how long the controller itself may be away ([recovery] controller_outage_minutes)
     # Without a deadline:
     losses: int = 0  # machines this job has lost
     on_demand_after: int = 3
     max_spot_wait_s: float = 3600.0
     spot_refused_since: Optional[float] = None  # spot refused for capacity, continuously, since
+
+    @property
+    def move_s(self) -> float:
+        """d: what one new machine costs the job before it makes progress."""
+        return self.changeover_s + self.handover_s
 
 
 @dataclass(frozen=True)
@@ -59,14 +85,35 @@ class Decision:
     market: str  # SPOT, ON_DEMAND or IDLE
     why: str
     review_at: Optional[float] = None  # when this answer changes if nothing else does
+    infeasible_at: Optional[float] = None  # the deadline cannot be met: the earliest finish, on on-demand
+    zone: str = ""  # with [[recovery.zones]]: where a launch on `market` goes (zones.py chooses it)
 
 
-def break_even_lifetime_s(changeover_s: float, price_ratio: float) -> float:
-    """How long a spot machine must live for a move from on-demand to pay: the move costs one
-    changeover on spot (d / k in on-demand hours) and, once the machine is reclaimed, one back
-    on on-demand (d); each hour on spot saves 1 - 1/k. So L = d (k + 1) / (k - 1)."""
-    k = max(price_ratio, 1.0 + 1e-9)
-    return changeover_s * (k + 1) / (k - 1)
+def predicted_lifetime_s(seen: Seen, now: float) -> Optional[float]:
+    """How long a spot machine launched now is expected to live: of the recent lifetimes that
+    outlived the offer's age (spot up since seen.down_at), the median of what they lived beyond
+    it. None with fewer than MIN_EVIDENCE lifetimes. An offer older than all but a few of them
+    is expected to live at least as long again as it has (the longer spot has lasted, the longer
+    it lasts: the traces' spells are heavy-tailed)."""
+    recent = seen.lifetimes_s[-WINDOW:]
+    if len(recent) < MIN_EVIDENCE:
+        return None
+    age = max(0.0, now - seen.down_at) if seen.down_at is not None else 0.0
+    beyond = [life - age for life in recent if life > age]
+    if len(beyond) < MIN_EVIDENCE:
+        return max(age, statistics.median(recent))
+    return statistics.median(beyond)
+
+
+def take_from_idle_s(s: Situation) -> float:
+    """k d / (k - 1): below this predicted lifetime a spot machine from idle does not pay."""
+    k = max(s.price_ratio, 1.0 + 1e-9)
+    return k * s.move_s / (k - 1)
+
+
+def leave_on_demand_s(s: Situation) -> float:
+    """2 k d / (k - 1): above this predicted lifetime a move from on-demand to spot pays."""
+    return 2 * take_from_idle_s(s)
 
 
 def decide(s: Situation) -> Decision:
@@ -78,11 +125,21 @@ def decide(s: Situation) -> Decision:
 
 
 def _with_deadline(s: Situation, deadline: float) -> Decision:
-    d = s.changeover_s
+    d = s.move_s
     time_left = deadline - s.now
+    earliest = s.now + s.left_s + (0.0 if s.current in (SPOT, ON_DEMAND) else d)
+    if earliest > deadline + 1.0:
+        # Finish as soon as it can: on the machine it has (a move would only add d), else on-demand.
+        market = s.current if s.current in (SPOT, ON_DEMAND) else ON_DEMAND
+        return Decision(
+            market,
+            f"the deadline cannot be met: {_h(s.left_s)} of work left, {_h(max(time_left, 0.0))} to the deadline; "
+            f"on {market} to the end, the earliest finish",
+            infeasible_at=earliest,
+        )
     # The safety net's moment: from then on, one lost machine (noticed after reaction_s, replaced
-    # after a changeover) would make the job late.
-    net_at = deadline - s.left_s - 2 * d - s.reaction_s
+    # after d, with the controller perhaps away for outage_s) would make the job late.
+    net_at = deadline - s.left_s - 2 * d - s.reaction_s - s.outage_s
     if s.now >= net_at:
         return Decision(
             ON_DEMAND,
@@ -94,30 +151,38 @@ def _with_deadline(s: Situation, deadline: float) -> Decision:
     def line(t: float) -> float:  # the uniform line: work that should be done by t
         return total * (t - s.started) / span
 
-    risky = _spot_pays(s)
-    if s.spot_now:
-        if s.current != ON_DEMAND:
-            return Decision(SPOT, "spot can be had")
-        if s.done_s >= line(s.now + 2 * d):
-            return Decision(SPOT, "spot can be had and the job is ahead of the uniform line at now + 2d")
-        if risky:
-            return Decision(SPOT, f"spot can be had and the spot machines here did {risky}")
-        return Decision(
-            ON_DEMAND,
-            "spot can be had, but the job is behind the uniform line at now + 2d: stays on on-demand",
-            review_at=min(_catch_up_at(s, line, 2 * d), net_at),
+    life = predicted_lifetime_s(s.seen, s.now) if s.spot_now else None
+    if s.spot_now and s.current == SPOT:
+        return Decision(SPOT, "spot can be had")
+    if s.spot_now and s.current != ON_DEMAND:
+        if life is None or life >= take_from_idle_s(s):
+            return Decision(SPOT, "spot can be had" + _life(life))
+    if s.spot_now and s.current == ON_DEMAND:
+        pays = life is None or life >= leave_on_demand_s(s)
+        if pays and s.done_s >= line(s.now + 2 * d):
+            return Decision(SPOT, "spot can be had and the job is ahead of the uniform line at now + 2d" + _life(life))
+        if life is not None and pays:
+            return Decision(SPOT, f"spot can be had{_life(life)}, over 2kd/(k-1) = {_h(leave_on_demand_s(s))}")
+        why = (
+            f"spot can be had, but{_life(life)[1:]}, under 2kd/(k-1) = {_h(leave_on_demand_s(s))}: stays on on-demand"
+            if not pays
+            else "spot can be had, but the job is behind the uniform line at now + 2d: stays on on-demand"
         )
+        return Decision(ON_DEMAND, why, review_at=min(_catch_up_at(s, line, 2 * d), net_at, s.now + d))
+    skipped = s.spot_now  # offered, but predicted too short-lived to pay from idle
     if s.current == ON_DEMAND:
         # Uniform Progress leaves on-demand only for spot: going idle and coming back would pay a
         # second changeover for an outage of unknown length.
         return Decision(ON_DEMAND, "no spot to go to: stays on on-demand", review_at=net_at)
+    no_spot = f"spot offered but{_life(life)[1:]}, under kd/(k-1) = {_h(take_from_idle_s(s))}" if skipped else "no spot"
     if s.done_s < line(s.now):
-        return Decision(ON_DEMAND, "no spot and the job is behind the uniform line")
+        return Decision(ON_DEMAND, f"{no_spot} and the job is behind the uniform line")
     behind_at = s.started + span * s.done_s / total  # the line reaches the work done
-    return Decision(IDLE, "no spot; ahead of the uniform line: waits for spot, free", review_at=min(behind_at, net_at))
+    review = min(behind_at, net_at, s.now + d) if skipped else min(behind_at, net_at)
+    return Decision(IDLE, f"{no_spot}; ahead of the uniform line: waits, free", review_at=review)
 
 
-def _catch_up_at(s: Situation, line: object, margin: float) -> float:
+def _catch_up_at(s: Situation, line: Callable[[float], float], margin: float) -> float:
     """When a job progressing at full speed from now is ahead of line(t + margin)."""
     assert s.deadline is not None
     rate = (s.done_s + s.left_s) / max(s.deadline - s.started, 1.0)  # the line's slope, < 1
@@ -128,9 +193,10 @@ def _catch_up_at(s: Situation, line: object, margin: float) -> float:
 
 
 def _without_deadline(s: Situation) -> Decision:
-    risky = _spot_pays(s)
+    life = predicted_lifetime_s(s.seen, s.now)
+    pays = life is not None and life >= leave_on_demand_s(s)
     lost_too_many = s.losses >= s.on_demand_after
-    if lost_too_many and not risky:
+    if lost_too_many and not pays:
         return Decision(ON_DEMAND, f"{s.losses} machine(s) of this job lost (on_demand_after = {s.on_demand_after})")
     since = s.now if s.spot_refused_since is None else s.spot_refused_since
     give_up_at = since + s.max_spot_wait_s
@@ -139,27 +205,15 @@ def _without_deadline(s: Situation) -> Decision:
         return Decision(ON_DEMAND, f"no spot capacity for {_h(s.now - since)} (max_spot_wait_minutes)")
     if s.spot_now:
         if s.current == ON_DEMAND and lost_too_many:
-            return Decision(SPOT, f"spot can be had again and the spot machines here did {risky}")
+            return Decision(SPOT, "spot can be had again" + _life(life))
         return Decision(SPOT, "spot can be had" + (" again" if s.current == ON_DEMAND else ""))
     if s.current == ON_DEMAND:
         return Decision(ON_DEMAND, "no spot to go back to")
     return Decision(IDLE, f"no spot capacity; waits until {_h(s.max_spot_wait_s)} without it", review_at=give_up_at)
 
 
-def _spot_pays(s: Situation) -> str:
-    """Non-empty (the reason) when, over the spot lifetimes observed here, a move from on-demand
-    to spot is expected to pay: per move, the work a spot machine does (its life less one
-    changeover) saves that much on-demand time, against its spot bill (life / k) and one
-    changeover back on on-demand when it is reclaimed. In on-demand hours."""
-    recent = s.seen.lifetimes_s[-WINDOW:]
-    if len(recent) < MIN_EVIDENCE:
-        return ""
-    d, k = s.changeover_s, max(s.price_ratio, 1.0)
-    work = statistics.fmean(max(life - d, 0.0) for life in recent)
-    bill = statistics.fmean(recent) / k + d
-    if work <= bill:
-        return ""
-    return f"{_h(work)} of work per machine against {_h(bill)} of on-demand cost (last {len(recent)} observed)"
+def _life(life: Optional[float]) -> str:
+    return "" if life is None else f", its predicted lifetime {_h(life)}"
 
 
 def _h(seconds: float) -> str:

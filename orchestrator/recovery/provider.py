@@ -63,6 +63,8 @@ class LaunchRequest:
     market: str  # "spot" | "on-demand"
     launch_number: int  # 1, 2, ... for these jobs (the first job's, when several go together)
     gpus: int = 0  # the GPUs the jobs need together: the machine to launch (0: not said)
+    zone: str = ""  # with [[recovery.zones]]: the zone to launch in ("": the provider's own)
+    price: Optional[float] = None  # that zone's price per hour on `market`, where the config says
     # [storage] signing_key_env: the variable the new machine must hold the bucket key in (its name only)
     signing_key_env: str = ""
 

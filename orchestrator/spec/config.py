@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -209,6 +209,18 @@ class RecoveryAwsSection(_Section):
         return v
 
 
+class RecoveryZoneSection(_Section):
+    """[[recovery.zones]]: one zone the controller may launch in (docs/recovery.md#zones)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    spot_price: Optional[float] = Field(default=None, gt=0)  # per hour; not set: [pricing]
+    on_demand_price: Optional[float] = Field(default=None, gt=0)
+    # aws: where to launch in this zone (else [recovery.aws]'s)
+    region: Optional[str] = None
+    subnet: Optional[str] = None
+    launch_template: Optional[str] = None
+
+
 class RecoverySection(_Section):
     """[recovery]: what `orch watch` does when a job's machine is gone (docs/recovery.md)."""
 
@@ -225,9 +237,25 @@ class RecoverySection(_Section):
     launch_timeout_minutes: float = Field(default=20.0, gt=0)
     # A job without a deadline waits this long for spot capacity before it goes on-demand.
     max_spot_wait_minutes: float = Field(default=60.0, ge=0)
-    # A new machine's boot, install, adopt and resume: paid, no progress (the policy's changeover d).
+    # A new machine's boot, install and adopt: paid, no progress (with the job's measured resume
+    # after adoption, its hand-over, the policy's d).
     changeover_minutes: float = Field(default=12.0, ge=0)
+    # How long the controller itself may be away (a restart, a lost host): the deadline's safety
+    # net starts this much earlier, so a job it could not watch meanwhile still makes it.
+    controller_outage_minutes: float = Field(default=30.0, ge=0)
     aws: RecoveryAwsSection = RecoveryAwsSection()
+    # Markets in several zones: each launch goes to a (zone, market) pair (none: one market).
+    zones: list[RecoveryZoneSection] = []
+
+    @field_validator("zones")
+    @classmethod
+    def _zones(cls, v: list[RecoveryZoneSection]) -> list[RecoveryZoneSection]:
+        seen: set[str] = set()
+        for z in v:
+            if z.name in seen:
+                raise ValueError(f"two zones are named {z.name!r}: names must be unique")
+            seen.add(z.name)
+        return v
 
     @field_validator("launch", "stop", "alive")
     @classmethod
@@ -247,7 +275,9 @@ class RecoverySection(_Section):
         if self.provider == "command" and self.launch is None:
             raise ValueError('provider = "command" needs launch = ["program", "args"...]')
         if self.provider == "aws" and not self.aws.launch_template:
-            raise ValueError('provider = "aws" needs [recovery.aws] launch_template')
+            missing = [z.name for z in self.zones if not z.launch_template] if self.zones else ["-"]
+            if missing:
+                raise ValueError('provider = "aws" needs [recovery.aws] launch_template (or one in every zone)')
         return self
 
 

@@ -131,6 +131,31 @@ def test_launch_without_a_url_says_how_launch_takes_one(tmp_path):
     assert "orch launch JOB.toml --url s3://bucket/prefix" in ran.stderr and "orch adopt" not in ran.stderr
 
 
+def test_launch_refuses_a_deadline_nearer_than_the_jobs_estimate(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from orchestrator.home.paths import Home
+    from orchestrator.store import Store
+
+    url = f"file://{tmp_path}/bucket"
+    home = controller(tmp_path, "ctl", url)
+    path = job_file(tmp_path, gpus=0)
+    assert orch(home, "submit", str(path)).returncode == 0
+    store = Store(Home(home).db)  # that job ran here before: two hours
+    (row,) = store.jobs()
+    store.db.execute("UPDATE jobs SET state='succeeded', run_seconds=7200, cost=1.0 WHERE id=?", (row.id,))
+    store.db.commit()
+    store.close()
+    now = datetime.now(timezone.utc)
+    soon = orch(home, "launch", str(path), "--deadline", (now + timedelta(hours=1)).isoformat(timespec="minutes"))
+    assert soon.returncode == 2 and "Traceback" not in soon.stderr
+    assert "shorter than the job's estimate of 2.00 h" in soon.stderr and "hello.toml" in soon.stderr, soon.stderr
+    assert bucket_jobs(url) == []
+    later = orch(home, "launch", str(path), "--deadline", (now + timedelta(hours=3)).isoformat(timespec="minutes"))
+    assert later.returncode == 0, later.stderr
+    assert len(bucket_jobs(url)) == 1
+
+
 def test_launch_refuses_a_file_bucket_folder_that_does_not_exist_in_one_line(tmp_path):
     """A typo would make a new bucket no `orch watch` reads (exit 0, the job never placed): refused
     as `orch storage check` and `orch watch` refuse it, nothing created, nothing recorded."""

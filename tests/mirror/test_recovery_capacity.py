@@ -31,6 +31,7 @@ from orchestrator.store import Store
 LAUNCH_SH = r"""#!/bin/bash
 echo "$ORCH_RECOVERY_LAUNCH $ORCH_RECOVERY_MARKET $ORCH_RECOVERY_GPUS $ORCH_RECOVERY_JOBS" >> "$DIR/requests"
 if [ "$ORCH_RECOVERY_MARKET" = spot ] && [ ! -e "$DIR/capacity" ]; then echo "InsufficientInstanceCapacity in zone a"; exit 69; fi
+if [ "$ORCH_RECOVERY_MARKET" = on-demand ] && [ -e "$DIR/no-on-demand" ]; then echo "no on-demand in zone a"; exit 69; fi
 if [ -e "$DIR/hang-$ORCH_RECOVERY_JOBS" ]; then while [ -e "$DIR/hang-$ORCH_RECOVERY_JOBS" ]; do sleep 0.05; done; fi
 echo "machine-$ORCH_RECOVERY_LAUNCH"
 """
@@ -141,6 +142,26 @@ def test_after_max_spot_wait_the_waiting_job_goes_on_demand_on_the_same_claim(tm
     (claim,) = cl.read_claims(remote, uid)
     assert claim.status == cl.LAUNCHED and claim.market == "on-demand" and "max_spot_wait_minutes" in claim.extra["why"]
     assert kinds(c) == ["machine_lost", "capacity_wait", "relaunched"]  # max_launches = 1 was enough
+
+
+def test_on_demand_refused_with_nowhere_else_to_go_backs_off_instead_of_every_poll(tmp_path, remote, monkeypatch):
+    monkeypatch.setenv("DIR", str(tmp_path))
+    (tmp_path / "no-on-demand").touch()
+    clock = Clock(10_000.0)
+    uid = uid_of(4)
+    put_job(remote, uid, clock.t - 120)
+    c = make_controller(tmp_path, remote, clock, on_demand_after=0)  # on-demand only
+    for _ in range(12):  # 110 s of polls every 10 s: tries after 0, 10, 30 and 70 s (a doubling backoff)
+        c.pass_once()
+        clock.t += 10
+    assert [r.split()[1] for r in requests(tmp_path)] == ["on-demand"] * 4
+    (claim,) = cl.read_claims(remote, uid)
+    assert claim.status == cl.NO_CAPACITY and claim.extra["capacity_tries"] == 4
+    (tmp_path / "no-on-demand").unlink()
+    clock.t += 60  # past the next try's moment (150 s)
+    c.pass_once()
+    (claim,) = cl.read_claims(remote, uid)
+    assert claim.status == cl.LAUNCHED and claim.market == "on-demand"
 
 
 @pytest.mark.parametrize("code", [70, 1])

@@ -66,3 +66,49 @@ def test_market_benchmark_refuses_a_folder_without_traces(tmp_path):
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert done.returncode == 2 and "no *.json traces" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_market_benchmark_zones_on_two_synthetic_zones(tmp_path):
+    # Two zones whose spot comes and goes out of step: 2 h up, 2 h down, for 5 days, one shifted
+    # by an hour -- together, spot is almost always somewhere.
+    a = ([1] * 12 + [0] * 12) * 5 * 3
+    b = a[6:] + a[:6]
+    for name, values in (("zone-a", a), ("zone-b", b)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": values}))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.market",
+            str(tmp_path),
+            "--zones",
+            "--starts",
+            "2",
+            "--job-hours",
+            "8",
+            "--deadline-hours",
+            "12",
+            "--workers",
+            "1",
+            "--oracle",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert {"orch", "uniform_progress", "on_demand", "uniform_progress@zone-a", "uniform_progress@zone-b"} <= set(
+        result
+    )
+    single = result["uniform_progress single zone"]
+    assert single["best_zone"] in ("zone-a", "zone-b")
+    for name in ("orch", "uniform_progress"):
+        row = result[name]
+        assert row["missed"] == 0 and row["given_up"] == 0 and row["runs"] == 2, (name, row)
+        # Spot in either zone: cheaper than in either zone alone, and never under the oracle.
+        assert row["cost_vs_on_demand"] <= single["best"], (name, row, single)
+        assert result["oracle"]["cost_vs_on_demand"] <= row["cost_vs_on_demand"], name
+    assert result["on_demand"]["cost_vs_on_demand"] == 1.0

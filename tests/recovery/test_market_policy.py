@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from orchestrator.model.markets import IDLE, ON_DEMAND, SPOT
-from orchestrator.recovery.policy import Seen, Situation, break_even_lifetime_s, decide
+from orchestrator.recovery.policy import Seen, Situation, decide, predicted_lifetime_s
 
 H = 3600.0
 D = 0.2 * H  # changeover
@@ -27,6 +27,11 @@ BASE = Situation(
 LONG_LIVED = Seen(lifetimes_s=(3 * H, 4 * H, 5 * H))  # spot machines here live hours
 SHORT_LIVED = Seen(lifetimes_s=(600.0, 600.0, 900.0))  # ... or minutes
 TOO_FEW = Seen(lifetimes_s=(5 * H, 5 * H))  # below MIN_EVIDENCE: not believed
+AN_HOUR = Seen(lifetimes_s=(H, H, H))
+# Most spot machines here lived minutes, a few hours: an offer is judged by its age.
+MIXED = (600.0, 600.0, 900.0, 900.0, 4 * H, 5 * H, 6 * H)
+FRESH = Seen(lifetimes_s=MIXED, down_at=10 * H)  # spot came back just now
+AGED = Seen(lifetimes_s=MIXED, down_at=9 * H)  # spot has been up an hour
 
 
 def case(**changes):
@@ -100,6 +105,51 @@ CASES = [
         ON_DEMAND,
     ),
     (
+        "on-demand, spot up, behind, hour-long spot, free hand-over: 1 h > 2kd/(k-1) = 0.59 h: spot",
+        case(current=ON_DEMAND, spot_now=True, done_s=7 * H, left_s=41 * H, seen=AN_HOUR),
+        SPOT,
+    ),
+    (
+        "on-demand, spot up, behind, hour-long spot, 0.4 h hand-over measured: under 1.76 h: stays",
+        case(current=ON_DEMAND, spot_now=True, done_s=7 * H, left_s=41 * H, seen=AN_HOUR, handover_s=0.4 * H),
+        ON_DEMAND,
+    ),
+    (
+        "on-demand, ahead at now + 2d, but spot predicted to outlive no move: stays",
+        case(current=ON_DEMAND, spot_now=True, done_s=9 * H, left_s=39 * H, seen=SHORT_LIVED),
+        ON_DEMAND,
+    ),
+    (
+        "idle, ahead, spot offered but predicted under kd/(k-1): skipped, waits free",
+        case(spot_now=True, done_s=9 * H, left_s=39 * H, seen=SHORT_LIVED),
+        IDLE,
+    ),
+    (
+        "idle, behind, spot offered but predicted under kd/(k-1): on-demand",
+        case(spot_now=True, done_s=7 * H, left_s=41 * H, seen=SHORT_LIVED),
+        ON_DEMAND,
+    ),
+    (
+        "on-demand, behind, a fresh offer where most spot lived minutes: stays",
+        case(current=ON_DEMAND, spot_now=True, done_s=7 * H, left_s=41 * H, seen=FRESH),
+        ON_DEMAND,
+    ),
+    (
+        "on-demand, behind, the same market's offer an hour old: its survivors lived hours: spot",
+        case(current=ON_DEMAND, spot_now=True, done_s=7 * H, left_s=41 * H, seen=AGED),
+        SPOT,
+    ),
+    (
+        "too few lifetimes seen: Uniform Progress (behind: stays on on-demand)",
+        case(current=ON_DEMAND, spot_now=True, done_s=7 * H, left_s=41 * H, seen=TOO_FEW),
+        ON_DEMAND,
+    ),
+    (
+        "deadline cannot be met even on on-demand: on-demand, the earliest finish",
+        case(now=30 * H, done_s=8 * H, left_s=40 * H, spot_now=True),
+        ON_DEMAND,
+    ),
+    (
         "no deadline, lost them, spot back, long-lived seen: spot",
         case(deadline=None, current=ON_DEMAND, spot_now=True, losses=3, seen=LONG_LIVED),
         SPOT,
@@ -134,7 +184,24 @@ def test_safety_net_leaves_room_for_a_detected_loss():
     assert decide(dataclasses.replace(at, reaction_s=0.5 * H)).market == ON_DEMAND
 
 
-def test_break_even_lifetime_from_changeover_and_price():
-    # d (k + 1) / (k - 1): 0.2 h at a ratio of 3 is 0.4 h; a longer changeover needs longer lives.
-    assert break_even_lifetime_s(0.2 * H, 3.0) == pytest.approx(0.4 * H)
-    assert break_even_lifetime_s(0.4 * H, 3.0) > break_even_lifetime_s(0.2 * H, 3.0)
+def test_controller_outage_widens_the_safety_net():
+    at = case(now=49.4 * H, done_s=38.1 * H, left_s=9.9 * H, spot_now=True)
+    assert decide(at).market == SPOT
+    assert decide(dataclasses.replace(at, outage_s=0.5 * H)).market == ON_DEMAND
+
+
+def test_infeasible_deadline_says_the_earliest_finish():
+    idle = decide(case(now=30 * H, done_s=8 * H, left_s=40 * H))
+    # 40 h of work and a new machine's 0.2 h from 30 h: 70.2 h, after the 60 h deadline.
+    assert idle.infeasible_at == pytest.approx(70.2 * H) and "cannot be met" in idle.why
+    running = decide(case(now=30 * H, done_s=8 * H, left_s=40 * H, current=ON_DEMAND, handover_s=0.1 * H))
+    assert running.infeasible_at == pytest.approx(70 * H)  # it runs already: no new machine to pay
+    assert decide(case(now=19 * H, done_s=8 * H, left_s=40 * H)).infeasible_at is None  # 59.2 h: it can
+
+
+def test_prediction_by_the_offers_age():
+    assert predicted_lifetime_s(TOO_FEW, 10 * H) is None
+    assert predicted_lifetime_s(FRESH, 10 * H) == pytest.approx(900.0)  # the median of all seven
+    assert predicted_lifetime_s(AGED, 10 * H) == pytest.approx(4 * H)  # of 4, 5, 6 h: 3, 4, 5 h left
+    # Older than all but two seen: at least as long again as it has been up.
+    assert predicted_lifetime_s(Seen(lifetimes_s=MIXED, down_at=0.0), 5.5 * H) == pytest.approx(5.5 * H)
