@@ -134,6 +134,7 @@ def test_defaults_name_is_the_type_and_events_are_the_outcomes() -> None:
             "relaunch_failed",
             "stop_failed",
             "untrusted",
+            "deadline_infeasible",
         }
     )
     assert notifier.min_interval_s == 3.0
