@@ -27,6 +27,8 @@ RACY=(
   tests/slurm/test_slurm_cost.py
   tests/mirror/test_mirror_daemon.py
   tests/mirror/test_recovery_e2e.py
+  tests/mirror/test_teardown_e2e.py
+  tests/mirror/test_adopt_wait.py
 )
 files=("$@")
 [ "${#files[@]}" -gt 0 ] || files=("${RACY[@]}")
