@@ -371,10 +371,12 @@ class OrchHome:
 
 def kill_leftover_attempts(home: Home) -> None:
     """SIGKILL any job or supervisor still alive in `home`, identified by pid and start time from
-    attempt-<n>.pid: a failed test must not leave training processes behind."""
+    attempt-<n>.pid: a failed test must not leave training processes behind. The supervisor goes
+    first: as on a machine that is gone, nothing is left to write the job's exit record (killed
+    second, it could record the job's SIGKILL, an ending instead of a lost attempt)."""
     for pid_file in home.runs.glob("*/attempt-*.pid"):
         info = read_json(pid_file) or {}
-        for key in ("job", "supervisor"):
+        for key in ("supervisor", "job"):
             pid, started = info.get(f"{key}_pid"), info.get(f"{key}_start")
             if pid and is_alive(pid, started):
                 try:
