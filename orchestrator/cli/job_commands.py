@@ -333,25 +333,17 @@ def retry(
 def accept_current_environment(job_id: int) -> None:
     import os
 
-    from ..jobs.attempts import job_argv, job_env
     from ..host.env_record import accept_environment
-
+    from ..jobs.attempts import attempt_command
     from ..model.states import RETRYABLE
 
     job, home = ctx.store().get(job_id), ctx.home
     if job.state not in RETRYABLE:
         return  # retry_job says why it cannot be retried
     run_dir = home.run_dir(job_id)
-    argv, cwd = job_argv(job.spec, run_dir)
-    env = job_env(
-        os.environ,
-        job_id=job_id,
-        attempt=job.attempt + 1,
-        run_dir=run_dir,
-        gpu_ids=[],
-        resume_from=None,
-        extra=job.spec.get("env") or {},
-    )
+    # The next attempt's own command and environment ([env], pass_env, instrument), as the daemon builds them.
+    command = attempt_command(run_dir, job, job.attempt + 1, [], os.environ)
+    argv, env, cwd = command.argv, command.env, command.cwd
     problem = accept_environment(run_dir, argv, env, cwd)
     if problem:
         raise OrchError(f"job {job_id}: cannot record the environment to accept: {problem}")

@@ -4,8 +4,6 @@ at once instead of at the next tick, and the orderly stop on SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import logging.handlers
 import signal
@@ -23,7 +21,7 @@ from ..jobs.notify import build_channels
 from ..spec.config import Config, preemption_file
 from ..home.daemon_lock import DaemonLock
 from ..home.paths import Home
-from ..home.wake import COUNTERS, WARM_PREFLIGHT, listen
+from ..home.wake import COUNTERS, WARM_PREFLIGHT, answer_counters, listen
 from ..model.states import EventKind, JobState, notice_detail
 from ..store import Store
 from .tick import Daemon
@@ -279,8 +277,7 @@ class DaemonRuntime:
             except OSError:
                 return
             if what == COUNTERS:  # a question, not a nudge: answered, nothing done
-                with contextlib.suppress(OSError):
-                    sock.sendto(json.dumps(self.daemon.counters()).encode(), sender)
+                answer_counters(sock, sender, self.daemon.counters())
                 continue
             if what == WARM_PREFLIGHT:
                 self.want_warm_preflight()

@@ -8,7 +8,7 @@ import os
 import secrets
 import socket
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 
 WAKE = b"w"  # look at the queue now
@@ -52,3 +52,11 @@ def counters(sock_path: Path, timeout_s: float = 2.0) -> Optional[dict[str, int]
         return {k: int(v) for k, v in found.items()} if isinstance(found, dict) else None
     except (OSError, ValueError):
         return None
+
+
+def answer_counters(sock: socket.socket, sender: Any, found: dict[str, int]) -> None:
+    """The daemon's side of `counters`: the answer to the one who asked (gone meanwhile: nothing)."""
+    try:
+        sock.sendto(json.dumps(found).encode(), sender)
+    except OSError:
+        pass
