@@ -375,7 +375,7 @@ url_env = "ORCH_TEST_WECOM_URL"
 
 def test_a_row_still_backing_off_holds_back_the_later_rows_of_its_channel(tmp_path, servers):
     from notifiers import Message, build_notifiers
-    from orchestrator.daemon.outbox import OutboxSender
+    from orchestrator.jobs.outbox import OutboxSender
     from orchestrator.model.records import Outgoing
     from orchestrator.store import Store
 

@@ -50,7 +50,7 @@ class DaemonRuntime:
 
     def __init__(self, home: Home, config: Config, store: Store):
         from .hooks import HookRunner
-        from .outbox import OutboxSender
+        from ..jobs.outbox import OutboxSender
         from .notice_watch import NoticeWatcher
         from .preemption import build_sources
 

@@ -157,7 +157,7 @@ def test_the_dashboard_store_is_read_only(tmp_path):
 
 def test_the_daemon_and_the_dashboard_never_import_the_event_writer_or_torch():
     code = (
-        "import sys; import orchestrator.daemon.tick, orchestrator.daemon.outbox, orchestrator.dashboard.server;"
+        "import sys; import orchestrator.daemon.tick, orchestrator.jobs.outbox, orchestrator.dashboard.server;"
         "import notifiers.email, notifiers.wechat, notifiers.curve;"
         "bad = [m for m in ('tensorboardX', 'training.logs.run_logs', 'torch', 'pytorch_lightning') if m in sys.modules];"
         "print(bad)"

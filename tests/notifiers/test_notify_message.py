@@ -136,7 +136,7 @@ def test_event_kinds_match_the_daemons_vocabulary() -> None:
 
 
 def test_importing_notifiers_pulls_in_no_heavy_libraries() -> None:
-    code = "import sys, notifiers, orchestrator.daemon.outbox; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    code = "import sys, notifiers, orchestrator.jobs.outbox; print(sorted({m.split('.')[0] for m in sys.modules}))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     for heavy in ("torch", "lightning", "transformers", "datasets", "apprise"):
         assert f"'{heavy}'" not in loaded

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from notifiers import Message, NotifyError, build_notifiers
-from orchestrator.daemon.outbox import OutboxSender
+from orchestrator.jobs.outbox import OutboxSender
 from orchestrator.model.records import Outgoing
 from orchestrator.store import Store
 

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from notifiers import Message, Notifier, NotifyError
 
-from ..jobs.backoff import backoff_s
+from .backoff import backoff_s
 from ..contract import METRICS_CSV
 from ..redaction import redact
 from ..cost.money import format_duration
