@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # contract id -> (file to plant in, the line planted, the contract's name as lint-imports prints it)
 PLANTS = {
     "layers": ("orchestrator/host/gpus.py", "from ..spec import bounds  # planted", "The core's floors"),
+    "cli-light": ("orchestrator/cli/doctor.py", "from ..daemon import tick  # planted", "The CLI reaches the daemon"),
     "training-layers": ("training/resume/rng.py", "from training.builtin import rows  # planted", "training's floors"),
     "acyclic": ("orchestrator/spec/bounds.py", "from . import config  # planted", "No import circle"),
     "light-core": ("orchestrator/views/render.py", "import torch  # planted", "never import the training stack"),

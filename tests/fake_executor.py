@@ -75,5 +75,5 @@ class FakeExecutor:
         return None
 
 
-def doctor_check(config: Any, home: Home) -> tuple[bool, str, str]:
-    return True, f"the fake cluster sees {home.runs}", ""
+def doctor_check(config: Any, home: Home) -> tuple[str, str, str]:
+    return "ok", f"the fake cluster sees {home.runs}", ""

@@ -188,7 +188,7 @@ def step_env(run_dir: Path, **more: str) -> dict[str, str]:
 
 def test_the_ray_step_hands_the_job_its_secrets_after_deleting_the_file_and_never_prints_them(tmp_path):
     write_secret_file(tmp_path, 1, {"WANDB_API_KEY": WANDB_KEY})
-    step = [sys.executable, "-m", "orchestrator.executors.ray_step", "--run-dir", str(tmp_path), "--attempt", "1"]
+    step = [sys.executable, "-m", "orchestrator.executors.ray.step", "--run-dir", str(tmp_path), "--attempt", "1"]
     ran = subprocess.run(
         [*step, "--with-secrets", "--", sys.executable, "-c", PROBE, KEY_SHA],
         env=step_env(tmp_path),
@@ -203,7 +203,7 @@ def test_the_ray_step_hands_the_job_its_secrets_after_deleting_the_file_and_neve
 
 
 def test_a_ray_step_whose_secret_file_is_missing_does_not_start_the_job(tmp_path):
-    step = [sys.executable, "-m", "orchestrator.executors.ray_step", "--run-dir", str(tmp_path), "--attempt", "1"]
+    step = [sys.executable, "-m", "orchestrator.executors.ray.step", "--run-dir", str(tmp_path), "--attempt", "1"]
     ran = subprocess.run(
         [*step, "--with-secrets", "--", sys.executable, "-c", "import os; open(os.environ['RUN'] + '/ran', 'w')"],
         env=step_env(tmp_path),
@@ -228,7 +228,7 @@ def test_the_slurm_batch_step_hands_srun_the_secrets_and_keeps_them_out_of_its_o
     run_dir.mkdir()
     write_secret_file(run_dir, 1, {"WANDB_API_KEY": WANDB_KEY})
     ran = subprocess.run(
-        [sys.executable, "-m", "orchestrator.executors.slurm_step", "batch", "--run-dir", str(run_dir)]
+        [sys.executable, "-m", "orchestrator.executors.slurm.step", "batch", "--run-dir", str(run_dir)]
         + ["--attempt", "1", "--with-secrets", "--", sys.executable, "-c", PROBE, KEY_SHA],
         env=step_env(run_dir, ORCH_SRUN=str(srun)),
         capture_output=True,

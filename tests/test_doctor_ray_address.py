@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.cli.doctor_config import check_ray_address, exposed_address
-from orchestrator.cli.doctor_findings import WARN, Finding
+from orchestrator.executors.ray.doctor import address_check, exposed_address
+from orchestrator.model.executor_kinds import executor_kind
+from orchestrator.spec.config import load_config
 
 NAMES = {"ray-head.internal": ["10.1.2.3"], "ray.example.com": ["10.0.0.9", "8.8.4.4"], "nowhere": []}
 
@@ -42,13 +43,21 @@ def test_which_addresses_are_plain_http_to_the_public(address, public):
     assert exposed_address(address, resolve) == public
 
 
-def test_doctor_warns_with_the_address_and_the_fix():
-    out: list[Finding] = []
-    check_ray_address("http://ray.example.com:8265", out, resolve)
-    (finding,) = out
-    assert finding.area == "ray" and finding.level == WARN
-    assert "plain http:// to a public address (8.8.4.4)" in finding.text and "no login" in finding.text
-    assert "bind it to a private address, firewall it, or put it behind the platform's auth" in finding.fix
-    quiet: list[Finding] = []
-    check_ray_address("http://127.0.0.1:8265", quiet, resolve)
-    assert quiet == []
+def ray_config(tmp_path, address):
+    path = tmp_path / "config.toml"
+    path.write_text(f'[executor]\nkind = "ray"\n\n[ray]\naddress = "{address}"\n')
+    return load_config(path)
+
+
+def test_doctor_warns_with_the_address_and_the_fix(tmp_path):
+    level, text, fix = address_check(ray_config(tmp_path, "http://ray.example.com:8265"), None, resolve)
+    assert level == "warn"
+    assert "plain http:// to a public address (8.8.4.4)" in text and "no login" in text
+    assert "bind it to a private address, firewall it, or put it behind the platform's auth" in fix
+    assert address_check(ray_config(tmp_path, "http://127.0.0.1:8265"), None, resolve) is None
+
+
+def test_the_ray_kind_declares_the_address_check():
+    """`orch doctor` runs it because the registry says so (model/executor_kinds.py), not because
+    the doctor knows Ray."""
+    assert "orchestrator.executors.ray.doctor:address_check" in executor_kind("ray").doctor_checks

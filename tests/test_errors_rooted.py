@@ -45,7 +45,7 @@ def test_every_error_class_is_an_orch_error():
 
 def test_retryable_is_the_one_word():
     from notifiers.base import NotifyError
-    from orchestrator.executors.slurm_script import SlurmError
+    from orchestrator.executors.slurm.script import SlurmError
     from orchestrator.objectstore.remote import StorageError
 
     assert StorageError("down").retryable and not StorageError("bad url", retryable=False).retryable

@@ -56,4 +56,23 @@ def test_a_new_kind_is_its_module_and_one_registry_entry(orch_home, fake_kind):
     job = h.submit("on-fake")
     done = h.tick_state(d, job, JobState.SUCCEEDED)
     assert done.executor == "fake" and fake_executor.STARTED[-1] == job
-    assert run_doctor_checks(h.config, h.home) == [("fake", True, f"the fake cluster sees {h.home.runs}", "")]
+    assert run_doctor_checks(h.config, h.home) == [("fake", "ok", f"the fake cluster sees {h.home.runs}", "")]
+
+
+def test_no_module_outside_the_executors_and_the_registry_spells_a_kind():
+    """What lets a new kind be its module and one registry entry: no string in orch's code outside
+    orchestrator/executors/ and model/executor_kinds.py is a kind's name (a docstring or a sentence
+    may mention one; a value compared with or defaulted to one may not: it names the registry's)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "orchestrator"
+    allowed = {root / "model" / "executor_kinds.py"}
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path in allowed or (root / "executors") in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in KINDS:
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno}: {node.value!r}")
+    assert found == []

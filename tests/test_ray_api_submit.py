@@ -1,4 +1,4 @@
-"""Ray's submit is idempotent by the submission id (executors/ray_api.py), against a real loopback
+"""Ray's submit is idempotent by the submission id (executors/ray/api.py), against a real loopback
 HTTP server that speaks the shape of Ray's Jobs REST API and can be slow: an answer that comes
 after the submit timeout (the head took the job all the same) is adopted, a repeated submit finds
 the job Ray already has, and only a head that took nothing is "unreachable". No Ray needed."""
@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from orchestrator.executors.ray_api import RayJobsApi, RayRefused, RayUnreachable
+from orchestrator.executors.ray.api import RayJobsApi, RayRefused, RayUnreachable
 
 
 class SlowHead:

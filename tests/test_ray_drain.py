@@ -1,6 +1,6 @@
 """A Ray node marked draining (GcsNodeInfo.state_snapshot = DRAINING: Ray's autoscaler draining a
 spot node it was told will be preempted, or `ray drain-node`) is a notice for the attempts running
-on it (executors/ray_watch.drain_notices), read from the dashboard's node summary in the shape Ray
+on it (executors/ray/watch.drain_notices), read from the dashboard's node summary in the shape Ray
 2.60 answers. Tested on that mapping alone: on a one-host test cluster Ray's dashboard keeps the
 summary it read when each node joined, so a drain (`ray drain-node`, tried) never shows there."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.executors.ray_api import RayJob, RayNode
-from orchestrator.executors.ray_watch import drain_notices
+from orchestrator.executors.ray.api import RayJob, RayNode
+from orchestrator.executors.ray.watch import drain_notices
 
 W1, W2 = "137ee1a0" + "68" * 24, "757e18cf" + "8a" * 24
 

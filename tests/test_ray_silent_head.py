@@ -1,5 +1,5 @@
 """A preemption notice never waits behind a Ray head that does not answer (issue 44): the daemon's
-calls to the head (submit, stop, the job list) run off its tick lock (executors/ray_wire.py,
+calls to the head (submit, stop, the job list) run off its tick lock (executors/ray/wire.py,
 daemon/executor_io.py), so the notice handler, which needs that lock, SIGTERMs the jobs it can
 reach while a submit is still held by the head. A real `orch daemon run` configured for Ray, a
 real file notice, a real `orch run` job beside it (a local process the daemon signals), and a

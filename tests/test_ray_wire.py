@@ -1,4 +1,4 @@
-"""The Ray executor's calls to the head made off the tick's lock (executors/ray_wire.py): a start
+"""The Ray executor's calls to the head made off the tick's lock (executors/ray/wire.py): a start
 only queues the submit and the next exchange sends it; a stop of a job still pending in Ray is
 sent by the exchange and its exit record written once Ray took it; a job no node can hold fails at
 once (exit 78) and a submit the head refuses ends the attempt (exit 127), each with its reason. An

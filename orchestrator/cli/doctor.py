@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..home.paths import Home
-from .doctor_config import check_config, check_notifiers, check_ray_address
-from .doctor_findings import BAD, OK, Finding
+from .doctor_config import check_config, check_notifiers
+from .doctor_findings import BAD, OK, WARN, Finding
 from .doctor_home import check_clock, check_daemon, check_disk, check_store
 from .doctor_jobs import check_jobs, check_orphans
 
@@ -41,8 +41,6 @@ def run_checks(home: Home, config_path: Path, config_required: bool, *, now: Opt
     if config is not None:
         check_notifiers(config, out)
         check_executor(home, config, out)
-    if config is not None and config.executor.kind == "ray":  # a dashboard open to the world: a warning
-        check_ray_address(config.ray.address, out)
     check_clock(home, out, now)
     return out
 
@@ -53,5 +51,6 @@ def check_executor(home: Home, config, out: list[Finding]) -> None:
     file written here and writes one back: the only thing doctor starts)."""
     from ..executors import run_doctor_checks
 
-    for area, ok, text, fix in run_doctor_checks(config, home):
-        out.append(Finding(area, OK if ok else BAD, text, "" if ok else fix))
+    levels = {"ok": OK, "warn": WARN, "bad": BAD}
+    for area, level, text, fix in run_doctor_checks(config, home):
+        out.append(Finding(area, levels[level], text, "" if level == "ok" else fix))

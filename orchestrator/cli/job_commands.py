@@ -10,6 +10,7 @@ from typing import Any, Callable, List, Optional
 import typer
 
 from ..model.errors import OrchError
+from ..model.executor_kinds import LOCAL
 from ..home.paths import Home
 from .context import app, ctx, currency, daemon_pid, emit_json, err, poke
 
@@ -173,7 +174,7 @@ def run(
     if (job_toml is None) == (resume is None):
         raise typer.BadParameter("give a job file or --resume ID (one of them)")
     if job_toml is not None:  # the same checks as submit, before anything is recorded; it runs here
-        _preflight(job_toml, time.time(), len(machine_gpus(ctx.config())), "local")
+        _preflight(job_toml, time.time(), len(machine_gpus(ctx.config())), LOCAL)
     _refuse_when_the_total_budget_is_spent()
     code = run_foreground(ctx.home.ensure(), ctx.store(), ctx.config(), job_toml=job_toml, resume_id=resume, say=err)
     raise typer.Exit(code)

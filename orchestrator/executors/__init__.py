@@ -51,12 +51,15 @@ def build_local_executor(home: "Home") -> "LocalExecutor":
     return LocalExecutor(home)
 
 
-def run_doctor_checks(config: "Config", home: "Home") -> list[tuple[str, bool, str, str]]:
-    """`orch doctor`'s checks the configured kind declares: (area, ok, text, fix) for each."""
+def run_doctor_checks(config: "Config", home: "Home") -> list[tuple[str, str, str, str]]:
+    """`orch doctor`'s checks the configured kind declares: (area, level, text, fix) for each that
+    has something to say, level "ok", "warn" or "bad"."""
     kind = executor_kind(config.executor.kind)
     found = []
     for ref in kind.doctor_checks:
         module, _, name = ref.partition(":")
-        ok, text, fix = getattr(importlib.import_module(module), name)(config, home)
-        found.append((kind.name, ok, text, fix))
+        said = getattr(importlib.import_module(module), name)(config, home)
+        if said is not None:
+            level, text, fix = said
+            found.append((kind.name, level, text, fix))
     return found

@@ -1,7 +1,7 @@
 """An attempt's secret file: how a cluster job (Ray, Slurm) gets the values it must never see in the
 cluster's job table (Ray's runtime_env, which the dashboard serves; a Slurm job's environment). The
 daemon writes `attempt-<n>.secrets.json` into the run folder, which every node shares; the job-side
-step (ray_step, slurm_step) reads it, deletes it and starts the command with the values in its
+step (ray/step.py, slurm/step.py) reads it, deletes it and starts the command with the values in its
 environment; the daemon removes it again when it sees the attempt end, whether the step ran or not.
 
 Owner-only from its first byte: the temp file is created with mode 0600 (os.open with O_EXCL, so

@@ -64,7 +64,7 @@ def settle_a_runnerless_attempt(
     from .attempts import grace_for
     from .settling import lose_attempt, settle_attempt
 
-    if job.executor != "local" and not job.in_foreground:
+    if job.executor != LOCAL and not job.in_foreground:
         say(
             f"job {job.id} runs on {job.executor}; "
             + ("the daemon settles and resumes it" if daemon else "`orch daemon start` settles and resumes it")

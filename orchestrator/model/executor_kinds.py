@@ -28,7 +28,7 @@ class ExecutorKind:
     # Why a job may not ask `nodes > 1` here (the words after "but"); None: several nodes are fine.
     one_node: Optional[str] = "this orch runs jobs on this one machine"
     # `orch doctor`'s checks when it is the configured kind: "module:function", each called as
-    # function(config, home) -> (ok, text, fix).
+    # function(config, home) -> (level, text, fix), level "ok", "warn" or "bad"; or None: nothing to say.
     doctor_checks: tuple[str, ...] = ()
 
     @property
@@ -47,6 +47,10 @@ class ExecutorKind:
 
 
 KINDS: dict[str, ExecutorKind] = {}
+
+# The names the rest of orch may need as values (a row's `executor` column, the default kind),
+# spelled here only: LOCAL is the default, RAY what views/ray_where.py shows a Ray attempt's node for.
+LOCAL, SLURM, RAY = "local", "slurm", "ray"
 
 
 def register(kind: ExecutorKind) -> ExecutorKind:
@@ -74,14 +78,14 @@ def multi_node_kinds() -> list[str]:
 
 register(
     ExecutorKind(
-        name="local",
+        name=LOCAL,
         builder="orchestrator.executors.local:LocalExecutor",
     )
 )
 register(
     ExecutorKind(
-        name="slurm",
-        builder="orchestrator.executors.slurm:SlurmExecutor",
+        name=SLURM,
+        builder="orchestrator.executors.slurm.executor:SlurmExecutor",
         section="slurm",
         bills_by_allocation=True,
         max_gpus_key="slurm.max_gpus",
@@ -90,12 +94,15 @@ register(
 )
 register(
     ExecutorKind(
-        name="ray",
-        builder="orchestrator.executors.ray:RayExecutor",
+        name=RAY,
+        builder="orchestrator.executors.ray.executor:RayExecutor",
         section="ray",
         bills_by_allocation=True,
         max_gpus_key="ray.max_gpus",
         one_node="on Ray each attempt runs on one node",  # multi-node DDP through Ray Train is not built
-        doctor_checks=("orchestrator.executors.ray_shared:doctor_check",),
+        doctor_checks=(
+            "orchestrator.executors.ray.shared:doctor_check",
+            "orchestrator.executors.ray.doctor:address_check",
+        ),
     )
 )

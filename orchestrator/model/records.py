@@ -10,16 +10,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
+from .executor_kinds import LOCAL as LOCAL  # the default `executor` column (kinds are named there)
 from .states import AttemptOutcome, Intent, JobState
 
 # The key of a job's executor_ref that `orch run` sets while its attempt runs in the foreground.
 FOREGROUND_PID = "foreground_pid"
 FOREGROUND_START = "foreground_start"  # with the pid: the process's start time (a pid alone is recycled)
 
-# The `executor` column: which executor started the job's current attempt ("local", "slurm", "ray",
-# or FOREGROUND for `orch run`), written when the attempt begins, so each attempt is watched and
+# The `executor` column: which executor started the job's current attempt (a kind of
+# model/executor_kinds.py, or FOREGROUND for `orch run`), written when the attempt begins, so each attempt is watched and
 # reaped by the executor that started it whatever config.toml says now (executors/by_kind.py).
-LOCAL = "local"
 FOREGROUND = "foreground"  # `orch run`: a process on this machine that accrues its own attempt
 
 # The local executor's per-attempt parent process: executors/local.py starts it, `orch doctor`
@@ -65,7 +65,7 @@ class Job:
     max_cost: Optional[float]
     max_hours: Optional[float]
     uid: str  # global id: stays the same when the job is adopted on another machine
-    executor: str  # which executor started its current attempt: "local", "slurm", "ray", FOREGROUND
+    executor: str  # which executor started its current attempt: a kind (model/executor_kinds.py), FOREGROUND
     executor_ref: dict[str, Any]  # that executor's handle on the current attempt (local uses supervisor_*)
 
     @property

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .bounds import control_problem
 from ..model.errors import ConfigError
-from ..model.executor_kinds import unknown_kind_problem
+from ..model.executor_kinds import LOCAL, unknown_kind_problem
 from ..model.states import DEFAULT_NOTIFY_EVENTS, EventKind
 from .problems import TomlTable, problems_from
 from .ray_section import RaySection
@@ -148,7 +148,7 @@ class LoggingSection(_Section):
 class ExecutorSection(_Section):
     # where attempts run: this machine, a Slurm cluster ([slurm]) or a Ray cluster ([ray]); the kinds
     # are model/executor_kinds.py's table
-    kind: str = "local"
+    kind: str = LOCAL
 
     @field_validator("kind")
     @classmethod

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ..spec.bounds import INT64_MAX, INT64_MIN
 from ..model.errors import InvalidTransition, JobNotFound
-from ..model.records import JOB_COLUMNS, Attempt, AttemptEnd, AttemptStart, Event, Job, Outgoing
+from ..model.records import JOB_COLUMNS, LOCAL, Attempt, AttemptEnd, AttemptStart, Event, Job, Outgoing
 from ..model.states import EventKind, JobState, ensure_allowed
 from .connection import StoreConnection, inserted_id
 from .events import attempts_of, events_of, finish_attempt, start_attempt, write_event
@@ -44,7 +44,7 @@ class JobRows(StoreConnection):
         detail: str = "",
         outgoing: Iterable[Outgoing] = (),
         uid: Optional[str] = None,
-        executor: str = "local",
+        executor: str = LOCAL,
         link: Optional[Callable[[sqlite3.Connection, int], None]] = None,
     ) -> Job:
         """Insert a queued job and its `submitted` event; `link` writes rows that must commit with

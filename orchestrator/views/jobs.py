@@ -17,6 +17,7 @@ from ..home.paths import Home
 from ..model.records import Attempt, Job
 from ..model.states import JobState
 from ..store import Store
+from ..model.executor_kinds import RAY  # the key of a Ray attempt's submission and node
 from .ray_where import ray_attempt, ray_now, ray_text
 
 
@@ -89,7 +90,7 @@ def status_row(
         "reason": reason,
         "where": where,
         # a Ray attempt's submission id, Ray's state and node (views/ray_where.py); absent otherwise
-        **({"ray": ray} if (ray := ray_now(job)) else {}),
+        **({RAY: ray} if (ray := ray_now(job)) else {}),
         "submitted_at": job.submitted_at,
         # the spec is parsed only when its text names a deadline (`orch status` over 10,000 jobs parses none)
         **({"deadline": job.spec.get("deadline")} if job.state.is_active and '"deadline"' in job.spec_json else {}),
@@ -185,7 +186,7 @@ def show_data(
                     "resumed_from_step": a.resumed_from_step,
                     "step_reached": a.step_reached,
                     # Ray's submission id and node of a Ray attempt, and the words for them (views/ray_where.py)
-                    **({"ray": ray, "where": ray_text(ray)} if (ray := ray_attempt(job, run_dir, a.n)) else {}),
+                    **({RAY: ray, "where": ray_text(ray)} if (ray := ray_attempt(job, run_dir, a.n)) else {}),
                 }
                 for a in attempts
             ],

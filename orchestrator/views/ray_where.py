@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..contract import attempt_exit, attempt_ray_info, ray_submission_id, read_json
+from ..model.executor_kinds import RAY  # the `executor` column of a job whose attempt Ray runs
 from ..model.records import Job
 from ..model.states import JobState
-
-RAY = "ray"  # the `executor` column of a job whose attempt Ray runs
 
 
 def ray_now(job: Job) -> Optional[dict[str, Any]]:

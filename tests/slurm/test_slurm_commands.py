@@ -190,7 +190,7 @@ def test_doctor_asks_the_slurm_executor_and_dump_stacks_signals_the_steps_tasks(
     lands in the attempt log, and the job keeps running."""
     from dataclasses import replace
 
-    from orchestrator.executors.slurm import SlurmExecutor
+    from orchestrator.executors.slurm.executor import SlurmExecutor
 
     h = slurm_home()
     h.start_daemon()

@@ -11,7 +11,7 @@ import pytest
 from conftest import slurm_id
 from daemon_harness import wait_for
 from orchestrator.spec.config import load_config
-from orchestrator.executors.slurm_query import parse_duration
+from orchestrator.executors.slurm.query import parse_duration
 from orchestrator.jobs.lifecycle import submit_job
 from orchestrator.model.states import JobState
 from orchestrator.home.wake import poke

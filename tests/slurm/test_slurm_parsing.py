@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.executors.slurm_query import (
+from orchestrator.executors.slurm.query import (
     SlurmJob,
     accounting_disabled,
     expand_nodelist,
@@ -21,7 +21,7 @@ from orchestrator.executors.slurm_query import (
     parse_sbatch,
     parse_squeue,
 )
-from orchestrator.executors.slurm_step import split_returncode
+from orchestrator.executors.slurm.step import split_returncode
 
 
 def test_squeue_lines_and_noise():
@@ -74,7 +74,7 @@ def test_sbatch_geometry_overrides_and_shared_folder_check(tmp_path):
 
     from orchestrator.spec.config import SlurmSection
     from orchestrator.model.records import AttemptLaunch
-    from orchestrator.executors.slurm_script import SlurmError, check_shared, sbatch_args
+    from orchestrator.executors.slurm.script import SlurmError, check_shared, sbatch_args
 
     cfg = SlurmSection(
         partition="gpu",
@@ -150,7 +150,7 @@ def test_a_rank_killed_after_the_notice_checkpoint_is_a_checkpointed_attempt(tmp
     os.utime(old / "notice-step-00000005.ckpt", (1, 1))  # an earlier attempt's notice does not count
     env = {**os.environ, "ORCH_SRUN": str(srun), "RUN_DIR": str(run_dir), "SAVE_NOTICE": "1" if saved else ""}
     proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator.executors.slurm_step", "batch", "--run-dir", str(run_dir)]
+        [sys.executable, "-m", "orchestrator.executors.slurm.step", "batch", "--run-dir", str(run_dir)]
         + ["--attempt", "1", "--nodes", "2", "--", "true"],
         env=env,
         capture_output=True,

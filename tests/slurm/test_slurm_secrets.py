@@ -58,7 +58,7 @@ def test_no_secret_in_what_slurm_keeps_and_the_job_still_gets_its_key(slurm_home
     shown = h.slurm.run("scontrol", "-dd", "show", "job", sid).stdout
     assert f"JobId={sid}" in shown and leaked(shown) == []
     kept_script = h.slurm.run("scontrol", "write", "batch_script", sid, "-").stdout
-    assert "orchestrator.executors.slurm_step" in kept_script and leaked(kept_script) == []
+    assert "orchestrator.executors.slurm.step" in kept_script and leaked(kept_script) == []
     assert leaked((run / "attempt-1.sbatch").read_text()) == []
     state = files_under(h.slurm.base / "state")  # each job's environment and script, as Slurm keeps them
     assert f"ORCH_JOB_ID={job}".encode() in state and leaked(state) == []

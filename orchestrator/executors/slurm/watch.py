@@ -14,17 +14,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
-from ..contract import attempt_exit, attempt_log, exit_record, read_json
-from ..home.paths import Home
-from ..host.secret_file import remove_secret_file
-from ..model.records import Job
-from ..model.states import JobState
-from .slurm_commands import SlurmCommands, log
-from .slurm_query import INFRA_ENDS, SlurmJob, expand_nodelist
-from .slurm_submit import SUBMITTING, Submits, handle_on_disk, key_of, send
+from ...contract import attempt_exit, attempt_log, exit_record, read_json
+from ...home.paths import Home
+from ...host.secret_file import remove_secret_file
+from ...model.records import Job
+from ...model.states import JobState
+from .commands import SlurmCommands, log
+from .query import INFRA_ENDS, SlurmJob, expand_nodelist
+from .submit import SUBMITTING, Submits, handle_on_disk, key_of, send
 
 if TYPE_CHECKING:
-    from ..spec.config import SlurmSection
+    from ...spec.config import SlurmSection
 
 
 # An ended job whose exit record is not visible yet (NFS attribute caching) is given this long.
@@ -77,7 +77,7 @@ class SlurmWatch(SlurmCommands):
         self._mu = threading.Lock()  # between the tick and the exchange: the cancels, the answers
         self._cancels: list[Cancel] = []
         self._heard: Optional[Heard] = None
-        self.submits = Submits()  # the sbatches, off the lock too (slurm_submit.py)
+        self.submits = Submits()  # the sbatches, off the lock too (slurm/submit.py)
 
     @staticmethod
     def slurm_id(job: Job) -> Optional[str]:
@@ -249,7 +249,7 @@ class SlurmWatch(SlurmCommands):
 
     def store(self):
         if self._store is None:
-            from ..store import Store
+            from ...store import Store
 
             self._store = Store(self.home.db)
         return self._store

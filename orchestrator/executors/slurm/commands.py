@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional
 
-from ..home.paths import Home
-from ..model.records import Job
-from .slurm_query import SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, accounting_disabled, parse_sacct, parse_squeue
-from .slurm_script import SlurmError
+from ...home.paths import Home
+from ...model.records import Job
+from .query import SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, accounting_disabled, parse_sacct, parse_squeue
+from .script import SlurmError
 
 if TYPE_CHECKING:
-    from ..spec.config import SlurmSection
+    from ...spec.config import SlurmSection
 
 log = logging.getLogger("orch.executor.slurm")
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..contract import attempt_log, attempt_submitted, read_json, write_exit_record, write_json_atomic
-from ..host.secret_file import remove_secret_file
-from ..model.records import Job
-from .slurm_commands import log
-from .slurm_query import parse_sbatch
+from ...contract import attempt_log, attempt_submitted, read_json, write_exit_record, write_json_atomic
+from ...host.secret_file import remove_secret_file
+from ...model.records import Job
+from .commands import log
+from .query import parse_sbatch
 
 SUBMITTING = "SUBMITTING"  # our own word: queued for sbatch, not sent yet
 SUBMITTED = "SUBMITTED"  # our own word for "sbatch accepted it, squeue has not shown it yet"

@@ -1,6 +1,6 @@
 """What runs on the Slurm nodes (standard library only; it sits beside every job).
 
-`python -m orchestrator.executors.slurm_step batch ...` is the batch script's one command, on the
+`python -m orchestrator.executors.slurm.step batch ...` is the batch script's one command, on the
 job's first node. It plays the local supervisor's part: it runs the job under `srun`, then writes
 attempt-<n>.exit into the (shared) run folder, so settle_attempt decides exactly as on one machine
 (75 requeue and resume, 76 the OOM path, anything else a retry).
@@ -15,7 +15,7 @@ catches SIGTERM and friends and keeps going (it must outlive srun to write the e
 SIGUSR2 (sent by orch with `scancel --batch`) only means "a stop was asked": if srun has not
 started yet it is not started at all.
 
-`... slurm_step task --log-dir D --attempt N [--cwd C] -- argv` runs once per rank under srun:
+`... slurm.step task --log-dir D --attempt N [--cwd C] -- argv` runs once per rank under srun:
 rank 0 appends to attempt-<n>.log, rank r > 0 to attempt-<n>.rank-<r>.log, then it execs argv."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from ..contract import (
+from ...contract import (
     ENV_SRUN,
     EX_CHECKPOINTED,
     RESULT,
@@ -40,7 +40,7 @@ from ..contract import (
     write_exit_record,
     write_json_atomic,
 )
-from ..host.secret_file import take_secret_file
+from ...host.secret_file import take_secret_file
 
 
 def rank_log(n: int, rank: int) -> str:
@@ -95,7 +95,7 @@ def batch(args: argparse.Namespace, command: list[str]) -> int:
             f"--ntasks-per-node={args.ntasks_per_node}",
             sys.executable,
             "-m",
-            "orchestrator.executors.slurm_step",
+            "orchestrator.executors.slurm.step",
             "task",
             "--log-dir",
             str(run_dir),
@@ -213,7 +213,7 @@ def task(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="orchestrator.executors.slurm_step")
+    parser = argparse.ArgumentParser(prog="orchestrator.executors.slurm.step")
     sub = parser.add_subparsers(dest="mode", required=True)
     b = sub.add_parser("batch")
     b.add_argument("--run-dir", required=True, type=Path)

@@ -1,5 +1,5 @@
 """What runs on a Ray node as each attempt's entrypoint (imports nothing heavy, never `ray`):
-`python -m orchestrator.executors.ray_step --run-dir D --attempt N --grace G [--with-secrets] [--cwd C] -- argv`.
+`python -m orchestrator.executors.ray.step --run-dir D --attempt N --grace G [--with-secrets] [--cwd C] -- argv`.
 
 It plays the local supervisor's part on the node: the job's output goes to attempt-<n>.log in the
 (shared) run folder, so `orch logs -f` works whatever Ray's log API does; the attempt's secrets
@@ -27,15 +27,15 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from ..contract import attempt_log, attempt_ray_info, write_exit_record, write_json_atomic
-from ..host.procs import group_members, own_group_dying_with_parent, signal_group
-from ..host.secret_file import take_secret_file
+from ...contract import attempt_log, attempt_ray_info, write_exit_record, write_json_atomic
+from ...host.procs import group_members, own_group_dying_with_parent, signal_group
+from ...host.secret_file import take_secret_file
 
 PARENT_POLL_S = 0.5  # how often the step looks whether Ray (its parent) still holds the attempt
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="orchestrator.executors.ray_step")
+    parser = argparse.ArgumentParser(prog="orchestrator.executors.ray.step")
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--attempt", required=True, type=int)
     parser.add_argument("--grace", type=float, default=25.0)

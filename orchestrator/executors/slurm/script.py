@@ -8,13 +8,13 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from ..spec.bounds import control_problem
-from ..contract import attempt_log, attempt_sbatch
-from ..model.errors import OrchError
-from ..model.records import AttemptLaunch
+from ...spec.bounds import control_problem
+from ...contract import attempt_log, attempt_sbatch
+from ...model.errors import OrchError
+from ...model.records import AttemptLaunch
 
 if TYPE_CHECKING:
-    from ..spec.config import SlurmSection
+    from ...spec.config import SlurmSection
 
 # Network filesystems a run folder may be on for the nodes to see it (statfs f_type, from magic.h)
 SHARED_FS_TYPES = {
@@ -115,7 +115,7 @@ def write_script(
     cmd = [
         python,
         "-m",
-        "orchestrator.executors.slurm_step",
+        "orchestrator.executors.slurm.step",
         "batch",
         "--run-dir",
         str(launch.run_dir),

@@ -1,11 +1,11 @@
 """The Ray executor: each attempt is one Ray job submitted through the head's Jobs REST API (no
-`ray` import: ray_api.py), named `orch-<job uid>-<attempt>`, asking `entrypoint_num_gpus = gpus`.
-Its entrypoint is ray_step on the node Ray picks, which runs the job's own command with the
+`ray` import: ray/api.py), named `orch-<job uid>-<attempt>`, asking `entrypoint_num_gpus = gpus`.
+Its entrypoint is ray/step.py on the node Ray picks, which runs the job's own command with the
 contract's environment, writes the log and the exit record into the run folder (a filesystem
 every node shares, as with Slurm), and passes Ray's stop on as "checkpoint now" with the grace.
 
 Ray only places the process; orch decides everything else. Ray Jobs are never retried by Ray: a
-job whose node dies ends FAILED, which the tick reads as a lost attempt (ray_watch.py) and resumes
+job whose node dies ends FAILED, which the tick reads as a lost attempt (ray/watch.py) and resumes
 elsewhere from the newest checkpoint, not charged to `retries`.
 
 Stops: orch's stop (cancel, budget, a notice) is Ray's stop_job, which SIGTERMs the step and the
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..contract import (
+from ...contract import (
     attempt_exit,
     attempt_log,
     attempt_ray_info,
@@ -32,16 +32,16 @@ from ..contract import (
     ray_submission_id,
     write_exit_record,
 )
-from ..home.paths import Home
-from ..host.cluster_env import missing_note, missing_pass_env, split_secrets
-from ..host.secret_file import remove_secret_file, write_secret_file
-from ..model.records import AttemptLaunch, Job
-from .ray_api import PENDING, RayJobsApi
-from .ray_watch import UNSUBMITTED, RayWatch
-from .ray_wire import Stop, Submit, note
+from ...home.paths import Home
+from ...host.cluster_env import missing_note, missing_pass_env, split_secrets
+from ...host.secret_file import remove_secret_file, write_secret_file
+from ...model.records import AttemptLaunch, Job
+from .api import PENDING, RayJobsApi
+from .watch import UNSUBMITTED, RayWatch
+from .wire import Stop, Submit, note
 
 if TYPE_CHECKING:
-    from ..spec.ray_section import RaySection
+    from ...spec.ray_section import RaySection
 
 log = logging.getLogger("orch.executor.ray")
 
@@ -66,7 +66,7 @@ class RayExecutor(RayWatch):
         anyone who reaches the port: only what orch gives the attempt goes in, never the daemon's
         environment, and never a secret (those travel in the secret file: host/cluster_env.py)."""
         public, secret = split_secrets(launch.job_vars, launch.spec)
-        step = [self.python, "-m", "orchestrator.executors.ray_step", "--run-dir", str(launch.run_dir)]
+        step = [self.python, "-m", "orchestrator.executors.ray.step", "--run-dir", str(launch.run_dir)]
         step += ["--attempt", str(launch.attempt), "--grace", str(launch.grace_s)]
         step += ["--with-secrets"] if secret else []
         step += (["--cwd", launch.cwd] if launch.cwd else []) + ["--", *launch.argv]
@@ -90,7 +90,7 @@ class RayExecutor(RayWatch):
         return body
 
     def start(self, launch: AttemptLaunch) -> dict[str, Any]:
-        """Hand the attempt to the next exchange (ray_wire.py), which checks that a node can hold
+        """Hand the attempt to the next exchange (ray/wire.py), which checks that a node can hold
         it and submits it off the tick's lock; no call to the head here. Its handle is known now:
         the submission id, the same on every submit (Ray never runs one twice)."""
         run_dir = launch.run_dir

@@ -11,7 +11,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..model.errors import OrchError
+from ...model.errors import OrchError
 
 # The job's states as Ray names them (ray.job_submission.JobStatus).
 PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED = "PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"

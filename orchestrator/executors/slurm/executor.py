@@ -1,5 +1,5 @@
 """The Slurm executor: each attempt is one `sbatch` of a script written into the job's run folder
-(attempt-<n>.sbatch). The script's one command, orchestrator.executors.slurm_step, runs the job
+(attempt-<n>.sbatch). The script's one command, orchestrator.executors.slurm.step, runs the job
 under `srun` with the geometry from job.toml (`nodes`, `gpus` per node) and writes
 attempt-<n>.exit into the run folder, which the nodes share with the daemon; so the tick settles a
 Slurm attempt with the same settle_attempt as a local one.
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from ..contract import (
+from ...contract import (
     attempt_exit,
     attempt_log,
     attempt_rank_logs,
@@ -36,18 +36,18 @@ from ..contract import (
     read_json,
     write_exit_record,
 )
-from ..home.paths import Home
-from ..host.cluster_env import missing_note, missing_pass_env, slurm_basics, split_secrets
-from ..host.secret_file import remove_secret_file, write_secret_file
-from ..model.records import AttemptLaunch, Job
-from .slurm_query import BILLABLE
-from .slurm_script import SlurmError, check_shared, write_script
-from .slurm_step import rank_log
-from .slurm_submit import SUBMITTING, Sbatch, key_of
-from .slurm_watch import Cancel, SlurmWatch
+from ...home.paths import Home
+from ...host.cluster_env import missing_note, missing_pass_env, slurm_basics, split_secrets
+from ...host.secret_file import remove_secret_file, write_secret_file
+from ...model.records import AttemptLaunch, Job
+from .query import BILLABLE
+from .script import SlurmError, check_shared, write_script
+from .step import rank_log
+from .submit import SUBMITTING, Sbatch, key_of
+from .watch import Cancel, SlurmWatch
 
 if TYPE_CHECKING:
-    from ..spec.config import SlurmSection
+    from ...spec.config import SlurmSection
 
 
 class SlurmExecutor(SlurmWatch):
@@ -85,7 +85,7 @@ class SlurmExecutor(SlurmWatch):
     # -- start ---------------------------------------------------------------------------------
 
     def start(self, launch: AttemptLaunch) -> dict[str, Any]:
-        """Write the attempt's script and queue its sbatch for the next exchange (slurm_submit.py),
+        """Write the attempt's script and queue its sbatch for the next exchange (slurm/submit.py),
         off the tick's lock; its Slurm id is recorded by the refresh after it."""
         run_dir = launch.run_dir
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -11,12 +11,12 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ..home.paths import Home
-from ..host.polling import poll
-from .ray_api import RayJob, RayJobsApi, RayUnreachable
+from ...home.paths import Home
+from ...host.polling import poll
+from .api import RayJob, RayJobsApi, RayUnreachable
 
 if TYPE_CHECKING:
-    from ..spec.ray_section import RaySection
+    from ...spec.ray_section import RaySection
 
 PROBE_GPU = 0.01  # enough for Ray to place it on a GPU node; a 1-GPU attempt waits only seconds
 PROBE_TIMEOUT_S = 90.0
@@ -84,7 +84,8 @@ def check_shared_with_ray(home: Home, ray: "RaySection", *, python: str = sys.ex
                 pass
 
 
-def doctor_check(config: Any, home: Home) -> tuple[bool, str, str]:
+def doctor_check(config: Any, home: Home) -> tuple[str, str, str]:
     """`orch doctor` on Ray (model/executor_kinds.py names it): whether a file the daemon writes is
     visible to a job on a node, and what to do when it is not."""
-    return check_shared_with_ray(home, config.ray)
+    ok, text, fix = check_shared_with_ray(home, config.ray)
+    return ("ok" if ok else "bad"), text, fix

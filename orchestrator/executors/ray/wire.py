@@ -1,6 +1,6 @@
 """The Ray executor's network half: every call to the head (a submit, a stop, the list of jobs,
 the nodes, the GPU usage) is made here, in `exchange`, which the daemon runs on its own thread
-off the tick's lock, with a bound (daemon/executor_io.py). The tick's side (ray.py, ray_watch.py)
+off the tick's lock, with a bound (daemon/executor_io.py). The tick's side (ray/executor.py, ray/watch.py)
 only asks — a submit or a stop queued here — and reads what the last exchange heard. So a head that
 accepts a request and never answers holds this thread, never the lock a preemption notice needs to
 SIGTERM the jobs the daemon can reach (issue 44).
@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
-from ..contract import EX_CONFIG, JOB_ERROR, attempt_log, write_exit_record, write_json_atomic
-from ..host.secret_file import remove_secret_file
-from .ray_api import RUNNING, RayJob, RayJobsApi, RayNode, RayRefused, RayUnreachable
+from ...contract import EX_CONFIG, JOB_ERROR, attempt_log, write_exit_record, write_json_atomic
+from ...host.secret_file import remove_secret_file
+from .api import RUNNING, RayJob, RayJobsApi, RayNode, RayRefused, RayUnreachable
 
 if TYPE_CHECKING:
-    from ..spec.ray_section import RaySection
+    from ...spec.ray_section import RaySection
 
 log = logging.getLogger("orch.executor.ray")
 

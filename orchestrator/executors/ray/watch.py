@@ -3,7 +3,7 @@ API), cached for alive/exit/describe/billable, the exit records read from the sh
 and the state published to the job row so `orch status` reads it without asking Ray.
 
 How an attempt ends, read in this order:
-- its exit record (written by ray_step on the node): the outcome table decides, as everywhere;
+- its exit record (written by ray/step.py on the node): the outcome table decides, as everywhere;
 - Ray says FAILED because it lost the node or the job's supervisor (JOB_SUPERVISOR_ACTOR_DIED, a
   node-died message), or gave up waiting for resources (its start timeout): lost, requeued and
   resumed, not charged;
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
-from ..contract import (
+from ...contract import (
     attempt_exit,
     attempt_log,
     attempt_ray_info,
@@ -30,15 +30,15 @@ from ..contract import (
     read_json,
     write_json_atomic,
 )
-from ..home.paths import Home
-from ..host.secret_file import remove_secret_file
-from ..model.records import Job
-from ..model.states import JobState
-from .ray_api import PENDING, RUNNING, STOPPED, RayJob, RayJobsApi, RayNode
-from .ray_wire import Heard, RayWire
+from ...home.paths import Home
+from ...host.secret_file import remove_secret_file
+from ...model.records import Job
+from ...model.states import JobState
+from .api import PENDING, RUNNING, STOPPED, RayJob, RayJobsApi, RayNode
+from .wire import Heard, RayWire
 
 if TYPE_CHECKING:
-    from ..spec.ray_section import RaySection
+    from ...spec.ray_section import RaySection
 
 log = logging.getLogger("orch.executor.ray")
 
@@ -78,7 +78,7 @@ class RayWatch:
     def __init__(self, home: Home, ray: "RaySection", api: Optional[RayJobsApi] = None):
         self.home, self.cfg = home, ray
         self.api = api or RayJobsApi(ray.address, ray.timeout_seconds, ray.submit_timeout_seconds)
-        self.wire = RayWire(self.api, ray)  # every call to the head, off the tick's lock (ray_wire.py)
+        self.wire = RayWire(self.api, ray)  # every call to the head, off the tick's lock (ray/wire.py)
         self.jobs: dict[str, Tracked] = {}
         self.unreachable_since: Optional[float] = None
         self.unreachable_why = ""
@@ -293,7 +293,7 @@ class RayWatch:
 
     def store(self) -> Any:
         if self._store is None:
-            from ..store import Store
+            from ...store import Store
 
             self._store = Store(self.home.db)
         return self._store
