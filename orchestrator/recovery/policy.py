@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 from ..model.markets import IDLE, ON_DEMAND, SPOT
 
@@ -168,7 +168,7 @@ def _with_deadline(s: Situation, deadline: float) -> Decision:
             if not pays
             else "spot can be had, but the job is behind the uniform line at now + 2d: stays on on-demand"
         )
-        return Decision(ON_DEMAND, why, review_at=min(_catch_up_at(s, line, 2 * d), net_at, s.now + d))
+        return Decision(ON_DEMAND, why, review_at=min(_catch_up_at(s, 2 * d), net_at, s.now + d))
     skipped = s.spot_now  # offered, but predicted too short-lived to pay from idle
     if s.current == ON_DEMAND:
         # Uniform Progress leaves on-demand only for spot: going idle and coming back would pay a
@@ -182,8 +182,8 @@ def _with_deadline(s: Situation, deadline: float) -> Decision:
     return Decision(IDLE, f"{no_spot}; ahead of the uniform line: waits, free", review_at=review)
 
 
-def _catch_up_at(s: Situation, line: Callable[[float], float], margin: float) -> float:
-    """When a job progressing at full speed from now is ahead of line(t + margin)."""
+def _catch_up_at(s: Situation, margin: float) -> float:
+    """When a job progressing at full speed from now is ahead of the uniform line at t + margin."""
     assert s.deadline is not None
     rate = (s.done_s + s.left_s) / max(s.deadline - s.started, 1.0)  # the line's slope, < 1
     if rate >= 1.0:
