@@ -275,23 +275,28 @@ class OrchHome:
         )
         return self.job(job_id)
 
-    def wait_ticks(self, ticks: int = 3, *, exchanges: int = 0, timeout: float = 60.0) -> dict[str, int]:
-        """Wait until the running daemon has done `ticks` more ticks (and `exchanges` more executor
-        exchanges, each a look at a cluster when one is due) than now, as it says on its wake
-        socket: what a test observes before asserting that nothing happened meanwhile, instead of
-        sleeping a guessed time that a stalled machine may not fill."""
+    def wait_ticks(self, ticks: int = 3, *, timeout: float = 60.0, **passes: int) -> dict[str, int]:
+        """Wait until the running daemon has done `ticks` more ticks than now, and as many more
+        passes of the others it counts as asked (`exchanges`: executor exchanges, each a look at a
+        cluster when one is due; `notices`: polls of every preemption source; `outbox`: deliveries;
+        `mirror`: the uploader's passes), as it says on its wake socket: what a test observes
+        before asserting that nothing happened meanwhile, instead of sleeping a guessed time that a
+        stalled machine may not fill. A thread's pass under way when asked is not counted (it may
+        have looked before the change the test made)."""
         from orchestrator.home.wake import counters
 
+        want = {"ticks": ticks, **passes}
         before = wait_for(lambda: counters(self.home.wake_socket), timeout, what="the daemon's counters")
+        missing = sorted(set(want) - set(before))
+        assert not missing, f"the daemon counts no {missing} (it counts {sorted(before)})"
         return wait_for(
             lambda: (
                 (now := counters(self.home.wake_socket))
-                and now["ticks"] >= before["ticks"] + ticks
-                and now["exchanges"] >= before["exchanges"] + exchanges
+                and all(now[k] >= before[k] + n + (1 if n and k != "ticks" else 0) for k, n in want.items())
                 and now
             ),
             timeout,
-            what=f"{ticks} ticks and {exchanges} exchanges of the daemon",
+            what=f"the daemon's counters to grow by {want}",
         )
 
     def start_daemon(self, timeout: float = 20.0) -> subprocess.Popen:

@@ -99,9 +99,9 @@ def test_orch_run_waits_for_a_gpu_the_daemon_holds(orch_home):
     )
     try:
         wait_for(lambda: len(h.store.jobs()) == 2, 30, what="orch run to record its job")
-        time.sleep(1.5)  # long enough for `orch run` to have started it, had it not waited
-        assert h.records("fg-job", "start") == [], "orch run started a job on the GPU the daemon's job holds"
+        # What it decided, observed: it says it waits (and so has not started the job), never a guess of time.
         wait_for(lambda: "waiting for 1 free GPU" in _read(fg_err), 30, what="orch run to say it waits")
+        assert h.records("fg-job", "start") == [], "orch run started a job on the GPU the daemon's job holds"
         h.release("gpu")
         assert fg.wait(timeout=60) == 0, _read(fg_err)
     finally:

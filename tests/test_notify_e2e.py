@@ -199,7 +199,7 @@ events = ["failed"]
         20,
         what=f"the outbox to drain (received {sent(healthy)}; log: {h.log_tail()})",
     )
-    time.sleep(1.5)  # a further pass or two must send nothing again
+    h.wait_ticks(0, outbox=2)  # a further pass or two must send nothing again
     received = sent(healthy)
     expected = [(j, "started") for j in jobs] + [(j, h.state(j).value) for j in jobs]
     assert sorted(received) == sorted(expected), received
@@ -334,7 +334,7 @@ url_env = "ORCH_TEST_WECOM_URL"
         20,
         what=f"two mails and three robot messages (log: {h.log_tail()})",
     )
-    time.sleep(1.0)  # and no more than that
+    h.wait_ticks(0, outbox=3)  # three more deliveries: no more than that
     assert len(inbox.envelopes) == 2 and len(robot.requests) == 3
     images = [r.json()["image"] for r in robot.requests if r.json()["msgtype"] == "image"]
     assert len(images) == 1

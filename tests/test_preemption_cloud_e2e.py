@@ -153,9 +153,9 @@ def _assert_jobs_unbothered(h: OrchHome, job_id: int, seconds_or_fake: Any) -> N
     if isinstance(seconds_or_fake, Fake):
         wait_polls(seconds_or_fake, 3 * len(PROVIDERS), "broken")
     else:
-        # Nothing to count on a closed port: the daemon's log says it tried, then give it more polls.
+        # Nothing to count on a closed port: the daemon's log says it tried, and it counts its polls.
         wait_for(lambda: "cannot be read" in h.home.log_file.read_text(), 15, what="a failed poll in the daemon log")
-        time.sleep(5 * POLL_S)
+        h.wait_ticks(0, notices=5)
     job = h.job(job_id)
     assert job.state is JobState.RUNNING and job.attempt == 1, (job.state, job.reason)
     assert not (h.tmp / "term-steady#1").exists(), "the job got SIGTERM"

@@ -206,7 +206,7 @@ def test_file_notice_mid_epoch_resumes_to_identical_weights_with_no_steps_lost(
         what=f"the notice to requeue the job: {attempt_log(h, job_id, 1)}",
     )
     # While the notice stands the daemon starts nothing: the job waits in the queue.
-    time.sleep(1.0)
+    h.wait_ticks(3)
     job = h.job(job_id)
     assert job.state is JobState.QUEUED and job.attempt == 1, (job.state, job.attempt)
     sentinel.unlink()

@@ -27,6 +27,7 @@ class NoticeWatcher:
         self._current: dict[str, Notice] = {}
         self._failures: dict[str, int] = {}
         self._lock = threading.Lock()
+        self.passes = 0  # polls of every source done (the daemon's counters: home/wake.counters)
 
     def poll_all(self, now: float) -> list[Notice]:
         started = []
@@ -39,6 +40,7 @@ class NoticeWatcher:
             self._recovered(source.name)
             if self._record(source.name, notice):
                 started.append(notice)
+        self.passes += 1
         return started  # type: ignore[return-value]
 
     @property

@@ -17,7 +17,6 @@ from typing import Any, Optional
 from ..jobs.attempts import grace_for
 from ..jobs.lifecycle import machine_outgoing
 from ..jobs import preflight_server
-from ..jobs.notify import build_channels
 from ..spec.config import Config, preemption_file
 from ..home.daemon_lock import DaemonLock
 from ..home.paths import Home
@@ -62,14 +61,7 @@ class DaemonRuntime:
             cwd=home.root,
         )
         self.daemon = Daemon(home, config, store, on_event=self._on_event)
-        channels = {n.name: n for n in build_channels(config)}
-        self.sender = OutboxSender(
-            store,
-            channels,
-            max_age_s=config.notify.give_up_after_hours * 3600,
-            base_backoff_s=config.notify.retry_base_seconds,
-            max_backoff_s=config.notify.retry_max_seconds,
-        )
+        self.sender = OutboxSender.from_config(store, config)
         p = config.preemption
         self.watcher = NoticeWatcher(
             build_sources(
@@ -277,7 +269,9 @@ class DaemonRuntime:
             except OSError:
                 return
             if what == COUNTERS:  # a question, not a nudge: answered, nothing done
-                answer_counters(sock, sender, self.daemon.counters())
+                answer_counters(
+                    sock, sender, self.daemon.counters(), notices=self.watcher, outbox=self.sender, mirror=self.mirror
+                )
                 continue
             if what == WARM_PREFLIGHT:
                 self.want_warm_preflight()

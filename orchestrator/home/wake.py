@@ -39,7 +39,8 @@ def listen(sock_path: Path) -> socket.socket:
 
 
 def counters(sock_path: Path, timeout_s: float = 2.0) -> Optional[dict[str, int]]:
-    """The daemon's counters ({"ticks", "exchanges"}), asked on the wake socket from an abstract
+    """The daemon's counters ({"ticks", "exchanges"}, and the passes of its threads: "notices",
+    "outbox", "mirror" where it has one), asked on the wake socket from an abstract
     socket of our own (no file, so a full disk does not stop it); None when no daemon answers.
     A test waits for ticks it observed before it asserts that nothing happened in them."""
     try:
@@ -54,8 +55,10 @@ def counters(sock_path: Path, timeout_s: float = 2.0) -> Optional[dict[str, int]
         return None
 
 
-def answer_counters(sock: socket.socket, sender: Any, found: dict[str, int]) -> None:
-    """The daemon's side of `counters`: the answer to the one who asked (gone meanwhile: nothing)."""
+def answer_counters(sock: socket.socket, sender: Any, found: dict[str, int], **threads: Any) -> None:
+    """The daemon's side of `counters`: the answer to the one who asked (gone meanwhile: nothing),
+    with each thread's `passes` (None: a thread this daemon does not run)."""
+    found = {**found, **{name: int(t.passes) for name, t in threads.items() if t is not None}}
     try:
         sock.sendto(json.dumps(found).encode(), sender)
     except OSError:

@@ -45,6 +45,7 @@ class OutboxSender:
         runs_dir: Optional[Path] = None,
     ):
         self.store = store
+        self.passes = 0  # deliveries done: a test waits on them before it asserts nothing more was sent
         # Where the jobs' run folders are (default: beside the store's database, as Home lays it out).
         db = getattr(store, "path", None)
         self.runs_dir = runs_dir or (Home(Path(db).parent).runs if db else None)
@@ -54,11 +55,25 @@ class OutboxSender:
         self.max_backoff_s = max_backoff_s
         self.last_send: MutableMapping[str, float] = {} if last_send is None else last_send
 
+    @classmethod
+    def from_config(cls, store: Any, config: Any) -> "OutboxSender":
+        """The daemon's and `orch watch`'s sender: config.toml's channels and [notify] retries."""
+        from .notify import build_channels
+
+        return cls(
+            store,
+            {n.name: n for n in build_channels(config)},
+            max_age_s=config.notify.give_up_after_hours * 3600,
+            base_backoff_s=config.notify.retry_base_seconds,
+            max_backoff_s=config.notify.retry_max_seconds,
+        )
+
     def deliver_due(self, now: float) -> int:
         """Send every row that is due and allowed now; return how many the providers accepted."""
         delivered = 0
         for channel in self.store.pending_channels():
             delivered += self._deliver_channel(channel, now)
+        self.passes += 1
         return delivered
 
     def _deliver_channel(self, channel: str, now: float) -> int:

@@ -47,7 +47,6 @@ def run_watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: b
 
 def _watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool, out: Output) -> int:
     from ..adopt.plan import storage_for
-    from ..jobs.notify import build_channels
     from ..jobs.outbox import OutboxSender
     from ..objectstore import manifest as mf
     from ..objectstore.remote import Remote, StorageError
@@ -64,13 +63,7 @@ def _watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool
     section = storage_for(config, url, how="orch watch s3://bucket/prefix", must_exist=True)
     remote = Remote(section)
     provider = build_provider(config.recovery)
-    sender = OutboxSender(
-        store,
-        {n.name: n for n in build_channels(config)},
-        max_age_s=config.notify.give_up_after_hours * 3600,
-        base_backoff_s=config.notify.retry_base_seconds,
-        max_backoff_s=config.notify.retry_max_seconds,
-    )
+    sender = OutboxSender.from_config(store, config)
     # Provider calls off the loop (a hanging launch never stalls the others); at once with --once.
     launcher = None if once else Launcher(config.recovery.launch_timeout_minutes * 60)
     controller = Controller(
@@ -102,10 +95,10 @@ def _watch(home: Any, config: Any, store: Any, url: Optional[str], *, once: bool
             if once:
                 return 1
             views = []
-        passes += 1
-        record_pass(home, passes, time.time())
         sender.deliver_due(time.time())
         _say_changes(controller, store, remote.url.raw, shown, once, out)
+        passes += 1
+        record_pass(home, passes, time.time())  # a whole pass: its outcomes, outbox and lines done
         if once:
             if not views:
                 out.show(f"no jobs in {remote.url.raw}")

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 import tomli_w
-from tests.daemon_harness import kill_leftover_attempts
+from tests.daemon_harness import kill_leftover_attempts, wait_for
 
 from orchestrator.objectstore import claims as cl
 from orchestrator.objectstore.remote import Remote
 from orchestrator.home.paths import Home
+from orchestrator.home.watch_lock import STATE_NAME
 
 from tests.bucket_key import KEY_ENV, put_in_environment
 
@@ -118,6 +119,24 @@ class Watch:
         out.close()
         self.procs.append(proc)
         return proc
+
+    def passes(self) -> int:
+        """The passes the running controller (the one started last) has recorded: home/watch_lock.py's
+        record_pass, written when a pass is done: its outcomes, its outbox delivered. 0 before its first."""
+        try:
+            state = json.loads((self.root / STATE_NAME).read_text())
+        except (OSError, ValueError):
+            return 0
+        return int(state.get("passes") or 0) if self.procs and state.get("pid") == self.procs[-1].pid else 0
+
+    def wait_passes(self, more: int, timeout: float = 60.0) -> None:
+        """Wait until the running controller has made `more` whole passes after this call: what it
+        would do in them (launch again, send again) has then had its chance, so an assertion that
+        nothing happened means something on a stalled machine too."""
+        target = self.passes() + more + 1  # the pass under way may have read the bucket before now
+        wait_for(
+            lambda: self.passes() >= target, timeout, interval=0.05, what=lambda: f"{more} passes\n{self.output()}"
+        )
 
     def output(self) -> str:
         return "\n".join((self.root / f"watch-{i + 1}.out").read_text(errors="replace") for i in range(len(self.procs)))

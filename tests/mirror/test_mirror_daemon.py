@@ -121,7 +121,7 @@ def test_adopt_refuses_a_live_owner_two_machines_cannot_both_adopt_and_the_old_o
     assert shown["state"] == "moved" and "adopted by" in shown["reason"], shown
     retried = a.cli("retry", str(job_id))  # it runs on B now: running it here too would train it twice
     assert retried.returncode == 1 and "runs there now" in retried.stderr, retried
-    time.sleep(1.5)  # a heartbeat interval: A must stay silent
+    a.wait_ticks(1, mirror=3)  # three more passes of A's uploader, each a heartbeat's chance: A stays silent
     after = manifest(remote, uid)
     assert after["owner"] == before["owner"], "the old owner overwrote the manifest"
 

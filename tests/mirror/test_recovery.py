@@ -284,11 +284,13 @@ def test_a_paused_lease_never_triggers_a_launch_and_a_dead_one_does(tmp_path, ho
     watch = Watch(croot)
     try:
         watch.start()
-        time.sleep(1.0)
+        watch.wait_passes(2)  # the controller sees the lease beating
+        frozen = time.monotonic()
         os.killpg(proc.pid, signal.SIGSTOP)  # the daemon frozen for a third of stale_after
-        time.sleep(3.0)
+        watch.wait_passes(3)  # the controller looks at the silent lease, several times
+        time.sleep(max(0.0, 3.0 - (time.monotonic() - frozen)))  # the pause: the fault itself, not a wait
         os.killpg(proc.pid, signal.SIGCONT)
-        time.sleep(2.0)
+        watch.wait_passes(5)  # and at the lease beating again
         assert not marker.exists(), watch.output()
         assert cl.read_claims(remote, uid) == []
         h.kill9(proc)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -129,7 +128,7 @@ def test_a_lost_machine_is_replaced_twice_spot_then_on_demand_and_the_job_ends_i
             what=lambda: f"machine 2 to adopt and train\n{watch.output()}\n{_log(launched[0])}",
         )
         assert read_market(launched[0]) == "spot"
-        time.sleep(1.0)  # a few more polls of the restarted controller: still one launch
+        watch.wait_passes(3)  # three more passes of the restarted controller: still one launch
         assert len(claims(remote, uid)) == 1, [c.status for c in claims(remote, uid)]
         assert not launched[1].exists()
 
@@ -184,7 +183,7 @@ def test_a_lost_machine_is_replaced_twice_spot_then_on_demand_and_the_job_ends_i
         delivered = hook.kinds
         want = sorted(["machine_lost", "machine_lost", "relaunched", "relaunched"])
         wait_for(lambda: delivered() == want, 20, what=lambda: f"the webhook to get {want} (got {delivered()})")
-        time.sleep(1.0)
+        watch.wait_passes(3)  # three more outbox deliveries: none sent again
         assert delivered() == want
     finally:
         watch.stop()

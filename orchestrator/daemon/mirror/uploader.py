@@ -48,6 +48,7 @@ class Mirror:
         self.home, self.config, self.store = home, config, store
         self.s = config.storage
         self.remote = remote or Remote(self.s)
+        self.passes = 0  # passes done: the daemon's counters (home/wake.counters)
         self.started_at = time.time()
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -101,6 +102,7 @@ class Mirror:
                 log.exception("mirror pass failed; the uploader goes on")
             finally:
                 self._busy.clear()
+                self.passes += 1
             self._wait(0.2 if self.urgent else 1.0)
 
     def _wait(self, timeout: float) -> None:
