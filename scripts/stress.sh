@@ -5,7 +5,7 @@
 # executors (docs/development.md).
 #
 #   bash scripts/stress.sh              # each racy file 3 times, one CPU burner per core beside them
-#   ROUNDS=5 BURNERS=4 bash scripts/stress.sh tests/test_daemon_queue.py   # other files, more rounds
+#   ROUNDS=5 BURNERS=4 bash scripts/stress.sh tests/daemon/test_daemon_queue.py   # other files, more rounds
 #
 # It stops at the first failure and says which round; the burners are stopped whatever happens.
 set -euo pipefail
@@ -18,11 +18,11 @@ BURNERS="${BURNERS:-$(nproc)}"
 # The files whose tests once passed by timing alone (issue 44's list, and the landings that needed
 # several CI tries): the daemon's ticks, Slurm's polls, the mirror, orch watch, a full disk, notices.
 RACY=(
-  tests/test_daemon_recovery.py
-  tests/test_full_disk.py
-  tests/test_notice_during_start.py
-  tests/test_ray_silent_head.py
-  tests/test_absent_gpus.py
+  tests/daemon/test_daemon_recovery.py
+  tests/daemon/test_full_disk.py
+  tests/daemon/test_notice_during_start.py
+  tests/executors/test_ray_silent_head.py
+  tests/jobs/test_absent_gpus.py
   tests/slurm/test_slurm_commands.py
   tests/slurm/test_slurm_cost.py
   tests/mirror/test_mirror_daemon.py
@@ -46,8 +46,8 @@ done
 echo "stress: ${#files[@]} file(s) x $ROUNDS round(s) beside $BURNERS CPU burner(s)"
 for round in $(seq "$ROUNDS"); do
   echo "== round $round of $ROUNDS"
-  # One pytest per folder: tests/slurm, tests/mirror and tests/ each have a conftest of their own
-  # that test files import by name, so files of two folders cannot share one process.
+  # One pytest per folder: tests/slurm and tests/mirror each have a conftest of their own that
+  # their test files import by name, so files of two such folders cannot share one process.
   for dir in $(printf '%s\n' "${files[@]}" | xargs -n1 dirname | sort -u); do
     mine=()
     for f in "${files[@]}"; do [ "$(dirname "$f")" = "$dir" ] && mine+=("$f"); done

@@ -7,7 +7,7 @@ bash scripts/system-deps.sh
 . "${ORCH_VENV:-.venv}/bin/activate"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 bash scripts/lint.sh  # import rules, lint, format, types: a violation fails before any test runs
-bash scripts/build-dist.sh  # the sdist and wheel users install (tests/test_wheel.py installs one)
+bash scripts/build-dist.sh  # the sdist and wheel users install (tests/repo/test_wheel.py installs one)
 rc=0
 # Two workers (pytest-xdist); tests/conftest.py keeps together what must share one (a file's
 # reference runs, a per-host Slurm or Ray cluster) and starts the longest groups first.

@@ -1,4 +1,4 @@
-"""A made-up executor for tests/test_executor_registry.py: everything a new kind of executor needs
+"""A made-up executor for tests/executors/test_executor_registry.py: everything a new kind of executor needs
 is this module and one entry in orchestrator/model/executor_kinds.py's table. Its "cluster" runs an
 attempt by writing the attempt's exit record at once (code 0) and remembers what it was asked."""
 

@@ -65,7 +65,7 @@ def decide(
     job_id: int = 0,
 ) -> Decision:
     """The next state of a job whose attempt ended (`ended` None: no exit record and nothing left
-    running). Every row is a case in tests/test_outcome_table.py."""
+    running). Every row is a case in tests/jobs/test_outcome_table.py."""
     d = _decide(intent, ended, report, is_command=is_command, retries=retries, job_id=job_id)
     if ended is None:  # whatever the row, the attempt itself is recorded as lost
         return Decision(d.state, d.event, AttemptOutcome.LOST, d.reason, d.charged, d.backoff)
