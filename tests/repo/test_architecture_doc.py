@@ -35,6 +35,24 @@ def test_every_module_of_the_tree_is_on_the_page(package):
     assert missing == [], f"modules docs/architecture.md does not name: {missing}"
 
 
+def test_modules_of_one_room_that_share_a_name_are_named_with_their_folder():
+    """executors/slurm/watch.py and executors/ray/watch.py: the page says which (`ray/watch.py`)."""
+    named = set(re.findall(r"`([\w/.]+\.py)`", DOC))
+    rooms: dict[tuple[str, str], list[Path]] = {}
+    for p in (REPO / "orchestrator").rglob("*.py"):
+        parts = p.relative_to(REPO / "orchestrator").parts
+        if p.name not in SKIP and len(parts) > 1:
+            rooms.setdefault((parts[0], p.name), []).append(p)
+    unclear = sorted(
+        str(p.relative_to(REPO))
+        for same in rooms.values()
+        if len(same) > 1
+        for p in same
+        if not any(n == f"{p.parent.name}/{p.name}" or n.endswith(f"/{p.parent.name}/{p.name}") for n in named)
+    )
+    assert unclear == [], f"modules docs/architecture.md names without their folder: {unclear}"
+
+
 def test_every_module_the_page_names_exists():
     tree = {p.name for root in ("orchestrator", "training", "notifiers", "tools") for p in (REPO / root).rglob("*.py")}
     tree |= {p.name for root in ("benchmarks", "tests") for p in (REPO / root).rglob("*.py")}
