@@ -10,17 +10,24 @@ lifetimes: never mixed) and chooses the zone of each launch:
 - a zone refused for capacity is not tried again before the next retry: the next launch goes to
   another zone at once, and the refused one is tried again later, never waited on.
 
-Not yet: a move out of the bucket's region should pay the checkpoint's transfer (egress and
-time); zones are treated as one region's.
+A zone outside the bucket's region ([storage] region; a zone's `region`, else [recovery.aws]'s)
+pays the checkpoint's transfer on every launch there: its bytes x [pricing] egress_per_gb and its
+time at [recovery] cross_region_mb_per_second (`crossing`, put into the policy's Situation). The
+zones of the bucket's region rank first (they move for free): a far zone is judged only when no
+near one has spot, and the policy takes it only when its saving outweighs the transfer;
+on-demand goes to a far zone only when every near one was refused lately. A region left unsaid
+(the zone's or the bucket's) counts as the bucket's.
 
 Without zones the controller keeps its one MarketView (deciding.py) and none of this runs. Pure
 but for the views it keeps, fed from the launch claims every pass."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
+from ..cost.money import Pricing
 from ..model.markets import ON_DEMAND, SPOT
 from ..objectstore import claims as cl
 from .deciding import MarketView
@@ -61,6 +68,39 @@ class ZoneMarkets:
     zones: list[Zone]
     views: dict[tuple[str, int], MarketView] = field(default_factory=dict)
     od_refused: dict[tuple[str, int], float] = field(default_factory=dict)  # on-demand refusals, newest
+    bucket_region: str = ""  # [storage] region ("": every zone counts as the bucket's region's)
+    egress_per_gb: float = 0.0  # [pricing] egress_per_gb
+    cross_bytes_per_s: float = 50e6  # [recovery] cross_region_mb_per_second
+
+    @classmethod
+    def of(cls, config: Any) -> "ZoneMarkets":
+        rc = config.recovery
+        aws_region = getattr(getattr(rc, "aws", None), "region", None) or ""
+        zones = [dataclasses.replace(z, region=z.region or aws_region) for z in zones_of(rc)]
+        return cls(
+            zones,
+            bucket_region=getattr(config.storage, "region", None) or "",
+            egress_per_gb=float(getattr(config.pricing, "egress_per_gb", 0.0) or 0.0),
+            cross_bytes_per_s=float(getattr(rc, "cross_region_mb_per_second", 50.0)) * 1e6,
+        )
+
+    def far(self, zone: Zone) -> bool:
+        """Outside the bucket's region: a launch there pays the checkpoint's transfer."""
+        return bool(self.bucket_region and zone.region and zone.region != self.bucket_region)
+
+    def crossing(self, zone: Optional[Zone], m: Mapping[str, Any], pricing: Any) -> dict[str, float]:
+        """The policy's transfer_s and transfer_cost_s for job `m` launched in `zone`: its newest
+        checkpoint's bytes at cross_bytes_per_s, and their egress as seconds of on-demand (the
+        zone's on-demand price, else [pricing]'s for the job's GPUs). Nothing for a zone of the
+        bucket's region."""
+        if zone is None or not self.far(zone):
+            return {"transfer_s": 0.0, "transfer_cost_s": 0.0}
+        size = checkpoint_bytes(m)
+        gpus = m.get("gpus") if isinstance(m.get("gpus"), int) else 0
+        od_price_h = zone.on_demand_price or Pricing.of(pricing).machine_hour(int(gpus or 0), ON_DEMAND)
+        money = size / 1e9 * self.egress_per_gb
+        cost_s = money / od_price_h * 3600 if od_price_h > 0 else (float("inf") if money > 0 else 0.0)
+        return {"transfer_s": size / self.cross_bytes_per_s, "transfer_cost_s": cost_s}
 
     def view(self, zone: str, gpus: int) -> MarketView:
         return self.views.setdefault((zone, gpus), MarketView())
@@ -89,9 +129,9 @@ class ZoneMarkets:
         """The zones whose spot is believed available, best first: up longest, cheaper, config order."""
         up = [z for z in self.zones if self.view(z.name, gpus).spot_now(now, retry_s)]
 
-        def key(z: Zone) -> tuple[float, float]:
+        def key(z: Zone) -> tuple[bool, float, float]:
             down = self.view(z.name, gpus).seen(now).down_at
-            return (down if down is not None else float("-inf"), z.spot_price or 0.0)
+            return (self.far(z), down if down is not None else float("-inf"), z.spot_price or 0.0)
 
         return sorted(up, key=lambda z: (key(z), self.zones.index(z)))
 
@@ -103,8 +143,8 @@ class ZoneMarkets:
         fresh = [z for z in self.zones if now - self.od_refused.get((z.name, gpus), float("-inf")) >= retry_s]
         pool = fresh or self.zones  # every zone refused lately: the longest refused first
         if not fresh:
-            return min(pool, key=lambda z: self.od_refused.get((z.name, gpus), 0.0))
-        return min(pool, key=lambda z: (z.on_demand_price or 0.0, self.zones.index(z)))
+            return min(pool, key=lambda z: (self.far(z), self.od_refused.get((z.name, gpus), 0.0)))
+        return min(pool, key=lambda z: (self.far(z), z.on_demand_price or 0.0, self.zones.index(z)))
 
     def policy_view(self, now: float, retry_s: float, gpus: int) -> tuple[MarketView, Optional[Zone]]:
         """The view the policy judges spot by: the best zone with spot; with none, the zone refused
@@ -119,6 +159,15 @@ class ZoneMarkets:
 
         zone = min(self.zones, key=since)
         return self.view(zone.name, gpus), zone
+
+
+def checkpoint_bytes(m: Mapping[str, Any]) -> float:
+    """The size of the job's newest checkpoint in the bucket (its manifest's list is newest first)."""
+    for rec in m.get("checkpoints") or []:
+        size = rec.get("bytes") if isinstance(rec, dict) else None
+        if isinstance(size, (int, float)) and size > 0:
+            return float(size)
+    return 0.0
 
 
 def _blank(c: cl.Claim) -> cl.Claim:

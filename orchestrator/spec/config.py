@@ -52,6 +52,9 @@ class PricingSection(_Section):
     instance_hour: float = Field(default=0.0, ge=0)
     spot: bool = False
     on_demand_gpu_hour: Optional[float] = Field(default=None, ge=0)
+    # What a GB leaving the bucket's region costs: a job moved to a zone of another region pays
+    # its checkpoint's transfer (the market policy counts it; docs/recovery.md#zones).
+    egress_per_gb: float = Field(default=0.0, ge=0)
 
 
 class BudgetSection(_Section):
@@ -243,6 +246,9 @@ class RecoverySection(_Section):
     # How long the controller itself may be away (a restart, a lost host): the deadline's safety
     # net starts this much earlier, so a job it could not watch meanwhile still makes it.
     controller_outage_minutes: float = Field(default=30.0, ge=0)
+    # How fast a checkpoint crosses to a zone of another region than the bucket's: the move's
+    # extra time without progress (a zone's `region` against [storage] region).
+    cross_region_mb_per_second: float = Field(default=50.0, gt=0)
     aws: RecoveryAwsSection = RecoveryAwsSection()
     # Markets in several zones: each launch goes to a (zone, market) pair (none: one market).
     zones: list[RecoveryZoneSection] = []
