@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .bounds import control_problem
 from ..model.errors import ConfigError
 from ..model.executor_kinds import unknown_kind_problem
+from ..model.markets import ZONE_NAME_PATTERN
 from ..model.states import DEFAULT_NOTIFY_EVENTS, EventKind
 from .problems import TomlTable, problems_from
 from .ray_section import RaySection
@@ -215,7 +216,7 @@ class RecoveryAwsSection(_Section):
 class RecoveryZoneSection(_Section):
     """[[recovery.zones]]: one zone the controller may launch in (docs/recovery.md#zones)."""
 
-    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=ZONE_NAME_PATTERN)]
     spot_price: Optional[float] = Field(default=None, gt=0)  # per hour; not set: [pricing]
     on_demand_price: Optional[float] = Field(default=None, gt=0)
     # aws: where to launch in this zone (else [recovery.aws]'s)
