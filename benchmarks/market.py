@@ -16,7 +16,9 @@ what its Table 3 reports. Held-out checks that no figure depends on the traces' 
 `--reverse` replays every trace backwards; `--shuffle-spells` rebuilds each trace from its own
 spells of spot and of no spot in a random order (seeded by --seed: the same lengths, the same
 share of spot, another history). `--oracle` adds what a scheduler that knows the trace's future
-would pay for the same jobs (marketsim/oracle.py), a lower bound for any policy."""
+would pay for the same jobs (marketsim/oracle.py), a lower bound for any policy.
+`--jobs-per-machine N` makes each start N jobs with different deadlines that begin together on one
+machine (marketsim/packed.py): one row per job, the machines' hours shared among their jobs."""
 
 from __future__ import annotations
 
