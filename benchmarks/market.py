@@ -6,7 +6,7 @@ on-demand only.
 
     python -m benchmarks.market TRACE_DIR [--starts 300] [--job-hours 48] [--deadline-hours 60]
         [--changeover-hours 0.2] [--price-ratio 3.14] [--seed 0] [--reverse] [--shuffle-spells]
-        [--oracle] [--workers 2] [--json]
+        [--oracle] [--jobs-per-machine N] [--workers 2] [--json]
 
 TRACE_DIR holds traces in the skypilot-org/spot-traces format ({"metadata": {"gap_seconds": 600},
 "data": [1, 0, ...]}, 1 = spot can be had). Per policy: billed on-demand and spot machine hours
@@ -16,7 +16,9 @@ what its Table 3 reports. Held-out checks that no figure depends on the traces' 
 `--reverse` replays every trace backwards; `--shuffle-spells` rebuilds each trace from its own
 spells of spot and of no spot in a random order (seeded by --seed: the same lengths, the same
 share of spot, another history). `--oracle` adds what a scheduler that knows the trace's future
-would pay for the same jobs (marketsim/oracle.py), a lower bound for any policy."""
+would pay for the same jobs (marketsim/oracle.py), a lower bound for any policy.
+`--jobs-per-machine N` makes each start N jobs with different deadlines that begin together on one
+machine (marketsim/packed.py): one row per job, the machines' hours shared among their jobs."""
 
 from __future__ import annotations
 
@@ -101,6 +103,9 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[Any, ...]]]:
     ) as tmp:  # the controller's SQLite, in memory where it can
         store = open_store(Path(tmp))
         for start in sorted(starts):
+            if opts.get("per_machine", 1) > 1:
+                out += _packed(trace, values, gap, start, policy, config, store, seen, opts, zones)
+                continue
             r = replay(
                 values,
                 gap,
@@ -125,6 +130,43 @@ def _run(task: tuple[Any, ...]) -> tuple[str, list[tuple[Any, ...]]]:
             )
         store.close()
     return policy_name, out
+
+
+def _packed(
+    trace: str,
+    values: Any,
+    gap: float,
+    start: int,
+    policy: Any,
+    config: Any,
+    store: Any,
+    seen: dict[Any, Any],
+    opts: dict[str, Any],
+    zones: Any,
+) -> list[tuple[Any, ...]]:
+    """--jobs-per-machine: one row per job of the start's N (marketsim/packed.py)."""
+    from .marketsim.packed import deadlines_h, replay_packed
+
+    r = replay_packed(
+        values,
+        gap,
+        start,
+        policy,
+        config=config,
+        store=store,
+        job_h=opts["job_h"],
+        deadlines=deadlines_h(opts["job_h"], opts["deadline_h"], opts["per_machine"]),
+        seen=seen,
+        handover_h=opts["handover_h"],
+    )
+    k = opts["price_ratio"]
+    od_ref = min(od for _, od in zones.values()) if zones else k
+
+    def cost_of(box: Any) -> float:  # one GPU's hours at its market's price, in on-demand hours
+        price = zones[box.zone][0 if box.market == "spot" else 1] if zones else (1.0 if box.market == "spot" else k)
+        return (box.end_at - box.launched_at) / 3600 * price / od_ref
+
+    return r.rows(trace, start, cost_of)
 
 
 def _oracle(
@@ -242,6 +284,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help='with --zones: a JSON file {"zone": {"spot": 0.97, "on_demand": 3.06}} (per hour; default: equal)',
     )
+    ap.add_argument(
+        "--jobs-per-machine",
+        type=int,
+        default=1,
+        help="N jobs with different deadlines (the slack spread evenly up to --deadline-hours) start on one machine",
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -251,10 +299,12 @@ def main(argv: list[str] | None = None) -> int:
         or args.deadline_hours < args.job_hours
         or args.price_ratio < 1
         or args.handover_minutes < 0
+        or args.jobs_per_machine < 1
+        or (args.jobs_per_machine > 1 and args.oracle)
     ):
         print(
             "--starts >= 1, --job-hours > 0, --deadline-hours >= --job-hours, --price-ratio >= 1, "
-            "--handover-minutes >= 0",
+            "--handover-minutes >= 0, --jobs-per-machine >= 1 (and without --oracle: the oracle is per job)",
             file=sys.stderr,
         )
         return 2
@@ -295,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         f"on-demand = {args.price_ratio:g} x spot"
         + (", traces reversed" if args.reverse else "")
         + (", spells shuffled" if args.shuffle_spells else "")
+        + (f", {args.jobs_per_machine} jobs per machine" if args.jobs_per_machine > 1 else "")
     )
     print_tables(result)
     return 0
@@ -307,6 +358,7 @@ def _opts(args: argparse.Namespace) -> dict[str, Any]:
         "changeover_h": args.changeover_hours,
         "handover_h": args.handover_minutes / 60,
         "price_ratio": args.price_ratio,
+        "per_machine": args.jobs_per_machine,
     }
 
 

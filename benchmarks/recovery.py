@@ -13,7 +13,9 @@ Per run, split (medians over the runs):
 - resume: `orch daemon start` -> the first step past the checkpoint on the new machine.
 - steps lost: after a preemption notice (goal 0) and without one (at most the checkpoint interval).
 Also a cold start of the same job (a fresh home, `orch daemon start` -> its first step) as the
-yardstick: goal adopt + resume <= 1.5 x cold start.
+yardstick, alternated with the runs: goal adopt + resume <= 1.5 x cold start. adopt + resume is the
+hand-over a new machine costs the job (adopt -> its first step past the checkpoint), which
+benchmarks/market.py charges every adoption and planned move (--handover-minutes).
 
     python -m benchmarks.recovery [--runs 3] [--stale-min 0.1] [--poll 0.5] [--json]
 
@@ -180,6 +182,11 @@ def one_run(tmp: Path, w: dict[str, Path], *, notice: bool, stale_min: float, po
             if not attempts or attempts[-1].resumed_from_step is None:
                 return None
             step, at_ = step_of(run_dir)
+            # progress.json as the new machine wrote it: the adoption imports the old machine's,
+            # whose step may already be past the checkpoint (no notice) and whose time is older.
+            adopted = times(new).get("adopted") if (new / "times").exists() else None
+            if adopted is None or at_ <= adopted:
+                return None
             return (attempts[-1].resumed_from_step, step, at_) if step > attempts[-1].resumed_from_step else None
 
         resumed_from, _, first_step_at = wait(training_again, 180, "training on the new machine", 0.05)
@@ -212,16 +219,29 @@ def main() -> None:
     try:
         w = workload(tmp)
         cold_start(tmp, w)  # warm-up: imports and the tokenized-data cache
-        colds = [cold_start(tmp, w) for _ in range(args.runs)]
+        colds: list[float] = []
         runs: dict[str, list[dict[str, float]]] = {"notice": [], "no notice": []}
-        for i in range(args.runs):
-            for kind in ("notice", "no notice") if i % 2 == 0 else ("no notice", "notice"):
-                runs[kind].append(one_run(tmp, w, notice=kind == "notice", stale_min=args.stale_min, poll=args.poll))
+        for i in range(args.runs):  # the yardstick alternated with the runs: a load change hits both
+            for kind in ("cold", "notice", "no notice") if i % 2 == 0 else ("no notice", "notice", "cold"):
+                if kind == "cold":
+                    colds.append(cold_start(tmp, w))
+                else:
+                    got = one_run(tmp, w, notice=kind == "notice", stale_min=args.stale_min, poll=args.poll)
+                    runs[kind].append(got)
         cold = statistics.median(colds)
-        out: dict[str, Any] = {"stale_after_s": args.stale_min * 60, "poll_s": args.poll, "cold_start_s": cold}
+        out: dict[str, Any] = {
+            "stale_after_s": args.stale_min * 60,
+            "poll_s": args.poll,
+            "cold_start_s": cold,
+            "all_cold_start_s": [round(c, 1) for c in colds],
+        }
         for kind, rs in runs.items():
             out[kind] = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
             out[kind]["all_steps_lost"] = [int(r["steps_lost"]) for r in rs]
+            # The hand-over a new machine costs the job (what benchmarks/market.py --handover-minutes
+            # charges): its `orch adopt` to its first step past the checkpoint.
+            out[kind]["handover_s"] = statistics.median(r["adopt_s"] + r["resume_s"] for r in rs)
+            out[kind]["all_handover_s"] = [round(r["adopt_s"] + r["resume_s"], 1) for r in rs]
         if args.json:
             print(json.dumps(out, indent=2))
             return
@@ -239,6 +259,13 @@ def main() -> None:
                 f"| {kind} | {r['detection_s']:.1f} s | {r['detection_from_heartbeat_s']:.1f} s | {r['launch_s']:.2f} s | "
                 f"{r['adopt_s']:.1f} s | {r['resume_s']:.1f} s | {(r['adopt_s'] + r['resume_s']) / cold:.2f}x | "
                 f"{r['lost_to_training_s']:.1f} s | {r['all_steps_lost']} |"
+            )
+        print(f"cold starts: {out['all_cold_start_s']} s")
+        for kind in ("notice", "no notice"):
+            r = out[kind]
+            print(
+                f"hand-over ({kind}): adopt -> first step {r['handover_s']:.1f} s median "
+                f"({r['all_handover_s']} s), {r['handover_s'] / cold:.2f}x a cold start"
             )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

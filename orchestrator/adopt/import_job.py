@@ -16,6 +16,7 @@ from ..contract import (
     PROGRESS,
     PROVENANCE_FILES,
     RECOVERY_ENV_MARKET,
+    RECOVERY_ENV_ZONE,
     TRACKING,
     atomic_file,
     provenance_dir,
@@ -28,7 +29,7 @@ from ..objectstore.fetch import fetch_checkpoint
 from ..objectstore.remote import Conflict, Remote, StorageError
 from ..home.paths import Home
 from ..model.records import Outgoing
-from ..model.markets import MARKETS
+from ..model.markets import MARKETS, ZONE_NAME
 from ..model.states import JobState
 from ..store import Store
 from .candidates import Refused
@@ -88,7 +89,7 @@ def adopt_one(
         _give_back(remote, key, signing.sign(dict(m, written_at=time.time()), plan.keys), etag)
         raise Refused(f"{label}: {exc}") from None
     m["spec"] = datafiles.rewrite(m["spec"], found)
-    market, waited = _launched_for(remote, cand.uid, own, now)
+    market, zone, waited = _launched_for(remote, cand.uid, own, now)
     # Import first (a new local id), then fetch the checkpoint into its run folder.
     detail = f"from host {own.get('host') or '?'} (its job {m.get('local_id')}) via {remote.url.raw}{waited}"
     job = store.import_job(
@@ -121,6 +122,7 @@ def adopt_one(
             m,
             home_id,
             market=market,
+            zone=zone,
             now=now,
             step=kept[0]["step"] if kept else 0,
         ),
@@ -171,9 +173,9 @@ def fetch_provenance(remote: Remote, m: dict[str, Any], run_dir: Path, label: st
             fh.write(data)
 
 
-def _launched_for(remote: Remote, uid: str, own: dict[str, Any], now: float) -> tuple[str, str]:
-    """The market `orch watch` launched this machine on (its newest launch claim; else the launch
-    command's ORCH_RECOVERY_MARKET; else unknown ""), and a note for the `adopted` event: since
+def _launched_for(remote: Remote, uid: str, own: dict[str, Any], now: float) -> tuple[str, str, str]:
+    """The market and zone `orch watch` launched this machine on (its newest launch claim; else the
+    launch command's ORCH_RECOVERY_MARKET / ORCH_RECOVERY_ZONE; else unknown ""), and a note for the `adopted` event: since
     when the job waited for a replacement machine."""
     try:
         found = [c for c in claims.read_claims(remote, uid) if c.status in (claims.LAUNCHED, claims.CLAIMED)]
@@ -181,6 +183,8 @@ def _launched_for(remote: Remote, uid: str, own: dict[str, Any], now: float) -> 
         found = []
     market = found[-1].market if found else os.environ.get(RECOVERY_ENV_MARKET, "")
     market = market if market in MARKETS else ""
+    zone = str(found[-1].extra.get("zone") or "") if found else os.environ.get(RECOVERY_ENV_ZONE, "")
+    zone = zone if ZONE_NAME.match(zone) else ""  # from the bucket: shown only as a zone's name can be
     waited = ""
     if found and found[-1].for_loss(own):
         since = claims.waiting_since(found, {"owner": own})
@@ -189,7 +193,7 @@ def _launched_for(remote: Remote, uid: str, own: dict[str, Any], now: float) -> 
                 f"; it waited {max(0.0, now - since):.0f} s for a replacement machine (launch {found[-1].n}"
                 f"{', ' + market if market else ''}, by orch watch)"
             )
-    return market, waited
+    return market, zone, waited
 
 
 def _give_back(remote: Remote, key: str, original: dict[str, Any], etag: Optional[str]) -> None:

@@ -1,5 +1,5 @@
 """The machines a job ran on, carried in its manifest (`machines`) from owner to owner, so the
-bill and `orch show` follow the job across adoptions: host, market, from–to, first and last step.
+bill and `orch show` follow the job across adoptions: host, market (and zone), from–to, first and last step.
 The last entry is the current owner's; each adopting machine closes the previous one and appends
 its own (the market from the newest launch claim `orch watch` wrote for it)."""
 
@@ -18,8 +18,8 @@ def _step(progress: Optional[dict[str, Any]]) -> Optional[int]:
     return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
 
 
-def entry(home_id: str, *, market: str, since: float, first_step: Optional[int]) -> dict[str, Any]:
-    return {
+def entry(home_id: str, *, market: str, since: float, first_step: Optional[int], zone: str = "") -> dict[str, Any]:
+    out = {
         "host": socket.gethostname(),
         "home_id": home_id,
         "market": market,
@@ -28,6 +28,9 @@ def entry(home_id: str, *, market: str, since: float, first_step: Optional[int])
         "first_step": first_step,
         "last_step": first_step,
     }
+    if zone:  # the [[recovery.zones]] zone orch watch launched it in
+        out["zone"] = zone
+    return out
 
 
 def current(
@@ -47,7 +50,7 @@ def current(
 
 
 def on_adopt(
-    manifest: dict[str, Any], home_id: str, *, market: str, now: float, step: Optional[int]
+    manifest: dict[str, Any], home_id: str, *, market: str, now: float, step: Optional[int], zone: str = ""
 ) -> list[dict[str, Any]]:
     """At adoption: the old machines (the previous owner's entry closed at its last heartbeat and
     step; made from its owner record when an older orch wrote no list) plus this one."""
@@ -74,5 +77,5 @@ def on_adopt(
             out[-1]["to"] = max(float(out[-1].get("to") or 0), hb)
         if last_step is not None:
             out[-1]["last_step"] = last_step
-    out.append(entry(home_id, market=market, since=now, first_step=step))
+    out.append(entry(home_id, market=market, since=now, first_step=step, zone=zone))
     return out

@@ -70,6 +70,18 @@ class AwsProvider:
         self._client: Any = None
         self._clients: dict[Optional[str], Any] = {}
         self._launched_in: dict[str, Optional[str]] = {}  # instance id -> its region, where not [recovery.aws]'s
+        self._prices: Any = None  # aws_prices.SpotPriceHistory, made at the first question
+
+    def spot_price(self, zone: str) -> Optional[float]:
+        """A zone's spot price per hour from EC2's spot price history (aws_prices.py; cached a few
+        minutes); None when EC2 does not say, or for a zone not configured."""
+        if zone not in self.zones:
+            return None
+        if self._prices is None:
+            from .aws_prices import SpotPriceHistory
+
+            self._prices = SpotPriceHistory(self)
+        return self._prices.price(zone)
 
     # -- launch -----------------------------------------------------------------------------------
 

@@ -90,7 +90,7 @@ class ControllerCore:
         self.policy: Callable[..., Decision] = decide
         self.market = dc.MarketView()
         # With [[recovery.zones]]: what was seen per zone and instance type, and each launch's zone.
-        self.zones: Optional[zn.ZoneMarkets] = zn.ZoneMarkets(zn.zones_of(self.rc)) if self.rc.zones else None
+        self.zones: Optional[zn.ZoneMarkets] = zn.ZoneMarkets.of(self.config, provider) if self.rc.zones else None
         self.next_review: Optional[float] = None
         self._claims: dict[str, Any] = {}  # uid -> the claims as last listed and read (claims.read_claims)
         self._parsed: dict[str, tuple[bytes, dict[str, Any]]] = {}  # uid -> its manifest as last read
@@ -177,6 +177,8 @@ class ControllerCore:
         ratio = zone.price_ratio() if zone is not None else None
         if ratio is not None:  # the zone's own prices
             situation = dataclasses.replace(situation, price_ratio=ratio)
+        if self.zones is not None:  # a zone outside the bucket's region: the checkpoint's transfer
+            situation = self.zones.with_crossing(situation, zone, m, self.config.pricing)
         decision = self.policy(situation)
         if self.zones is not None and decision.market in (SPOT, ON_DEMAND):
             chosen = self.zones.choose(decision.market, now, self.capacity_retry_s, _gpus(m))

@@ -25,6 +25,13 @@ down), the median of what they lived on. With it (the paper's section 5.4):
   uniform line ("taking risks", gated by evidence).
 With fewer than MIN_EVIDENCE lifetimes seen it is Uniform Progress.
 
+A spot zone outside the bucket's region (zones.py) pays the checkpoint's transfer on top of d: its
+time without progress (transfer_s) and its egress, counted as the on-demand time it would buy
+(transfer_cost_s). Both thresholds then use d + transfer (k (d + T) / (k - 1) from idle, k (2d + T) /
+(k - 1) from on-demand), and with no lifetime evidence the job's work left stands in for the
+prediction (the most such a move can save): a far zone is taken only when its saving outweighs
+the transfer. Zones of the bucket's region move for free.
+
 A deadline the job cannot meet even on on-demand from now (work left, + d when no machine holds
 it) is said at once: `Decision.infeasible_at` is the earliest finish orch can promise; the job
 stays on the machine it has (a move would only add d), else goes on-demand.
@@ -35,6 +42,7 @@ when it can be had."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 from typing import Optional
@@ -68,6 +76,10 @@ class Situation:
     deadline: Optional[float] = None
     handover_s: float = 0.0  # the job's measured resume after an adoption (0 until measured)
     outage_s: float = 0.0  # how long the controller itself may be away ([recovery] controller_outage_minutes)
+    # The spot zone judged here lies outside the bucket's region: its launch pays the checkpoint's
+    # transfer -- its time (no progress, billed) and its egress as seconds of on-demand it would buy.
+    transfer_s: float = 0.0
+    transfer_cost_s: float = 0.0
     # Without a deadline:
     losses: int = 0  # machines this job has lost
     on_demand_after: int = 3
@@ -78,6 +90,16 @@ class Situation:
     def move_s(self) -> float:
         """d: what one new machine costs the job before it makes progress."""
         return self.changeover_s + self.handover_s
+
+    @property
+    def spot_move_s(self) -> float:
+        """What a launch on the spot judged here costs before it pays: d, plus a cross-region
+        transfer's time and egress."""
+        return self.move_s + self.transfer_s + self.transfer_cost_s
+
+    @property
+    def crossing(self) -> bool:
+        return self.transfer_s + self.transfer_cost_s > 0
 
 
 @dataclass(frozen=True)
@@ -106,14 +128,24 @@ def predicted_lifetime_s(seen: Seen, now: float) -> Optional[float]:
 
 
 def take_from_idle_s(s: Situation) -> float:
-    """k d / (k - 1): below this predicted lifetime a spot machine from idle does not pay."""
+    """k d / (k - 1) (d with a cross-region transfer): below this predicted lifetime a spot machine
+    from idle does not pay."""
     k = max(s.price_ratio, 1.0 + 1e-9)
-    return k * s.move_s / (k - 1)
+    return k * s.spot_move_s / (k - 1)
 
 
 def leave_on_demand_s(s: Situation) -> float:
-    """2 k d / (k - 1): above this predicted lifetime a move from on-demand to spot pays."""
-    return 2 * take_from_idle_s(s)
+    """2 k d / (k - 1): above this predicted lifetime a move from on-demand to spot pays (d paid on
+    spot, with its transfer, and again on on-demand when spot is reclaimed)."""
+    k = max(s.price_ratio, 1.0 + 1e-9)
+    return k * (s.spot_move_s + s.move_s) / (k - 1)
+
+
+def predicted_or_bound_s(s: Situation) -> Optional[float]:
+    """The offer's predicted lifetime; for a cross-region zone without evidence, the work left (the
+    most its move can save), so that the transfer is always weighed."""
+    life = predicted_lifetime_s(s.seen, s.now)
+    return s.left_s if life is None and s.crossing else life
 
 
 def decide(s: Situation) -> Decision:
@@ -151,7 +183,7 @@ def _with_deadline(s: Situation, deadline: float) -> Decision:
     def line(t: float) -> float:  # the uniform line: work that should be done by t
         return total * (t - s.started) / span
 
-    life = predicted_lifetime_s(s.seen, s.now) if s.spot_now else None
+    life = predicted_or_bound_s(s) if s.spot_now else None
     if s.spot_now and s.current == SPOT:
         return Decision(SPOT, "spot can be had")
     if s.spot_now and s.current != ON_DEMAND:
@@ -193,7 +225,10 @@ def _catch_up_at(s: Situation, margin: float) -> float:
 
 
 def _without_deadline(s: Situation) -> Decision:
-    life = predicted_lifetime_s(s.seen, s.now)
+    life = predicted_or_bound_s(s)
+    if s.spot_now and s.crossing and life is not None and life < take_from_idle_s(s):
+        # The only spot is in another region and would not repay its checkpoint's transfer.
+        s = dataclasses.replace(s, spot_now=False)
     pays = life is not None and life >= leave_on_demand_s(s)
     lost_too_many = s.losses >= s.on_demand_after
     if lost_too_many and not pays:

@@ -10,20 +10,28 @@ lifetimes: never mixed) and chooses the zone of each launch:
 - a zone refused for capacity is not tried again before the next retry: the next launch goes to
   another zone at once, and the refused one is tried again later, never waited on.
 
-Not yet: a move out of the bucket's region should pay the checkpoint's transfer (egress and
-time); zones are treated as one region's.
+A zone outside the bucket's region ([storage] region; a zone's `region`, else [recovery.aws]'s)
+pays the checkpoint's transfer on every launch there: its bytes x [pricing] egress_per_gb and its
+time at [recovery] cross_region_mb_per_second (`crossing`, put into the policy's Situation). The
+zones of the bucket's region rank first (they move for free): a far zone is judged only when no
+near one has spot, and the policy takes it only when its saving outweighs the transfer;
+on-demand goes to a far zone only when every near one was refused lately. A region left unsaid
+(the zone's or the bucket's) counts as the bucket's.
 
 Without zones the controller keeps its one MarketView (deciding.py) and none of this runs. Pure
 but for the views it keeps, fed from the launch claims every pass."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional
 
+from ..cost.money import Pricing
 from ..model.markets import ON_DEMAND, SPOT
 from ..objectstore import claims as cl
 from .deciding import MarketView
+from .policy import Situation
 
 ZONE_KEY = "zone"  # the launch claim's extra field naming its zone
 
@@ -61,6 +69,65 @@ class ZoneMarkets:
     zones: list[Zone]
     views: dict[tuple[str, int], MarketView] = field(default_factory=dict)
     od_refused: dict[tuple[str, int], float] = field(default_factory=dict)  # on-demand refusals, newest
+    bucket_region: str = ""  # [storage] region ("": every zone counts as the bucket's region's)
+    egress_per_gb: float = 0.0  # [pricing] egress_per_gb
+    cross_bytes_per_s: float = 50e6  # [recovery] cross_region_mb_per_second
+    # A zone without spot_price: its price from the provider (aws: the spot price history), where it
+    # can say; its on-demand price then from [pricing].
+    spot_price_of: Optional[Callable[[str], Optional[float]]] = None
+    pricing: Any = None
+
+    @classmethod
+    def of(cls, config: Any, provider: Any = None) -> "ZoneMarkets":
+        rc = config.recovery
+        aws_region = getattr(getattr(rc, "aws", None), "region", None) or ""
+        zones = [dataclasses.replace(z, region=z.region or aws_region) for z in zones_of(rc)]
+        return cls(
+            zones,
+            bucket_region=getattr(config.storage, "region", None) or "",
+            egress_per_gb=float(getattr(config.pricing, "egress_per_gb", 0.0) or 0.0),
+            cross_bytes_per_s=float(getattr(rc, "cross_region_mb_per_second", 50.0)) * 1e6,
+            spot_price_of=getattr(provider, "spot_price", None),
+            pricing=config.pricing,
+        )
+
+    def priced(self, zone: Zone, gpus: int) -> Zone:
+        """The zone with its spot price from the provider when the config gives none (and then its
+        on-demand price, if not given, from [pricing] on_demand_gpu_hour for `gpus`)."""
+        if zone.spot_price is not None or self.spot_price_of is None:
+            return zone
+        spot = self.spot_price_of(zone.name)
+        if spot is None or spot <= 0:
+            return zone
+        od = zone.on_demand_price
+        if od is None and self.pricing is not None and getattr(self.pricing, "on_demand_gpu_hour", None) is not None:
+            od = Pricing.of(self.pricing).machine_hour(gpus, ON_DEMAND)
+        return dataclasses.replace(zone, spot_price=spot, on_demand_price=od)
+
+    def far(self, zone: Zone) -> bool:
+        """Outside the bucket's region: a launch there pays the checkpoint's transfer."""
+        return bool(self.bucket_region and zone.region and zone.region != self.bucket_region)
+
+    def with_crossing(
+        self, situation: Situation, zone: Optional[Zone], m: Mapping[str, Any], pricing: Any
+    ) -> Situation:
+        """The policy's view of job `m` with `zone`'s transfer (nothing for the bucket's region)."""
+        got = self.crossing(zone, m, pricing)
+        return dataclasses.replace(situation, transfer_s=got["transfer_s"], transfer_cost_s=got["transfer_cost_s"])
+
+    def crossing(self, zone: Optional[Zone], m: Mapping[str, Any], pricing: Any) -> dict[str, float]:
+        """The policy's transfer_s and transfer_cost_s for job `m` launched in `zone`: its newest
+        checkpoint's bytes at cross_bytes_per_s, and their egress as seconds of on-demand (the
+        zone's on-demand price, else [pricing]'s for the job's GPUs). Nothing for a zone of the
+        bucket's region."""
+        if zone is None or not self.far(zone):
+            return {"transfer_s": 0.0, "transfer_cost_s": 0.0}
+        size = checkpoint_bytes(m)
+        gpus = m.get("gpus") if isinstance(m.get("gpus"), int) else 0
+        od_price_h = zone.on_demand_price or Pricing.of(pricing).machine_hour(int(gpus or 0), ON_DEMAND)
+        money = size / 1e9 * self.egress_per_gb
+        cost_s = money / od_price_h * 3600 if od_price_h > 0 else (float("inf") if money > 0 else 0.0)
+        return {"transfer_s": size / self.cross_bytes_per_s, "transfer_cost_s": cost_s}
 
     def view(self, zone: str, gpus: int) -> MarketView:
         return self.views.setdefault((zone, gpus), MarketView())
@@ -87,24 +154,25 @@ class ZoneMarkets:
 
     def spot_zones(self, now: float, retry_s: float, gpus: int) -> list[Zone]:
         """The zones whose spot is believed available, best first: up longest, cheaper, config order."""
-        up = [z for z in self.zones if self.view(z.name, gpus).spot_now(now, retry_s)]
+        up = [self.priced(z, gpus) for z in self.zones if self.view(z.name, gpus).spot_now(now, retry_s)]
 
-        def key(z: Zone) -> tuple[float, float]:
+        def key(z: Zone) -> tuple[bool, float, float]:
             down = self.view(z.name, gpus).seen(now).down_at
-            return (down if down is not None else float("-inf"), z.spot_price or 0.0)
+            return (self.far(z), down if down is not None else float("-inf"), z.spot_price or 0.0)
 
-        return sorted(up, key=lambda z: (key(z), self.zones.index(z)))
+        order = [z.name for z in self.zones]
+        return sorted(up, key=lambda z: (key(z), order.index(z.name)))
 
     def choose(self, market: str, now: float, retry_s: float, gpus: int) -> Optional[Zone]:
         """The zone for a launch on `market`; None for spot when no zone has it."""
         if market == SPOT:
             best = self.spot_zones(now, retry_s, gpus)
             return best[0] if best else None
-        fresh = [z for z in self.zones if now - self.od_refused.get((z.name, gpus), float("-inf")) >= retry_s]
-        pool = fresh or self.zones  # every zone refused lately: the longest refused first
-        if not fresh:
-            return min(pool, key=lambda z: self.od_refused.get((z.name, gpus), 0.0))
-        return min(pool, key=lambda z: (z.on_demand_price or 0.0, self.zones.index(z)))
+        zones = [self.priced(z, gpus) for z in self.zones]
+        fresh = [z for z in zones if now - self.od_refused.get((z.name, gpus), float("-inf")) >= retry_s]
+        if not fresh:  # every zone refused lately: the longest refused first
+            return min(zones, key=lambda z: (self.far(z), self.od_refused.get((z.name, gpus), 0.0)))
+        return min(fresh, key=lambda z: (self.far(z), z.on_demand_price or 0.0, zones.index(z)))
 
     def policy_view(self, now: float, retry_s: float, gpus: int) -> tuple[MarketView, Optional[Zone]]:
         """The view the policy judges spot by: the best zone with spot; with none, the zone refused
@@ -118,7 +186,16 @@ class ZoneMarkets:
             return w if w is not None else float("inf")
 
         zone = min(self.zones, key=since)
-        return self.view(zone.name, gpus), zone
+        return self.view(zone.name, gpus), self.priced(zone, gpus)
+
+
+def checkpoint_bytes(m: Mapping[str, Any]) -> float:
+    """The size of the job's newest checkpoint in the bucket (its manifest's list is newest first)."""
+    for rec in m.get("checkpoints") or []:
+        size = rec.get("bytes") if isinstance(rec, dict) else None
+        if isinstance(size, (int, float)) and size > 0:
+            return float(size)
+    return 0.0
 
 
 def _blank(c: cl.Claim) -> cl.Claim:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .bounds import control_problem
 from ..model.errors import ConfigError
 from ..model.executor_kinds import LOCAL, unknown_kind_problem
+from ..model.markets import ZONE_NAME_PATTERN
 from ..model.states import DEFAULT_NOTIFY_EVENTS, EventKind
 from .problems import TomlTable, problems_from
 from .ray_section import RaySection
@@ -52,6 +53,9 @@ class PricingSection(_Section):
     instance_hour: float = Field(default=0.0, ge=0)
     spot: bool = False
     on_demand_gpu_hour: Optional[float] = Field(default=None, ge=0)
+    # What a GB leaving the bucket's region costs: a job moved to a zone of another region pays
+    # its checkpoint's transfer (the market policy counts it; docs/recovery.md#zones).
+    egress_per_gb: float = Field(default=0.0, ge=0)
 
 
 class BudgetSection(_Section):
@@ -212,7 +216,7 @@ class RecoveryAwsSection(_Section):
 class RecoveryZoneSection(_Section):
     """[[recovery.zones]]: one zone the controller may launch in (docs/recovery.md#zones)."""
 
-    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=ZONE_NAME_PATTERN)]
     spot_price: Optional[float] = Field(default=None, gt=0)  # per hour; not set: [pricing]
     on_demand_price: Optional[float] = Field(default=None, gt=0)
     # aws: where to launch in this zone (else [recovery.aws]'s)
@@ -243,6 +247,9 @@ class RecoverySection(_Section):
     # How long the controller itself may be away (a restart, a lost host): the deadline's safety
     # net starts this much earlier, so a job it could not watch meanwhile still makes it.
     controller_outage_minutes: float = Field(default=30.0, ge=0)
+    # How fast a checkpoint crosses to a zone of another region than the bucket's: the move's
+    # extra time without progress (a zone's `region` against [storage] region).
+    cross_region_mb_per_second: float = Field(default=50.0, gt=0)
     aws: RecoveryAwsSection = RecoveryAwsSection()
     # Markets in several zones: each launch goes to a (zone, market) pair (none: one market).
     zones: list[RecoveryZoneSection] = []

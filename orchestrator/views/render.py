@@ -218,7 +218,9 @@ def show_text(d: dict[str, Any], currency: str = "") -> str:
         for mc in d["machines"]:
             first, last = mc.get("first_step"), mc.get("last_step")
             lines.append(
-                f"    {mc.get('host') or '?'}  {mc.get('market') or '-':<9}  {clock(mc.get('from'))} - "
+                f"    {mc.get('host') or '?'}  {mc.get('market') or '-':<9}  "
+                + (f"{mc['zone']}  " if mc.get("zone") else "")
+                + f"{clock(mc.get('from'))} - "
                 f"{clock(mc.get('to'))}  steps {first if first is not None else '?'} -> "
                 f"{last if last is not None else '?'}"
             )

@@ -210,3 +210,53 @@ def test_a_machine_in_another_zones_region_is_asked_about_and_stopped_there(ec2_
     ]
     assert state in ("shutting-down", "terminated")
     assert provider.machine_gone({"instance_id": instance}) is True
+
+
+def test_a_zone_without_a_spot_price_reads_ec2s_spot_price_history(ec2_server, tmp_path):
+    """No spot_price for the zone: the aws provider asks describe_spot_price_history for the launch
+    template's instance type in the subnet's availability zone, keeps the answer a few minutes, and
+    the controller's zones price the zone by it (on-demand from [pricing])."""
+    import boto3
+
+    from orchestrator.recovery import aws_prices
+    from orchestrator.recovery.zones import ZoneMarkets
+
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=ec2_server.endpoint)
+    vpc = ec2.create_vpc(CidrBlock="10.8.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.8.1.0/24", AvailabilityZone="us-east-1c")["Subnet"]["SubnetId"]
+    ec2.create_launch_template(
+        LaunchTemplateName="orch-priced", LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "m5.large"}
+    )
+    cfg = tmp_path / "config.toml"
+    recovery = {
+        "provider": "aws",
+        "aws": {"region": "us-east-1", "launch_template": "orch-priced", "endpoint": ec2_server.endpoint},
+        "zones": [{"name": "c", "subnet": subnet}, {"name": "d", "spot_price": 0.5}],
+    }
+    pricing = {"gpu_hour": 1.0, "on_demand_gpu_hour": 3.0}
+    cfg.write_text(
+        tomli_w.dumps({"storage": {"url": f"file://{tmp_path}/mirror"}, "recovery": recovery, "pricing": pricing})
+    )
+    config = load_config(cfg, required=True)
+    assert config.recovery is not None
+    provider = build_provider(config.recovery)
+    clock = Clock(1000.0)
+    provider._prices = aws_prices.SpotPriceHistory(provider, clock)  # the same reader, on a test clock
+    asked = len(ec2_server.requests("DescribeSpotPriceHistory"))
+
+    price = provider.spot_price("c")
+    assert price is not None and price > 0  # moto's history: one price per offered type and zone
+    (request,) = ec2_server.requests("DescribeSpotPriceHistory")[asked:]
+    assert request["InstanceType.1"] == "m5.large"
+    assert (request["Filter.1.Name"], request["Filter.1.Value.1"]) == ("availability-zone", "us-east-1c")
+    assert provider.spot_price("c") == price  # kept: no second request within the TTL
+    assert len(ec2_server.requests("DescribeSpotPriceHistory")) == asked + 1
+    clock.t += aws_prices.TTL_S
+    assert provider.spot_price("c") == price
+    assert len(ec2_server.requests("DescribeSpotPriceHistory")) == asked + 2  # read again once stale
+    assert provider.spot_price("nowhere") is None
+
+    zones = ZoneMarkets.of(config, provider)
+    c = zones.priced(zones.zones[0], 1)
+    assert (c.spot_price, c.on_demand_price) == (price, 3.0)  # on-demand: [pricing] for one GPU
+    assert zones.priced(zones.zones[1], 1).spot_price == 0.5  # a configured price is not asked for

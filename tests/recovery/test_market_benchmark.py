@@ -112,3 +112,38 @@ def test_market_benchmark_zones_on_two_synthetic_zones(tmp_path):
         assert row["cost_vs_on_demand"] <= single["best"], (name, row, single)
         assert result["oracle"]["cost_vs_on_demand"] <= row["cost_vs_on_demand"], name
     assert result["on_demand"]["cost_vs_on_demand"] == 1.0
+
+
+def test_market_benchmark_packs_jobs_with_different_deadlines_on_one_machine(tmp_path):
+    # --jobs-per-machine 3: each start is three jobs that begin on one machine, their deadlines
+    # 8 + 4/3, 8 + 8/3 and 12 h; every job is a row of its own, the machines' hours shared.
+    values = ([1] * 18 + [0] * 6) * 5 * 6
+    (tmp_path / "zone-a.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": values}))
+    args = ["--starts", "2", "--job-hours", "8", "--deadline-hours", "12", "--workers", "1", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.market", str(tmp_path), *args, "--jobs-per-machine", "3"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    for name, row in result.items():
+        assert row["runs"] == 6 and row["missed"] == 0 and row["given_up"] == 0, (name, row)
+    # On-demand only: one 3-GPU machine for the three jobs, one boot and one hand-over shared.
+    assert result["on_demand"]["cost_vs_on_demand"] == 1.0
+    assert result["on_demand"]["machines"] == round(1 / 3, 2)
+    assert result["orch"]["spot_h"] > 0 and result["orch"]["cost_vs_on_demand"] < 1.0
+
+
+def test_market_benchmark_refuses_packing_with_the_oracle(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 2000}))
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.market", str(tmp_path), "--jobs-per-machine", "2", "--oracle"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 2 and "--jobs-per-machine" in done.stderr and "Traceback" not in done.stderr

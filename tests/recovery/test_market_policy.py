@@ -34,6 +34,9 @@ FRESH = Seen(lifetimes_s=MIXED, down_at=10 * H)  # spot came back just now
 AGED = Seen(lifetimes_s=MIXED, down_at=9 * H)  # spot has been up an hour
 
 
+FAR = {"transfer_s": 0.1 * H, "transfer_cost_s": 0.5 * H}  # a zone outside the bucket's region
+
+
 def case(**changes):
     return dataclasses.replace(BASE, **changes)
 
@@ -154,6 +157,45 @@ CASES = [
         case(deadline=None, current=ON_DEMAND, spot_now=True, losses=3, seen=LONG_LIVED),
         SPOT,
     ),
+    # Spot only in a zone outside the bucket's region: the checkpoint's transfer (FAR: 6 min of
+    # download and egress worth 30 min of on-demand) joins d, k (d + T) / (k - 1) = 1.17 h.
+    (
+        "far spot, idle, no evidence: the 40 h of work left outweigh the transfer: spot",
+        case(spot_now=True, **FAR),
+        SPOT,
+    ),
+    ("near spot, idle, ahead, hour-long spot: 1 h > 0.29 h: spot", case(spot_now=True, seen=AN_HOUR), SPOT),
+    (
+        "far spot, idle, ahead, hour-long spot: 1 h < 1.17 h: skipped, waits free",
+        case(spot_now=True, done_s=9 * H, left_s=39 * H, seen=AN_HOUR, **FAR),
+        IDLE,
+    ),
+    (
+        "far spot, idle, behind, hour-long spot: skipped, on-demand (in the bucket's region)",
+        case(spot_now=True, done_s=7 * H, left_s=41 * H, seen=AN_HOUR, **FAR),
+        ON_DEMAND,
+    ),
+    (
+        "far spot, idle, ahead, 0.5 h of work left, no evidence: under the transfer: waits",
+        case(now=10 * H, done_s=47.5 * H, left_s=0.5 * H, spot_now=True, **FAR),
+        IDLE,
+    ),
+    (
+        "on-demand, behind, long-lived far spot, egress worth 2 h: 4 h > k (2d + T) / (k - 1) = 3.5 h: spot",
+        case(current=ON_DEMAND, spot_now=True, done_s=7 * H, left_s=41 * H, seen=LONG_LIVED, transfer_cost_s=2 * H),
+        SPOT,
+    ),
+    (
+        "on-demand, behind, long-lived far spot, egress worth 3 h: 4 h < 5 h: stays",
+        case(current=ON_DEMAND, spot_now=True, done_s=7 * H, left_s=41 * H, seen=LONG_LIVED, transfer_cost_s=3 * H),
+        ON_DEMAND,
+    ),
+    (
+        "no deadline, far spot, hour-long spot: under the transfer: waits for spot",
+        case(deadline=None, spot_now=True, seen=AN_HOUR, **FAR),
+        IDLE,
+    ),
+    ("no deadline, far spot, no evidence: spot", case(deadline=None, spot_now=True, **FAR), SPOT),
 ]
 
 

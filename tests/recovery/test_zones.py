@@ -101,3 +101,60 @@ def test_lifetimes_are_learned_per_zone_and_instance_type():
     assert zm.view("a", 4).seen(5000.0).lifetimes_s == (3600.0,)
     assert zm.view("b", 4).seen(5000.0).lifetimes_s == ()  # not mixed into the zone it moved to
     assert zm.view("a", 1).seen(5000.0).lifetimes_s == ()  # nor into another instance type
+
+
+# Zones in two regions; the bucket in us-east-1.
+EAST, WEST = Zone("east-a", 1.0, 3.0, "us-east-1"), Zone("west-a", 0.5, 2.0, "us-west-2")
+
+
+def two_regions(*claims: cl.Claim, bucket: str = "us-east-1") -> ZoneMarkets:
+    zm = ZoneMarkets([EAST, WEST], bucket_region=bucket, egress_per_gb=0.09)
+    zm.note_claims("u1", list(claims), 1)
+    return zm
+
+
+def test_zones_of_the_buckets_region_come_first_though_dearer():
+    zm = two_regions()
+    assert zm.choose("spot", 100.0, RETRY, 1) == EAST
+    assert zm.choose("on-demand", 100.0, RETRY, 1) == EAST
+    assert zm.policy_view(100.0, RETRY, 1)[1] == EAST
+    # The bucket's region refused: the far zone is the one left to judge (the policy weighs its transfer).
+    refused = two_regions(
+        claim(1, cl.NO_CAPACITY, "spot", "east-a", 100.0), claim(2, cl.NO_CAPACITY, "on-demand", "east-a", 100.0)
+    )
+    assert refused.choose("spot", 100.0, RETRY, 1) == WEST
+    assert refused.policy_view(100.0, RETRY, 1)[1] == WEST
+    assert refused.choose("on-demand", 100.0, RETRY, 1) == WEST
+    # No bucket region said: every zone is near, the cheaper first as before.
+    assert two_regions(bucket="").choose("spot", 100.0, RETRY, 1) == WEST
+
+
+def test_a_far_zone_pays_the_checkpoints_transfer():
+    m = {"gpus": 1, "checkpoints": [{"name": "step-9", "bytes": 2_000_000_000}, {"name": "step-5", "bytes": 1}]}
+    zm = two_regions()
+    # 2 GB at 50 MB/s: 40 s; 2 GB x 0.09 = 0.18 at 2.0 per hour on-demand: 324 s of on-demand.
+    assert zm.crossing(WEST, m, None) == {"transfer_s": 40.0, "transfer_cost_s": pytest.approx(324.0)}
+    assert zm.crossing(EAST, m, None) == {"transfer_s": 0.0, "transfer_cost_s": 0.0}
+    assert zm.crossing(None, m, None) == {"transfer_s": 0.0, "transfer_cost_s": 0.0}
+    assert two_regions(bucket="").crossing(WEST, m, None)["transfer_s"] == 0.0
+
+
+def test_zone_markets_read_the_bucket_region_egress_and_bandwidth_from_the_config():
+    from orchestrator.spec.config import Config
+
+    config = Config.model_validate(
+        {
+            "storage": {"url": "s3://bucket/orch", "region": "us-east-1"},
+            "pricing": {"egress_per_gb": 0.02},
+            "recovery": {
+                "provider": "aws",
+                "cross_region_mb_per_second": 100,
+                "aws": {"region": "us-east-1", "launch_template": "t"},
+                "zones": [{"name": "east-a"}, {"name": "west-a", "region": "us-west-2"}],
+            },
+        }
+    )
+    zm = ZoneMarkets.of(config)
+    assert [z.region for z in zm.zones] == ["us-east-1", "us-west-2"]  # a zone without one: [recovery.aws]'s
+    assert (zm.bucket_region, zm.egress_per_gb, zm.cross_bytes_per_s) == ("us-east-1", 0.02, 100e6)
+    assert [zm.far(z) for z in zm.zones] == [False, True]
