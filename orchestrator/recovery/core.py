@@ -19,14 +19,14 @@ from ..objectstore import moves
 from ..objectstore.manifest_model import MAX_MANIFEST_BYTES, ManifestError
 from ..objectstore.manifest_model import parse as parse_manifest
 from ..objectstore.remote import Conflict, Remote, TooLarge
-from ..objectstore.signing import Keys, content_id
+from ..objectstore.signing import Keys
 from ..redaction import redact
 from ..spec.config import Config
 from ..store import Store
 from . import deciding as dc
 from . import moving as mv
 from . import zones as zn
-from .jobview import UNFINISHED, UNTRUSTED, JobView, deadline_of
+from .jobview import JobView, deadline_of
 from .launcher import InlineLauncher, Launcher, Outcome
 from .ledger import Ledger
 from .machines import MachineBook, Seen
@@ -132,28 +132,11 @@ class ControllerCore:
         self._parsed[uid] = (got[0], m)
         return m, got[1]
 
-    def _distrust(self, uid: str, m: dict[str, Any]) -> Optional[JobView]:
-        """The verify gate (trust.py): None when job `uid`'s manifest, as read this pass, may be acted
-        on; else its view as `not trusted`, reported once per content (`untrusted`)."""
-        raw = self._parsed[uid][0]
-        problem = self.gate.problem(uid, raw)
-        if problem is None:
-            return None
-        name = str(m.get("name") or "")
-        view = JobView(uid, name, UNTRUSTED, f"not launched: its manifest is not trusted: {problem}")
-        if m.get("state") in UNFINISHED:
-            self._event(
-                f"{uid}:untrusted:{content_id(raw)}",
-                EventKind.UNTRUSTED,
-                m,
-                f"job {uid[:12]} ({name}): not launched: its manifest in the bucket is not trusted: {problem}",
-            )
-        return view
-
     # -- the market ---------------------------------------------------------------------------
 
     def _decide(self, m: dict[str, Any], claims: list[cl.Claim], current: str, losses: int) -> Decision:
-        """The policy's answer for this job now (and when it would change by itself)."""
+        """The policy's answer for this job now (and when it would change by itself). The decision
+        (next_action.py) notes its review and says an infeasible deadline where it reads it."""
         now = self.clock()
         started = float(m.get("submitted_at") or m.get("started_at") or m.get("written_at") or now)
         market, zone = self.market, None
@@ -181,29 +164,10 @@ class ControllerCore:
         if self.zones is not None and decision.market in (SPOT, ON_DEMAND):
             chosen = self.zones.choose(decision.market, now, self.capacity_retry_s, _gpus(m))
             decision = dataclasses.replace(decision, zone=chosen.name if chosen else "")
-        self._review(decision.review_at)
-        if decision.infeasible_at is not None:
-            self._infeasible(m, decision.infeasible_at)
         if situation.deadline is None and deadline_of(m) is not None:
-            decision = Decision(decision.market, decision.why + " (no pace measured yet)", decision.review_at)
+            why = decision.why + " (no pace measured yet)"
+            decision = Decision(decision.market, why, decision.review_at, infeasible_at=decision.infeasible_at)
         return decision
-
-    def _elsewhere(self, refused: cl.Claim, decision: Decision) -> bool:
-        """With zones: the policy's launch would go to another zone than the one that refused."""
-        return self.zones is not None and decision.market in (SPOT, ON_DEMAND) and decision.zone != zn.zone_of(refused)
-
-    def _infeasible(self, m: dict[str, Any], earliest: float) -> None:
-        """Say once per job that its deadline cannot be met, with the earliest finish orch can promise."""
-        uid, deadline = str(m.get("uid") or ""), deadline_of(m)
-        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(earliest))
-        late = f"{(earliest - deadline) / 3600:.1f} h after its deadline" if deadline is not None else ""
-        self._event(
-            f"{uid}:infeasible",
-            EventKind.DEADLINE_INFEASIBLE,
-            m,
-            f"job {uid[:12]} ({m.get('name') or ''}) cannot meet its deadline even on on-demand: "
-            f"the earliest finish is {when}, {late}; it runs on on-demand to finish as soon as it can",
-        )
 
     def _review(self, at: Optional[float]) -> None:
         if at is not None and (self.next_review is None or at < self.next_review):

@@ -18,6 +18,7 @@ from .ledger import STOPPED, STOPPING, Ledger, Machine
 MAX_BACKOFF_S = 1800.0
 PREFIX = "stop:"
 SAY_HAND_AFTER = 5  # failed tries before the note says "stop it by hand" (the tries go on)
+NO_STOP = "no [recovery] stop: left to its own [idle] shutdown"
 
 
 class Stopper:
@@ -49,15 +50,19 @@ class Stopper:
     def state(self, instance: str) -> Optional[str]:
         """A line for the job's note while the stop is under way, or None."""
         if not self.can_stop:
-            return "no [recovery] stop: left to its own [idle] shutdown"
+            return NO_STOP
         m = self.ledger.get(instance)
         if m is None or m.state not in (STOPPING, STOPPED):
             return None
-        if m.state == STOPPED:
-            return "stopped"
-        if m.stop_tries >= SAY_HAND_AFTER:
-            return f"could not be stopped in {m.stop_tries} tries ({m.stop_error[:120]}); still trying: stop it by hand"
-        return f"stopping (try {m.stop_tries + 1})" + (f"; last: {m.stop_error[:120]}" if m.stop_error else "")
+        return _line(m)
+
+    def state_once_wanted(self, instance: str) -> str:
+        """What state() will say once want(instance) is called (the decision reads it before the
+        executor calls want: next_action.py)."""
+        if not self.can_stop:
+            return NO_STOP
+        m = self.ledger.get(instance)
+        return _line(m) if m is not None else _line(Machine(instance, "", [], 0.0, state=STOPPING))
 
     def want(self, instance: str, uid: str, why: str, manifest: dict[str, Any], market: str = "") -> None:
         """Stop `instance` (with retries until it is stopped) unless it was stopped already. A
@@ -122,3 +127,11 @@ class Stopper:
             "orch tries again with backoff until it is stopped (`orch status --url` shows each try)",
         )
         return True
+
+
+def _line(m: Machine) -> str:
+    if m.state == STOPPED:
+        return "stopped"
+    if m.stop_tries >= SAY_HAND_AFTER:
+        return f"could not be stopped in {m.stop_tries} tries ({m.stop_error[:120]}); still trying: stop it by hand"
+    return f"stopping (try {m.stop_tries + 1})" + (f"; last: {m.stop_error[:120]}" if m.stop_error else "")
