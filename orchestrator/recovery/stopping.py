@@ -8,14 +8,16 @@ twice, and one it was stopping is stopped by the next controller of the same hom
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any, Callable, Optional
 
 from ..jobs.backoff import backoff_s
 from ..model.states import EventKind
-from .launcher import Outcome
+from .launcher import Outcome, error_code
 from .ledger import STOPPED, STOPPING, Ledger, Machine
 
 MAX_BACKOFF_S = 1800.0
+log = logging.getLogger("orch.watch")
 PREFIX = "stop:"
 SAY_HAND_AFTER = 5  # failed tries before the note says "stop it by hand" (the tries go on)
 NO_STOP = "no [recovery] stop: left to its own [idle] shutdown"
@@ -32,8 +34,11 @@ class Stopper:
         poll_s: float,
         redact: Callable[[str], str],
         say: Callable[[str], None],
+        *,
+        timeout_s: Optional[float] = None,  # a stop call's bound (None: the launcher's own)
     ):
         self.provider, self.launcher, self.ledger, self.clock = provider, launcher, ledger, clock
+        self.timeout_s = timeout_s
         self.event, self.poll_s, self.redact, self.say = event, poll_s, redact, say
         self._next_at: dict[str, float] = {}  # instance -> when its next try is due
         self._manifests: dict[str, dict[str, Any]] = {}  # instance -> a manifest of one of its jobs
@@ -92,7 +97,9 @@ class Stopper:
                 continue
             instance = m.instance_id
             self._asked.add(instance)
-            self.launcher.submit(PREFIX + instance, functools.partial(self.provider.stop, instance))
+            self.launcher.submit(
+                PREFIX + instance, functools.partial(self.provider.stop, instance), timeout_s=self.timeout_s
+            )
 
     def outcome(self, outcome: Outcome) -> bool:
         """Record a finished stop; False when the outcome is not a stop."""
@@ -117,6 +124,8 @@ class Stopper:
             return True
         m.stop_tries += 1
         m.stop_error = self.redact(str(outcome.error))[:500]
+        code, name = error_code(outcome.error), getattr(self.provider, "name", "?")
+        log.warning("provider %s: stop %s failed (%s), try %d: %s", name, instance, code, m.stop_tries, m.stop_error)
         self.ledger.touch(m)
         self._next_at[instance] = now + backoff_s(m.stop_tries - 1, self.poll_s, MAX_BACKOFF_S)
         self.event(
