@@ -25,7 +25,6 @@ from . import market as mk
 from . import zones as zn
 from .actions import (
     ASKING,
-    AdoptedEarly,
     Facts,
     Gone,
     LeaveAlone,
@@ -34,13 +33,11 @@ from .actions import (
     NeedGone,
     NeedMove,
     NeedStop,
-    NoteHolder,
     Place,
     Plan,
     Report,
     Review,
     SettleFinished,
-    SettleMove,
     Stop,
     Wait,
     WriteClaim,
@@ -65,7 +62,7 @@ from .jobview import (
     wasted_launches,
 )
 from .machines import Seen
-from .next_move import booting_backoff, consider_move, launched_machine, move_machine
+from .next_held import booting_backoff, held, launched_machine, move_machine
 from .policy import Decision
 
 
@@ -161,55 +158,8 @@ class Deciding:
         holder = str(own.get("home_id") or "") if fresh else ""
         self.plan.seen = Seen(False, m, holder, str(own.get("instance_id") or "") if fresh else "")
         if move is None and age is not None and age < self.rules.stale_after_s:
-            return self._held(own, holder, losses, view)
+            return held(self, own, holder, losses, view)
         return self._lapsed(own, age, move, losses, view)
-
-    def _held(self, own: dict[str, Any], holder: str, losses: int, view: JobView) -> JobView:
-        """A fresh lease: the claim that may be open for it, the planned move settled or considered."""
-        latest = self.claims[-1] if self.claims else None
-        came_back = latest is not None and latest.lost.get("home_id") == own.get("home_id")
-        if latest is not None and latest.extra.get("move_for"):
-            pass  # a planned move's new machine, launched while this one holds the lease
-        elif latest is not None and latest.status == cl.CLAIMED and came_back:
-            # The machine we thought lost heartbeats again (a slow heartbeat, a network blip).
-            latest.status, latest.error, latest.updated_at = cl.CANCELLED, "the lease came back to life", self.now
-            self.act(WriteClaim(latest, "cancelled"))
-        elif latest is not None and latest.status == cl.CLAIMED and latest.n in self.facts.in_flight:
-            # The new machine adopted before the launch command returned: the launch's outcome
-            # records the machine's id; this only remembers which home it is.
-            self.act(AdoptedEarly(latest.n, holder))
-        elif latest is not None and latest.status == cl.CLAIMED:
-            # Another machine took the job while the claim was open: the launch happened, though the
-            # controller that made it died before it could say so.
-            latest.status, latest.updated_at = cl.LAUNCHED, self.now
-            latest.launched = f"adopted by {own.get('host') or '?'}"
-            latest.extra["adopted_by"] = holder
-            if own.get("instance_id"):
-                latest.extra["instance_id"] = str(own["instance_id"])
-            self.act(WriteClaim(latest, "adopted"))
-            self.report(
-                f"launch:{latest.n}",
-                EventKind.RELAUNCHED,
-                f"job {self.uid[:12]} ({self.name}): launch {latest.n} on {latest.market} came up: {latest.launched}",
-            )
-        if holder:
-            self.act(NoteHolder(own, self.claims))
-        view.note = f"lease held by {own.get('host') or '?'}"
-        self._settle_move(own, view)
-        consider_move(self, own, losses, view)
-        return view
-
-    def _settle_move(self, own: dict[str, Any], view: JobView) -> None:
-        """A machine holds the job's lease: when that is the new market's machine of a move this
-        controller asked, stop the old one, then close the move."""
-        move = self.move()
-        if move is None or own.get("home_id") == move.from_home:
-            return
-        state = self.stop_line(move.from_instance) if move.from_instance else "nothing to stop"
-        view.note += f"; moved to {move.to}, old machine {move.from_instance or '?'}: {state}"
-        close = not self.rules.can_stop or state in ("stopped", "nothing to stop") or "could not" in state
-        self.act(SettleMove(move, f"job moved from {move.from_market or '?'} to {move.to}", close, state))
-        self.move_closed = close
 
     def lost_booting(self, claim: cl.Claim) -> None:
         """The provider says a machine that never took its job is gone: noted on its claim, and
