@@ -319,14 +319,11 @@ def replay_packed(
         controller_id="benchmark",
         clock=clock,
         launcher=InlineLauncher(),
+        policy=policy,
     )
-    controller.policy = policy
-    if seen is not None and controller.zones is not None:
-        for zone in zone_values:  # one trace per zone whatever the machine's size: one history
-            for gpus in range(1, len(jobs) + 1):
-                controller.zones.view(zone, gpus).lifetimes = seen.setdefault(zone, {})
-    elif seen is not None:
-        controller.market.lifetimes = seen
+    if seen is not None:  # one trace per zone whatever the machine's size: one history
+        for gpus in range(1, len(jobs) + 1):
+            controller.share_lifetimes(seen, gpus=gpus)
     for uid in jobs:  # `orch launch` put them in the bucket (from the machine they start on)
         store.recovery_mark(launch_key(uid), t0)
     stale_s, timeout_s = config.storage.stale_after_minutes * 60, rc.launch_timeout_minutes * 60

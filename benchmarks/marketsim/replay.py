@@ -111,14 +111,17 @@ def replay(
         t=t0,
     )
     controller = Controller(
-        config, store, remote, world, controller_id="benchmark", clock=clock, launcher=InlineLauncher()
-    )  # type: ignore[arg-type]
-    controller.policy = policy
-    if seen is not None and controller.zones is not None:
-        for zone in zone_values:  # instance type: the job's one GPU
-            controller.zones.view(zone, 1).lifetimes = seen.setdefault(zone, {})
-    elif seen is not None:
-        controller.market.lifetimes = seen
+        config,
+        store,
+        remote,  # type: ignore[arg-type]
+        world,  # type: ignore[arg-type]
+        controller_id="benchmark",
+        clock=clock,
+        launcher=InlineLauncher(),
+        policy=policy,
+    )
+    if seen is not None:  # per zone with zones; instance type: the job's one GPU
+        controller.share_lifetimes(seen, gpus=1)
     store.recovery_mark(launch_key(uid), t0)  # `orch launch` put the job in the bucket
     stale_s, timeout_s = config.storage.stale_after_minutes * 60, rc.launch_timeout_minutes * 60
     given_up = False

@@ -8,7 +8,8 @@ its own bound (`timeout_s`, or the one given with the call: an alive question's 
 as failed by timeout (a thread cannot be killed; the providers bound their own calls -- the command
 provider kills its command's whole process group at the same limit -- so this is the last net).
 A pool whose every worker is held by a call running past a poll says so (`held`), so `orch watch`
-and `orch status --url` show it instead of queueing silently.
+and `orch status --url` show it instead of queueing silently -- the calls reported past their bound
+included: their threads stay held until the call returns, and are counted until then.
 
 `InlineLauncher` runs the call at once, on the caller's thread: the controller's tests and the
 market benchmark's simulated clock, where a pass must see its own launch's outcome."""
@@ -31,6 +32,18 @@ class Outcome:
     error: Optional[BaseException] = None  # what it raised (or a TimeoutError past timeout_s)
 
 
+def short(key: str) -> str:
+    """A call's key as a person reads it: its first job (a group's key names them all)."""
+    return key.split(",")[0][:60]
+
+
+def error_code(error: BaseException) -> str:
+    """A provider call's error, for the log: the cloud's own code (botocore's ClientError) or its class."""
+    response = getattr(error, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return str(code or type(error).__name__)
+
+
 class Launcher:
     def __init__(self, timeout_s: float, *, workers: int = WORKERS, clock: Callable[[], float] = time.time):
         self.timeout_s = timeout_s
@@ -38,6 +51,8 @@ class Launcher:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="orch-launch")
         self.workers = workers
         self._running: dict[str, tuple[float, Future[Any], float]] = {}
+        # Calls reported past their bound that still hold their worker: (key, started, future).
+        self._abandoned: list[tuple[str, float, Future[Any]]] = []
         self._lock = threading.Lock()
 
     def submit(self, key: str, call: Callable[[], Any], *, timeout_s: Optional[float] = None) -> None:
@@ -48,11 +63,15 @@ class Launcher:
             self._running[key] = (self.clock(), self._pool.submit(call), timeout_s or self.timeout_s)
 
     def held(self, longer_than_s: float) -> list[tuple[str, float]]:
-        """(key, seconds running) of every call running longer than `longer_than_s`, when they hold
-        every worker (further calls wait for one); else []."""
+        """(key as shown, seconds running) of every call running longer than `longer_than_s` -- and
+        of every call past its bound still running -- when they hold every worker (further calls
+        wait for one); else []."""
         now = self.clock()
         with self._lock:
-            long = [(k, now - v[0]) for k, v in self._running.items() if v[1].running() and now - v[0] > longer_than_s]
+            self._abandoned = [a for a in self._abandoned if not a[2].done()]
+            running = self._running.items()
+            long = [(short(k), now - v[0]) for k, v in running if v[1].running() and now - v[0] > longer_than_s]
+            long += [(f"{short(k)} (past its bound)", now - t) for k, t, f in self._abandoned if f.running()]
         return sorted(long) if len(long) >= self.workers else []
 
     def waiting(self) -> int:
@@ -76,7 +95,8 @@ class Launcher:
                     exc = future.exception()
                     out.append(Outcome(key, None if exc else future.result(), exc))
                 elif now - started > limit_s:
-                    future.cancel()
+                    if not future.cancel():  # running: its worker stays held until it returns
+                        self._abandoned.append((key, started, future))
                     out.append(Outcome(key, error=TimeoutError(f"did not return within {limit_s:.0f} s")))
                 else:
                     continue

@@ -5,7 +5,7 @@
     move settled, or the job was recovered elsewhere while it was cut off);
   - it never took its jobs within `launch_timeout_minutes` (the launch counted lost: a booting
     machine that never adopted is stopped, not left to bill);
-  - a planned move's new machine is no longer needed (jobpass.py says so: `not_needed`).
+  - a planned move's new machine is no longer needed (the decision says so: `not_needed`, next_held.py).
 A pass that could not read one of a machine's jobs decides nothing for that machine."""
 
 from __future__ import annotations

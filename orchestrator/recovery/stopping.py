@@ -8,16 +8,19 @@ twice, and one it was stopping is stopped by the next controller of the same hom
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any, Callable, Optional
 
 from ..jobs.backoff import backoff_s
 from ..model.states import EventKind
-from .launcher import Outcome
+from .launcher import Outcome, error_code
 from .ledger import STOPPED, STOPPING, Ledger, Machine
 
 MAX_BACKOFF_S = 1800.0
+log = logging.getLogger("orch.watch")
 PREFIX = "stop:"
 SAY_HAND_AFTER = 5  # failed tries before the note says "stop it by hand" (the tries go on)
+NO_STOP = "no [recovery] stop: left to its own [idle] shutdown"
 
 
 class Stopper:
@@ -31,8 +34,11 @@ class Stopper:
         poll_s: float,
         redact: Callable[[str], str],
         say: Callable[[str], None],
+        *,
+        timeout_s: Optional[float] = None,  # a stop call's bound (None: the launcher's own)
     ):
         self.provider, self.launcher, self.ledger, self.clock = provider, launcher, ledger, clock
+        self.timeout_s = timeout_s
         self.event, self.poll_s, self.redact, self.say = event, poll_s, redact, say
         self._next_at: dict[str, float] = {}  # instance -> when its next try is due
         self._manifests: dict[str, dict[str, Any]] = {}  # instance -> a manifest of one of its jobs
@@ -49,15 +55,19 @@ class Stopper:
     def state(self, instance: str) -> Optional[str]:
         """A line for the job's note while the stop is under way, or None."""
         if not self.can_stop:
-            return "no [recovery] stop: left to its own [idle] shutdown"
+            return NO_STOP
         m = self.ledger.get(instance)
         if m is None or m.state not in (STOPPING, STOPPED):
             return None
-        if m.state == STOPPED:
-            return "stopped"
-        if m.stop_tries >= SAY_HAND_AFTER:
-            return f"could not be stopped in {m.stop_tries} tries ({m.stop_error[:120]}); still trying: stop it by hand"
-        return f"stopping (try {m.stop_tries + 1})" + (f"; last: {m.stop_error[:120]}" if m.stop_error else "")
+        return _line(m)
+
+    def state_once_wanted(self, instance: str) -> str:
+        """What state() will say once want(instance) is called (the decision reads it before the
+        executor calls want: next_action.py)."""
+        if not self.can_stop:
+            return NO_STOP
+        m = self.ledger.get(instance)
+        return _line(m) if m is not None else _line(Machine(instance, "", [], 0.0, state=STOPPING))
 
     def want(self, instance: str, uid: str, why: str, manifest: dict[str, Any], market: str = "") -> None:
         """Stop `instance` (with retries until it is stopped) unless it was stopped already. A
@@ -87,7 +97,9 @@ class Stopper:
                 continue
             instance = m.instance_id
             self._asked.add(instance)
-            self.launcher.submit(PREFIX + instance, functools.partial(self.provider.stop, instance))
+            self.launcher.submit(
+                PREFIX + instance, functools.partial(self.provider.stop, instance), timeout_s=self.timeout_s
+            )
 
     def outcome(self, outcome: Outcome) -> bool:
         """Record a finished stop; False when the outcome is not a stop."""
@@ -112,6 +124,8 @@ class Stopper:
             return True
         m.stop_tries += 1
         m.stop_error = self.redact(str(outcome.error))[:500]
+        code, name = error_code(outcome.error), getattr(self.provider, "name", "?")
+        log.warning("provider %s: stop %s failed (%s), try %d: %s", name, instance, code, m.stop_tries, m.stop_error)
         self.ledger.touch(m)
         self._next_at[instance] = now + backoff_s(m.stop_tries - 1, self.poll_s, MAX_BACKOFF_S)
         self.event(
@@ -122,3 +136,11 @@ class Stopper:
             "orch tries again with backoff until it is stopped (`orch status --url` shows each try)",
         )
         return True
+
+
+def _line(m: Machine) -> str:
+    if m.state == STOPPED:
+        return "stopped"
+    if m.stop_tries >= SAY_HAND_AFTER:
+        return f"could not be stopped in {m.stop_tries} tries ({m.stop_error[:120]}); still trying: stop it by hand"
+    return f"stopping (try {m.stop_tries + 1})" + (f"; last: {m.stop_error[:120]}" if m.stop_error else "")
