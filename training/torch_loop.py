@@ -4,17 +4,7 @@ training/scripts/torch_loop.py and training/scripts/sharded_loop.py."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from training.scripts.sharded_loop import OrchShardedLoop
 from training.scripts.torch_loop import OrchLoop
 
 __all__ = ["OrchLoop", "OrchShardedLoop"]
-
-
-def __getattr__(name: str) -> Any:
-    # torch.distributed.checkpoint is imported only by a script that shards
-    if name == "OrchShardedLoop":
-        from training.scripts.sharded_loop import OrchShardedLoop
-
-        return OrchShardedLoop
-    raise AttributeError(name)
