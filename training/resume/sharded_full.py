@@ -19,7 +19,7 @@ import torch
 
 from training.exits import RunError
 from training.resume.checkpoints import disk_full_report
-from training.scripts.ranks import any_rank
+from training.resume.ranks import any_rank
 
 OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT)
 

@@ -24,7 +24,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from orchestrator.contract import TEMP_MARK, fsync_dir, notice_name, periodic_name, step_checkpoints
 
-from training.scripts.ranks import all_ranks_here, any_rank
+from training.resume.ranks import all_ranks_here, any_rank
 from training.scripts import job_side
 from training.scripts.job_side import Preempted, Progress, StopFlag, say
 from training.tracking.notes import ScriptRuns

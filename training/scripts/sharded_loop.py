@@ -40,7 +40,7 @@ from training.resume.sharded import (
     temp_folder,
 )
 from training.scripts import job_side
-from training.scripts.ranks import all_ranks_here, any_rank
+from training.resume.ranks import all_ranks_here, any_rank
 from training.scripts.job_side import say
 from training.scripts.torch_loop import OrchLoop
 
