@@ -27,12 +27,14 @@ def parameter_counts(spec: JobSpec) -> Optional[dict[str, int]]:
     if spec.model.num_labels and spec.model.task != TASK_CAUSAL_LM:
         config.num_labels = spec.model.num_labels
     # as the runner loads it: float32 to train in full; a LoRA base in its checkpoint's dtype
-    dtype = (getattr(config, "torch_dtype", None) or torch.float32) if spec.lora is not None else torch.float32
+    from training.builtin.tasks import dtype_argument
+
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) if spec.lora is not None else None
     if isinstance(dtype, str):
-        dtype = getattr(torch, dtype, torch.float32)
+        dtype = getattr(torch, dtype, None)
     try:
         with torch.device("meta"):
-            model: Any = auto.from_config(config, torch_dtype=dtype)
+            model: Any = auto.from_config(config, **dtype_argument(dtype or torch.float32))
             if spec.lora is not None:
                 from training.builtin.tasks.lora import apply_lora
 
