@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from ..spec.config import Config
 from ..model.errors import ConfigError, UsageError
@@ -100,11 +100,11 @@ def check(
     mapping: list[tuple[str, str]],
     keys: Optional[Keys] = None,
     gpus: Optional[int] = None,
-    available: Optional[int] = None,
+    available: Optional[Callable[[], int]] = None,
 ) -> Plan:
     """Everything that can refuse a job without touching the mirror, the store or the disk.
-    `gpus`: `--gpus N`; `available`: the GPUs this machine hands out (a job asking for more
-    resumes on fewer when its `min_gpus` allows)."""
+    `gpus`: `--gpus N`; `available`: the GPUs this machine hands out, asked only when needed (a job
+    asking for more resumes on fewer when its `min_gpus` allows)."""
     if cand.manifest is None:
         raise Rejected(cand.problem)
     m, label = cand.manifest, cand.label
@@ -134,21 +134,24 @@ def check(
     return Plan(cand, found, to_fetch, keys, resized, note)
 
 
-def gpu_count(cand: Candidate, gpus: Optional[int], available: Optional[int]) -> tuple[Optional[dict[str, Any]], str]:
+def gpu_count(
+    cand: Candidate, gpus: Optional[int], available: Optional[Callable[[], int]]
+) -> tuple[Optional[dict[str, Any]], str]:
     """The job's spec on the GPUs it will have here (None: as it asks) and a warning, or a refusal:
     `--gpus N` that cannot keep the effective batch (exit 2); a machine with fewer GPUs than
     `min_gpus` allows, or none keeping the effective batch."""
     m = cand.manifest or {}
     old = int(m.get("gpus") or 0)
     sizes = m.get("batch") if isinstance(m.get("batch"), dict) else None
-    if gpus is None and available is not None and old > available:
-        gpus, why = fewer_gpus_allowed(m["spec"], kind=str(m["kind"]), old_gpus=old, available=available, sizes=sizes)
+    here = available() if gpus is None and available is not None and old > 0 else None
+    if gpus is None and here is not None and old > here:
+        gpus, why = fewer_gpus_allowed(m["spec"], kind=str(m["kind"]), old_gpus=old, available=here, sizes=sizes)
         if gpus is None:
             if m["spec"].get("min_gpus") is not None:
                 raise Refused(f"{cand.label}: not adopted: {why}")
             return None, (
                 f"note: {cand.label} {why}: this machine's daemon cannot start it "
-                f"(`orch adopt --gpus {available}` resumes it on {available})"
+                f"(`orch adopt --gpus {here}` resumes it on {here})"
             )
     if gpus is None or gpus == old:
         return None, ""

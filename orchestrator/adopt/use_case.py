@@ -3,6 +3,7 @@ in turn, and the command's exit code."""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Callable, Optional
@@ -62,6 +63,11 @@ def adopt_jobs(
         return [], []
     plans: list[Plan] = []
     refused: list[Refused] = []
+
+    @functools.cache
+    def machine_gpus() -> int:  # nvidia-smi at most once, and only for a job that gets this far
+        return len(gpu_slots(config))
+
     for cand in chosen:
         try:
             plans.append(
@@ -75,7 +81,7 @@ def adopt_jobs(
                     now=time.time() if now is None else now,
                     keys=keys,
                     gpus=gpus,
-                    available=len(gpu_slots(config)),
+                    available=machine_gpus,
                 )
             )
         except Held as exc:
