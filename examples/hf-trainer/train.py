@@ -60,7 +60,23 @@ def main() -> None:
     # every attempt of the job continues one run (docs/tracking.md)
     p.add_argument("--report-to", default="none")
     p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
+    # FSDP2 through accelerate's plugin, each BERT layer a unit, checkpoints sharded (DCP); run it
+    # under torchrun or `accelerate launch` with one process per GPU (job-fsdp.toml). On GPUs only:
+    # on the CPU accelerate runs the ranks as DDP (see docs/large-models.md, bring your own)
+    p.add_argument("--fsdp", action="store_true", help="shard the model with FSDP2 over the ranks")
     args = p.parse_args()
+    sharding = (
+        {
+            "fsdp": True,
+            "fsdp_config": {
+                "version": 2,
+                "transformer_layer_cls_to_wrap": ["BertLayer"],
+                "state_dict_type": "SHARDED_STATE_DICT",
+            },
+        }
+        if args.fsdp
+        else {}
+    )
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForSequenceClassification.from_pretrained(args.model)  # dropout 0.1: RNG matters
@@ -84,6 +100,7 @@ def main() -> None:
         report_to=args.report_to,
         disable_tqdm=True,
         dataloader_num_workers=args.workers,
+        **sharding,
     )
     trainer = Trainer(
         model=model,
@@ -94,9 +111,10 @@ def main() -> None:
         callbacks=[OrchTrainerCallback()],
     )  # <- orch, line 2 of 3
     trainer.train(resume_from_checkpoint=resume_from())  # <- orch, line 3 of 3
-    trainer.save_model(str(out / "model"))
-    tokenizer.save_pretrained(str(out / "model"))
-    print(f"saved the model to {out / 'model'}", flush=True)
+    trainer.save_model(str(out / "model"))  # under FSDP: the whole model, gathered
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(str(out / "model"))
+        print(f"saved the model to {out / 'model'}", flush=True)
 
 
 if __name__ == "__main__":

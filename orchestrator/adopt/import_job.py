@@ -88,10 +88,14 @@ def adopt_one(
         # written_at for a replayed copy (recovery/trust.py) and never recover the job.
         _give_back(remote, key, signing.sign(dict(m, written_at=time.time()), plan.keys), etag)
         raise Refused(f"{label}: {exc}") from None
+    resized = ""
+    if plan.resized is not None:  # on another number of GPUs (jobs/regpu.py): the runner reshards
+        resized = f"; on {plan.gpus} GPU(s) (was {m.get('gpus')})"
+        m["spec"], m["gpus"] = plan.resized, plan.gpus
     m["spec"] = datafiles.rewrite(m["spec"], found)
     market, zone, waited = _launched_for(remote, cand.uid, own, now)
     # Import first (a new local id), then fetch the checkpoint into its run folder.
-    detail = f"from host {own.get('host') or '?'} (its job {m.get('local_id')}) via {remote.url.raw}{waited}"
+    detail = f"from host {own.get('host') or '?'} (its job {m.get('local_id')}) via {remote.url.raw}{waited}{resized}"
     job = store.import_job(
         m,
         state=JobState.QUEUED,

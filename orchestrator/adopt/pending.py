@@ -56,11 +56,12 @@ def folder(home: Any) -> Path:
     return Path(home.root) / FOLDER
 
 
-def park(home: Any, url: str, uid: str, maps: list[str], why: str, now: float) -> None:
+def park(home: Any, url: str, uid: str, maps: list[str], why: str, now: float, *, gpus: Optional[int] = None) -> None:
+    """`gpus`: the `--gpus N` it was asked with, kept for the daemon's try."""
     d = folder(home)
     d.mkdir(mode=0o700, exist_ok=True)
     tmp = d / f".{uid}.tmp"
-    tmp.write_text(json.dumps({"url": url, "uid": uid, "maps": maps, "why": why, "since": now}))
+    tmp.write_text(json.dumps({"url": url, "uid": uid, "maps": maps, "why": why, "since": now, "gpus": gpus}))
     tmp.replace(d / f"{uid}.json")
 
 

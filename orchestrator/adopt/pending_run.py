@@ -39,6 +39,7 @@ def complete_pending(home: Any, config: Any, store: Any, *, now: Optional[float]
                 confirm=_yes,
                 maps=[str(m) for m in record.get("maps") or []],
                 park_held=False,
+                gpus=_count(record.get("gpus")),
             )
         except Exception as exc:  # the bucket unreachable, a usage error: try again at the next tick
             log.warning("pending adoption of %s: %s", uid[:12], exc)
@@ -51,6 +52,10 @@ def complete_pending(home: Any, config: Any, store: Any, *, now: Optional[float]
             drop(home, uid)
             log.warning("pending adoption of %s given up: %s", uid[:12], "; ".join(str(r) for r in refused))
     return done
+
+
+def _count(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _yes(lines: list[str]) -> bool:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from ..spec.config import Config
 from ..model.errors import ConfigError, UsageError
+from ..jobs.regpu import fewer_gpus_allowed, resized_spec
 from ..objectstore import datafiles
 from ..objectstore import manifest as mf
 from ..store import Store
@@ -25,6 +26,13 @@ class Plan:
     found: dict[str, str]
     to_fetch: list[str]
     keys: Optional[Keys] = None  # the bucket key: the lease taken is signed with it
+    resized: Optional[dict[str, Any]] = None  # its spec on another number of GPUs (regpu.py), or None
+    note: str = ""  # a warning to show with it (a machine with too few GPUs for it)
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs it will run on here."""
+        return int((self.resized or (self.cand.manifest or {})).get("gpus") or 0)
 
 
 def storage_for(
@@ -91,8 +99,12 @@ def check(
     now: float,
     mapping: list[tuple[str, str]],
     keys: Optional[Keys] = None,
+    gpus: Optional[int] = None,
+    available: Optional[Callable[[], int]] = None,
 ) -> Plan:
-    """Everything that can refuse a job without touching the mirror, the store or the disk."""
+    """Everything that can refuse a job without touching the mirror, the store or the disk.
+    `gpus`: `--gpus N`; `available`: the GPUs this machine hands out, asked only when needed (a job
+    asking for more resumes on fewer when its `min_gpus` allows)."""
     if cand.manifest is None:
         raise Rejected(cand.problem)
     m, label = cand.manifest, cand.label
@@ -118,7 +130,38 @@ def check(
     found, to_fetch, problems = datafiles.plan(list(m["data_files"]), mapping)
     if problems:
         raise Refused(f"{label}: its input files are not on this machine:\n  " + "\n  ".join(problems))
-    return Plan(cand, found, to_fetch, keys)
+    resized, note = gpu_count(cand, gpus, available)
+    return Plan(cand, found, to_fetch, keys, resized, note)
+
+
+def gpu_count(
+    cand: Candidate, gpus: Optional[int], available: Optional[Callable[[], int]]
+) -> tuple[Optional[dict[str, Any]], str]:
+    """The job's spec on the GPUs it will have here (None: as it asks) and a warning, or a refusal:
+    `--gpus N` that cannot keep the effective batch (exit 2); a machine with fewer GPUs than
+    `min_gpus` allows, or none keeping the effective batch."""
+    m = cand.manifest or {}
+    old = int(m.get("gpus") or 0)
+    sizes = m.get("batch") if isinstance(m.get("batch"), dict) else None
+    here = available() if gpus is None and available is not None and old > 0 else None
+    if gpus is None and here is not None and old > here:
+        gpus, why = fewer_gpus_allowed(m["spec"], kind=str(m["kind"]), old_gpus=old, available=here, sizes=sizes)
+        if gpus is None:
+            if m["spec"].get("min_gpus") is not None:
+                raise Refused(f"{cand.label}: not adopted: {why}")
+            return None, (
+                f"note: {cand.label} {why}: this machine's daemon cannot start it "
+                f"(`orch adopt --gpus {here}` resumes it on {here})"
+            )
+    if gpus is None or gpus == old:
+        return None, ""
+    try:
+        spec = resized_spec(
+            m["spec"], kind=str(m["kind"]), old_gpus=old, gpus=gpus, sizes=sizes, who=cand.label, command="orch adopt"
+        )
+    except UsageError as exc:
+        raise Rejected(str(exc)) from None
+    return spec, ""
 
 
 def what_it_runs(m: dict[str, Any]) -> str:
@@ -137,7 +180,8 @@ def preview(plans: list[Plan]) -> list[str]:
     lines = []
     for p in plans:
         m = p.cand.manifest or {}
-        lines.append(f"  {p.cand.uid[:12]}  {m['name']}  [{m['kind']}, {m['state']}, {m['gpus']} GPU]")
+        gpus = f"{m['gpus']} GPU" if p.resized is None else f"{p.gpus} GPU, was {m['gpus']}: checkpoint resharded"
+        lines.append(f"  {p.cand.uid[:12]}  {m['name']}  [{m['kind']}, {m['state']}, {gpus}]")
         lines.append(f"      {what_it_runs(m)}")
         if m["spec"].get("env"):
             lines.append(f"      env: {', '.join(sorted(m['spec']['env']))}")

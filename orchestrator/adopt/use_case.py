@@ -3,6 +3,7 @@ in turn, and the command's exit code."""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Callable, Optional
@@ -16,6 +17,7 @@ from ..home.paths import Home
 from ..jobs.lifecycle import machine_outgoing
 from ..model.records import Outgoing
 from ..model.states import EventKind
+from ..planning.capacity import gpu_slots
 from ..store import Store
 from .candidates import Held, Refused, Untrusted, choose
 from .import_job import Adopted, adopt_one
@@ -38,10 +40,13 @@ def adopt_jobs(
     now: Optional[float] = None,
     maps: Optional[list[str]] = None,
     park_held: bool = True,
+    gpus: Optional[int] = None,
 ) -> tuple[list[Adopted], list[Refused]]:
     """Returns (adopted jobs, refusals). `confirm` is shown what each job runs and says whether
     to go on. Raises OrchError for a store that cannot be read. `park_held`: a job held by the
-    machine a planned move takes it from is left pending here (pending.py), not refused."""
+    machine a planned move takes it from is left pending here (pending.py), not refused.
+    `gpus`: `--gpus N`, each job resumed on N GPUs; without it a job asking for more GPUs than this
+    machine has resumes on fewer when its `min_gpus` allows (plan.gpu_count)."""
     if not wanted and not take_all:
         raise UsageError("say which jobs: --job ID (repeatable) or --all")
     mapping = parse_maps(maps or [])
@@ -58,6 +63,11 @@ def adopt_jobs(
         return [], []
     plans: list[Plan] = []
     refused: list[Refused] = []
+
+    @functools.cache
+    def machine_gpus() -> int:  # nvidia-smi at most once, and only for a job that gets this far
+        return len(gpu_slots(config))
+
     for cand in chosen:
         try:
             plans.append(
@@ -70,6 +80,8 @@ def adopt_jobs(
                     mapping=mapping,
                     now=time.time() if now is None else now,
                     keys=keys,
+                    gpus=gpus,
+                    available=machine_gpus,
                 )
             )
         except Held as exc:
@@ -78,7 +90,7 @@ def adopt_jobs(
                 refused.append(exc)
                 warn(f"refused: {exc}")
                 continue
-            park(home, remote.url.raw, cand.uid, list(maps or []), move, time.time() if now is None else now)
+            park(home, remote.url.raw, cand.uid, list(maps or []), move, time.time() if now is None else now, gpus=gpus)
             say(
                 f"pending: {cand.label} is held by the machine {move} takes it from; this machine's daemon "
                 "adopts it when that machine hands it over (`orch daemon start`; `orch adopt --wait` waits here)"
@@ -90,6 +102,9 @@ def adopt_jobs(
                 _report_untrusted(config, store, exc, time.time() if now is None else now)
     if not plans:
         return [], refused
+    for plan in plans:
+        if plan.note:
+            warn(plan.note)
     if not confirm(preview(plans)):
         return [], refused
     adopted = []
@@ -110,7 +125,8 @@ def adopt_jobs(
             if result.checkpoint
             else "starting from scratch (no checkpoint mirrored)"
         )
-        say(f"adopted {result.uid[:12]} ({result.name}) as job {result.job_id}: {where}")
+        on = f" on {plan.gpus} GPU(s) (was {(plan.cand.manifest or {}).get('gpus')})" if plan.resized else ""
+        say(f"adopted {result.uid[:12]} ({result.name}) as job {result.job_id}{on}: {where}")
     return adopted, refused
 
 

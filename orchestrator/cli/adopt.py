@@ -1,4 +1,4 @@
-"""`orch adopt URL [--job ID]... [--all] [--force] [--yes]`: the command's side. The work is in
+"""`orch adopt URL [--job ID]... [--all] [--force] [--yes] [--gpus N]`: the command's side. The work is in
 orchestrator/adopt/; here: show what each job will run and ask (a terminal), or take --yes."""
 
 from __future__ import annotations
@@ -46,9 +46,11 @@ def run_adopt(
     maps: Sequence[str] = (),
     yes: bool = False,
     wait_s: Optional[float] = None,
+    gpus: Optional[int] = None,
 ) -> int:
     """`wait_s`: `--wait`: a job whose lease another machine holds is tried again every few seconds
-    until it is adopted (the holder released it or went silent) or `wait_s` pass."""
+    until it is adopted (the holder released it or went silent) or `wait_s` pass. `gpus`:
+    `--gpus N`, each job resumed on N GPUs (jobs/regpu.py)."""
     from ..adopt import Refused, adopt_jobs, exit_code
     from ..adopt.candidates import Held
     from ..adopt.pending import wait_loop
@@ -80,6 +82,7 @@ def run_adopt(
             confirm=confirm,
             maps=list(maps),
             park_held=wait_s is None,
+            gpus=gpus,
         )
         adopted.extend(got)
         held = [r.uid for r in refused if isinstance(r, Held)]

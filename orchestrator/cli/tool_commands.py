@@ -85,6 +85,13 @@ def adopt(
     wait_timeout: float = typer.Option(
         3600.0, "--wait-timeout", help="With --wait: give up after this many seconds.", min=1.0
     ),
+    gpus: Optional[int] = typer.Option(
+        None,
+        "--gpus",
+        min=0,
+        help="Resume on this many GPUs: the checkpoint is resharded and the effective batch kept "
+        "(accumulation adjusted; refused when it cannot be).",
+    ),
 ) -> None:
     """Take unfinished jobs over from another machine's mirror and queue them to resume here.
     Each adopted job runs its command here with the daemon's environment: read the list it shows."""
@@ -102,6 +109,7 @@ def adopt(
             maps=maps,
             yes=yes,
             wait_s=wait_timeout if wait else None,
+            gpus=gpus,
         )
     )
 

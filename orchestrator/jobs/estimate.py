@@ -19,6 +19,7 @@ from ..home.paths import Home
 from ..model.states import JobState
 from ..planning.forecast import history_of, queue_forecast
 from ..planning.projection import builtin_projection, command_projection
+from ..planning.rank_memory import rank_holds, rank_memory
 from ..spec.jobspec import JobSpec, load_jobspec
 from ..store import Store
 from .probe import run_probe
@@ -83,6 +84,7 @@ def estimate_data(
         before = _load_averages()  # read before the probe, so that they do not count it
         probe = run_probe(job_toml, warmup=warmup, steps=steps)
         data = builtin_projection(spec, probe, rate, mtbf_of(store, spec), before)
+        data.update(rank_data(spec, probe))
         data["_probe"] = probe  # for a sweep's bound; dropped before printing
     body = spec.model_dump(mode="json", exclude_none=True)
     candidate = Candidate(json.dumps(body), body, spec.gpus, spec.priority)
@@ -112,6 +114,23 @@ def estimate_data(
         data["projected_finish"] = now + wait + data["wall_s"]
         data["projected_finish_latest"] = now + wait + data["wall_s_high"]
     return data
+
+
+def rank_data(spec: JobSpec, probe: dict[str, Any]) -> dict[str, Any]:
+    """What each rank holds, in words (as `orch show` says it) and in bytes from the probe's count of
+    the model's parameters (planning/rank_memory.py); memory None when the probe could not count."""
+    body = spec.model_dump(mode="json", exclude_none=True)
+    out: dict[str, Any] = {"ranks": rank_holds(body, spec.gpus) or None, "memory": None}
+    if probe.get("trainable_params") is not None and probe.get("frozen_bytes") is not None:
+        out["memory"] = rank_memory(
+            body,
+            spec.gpus,
+            trainable_params=int(probe["trainable_params"]),
+            frozen_bytes=int(probe["frozen_bytes"]),
+            peak_gpu_bytes=probe.get("peak_gpu_bytes"),
+        )
+        out["memory"]["params"] = probe.get("params")
+    return out
 
 
 def _load_averages() -> list[float]:

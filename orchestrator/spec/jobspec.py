@@ -73,6 +73,9 @@ __all__ = [
 class JobSpec(JobTable):
     name: Optional[str] = Field(default=None, min_length=1, max_length=100)
     gpus: int = Field(default=1, ge=0, le=64)
+    # May resume on as few as this many GPUs: an adoption onto a machine with fewer than `gpus`
+    # reshards onto what it has (jobs/regpu.py); not set: never on fewer.
+    min_gpus: Optional[int] = Field(default=None, ge=1, le=64)
     nodes: int = Field(default=1, ge=1, le=1024)  # Slurm executor: `gpus` is then per node
     priority: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
     retries: int = Field(default=2, ge=0, le=1000)
@@ -120,6 +123,10 @@ class JobSpec(JobTable):
         problem = kind_problem(self.model_fields_set - {k for k in ("model", "data") if getattr(self, k) is None})
         if problem:
             raise ValueError(problem)
+        if self.min_gpus is not None and self.min_gpus > self.gpus:
+            raise ValueError(
+                f"min_gpus: {self.min_gpus} is more than gpus ({self.gpus}); it is the fewest GPUs the job may resume on"
+            )
         if self.name is not None and name_problem(self.name):
             raise ValueError(f"name: {name_problem(self.name)} (got {self.name!r})")
         if self.command is not None:

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from ..cost.money import format_duration, format_money
 from ..model.clock import format_clock
+from ..planning.rank_memory import memory_text
 
 
 def sweep_text(d: dict[str, Any]) -> str:
@@ -80,6 +81,10 @@ def estimate_text(d: dict[str, Any]) -> str:
             f"({format_money(d['preemption_waste_cost'], cur)}) at an MTBF of {format_duration(d['mtbf_s'])} ({d['mtbf_source']})",
             f"  the probe:   {format_duration(d['probe']['seconds'])}, {format_money(d['probe']['cost'], cur)}",
         ]
+        if d.get("ranks"):
+            lines.append(f"  ranks:       {d['ranks']}")
+        if d.get("memory"):
+            lines.append(f"  memory:      {memory_text(d['memory'])}")
     wait = d.get("queue_wait_s")
     wait_text = (
         "never on this machine (it asks for more than it has)"

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from ..cost.money import format_duration, format_money
 from ..host.summary import provenance_lines
+from ..planning.rank_memory import rank_holds
 
 STATE_STYLE = {
     "queued": "yellow",
@@ -101,21 +102,6 @@ def status_table(
         return "  ".join(out).rstrip()
 
     return "\n".join([line(list(_COLUMNS), header=True)] + [line(c) for c in cells])
-
-
-def rank_holds(spec: dict[str, Any], gpus: int) -> str:
-    """What each rank of a multi-GPU built-in job holds ([train] strategy); "" for one process."""
-    ranks = int(gpus or 0) * int(spec.get("nodes") or 1)
-    if ranks < 2:
-        return ""
-    train = spec.get("train") or {}
-    if train.get("strategy") == "fsdp":
-        where = "host memory (cpu_offload)" if train.get("cpu_offload") else "its GPU"
-        return (
-            f"fsdp: each of {ranks} ranks holds 1/{ranks} of the parameters, gradients and optimizer state "
-            f"in {where}; checkpoints are sharded folders"
-        )
-    return f"ddp: each of {ranks} ranks holds the whole model, its gradients and optimizer state"
 
 
 def show_text(d: dict[str, Any], currency: str = "") -> str:

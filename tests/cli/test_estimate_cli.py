@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+import tomllib
 
 pytestmark = pytest.mark.slow
 
@@ -104,6 +105,16 @@ def test_estimate_of_a_builtin_job_probes_it_and_the_cli_never_imports_torch(hom
     assert d["evals"] == 2 and d["saves"] >= 1 and d["checkpoint_interval_why"]
     assert d["queue_wait_s"] == 0 and d["mtbf_source"].startswith("no preemption")
     assert job_count() == 0  # a probe is no job
+    # what the process holds: 16 bytes per trained parameter (AdamW in float32), counted on the meta device
+    from transformers import AutoModelForSequenceClassification
+
+    spec = tomllib.loads(builtin_job.read_text())
+    real = AutoModelForSequenceClassification.from_pretrained(spec["model"]["name_or_path"], num_labels=2)
+    params = sum(p.numel() for p in real.parameters())
+    memory = d["memory"]
+    assert memory["params"] == params and memory["strategy"] == "one process" and d["ranks"] is None
+    assert memory["state_bytes"] == 16 * params and memory["on_gpu_bytes"] == 16 * params
+    assert memory["activation_bytes"] is None  # measured only on a GPU
 
 
 def test_submit_with_estimate_asks_first_and_queues_only_on_yes(orch, home, builtin_job, job_count, write_file):

@@ -57,10 +57,13 @@ sys.exit(0)
 """
 
 
-def storage_home(folder: Path, url: str, endpoint: Optional[str] = None, **storage: Any) -> OrchHome:
+def storage_home(
+    folder: Path, url: str, endpoint: Optional[str] = None, *, gpus: Optional[list[int]] = None, **storage: Any
+) -> OrchHome:
+    """`gpus`: [daemon] gpus, GPU slots rehearsed on this CPU machine (ORCH_GPUS_ON_CPU=1)."""
     folder.mkdir(parents=True, exist_ok=True)
     put_in_environment()  # the daemon signs its manifests with the test key its config names
-    h = OrchHome(folder, cpu_slots=2, grace_seconds=10)
+    h = OrchHome(folder, cpu_slots=2, grace_seconds=10, gpus_on_cpu=bool(gpus), gpus=gpus or [])
     settings = {
         "heartbeat_seconds": 1,
         "throttle_seconds": 0.5,

@@ -35,7 +35,7 @@ def sft(tmp_path_factory):
     return llama, train, dev
 
 
-def sft_job(make_run_dir, sft, name: str, lora=None, **train):
+def sft_job(make_run_dir, sft, name: str, lora=None, validation: bool = True, **train):
     llama, data, dev = sft
     return make_run_dir(
         name,
@@ -44,7 +44,7 @@ def sft_job(make_run_dir, sft, name: str, lora=None, **train):
         model={"name_or_path": str(llama), "task": "causal-lm", "num_labels": None},
         data={
             "train": str(data),
-            "validation": str(dev),
+            "validation": str(dev) if validation else None,
             "prompt_field": "prompt",
             "response_field": "response",
             "max_length": 96,
@@ -154,4 +154,65 @@ def test_fsdp_out_of_memory_halves_the_micro_batch_and_finishes(make_run_dir, ru
     code, out = run_job(run, attempt=2, timeout=600, **CPU, **fault)
     assert code == 0, out
     assert "resuming from step-00000004.ckpt" in out, out
+    assert read_result(run)["steps"] == 2 * ROWS // (BATCH * 2)
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A tmpfs of 8 MB for the checkpoints (skipped, with the reason, where mounting is not allowed)."""
+    import subprocess
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({(done.stderr or done.stdout).strip()}): needs root or CAP_SYS_ADMIN")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_full_disk_during_a_sharded_save_writes_disk_full_and_keeps_the_previous_folder(
+    make_run_dir, start_job, run_job, sft, small_fs
+):
+    """The disk fills up after the step-4 folder (a real tmpfs, a filler file): the step-8 save,
+    written in the background, fails with ENOSPC; at the next save both ranks stop with one line,
+    exit 1; disk_full.json names the bytes needed and free; no temp folder is left and step 4 stays
+    complete, so once space is freed the next attempt resumes from it and finishes. (A synchronous
+    save, notice or best, settles the same way at once: tests/training/test_sharded_full.py.)"""
+    import os
+
+    from orchestrator.reports.disk_full import disk_full
+    from training.resume.sharded import folder_problem
+
+    run = sft_job(
+        make_run_dir, sft, "full", validation=False
+    )  # no best checkpoint: the periodic saves, in the background
+    ckpts = small_fs / "checkpoints"
+    env = {"ORCH_CKPT_DIR": str(ckpts), "ORCH_PROGRESS_EVERY_S": "0.1", "ORCH_FAULT_SLOW_STEP_S": "0.3", **CPU}
+    job = start_job(run, attempt=1, **env)
+    wait_for(lambda: (ckpts / "step-00000004.ckpt").is_dir(), 300, "the step-4 folder")
+    filler = small_fs / "filler"
+    with open(filler, "wb") as fh:  # leave about 4 kB: DCP's shard files do not fit
+        fh.write(b"\0" * max(0, shutil.disk_usage(small_fs).free - 4096))
+        fh.flush()
+        os.fsync(fh.fileno())
+    code = job.wait(timeout=300)
+    out = job.output()
+    assert code == 1, out[-3000:]
+    info = disk_full(run, 1)
+    assert info is not None, out[-3000:]
+    # step 8's save failed in the background; the step-12 save found it (and the ranks agreed)
+    assert info["name"] == "step-00000008.ckpt" and info["previous"] == "step-00000004.ckpt", info
+    assert info["needed_bytes"] > info["free_bytes"], info
+    line = f"disk full: saving {info['name']} needed {info['needed_bytes'] / 1e6:.1f} MB but {ckpts} has"
+    assert line in out and f"{info['previous']} is intact" in out and "Traceback" not in out, out[-3000:]
+    left = sorted(p.name for p in ckpts.iterdir())
+    assert "step-00000004.ckpt" in left and info["name"] not in left, left  # no temp folder, the old ones whole
+    assert all(folder_problem(ckpts / name) is None for name in left), left
+    filler.unlink()  # space back: `orch retry` resumes from the folder the full disk left
+    code, out = run_job(run, attempt=2, timeout=600, **env)
+    assert code == 0, out[-3000:]
+    assert "resuming from step-00000004.ckpt" in out
     assert read_result(run)["steps"] == 2 * ROWS // (BATCH * 2)

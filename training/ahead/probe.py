@@ -127,7 +127,16 @@ def probe(job_toml: Path, warmup: int, steps: int) -> dict[str, Any]:
     total = steps_per_epoch * train.max_epochs if train.max_epochs else None
     total = max(1, min(total, train.max_steps) if total and train.max_steps else (total or train.max_steps or 1))
     first = figures.get("first_step_at")
+    from training.ahead.param_count import parameter_counts, peak_gpu_bytes
+
+    counts = parameter_counts(spec) or {}
     return {
+        # what each rank holds (orchestrator/planning/rank_memory.py): the model's parameters and,
+        # on a GPU, the peak its tensors reached (the activations of one micro-batch are the rest)
+        "params": counts.get("params"),
+        "trainable_params": counts.get("trainable_params"),
+        "frozen_bytes": counts.get("frozen_bytes"),
+        "peak_gpu_bytes": peak_gpu_bytes(),
         "steps_per_s": figures.get("steady_steps_per_s"),
         "steady_steps": figures.get("steady_steps"),
         "warmup_steps": warmup,

@@ -9,11 +9,13 @@ from typing import Any, Optional
 
 import torch
 from pytorch_lightning.strategies import ModelParallelStrategy
+from torch.distributed.checkpoint.api import CheckpointException
 
 from orchestrator.contract import parse_checkpoint_name
 
 from training.resume.checkpoints import is_sharded, prune_checkpoints, step_of
 from training.resume.sharded import commit_folder, load_meta, load_shards, prepare_folder, shard_state
+from training.resume.sharded_full import local_bytes, settle_save
 
 
 def _then(future: Any, action: Any) -> Any:
@@ -102,7 +104,7 @@ class ShardedStrategy(ModelParallelStrategy):
         self.trained_only = trained_only
         self.background = background
         self.last_save: dict[str, float] = {}
-        self._pending: Optional[Any] = None  # the future of a periodic save in flight
+        self._pending: Optional[Any] = None  # a periodic save in flight: (its future, temp, path, bytes)
         self._save_group: Optional[Any] = None  # a gloo group of its own: the save's collectives run off the step
         self._stager: Optional[Any] = None
 
@@ -126,11 +128,27 @@ class ShardedStrategy(ModelParallelStrategy):
                 )
             )
 
-    def wait_for_saves(self) -> None:
-        """Until the periodic save in flight (if any) is written and, on rank 0, committed."""
+    def wait_for_saves(self, *, collective: bool = True) -> None:
+        """Until the periodic save in flight (if any) is written and, on rank 0, committed; a failed
+        one is settled (sharded_full.py: a full disk reported). `collective`: every rank calls this
+        at the same point (a save), so they agree on a failure; the teardown's call is not."""
         pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
+        if pending is None:
+            return
+        future, temp, path, needed = pending
+        error: Optional[BaseException] = None
+        try:
+            future.result()
+        except (OSError, RuntimeError, CheckpointException) as exc:
+            error = exc
+        settle_save(
+            error,
+            temp=temp,
+            path=path,
+            needed=needed,
+            rank=self.global_rank,
+            device=self.root_device if collective else None,
+        )
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
         import time
@@ -144,6 +162,7 @@ class ShardedStrategy(ModelParallelStrategy):
         checkpoint.pop("optimizer_states", None)
         assert self.model is not None
         state = shard_state(self.model, [o for o in self.optimizers], trained_only=self.trained_only)
+        needed = local_bytes(state) * self.world_size  # for a full disk's report: about what the folder takes
         temp = prepare_folder(path) if self.global_rank == 0 else None
         self.barrier()
         temp = Path(self.broadcast(str(temp)))
@@ -155,13 +174,18 @@ class ShardedStrategy(ModelParallelStrategy):
             future = getattr(saving, "upload_completion", saving)  # an AsyncSaveResponse with a stager
             if self.global_rank == 0:  # DCP's .metadata is written once every rank's shards are: commit then
                 future = _then(future, lambda: self._commit(temp, path, checkpoint))
-            self._pending = future
+            self._pending = (future, temp, path, needed)
             self.last_save = {"stall_s": time.perf_counter() - start}
             return
-        dcp.save(state, checkpoint_id=str(temp))  # collective: returns once DCP's .metadata is written
-        written = time.perf_counter()
-        if self.global_rank == 0:
-            self._commit(temp, path, checkpoint)
+        error: Optional[BaseException] = None
+        try:
+            dcp.save(state, checkpoint_id=str(temp))  # collective: returns once DCP's .metadata is written
+            written = time.perf_counter()
+            if self.global_rank == 0:
+                self._commit(temp, path, checkpoint)
+        except (OSError, RuntimeError, CheckpointException) as exc:  # a full disk, most likely
+            error, written = exc, time.perf_counter()
+        settle_save(error, temp=temp, path=path, needed=needed, rank=self.global_rank, device=self.root_device)
         self.barrier()  # every rank returns with the folder in place
         self.last_save = {"write_s": written - start, "commit_s": time.perf_counter() - written}
 
@@ -171,7 +195,7 @@ class ShardedStrategy(ModelParallelStrategy):
             prune_checkpoints(path.parent, self.keep)
 
     def teardown(self) -> None:
-        self.wait_for_saves()  # the final periodic save is on disk before the process ends
+        self.wait_for_saves(collective=False)  # the final periodic save is on disk before the process ends
         if self._stager is not None:
             self._stager.close()
             self._stager = None

@@ -94,38 +94,46 @@ def disk_full(obj: Any, path: Path, *, certain: bool = False) -> Optional[DiskFu
     """Measure what the failed checkpoint needed; if the disk is full (`certain`, or the checkpoint
     is bigger than the free space), write RUN_DIR/disk_full.json for the daemon (the temp file was
     removed, so this small file fits) and return the error to raise; else None."""
-    folder = path.parent
     counter = _Counter()
     try:
         torch.save(obj, counter)
     except Exception:  # a measurement only
         pass
+    return disk_full_report(path, counter.n, certain=certain)
+
+
+def disk_full_report(path: Path, needed: int, *, certain: bool, write: bool = True) -> Optional[DiskFull]:
+    """The full-disk verdict on a failed save of `path` that needed `needed` bytes (a file, or a
+    sharded folder: training/resume/sharded_full.py): None when the disk is not full; else
+    disk_full.json written (`write`: the one rank that writes it) and the error to raise."""
+    folder = path.parent
     try:
         free: Optional[int] = shutil.disk_usage(folder).free
     except OSError:
         free = None
-    if not certain and (free is None or counter.n <= free):
+    if not certain and (free is None or needed <= free):
         return None
     previous = next((p.name for p in list_checkpoints(folder) if p.name != path.name), None)
     info = {
         "attempt": os.environ.get(ENV_ATTEMPT, ""),
         "name": path.name,
         "folder": str(folder),
-        "needed_bytes": counter.n,
+        "needed_bytes": needed,
         "free_bytes": free,
         "step": step_of(path),
         "previous": previous,
         "at": time.time(),
     }
     run_dir = Path(os.environ.get(ENV_RUN_DIR) or folder.parent)
-    try:
-        write_json_atomic(run_dir / DISK_FULL_FILE, info)
-    except OSError as exc:
-        print(f"[orch] could not write {DISK_FULL_FILE}: {exc}", file=sys.stderr, flush=True)
+    if write:
+        try:
+            write_json_atomic(run_dir / DISK_FULL_FILE, info)
+        except OSError as exc:
+            print(f"[orch] could not write {DISK_FULL_FILE}: {exc}", file=sys.stderr, flush=True)
     free_text = f"{free / 1e6:.1f} MB" if free is not None else "an unknown amount"
     kept = f"{previous} is intact" if previous else "there is no earlier checkpoint"
     return DiskFull(
-        f"disk full: saving {path.name} needed {counter.n / 1e6:.1f} MB but {folder} has {free_text} free; "
+        f"disk full: saving {path.name} needed {needed / 1e6:.1f} MB but {folder} has {free_text} free; "
         f"the write was abandoned cleanly and {kept}"
     )
 

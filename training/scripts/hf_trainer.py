@@ -24,6 +24,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from orchestrator.contract import TEMP_MARK, fsync_dir, notice_name, periodic_name, step_checkpoints
 
+from training.resume.ranks import all_ranks_here, any_rank
 from training.scripts import job_side
 from training.scripts.job_side import Preempted, Progress, StopFlag, say
 from training.tracking.notes import ScriptRuns
@@ -111,25 +112,6 @@ def prune_dangling_links(ckpt_dir: Path) -> list[Path]:
             except OSError:
                 pass
     return removed
-
-
-def any_rank(flag: bool, device: Any) -> bool:
-    """True on every rank when it is True on any (one all-reduce; a single process: `flag`)."""
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return flag
-    value = torch.tensor([1 if flag else 0], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
-
-
-def all_ranks_here() -> None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
 
 
 def _ends_epoch(state: TrainerState) -> bool:

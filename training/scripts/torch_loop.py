@@ -149,10 +149,19 @@ class OrchLoop:
         self.stop = StopFlag(handle_sigint=handle_sigint)
         self.stop.install()
         protect_dataloader_workers()
-        self.progress = Progress(self.run_dir, every_s=progress_every_s)
-        self._remove_orphan_temps()
+        writer = self._writes_run_files()  # several ranks: rank 0 alone (sharded_loop.py)
+        self.progress = Progress(self.run_dir if writer else None, every_s=progress_every_s)
+        if writer:
+            self._remove_orphan_temps()
         self.progress.write(self.step, self.total_steps, self.epoch)
-        self.tracker_runs = ScriptRuns(self.run_dir)
+        self.tracker_runs = ScriptRuns(self.run_dir if writer else None)
+
+    def _writes_run_files(self) -> bool:
+        return True
+
+    def _stop_now(self) -> bool:
+        """Whether to save a notice checkpoint and exit at this step (several ranks: agreed)."""
+        return self.stop.requested
 
     @property
     def stop_requested(self) -> bool:
@@ -230,10 +239,11 @@ class OrchLoop:
         self.progress.update_metrics(metrics)
         if self.progress.step_done(self.samples_per_step if samples is None else samples):
             self.progress.write(self.step, self.total_steps, self.epoch)
-        if self.stop.requested:
+        if self._stop_now():
             path = self.save(data=data, notice=True)
             self.progress.write(self.step, self.total_steps, self.epoch)
-            say(f"SIGTERM: saved {path} at step {self.step}; exiting 75 to be resumed")
+            if self._writes_run_files():
+                say(f"SIGTERM: saved {path} at step {self.step}; exiting 75 to be resumed")
             self.tracker_runs.preempted()
             raise Preempted(str(path))
         self.tracker_runs.step()

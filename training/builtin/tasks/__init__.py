@@ -69,7 +69,7 @@ def make_module(spec: JobSpec, data: Any, num_labels: int, *, sharded: bool = Fa
         # 28); the adapters peft adds are float32. Full fine-tuning: float32 weights for AdamW,
         # with [train] precision's autocast for the compute.
         lora_base = spec.lora is not None and not sharded
-        model = AutoModelForCausalLM.from_pretrained(path, **_dtype("auto" if lora_base else torch.float32))
+        model = AutoModelForCausalLM.from_pretrained(path, **dtype_argument("auto" if lora_base else torch.float32))
         if checkpointing:
             model.gradient_checkpointing_enable()
         if spec.lora is not None:
@@ -101,7 +101,7 @@ def make_module(spec: JobSpec, data: Any, num_labels: int, *, sharded: bool = Fa
     )
 
 
-def _dtype(value: Any) -> dict[str, Any]:
+def dtype_argument(value: Any) -> dict[str, Any]:
     """from_pretrained's dtype argument under the name this transformers knows (dtype from 4.56)."""
     import transformers
 
