@@ -39,6 +39,24 @@ JOB_CASES = [
         COMMAND + "[checkpoint]\nbackground = 0\n",
         "checkpoint.background: must be true or false (got 0)",
     ),
+    # a TOML time of day: pydantic's union said it twice, once as 'deadline.datetime'
+    (
+        "deadline_a_time_of_day",
+        COMMAND + "deadline = 10:00:00\n",
+        "deadline: must be a date and time with its zone, e.g. 2026-12-05T18:00+08:00 (got 10:00:00)",
+    ),
+    # set by orch after [env] for every attempt: the value would silently never reach the job
+    (
+        "env_cuda_visible_devices",
+        COMMAND + '[env]\nCUDA_VISIBLE_DEVICES = "3"\n',
+        "env.CUDA_VISIBLE_DEVICES: orch sets it to the GPUs it gives each attempt: ask with gpus = N (and choose "
+        "the machine's GPUs with config.toml [daemon] gpus); remove it",
+    ),
+    (
+        "env_orch_job_id",
+        COMMAND + '[env]\nORCH_JOB_ID = "7"\n',
+        "env.ORCH_JOB_ID: orch sets it for every attempt, so the job would never see this value: remove it",
+    ),
     (
         "cpu_offload_with_ddp",
         BUILTIN + "[train]\ncpu_offload = true\n",
