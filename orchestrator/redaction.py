@@ -5,8 +5,10 @@ daemon alike, so every masker masks the same things (docs/security.md)."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
+from typing import Optional
 
 MASK = "***"
 
@@ -83,3 +85,9 @@ def environ_secrets(environ: Mapping[str, str]) -> list[str]:
     `environ`, for redact(text, secrets)."""
     named = [name for name in environ if name not in SECRET_ENV and is_secret_name(name)]
     return [value for name in (*SECRET_ENV, *named) if (value := environ.get(name))]
+
+
+def shown_command(argv: Iterable[str], environ: Optional[Mapping[str, str]] = None) -> str:
+    """An attempt's command as its log's first line shows it: a `--token=hf_...` typed into the
+    command, or the value of a credential variable of `environ` (default: this process's), masked."""
+    return redact(" ".join(argv), environ_secrets(os.environ if environ is None else environ))

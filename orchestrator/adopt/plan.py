@@ -57,16 +57,23 @@ def storage_for(
         data["url"] = url
     if not data.get("url"):
         raise UsageError(f"give the mirror's URL ({how}) or set [storage] url in config.toml")
+    # Each line names where the value came from: the URL typed on the command line, else the file.
+    where = f"{config.path}: " if config.path else ""
+    given = f"the URL {url!r}: " if url else f"{where}storage.url: "
+
+    def named(field: str, text: str) -> str:
+        return given + text if field == "url" else f"{where}storage.{field}: {text}"
+
     try:
         section = StorageSection.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(
-            [f"storage.{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
+            [named(".".join(map(str, e["loc"])), e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
         ) from None
     from ..objectstore.signing import key_problems
 
     environ: Mapping[str, str] = os.environ if env is None else env
-    problems = credential_problems(section, environ) + key_problems(section, environ)
+    problems = credential_problems(section, environ) + [where + p for p in key_problems(section, environ)]
     if problems:
         raise ConfigError(problems)
     if must_exist:

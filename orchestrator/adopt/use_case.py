@@ -50,7 +50,7 @@ def adopt_jobs(
     if not wanted and not take_all:
         raise UsageError("say which jobs: --job ID (repeatable) or --all")
     mapping = parse_maps(maps or [])
-    section = storage_for(config, url)
+    section = storage_for(config, url, must_exist=True)  # a mistyped folder is not "no jobs"
     keys = keys_from(section, os.environ)  # storage_for refused a key named but missing
     remote = Remote(section)
     home_id = mf.home_identity(home)

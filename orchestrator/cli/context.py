@@ -13,6 +13,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from ..contract import ENV_CONFIG
 from ..model.errors import OrchError
 from ..home.paths import Home
 
@@ -28,6 +29,13 @@ class OrchGroup(TyperGroup):
             text = str(exc)
             print(text if exc.exit_code == 2 else f"orch: {text}", file=sys.stderr)
             raise typer.Exit(exc.exit_code) from None
+        except BrokenPipeError as exc:
+            if not _stdout_closed():  # another pipe (a socket): not the reader's doing
+                _unexpected(exc)
+            # `orch status | head -1`: the reader has what it wanted. Exit as a filter killed by
+            # SIGPIPE would (128 + 13), with no report and no second error at the final flush.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(141) from None
         except Exception as exc:
             if isinstance(exc, (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort)):
                 raise  # click's own endings (usage errors, --help, typer.Exit) print themselves
@@ -54,6 +62,18 @@ def _unexpected(exc: Exception) -> NoReturn:
     report, home_problem = write_report(report_text(exc, sys.argv[1:]), root)
     print(one_line(exc, report, home_problem), file=sys.stderr)
     raise typer.Exit(1) from None
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll says POLLERR for its write end)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _fd, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (CliRunner)
+        return False
 
 
 def _state_root() -> Path:
@@ -121,7 +141,8 @@ class Ctx:
         return self.home.config_path(self.config_arg)
 
     def config(self, *, build_notifiers: bool = False):
-        required = self.config_arg is not None
+        # a file named by --config or ORCH_CONFIG must exist: a typo would drop its prices and notifiers
+        required = self.config_arg is not None or bool(os.environ.get(ENV_CONFIG))
         # every channel built and every secret resolved: the one check (jobs/notify.load_config_checked)
         # that `orch submit`, `orch config check` and the daemon's start all make
         if build_notifiers:

@@ -19,6 +19,7 @@ from typing import Any
 from ..contract import attempt_pid, write_exit_record, write_json_atomic
 from ..host.procs import boot_id, group_members, signal_group, start_time
 from ..home.wake import poke
+from ..redaction import shown_command
 
 # How long the job's leftover processes may take to die after the SIGKILL (as local.py).
 GROUP_EXIT_WAIT_S = 30.0
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     started_at = time.time()
-    print(f"[orch] attempt {n} started {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command)}", flush=True)
+    print(f"[orch] attempt {n} started {time.strftime('%Y-%m-%d %H:%M:%S')}: {shown_command(command)}", flush=True)
     try:
         with lock:
             job = subprocess.Popen(command, cwd=args.cwd, start_new_session=False, preexec_fn=os.setpgrp)

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Optional, Sequence
 import tomli_w
 
 from ..spec.config import Config
-from ..model.errors import HomeError, InvalidTransition
+from ..model.errors import HomeError, InvalidTransition, UsageError
 from ..spec.jobspec import JobSpec, load_jobspec
 from .admission import admit
 from ..home.paths import Home
@@ -250,7 +250,16 @@ def retry_job(
 ) -> Job:
     """A failed, cancelled or stopped job back to the queue; it resumes from its latest
     checkpoint. Its attempt count goes on; its charged retries start over. `gpus`: on that many
-    GPUs from now on (jobs/regpu.py: the effective batch kept, or refused)."""
+    GPUs from now on (jobs/regpu.py: the effective batch kept, or refused), no more than the
+    executor has (submit's check: a job asking for more never starts)."""
+    from ..planning.capacity import gpu_slots
+
+    machine_gpus = len(gpu_slots(config)) if gpus is not None else 0
+    if gpus is not None and gpus > machine_gpus:
+        raise UsageError(
+            f"orch retry --gpus {gpus}: this machine has {machine_gpus} GPU{'s' if machine_gpus != 1 else ''} "
+            "(config [daemon] gpus, else nvidia-smi)"
+        )
     job = store.get(job_id)
     if job.state is JobState.MOVED:
         raise InvalidTransition(
@@ -264,6 +273,16 @@ def retry_job(
     if job.state not in RETRYABLE:
         why = "it is still active" if job.state.is_active else "it already succeeded"
         raise InvalidTransition(job_id, job.state.value, "queued", why)
+    # A limit already reached would stop the job the moment it starts (exit 2, nothing changed).
+    if budget is not None and budget <= job.cost:
+        raise UsageError(
+            f"orch retry --budget {budget:g}: job {job_id} has already cost {job.cost:.2f}; give more than that"
+        )
+    if hours is not None and hours <= job.run_seconds / 3600:
+        raise UsageError(
+            f"orch retry --hours {hours:g}: job {job_id} has already run {job.run_seconds / 3600:.2f} h; "
+            "give more than that"
+        )
     updates: dict[str, Any] = {"failures": 0}
     detail = "orch retry"
     if budget is not None:

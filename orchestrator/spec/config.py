@@ -4,19 +4,20 @@ every problem reported at once. Every command works with no config file at all."
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .bounds import control_problem
 from ..model.errors import ConfigError
 from ..model.executor_kinds import LOCAL, unknown_kind_problem
-from ..model.markets import ZONE_NAME_PATTERN
+from ..model.markets import ZONE_NAME
 from ..model.states import DEFAULT_NOTIFY_EVENTS, EventKind
 from .problems import TomlTable, problems_from
 from .ray_section import RaySection
-from .storage_url import parse_storage_url
+from .storage_section import StorageSection
 from .tomlfile import read_toml
 
 EVENT_NAMES = frozenset(k.value for k in EventKind)
@@ -92,57 +93,6 @@ class NotifySection(_Section):
     retry_max_seconds: float = Field(default=600.0, gt=0)
 
 
-class StorageSection(_Section):
-    """[storage]: mirror every job to object storage or a network disk so `orch adopt` can resume it
-    on another machine (docs/mirror.md). Credentials come only from
-    the environment or the instance role, never from this file."""
-
-    url: Optional[str] = None  # s3://bucket/prefix, gs://bucket/prefix, az://account/container/prefix, file:///path
-    endpoint: Optional[str] = None  # S3-compatible services (Aliyun OSS, Tencent COS, MinIO): https://host[:port]
-    region: Optional[str] = None  # S3 region (else AWS_REGION / AWS_DEFAULT_REGION, else us-east-1)
-    virtual_hosted_style: bool = False  # bucket.endpoint/key requests (Aliyun OSS requires them)
-    credentials: Literal["env", "instance"] = "env"  # "instance": the machine's role (EC2, GCE), no variables
-    keep: int = Field(default=3, ge=1)  # remote checkpoints kept per job (the newest; notice ones count)
-    part_size_mb: int = Field(default=16, ge=5, le=5120)  # multipart upload part size
-    concurrency: int = Field(default=4, ge=1, le=64)  # parts in flight for a background upload
-    notice_concurrency: int = Field(default=16, ge=1, le=128)  # parts in flight for the notice checkpoint
-    notice_deadline_seconds: float = Field(default=105.0, gt=0)  # a stopping daemon waits this long for uploads
-    stale_after_minutes: float = Field(default=10.0, gt=0)  # `orch adopt` refuses a job whose owner is fresher
-    heartbeat_seconds: float = Field(default=60.0, gt=0)  # how often the owner renews its lease
-    throttle_seconds: float = Field(default=30.0, ge=0)  # progress, metrics and logs at most this often
-    data_max_mb: float = Field(default=2048.0, ge=0)  # local data files up to this size travel with the job
-    # The environment variable holding the bucket key: manifests are signed with it, and `orch watch`
-    # and `orch adopt` act only on manifests that verify (objectstore/signing.py). Never the key itself.
-    signing_key_env: Optional[str] = None
-    signing_previous_key_env: Optional[str] = None  # a key being rotated out: still accepted, never signs
-
-    @field_validator("signing_key_env", "signing_previous_key_env")
-    @classmethod
-    def _env_name(cls, v: Optional[str]) -> Optional[str]:
-        import re
-
-        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
-            raise ValueError(
-                f"must name an environment variable, e.g. ORCH_BUCKET_KEY, not hold the key (got {len(v)} characters)"
-            )
-        return v
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: Optional[str]) -> Optional[str]:
-        if v is None:
-            return v
-        parse_storage_url(v)  # raises ValueError naming the problem
-        return v
-
-    @field_validator("endpoint")
-    @classmethod
-    def _endpoint(cls, v: Optional[str]) -> Optional[str]:
-        if v is not None and not (v.startswith("http://") or v.startswith("https://")):
-            raise ValueError(f"must start with http:// or https:// (got {v!r})")
-        return v
-
-
 class LoggingSection(_Section):
     # Also show each built-in job's TensorBoard files under <dir>/<job name>-<id> (a symlink to the
     # run folder's tensorboard/), e.g. "/root/tf-logs" for AutoDL's panel. None: the run folder only.
@@ -216,13 +166,20 @@ class RecoveryAwsSection(_Section):
 class RecoveryZoneSection(_Section):
     """[[recovery.zones]]: one zone the controller may launch in (docs/recovery.md#zones)."""
 
-    name: Annotated[str, Field(min_length=1, max_length=64, pattern=ZONE_NAME_PATTERN)]
+    name: Annotated[str, Field(min_length=1, max_length=64)]
     spot_price: Optional[float] = Field(default=None, gt=0)  # per hour; not set: [pricing]
     on_demand_price: Optional[float] = Field(default=None, gt=0)
     # aws: where to launch in this zone (else [recovery.aws]'s)
     region: Optional[str] = None
     subnet: Optional[str] = None
     launch_template: Optional[str] = None
+
+    @field_validator("name")
+    @classmethod
+    def _zone_name(cls, v: str) -> str:
+        if not ZONE_NAME.fullmatch(v):  # the one definition (model/markets.py): orch show tells zones by it
+            raise ValueError(f"letters, digits, '.', '_' and '-' only, starting with a letter or digit (got {v!r})")
+        return v
 
 
 class RecoverySection(_Section):
@@ -256,19 +213,29 @@ class RecoverySection(_Section):
 
     @field_validator("zones")
     @classmethod
-    def _zones(cls, v: list[RecoveryZoneSection]) -> list[RecoveryZoneSection]:
+    def _zones(cls, v: list[RecoveryZoneSection], info: ValidationInfo) -> list[RecoveryZoneSection]:
         seen: set[str] = set()
         for z in v:
             if z.name in seen:
                 raise ValueError(f"two zones are named {z.name!r}: names must be unique")
             seen.add(z.name)
+            aws_only = [k for k in ("subnet", "launch_template") if getattr(z, k) is not None]
+            if aws_only and info.data.get("provider") == "command":
+                # the command provider is given ORCH_RECOVERY_ZONE and launches where it likes: never used
+                # (`region` is: a zone outside [storage] region pays the checkpoint's transfer)
+                raise ValueError(
+                    f'zone {z.name!r} sets {", ".join(aws_only)}, which only provider = "aws" uses; the command '
+                    "provider is given the zone's name in ORCH_RECOVERY_ZONE: remove them"
+                )
         return v
 
     @field_validator("launch", "stop", "alive")
     @classmethod
-    def _launch(cls, v: Optional[list[str]]) -> Optional[list[str]]:
+    def _launch(cls, v: Optional[list[str]], info: ValidationInfo) -> Optional[list[str]]:
         if v is None:
             return v
+        if info.data.get("provider") == "aws":  # the aws provider launches, stops and asks EC2 itself
+            raise ValueError('only for provider = "command" (the aws provider never runs it): remove it')
         if not v or not v[0].strip():
             raise ValueError('must name the program to run, e.g. ["bash", "launch.sh"] (got an empty command)')
         for i, arg in enumerate(v):
@@ -358,6 +325,9 @@ def load_config(path: Optional[Path] = None, *, required: bool = False) -> Confi
     label = str(path)
     raw = read_toml(path, label, ConfigError)
     problems = _hook_problems(raw, label) + _notifier_shape_problems(raw, label)
+    if "path" in raw:  # Config.path is where orch read the file from, not a key of it
+        problems.append(f"{label}: unknown key 'path'")
+        raw = {k: v for k, v in raw.items() if k != "path"}
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:

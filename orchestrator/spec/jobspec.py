@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -107,6 +107,18 @@ class JobSpec(JobTable):
     # A command job whose program is not orch-aware (LLaMA-Factory, TRL, a Lightning script): orch
     # attaches its callback to the program's Trainer through a bootstrap on PYTHONPATH.
     instrument: Literal["transformers", "lightning", "auto", "off"] = "off"
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _deadline_a_moment(cls, value: Any) -> Any:
+        # a TOML time of day (10:00:00) or a number: one plain line, not one per branch of the union
+        if value is not None and not isinstance(value, (datetime, date, str)):
+            raise ValueError(
+                f"must be a date and time with its zone, e.g. 2026-12-05T18:00+08:00 (got {str(value).lower() if isinstance(value, bool) else value})"
+            )
+        if isinstance(value, date) and not isinstance(value, datetime):  # a TOML date: no time, no zone
+            return datetime(value.year, value.month, value.day)
+        return value
 
     @field_validator("deadline")
     @classmethod
@@ -235,6 +247,18 @@ def load_jobspec(path: str | Path, *, check_paths: bool = True) -> JobSpec:
     return resolve(spec, path.resolve().parent, label, check_paths=check_paths, stem=path.stem)
 
 
+# [env] names orch sets for every attempt after [env] (jobs/attempts.job_vars): a value there would never
+# reach the job. Refused at submit only, so a job stored before this check still loads.
+_OWN = "orch sets it for every attempt, so the job would never see this value: remove it"
+_ORCH_OWN_ENV = {
+    "CUDA_VISIBLE_DEVICES": "orch sets it to the GPUs it gives each attempt: ask with gpus = N (and choose "
+    "the machine's GPUs with config.toml [daemon] gpus); remove it",
+    **dict.fromkeys(
+        ("ORCH_JOB_ID", "ORCH_ATTEMPT", "ORCH_RUN_DIR", "ORCH_CKPT_DIR", "ORCH_RESUME_FROM", "PYTHONUNBUFFERED"), _OWN
+    ),
+}
+
+
 def resolve(spec: JobSpec, base: Path, label: str, *, check_paths: bool = True, stem: str = "job") -> JobSpec:
     problems: list[str] = []
     spec = spec.model_copy(deep=True)
@@ -245,6 +269,7 @@ def resolve(spec: JobSpec, base: Path, label: str, *, check_paths: bool = True, 
                 f"{label}: name: the file's name {stem!r} is not a usable job name "
                 f'({name_problem(stem)}); set name = "..." in the file'
             )
+    problems += [f"{label}: env.{name}: {why}" for name, why in _ORCH_OWN_ENV.items() if name in spec.env]
     if spec.is_command:
         workdir = _resolve(spec.workdir or ".", base)
         if check_paths and not workdir.is_dir():

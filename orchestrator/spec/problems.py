@@ -50,6 +50,8 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] |
     """The pydantic model class that owns the field at loc (for did-you-mean suggestions)."""
     current: Any = model
     for item in loc:
+        if isinstance(item, int):  # an entry of a list of tables ([[recovery.zones]]): its model
+            continue
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return None
         field = current.model_fields.get(str(item))
@@ -113,7 +115,8 @@ def problems_from(exc: ValidationError, model: type[BaseModel], label: str) -> l
             # The unknown key is the last item of the raw loc, whatever it looks like ("[x", "int").
             key, parent = str(err["loc"][-1]), loc[:-1] if loc and loc[-1] == err["loc"][-1] else loc
             owner = _model_at(model, parent)
-            choices = list(owner.model_fields) if owner else []
+            # not a field set by orch itself (Config.path), which the file cannot hold
+            choices = [k for k, f in owner.model_fields.items() if not f.exclude] if owner else []
             near = difflib.get_close_matches(key, choices, n=1, cutoff=0.6)
             prefix = _dotted(parent) + "." if parent else ""
             hint = f" (did you mean '{prefix}{near[0]}'?)" if near else ""
@@ -137,7 +140,7 @@ def _number_only(args: tuple[Any, ...]) -> tuple[bool, bool]:
 
 class TomlTable(BaseModel):
     """A table of a file people write (job.toml, config.toml, a sweep file): unknown keys are
-    errors, and a number field takes only a TOML number. pydantic would read `true` as 1
+    errors, a number field takes only a TOML number and a true/false field only a TOML boolean. pydantic would read `true` as 1
     (num_labels = true became a one-label regression head) and "32" as 32 (a quoted number
     usually means a template or a copy-paste went wrong, and "inf" passed every bound)."""
 
@@ -146,16 +149,26 @@ class TomlTable(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _numbers_are_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        if not isinstance(value, (bool, str)) or info.field_name not in cls.model_fields:
+        if not isinstance(value, (bool, str, int, float)) or info.field_name not in cls.model_fields:
             return value
         annotation = cls.model_fields[info.field_name].annotation
         args = getattr(annotation, "__args__", None) or (annotation,)
+        if not isinstance(value, bool) and bool in args and _bool_only(args):
+            # pydantic would read "yes", "off", 1 and 0 as booleans: cpu_offload = 1 turned it on
+            raise PydanticCustomError("bool_type", "true or false")
+        if not isinstance(value, (bool, str)):
+            return value
         numeric, only = _number_only(args)
         if isinstance(value, bool) and numeric and bool not in args:
             raise PydanticCustomError("int_type" if int in args and float not in args else "float_type", "a number")
         if isinstance(value, str) and only and _reads_as_number(value):
             raise PydanticCustomError("number_in_quotes", "a number, written without quotes")
         return value  # any other text: pydantic's own "must be a whole number (got 'two')"
+
+
+def _bool_only(args: tuple[Any, ...]) -> bool:
+    """A field that takes true or false and nothing else (None aside)."""
+    return all(a is bool or a is type(None) for a in args)
 
 
 def _reads_as_number(text: str) -> bool:

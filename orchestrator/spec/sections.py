@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from .bounds import INT64_MAX, INT64_MIN, control_problem
 from .problems import TomlTable
@@ -159,9 +159,17 @@ class TrainSection(JobTable):
             )
         if isinstance(v, int) and v < 1:
             raise ValueError(f"val_check_interval: must be at least 1 batch (got {v})")
-        if self.cpu_offload and self.strategy != "fsdp":
-            raise ValueError('cpu_offload: offloads FSDP shards; it needs strategy = "fsdp"')
         return self
+
+    @field_validator("cpu_offload")
+    @classmethod
+    def _offload_needs_fsdp(cls, value: bool, info: ValidationInfo) -> bool:
+        # a field check (strategy is validated before it), so the line names train.cpu_offload
+        if value and info.data.get("strategy", "fsdp") != "fsdp":
+            raise ValueError(
+                f'offloads FSDP shards; it needs strategy = "fsdp" (strategy is {info.data["strategy"]!r})'
+            )
+        return value
 
 
 class EarlyStoppingSection(JobTable):

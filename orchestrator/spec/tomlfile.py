@@ -24,8 +24,13 @@ def read_toml(path: Path, label: str, error_cls: type[Exception]) -> dict[str, A
         raise error_cls([f"{label}: no such file"]) from None
     except IsADirectoryError:
         raise error_cls([f"{label}: is a folder, not a TOML file"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise error_cls(
+            [f"{label}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}): save it as UTF-8"]
+        ) from None
+    except OSError as exc:
         raise error_cls([f"{label}: cannot read: {exc}"]) from None
+    text = text.removeprefix("\ufeff")  # Notepad's UTF-8 byte-order mark: TOML has none, tomllib refuses it
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 from ..cost import money as cost
 from ..contract import CKPT_SUFFIX, PROGRESS, RESULT, SNAPSHOT_MEMORY, checkpoint_dir, parse_checkpoint_name, read_json
 from ..planning.dispatch import hold_reason
-from ..redaction import redact
+from ..redaction import is_secret_name, redact
 from ..planning.forecast import step_rate
 from ..host.summary import provenance_summary
 from ..home.paths import Home
@@ -135,8 +135,14 @@ def list_checkpoints(run_dir: Path) -> list[dict[str, Any]]:
 def masked_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """[env] values may be secrets (tokens, keys): `show --json` and the dashboard give their names only."""
     spec = dict(spec)
-    if isinstance(spec.get("env"), dict):
-        spec["env"] = {k: "***" for k in spec["env"]}
+    raw_env = spec.get("env")
+    env: dict[str, Any] = raw_env if isinstance(raw_env, dict) else {}
+    if isinstance(spec.get("command"), list):  # `--token=hf_...`, or a secret [env] value typed again
+        named = set(spec.get("secret_env") or [])
+        secrets = [str(v) for k, v in env.items() if k in named or is_secret_name(k)]
+        spec["command"] = [redact(str(part), secrets) for part in spec["command"]]
+    if env:
+        spec["env"] = {k: "***" for k in env}
     tracking = spec.get("tracking")
     if isinstance(tracking, dict) and isinstance(tracking.get("mlflow_uri"), str):  # http://user:password@host
         spec["tracking"] = {**tracking, "mlflow_uri": redact(tracking["mlflow_uri"])}  # the one masking rule

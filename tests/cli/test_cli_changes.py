@@ -114,6 +114,7 @@ def test_retry_on_another_gpu_count_keeps_the_effective_batch_or_refuses_in_one_
         name="sft", kind="builtin", gpus=2, priority=0, retries=0, spec=BUILTIN_SPEC, spec_path="", now=1.0
     ).id
     walk(store, job_id, JobState.RUNNING, JobState.FAILED)
+    (home / "config.toml").write_text("[daemon]\ngpus = [0, 1, 2, 3]\n")  # --gpus is checked against these
 
     # 8 x 3 x 2 = 48 samples per step: 4 GPUs would need accumulate 1.5
     ran = cli("retry", job_id, "--gpus", "4").assert_failed(2)

@@ -30,6 +30,7 @@ from typing import Any, Optional
 from ...contract import attempt_log, attempt_ray_info, write_exit_record, write_json_atomic
 from ...host.procs import group_members, own_group_dying_with_parent, signal_group
 from ...host.secret_file import take_secret_file
+from ...redaction import shown_command
 
 PARENT_POLL_S = 0.5  # how often the step looks whether Ray (its parent) still holds the attempt
 
@@ -87,7 +88,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     print(
         f"[orch] attempt {n} started {time.strftime('%Y-%m-%d %H:%M:%S')} on Ray node {socket.gethostname()} "
-        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}): {' '.join(command)}",
+        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}): {shown_command(command)}",
         flush=True,
     )
     code: Optional[int]

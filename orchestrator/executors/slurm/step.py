@@ -41,6 +41,7 @@ from ...contract import (
     write_json_atomic,
 )
 from ...host.secret_file import take_secret_file
+from ...redaction import shown_command
 
 
 def rank_log(n: int, rank: int) -> str:
@@ -83,7 +84,7 @@ def batch(args: argparse.Namespace, command: list[str]) -> int:
     since = mtime_or(run_dir / attempt_slurm_info(n), started_at)
     print(
         f"[orch] attempt {n} started {time.strftime('%Y-%m-%d %H:%M:%S')} as Slurm job {job_id} on "
-        f"{os.environ.get('SLURM_JOB_NODELIST', '?')}: {' '.join(command)}",
+        f"{os.environ.get('SLURM_JOB_NODELIST', '?')}: {shown_command(command)}",
         flush=True,
     )
     step = os.environ.get(ENV_SRUN, "srun")
