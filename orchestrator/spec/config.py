@@ -4,7 +4,6 @@ every problem reported at once. Every command works with no config file at all."
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
