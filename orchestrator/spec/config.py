@@ -226,6 +226,16 @@ class RecoverySection(_Section):
                     f'zone {z.name!r} sets {", ".join(aws_only)}, which only provider = "aws" uses; the command '
                     "provider is given the zone's name in ORCH_RECOVERY_ZONE: remove them"
                 )
+        # A zone without a price would rank as free beside a priced one (the cheapest wins): all or none.
+        # The aws provider reads an unset spot_price from EC2's spot price history.
+        keys = ["on_demand_price"] + (["spot_price"] if info.data.get("provider") != "aws" else [])
+        for key in keys:
+            unpriced = [z.name for z in v if getattr(z, key) is None]
+            if unpriced and len(unpriced) < len(v):
+                raise ValueError(
+                    f"zone(s) {', '.join(map(repr, unpriced))} set no {key} while others do: give every zone "
+                    f"its {key}, or none (then [pricing] prices them all alike)"
+                )
         return v
 
     @field_validator("launch", "stop", "alive")

@@ -9,6 +9,9 @@ import json
 
 import pytest
 
+from orchestrator.model.errors import ConfigError
+from orchestrator.spec.config import load_config
+
 COMMAND = """\
 gpus = 0
 command = ["python", "train.py"]
@@ -174,3 +177,32 @@ def test_orch_config_naming_a_missing_file_refuses_submit(cli, good_job, tmp_pat
 
     assert f"{missing}: no such file" in ran.err
     assert job_count() == 0
+
+
+@pytest.mark.parametrize(
+    "zones, problem",
+    [
+        (
+            '[[recovery.zones]]\nname = "a"\non_demand_price = 3.0\nspot_price = 1.0\n[[recovery.zones]]\nname = "b"\n',
+            "recovery.zones: zone(s) 'b' set no on_demand_price while others do",
+        ),
+        (
+            '[[recovery.zones]]\nname = "a"\nspot_price = 1.0\n[[recovery.zones]]\nname = "b"\n',
+            "recovery.zones: zone(s) 'b' set no spot_price while others do",
+        ),
+    ],
+)
+def test_a_zone_without_a_price_beside_priced_ones_is_refused(tmp_path, zones, problem):
+    # Unpriced, it would rank as a free zone and win every launch over the priced ones.
+    config = tmp_path / "config.toml"
+    config.write_text('[recovery]\nlaunch = ["true"]\n' + zones)
+    with pytest.raises(ConfigError) as err:
+        load_config(config)
+    assert problem in str(err.value)
+    assert str(config) in str(err.value)
+
+
+def test_zones_all_priced_or_none_priced_load(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[recovery]\nlaunch = ["true"]\n[[recovery.zones]]\nname = "a"\n[[recovery.zones]]\nname = "b"\n')
+    assert [z.name for z in load_config(config).recovery.zones] == ["a", "b"]
