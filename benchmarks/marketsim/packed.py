@@ -216,12 +216,18 @@ class PackedWorld:
                 "instance_id": h.id,
             }
             held = job.adopted[-20:]
+
+            def held_until(i: int) -> list[float]:
+                return [held[i + 1][1]] if i + 1 < len(held) else []
+
             m["machines"] = [
                 {
                     "home_id": box.home_id,
                     "market": box.market,
                     "from": since,
-                    "to": min(self.t, box.end_at) if box.end_at is not None else self.t,
+                    # until it handed the job on (the next machine's adoption), not while it
+                    # runs the other jobs it holds
+                    "to": min(self.t, box.end_at if box.end_at is not None else self.t, *held_until(i)),
                     "first_step": int(first),
                     "last_step": int(held[i + 1][2] if i + 1 < len(held) else job.done_s),
                 }
