@@ -140,6 +140,8 @@ def replay(
         later = world.next_event(clock.t, stale_s, timeout_s)
         if controller.next_review is not None and controller.next_review > clock.t:
             later = min(later, controller.next_review + 1.0)
+        elif controller.next_review is not None:  # "now" (a capacity wait's next try): the next poll
+            later = min(later, clock.t + rc.poll_seconds)
         if later == float("inf"):
             later = end
         clock.t = later

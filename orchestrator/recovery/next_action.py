@@ -16,6 +16,7 @@ import time
 from typing import Any, Optional
 
 from ..jobs.backoff import backoff_s
+from ..model.errors import OrchError
 from ..model.markets import IDLE, ON_DEMAND, SPOT
 from ..model.states import EventKind
 from ..objectstore import claims as cl
@@ -66,8 +67,12 @@ from .next_held import booting_backoff, held, launched_machine, move_machine
 from .policy import Decision
 
 
-class _Missing(Exception):
+class _Missing(OrchError):
+    """Not an error: the decision stops where it needs a fact it was not given (`need`), and the
+    controller gathers that fact and asks again. An OrchError as everything orch raises on purpose."""
+
     def __init__(self, need: Any):
+        super().__init__(f"the decision needs {need!r} first")
         self.need = need
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from .. import contract as c
 from .bounds import INT64_MAX, INT64_MIN, control_problem, name_problem
 from ..model.errors import SpecError  # raised by every loader here; training catches it from here
 from .checks import data_field_problems, env_names_problem, kind_problem, task_problems
@@ -254,7 +255,7 @@ _ORCH_OWN_ENV = {
     "CUDA_VISIBLE_DEVICES": "orch sets it to the GPUs it gives each attempt: ask with gpus = N (and choose "
     "the machine's GPUs with config.toml [daemon] gpus); remove it",
     **dict.fromkeys(
-        ("ORCH_JOB_ID", "ORCH_ATTEMPT", "ORCH_RUN_DIR", "ORCH_CKPT_DIR", "ORCH_RESUME_FROM", "PYTHONUNBUFFERED"), _OWN
+        (c.ENV_JOB_ID, c.ENV_ATTEMPT, c.ENV_RUN_DIR, c.ENV_CKPT_DIR, c.ENV_RESUME_FROM, "PYTHONUNBUFFERED"), _OWN
     ),
 }
 
