@@ -14,18 +14,29 @@ from ..contract import PROGRESS, attempt_log, attempt_pid, read_json
 from ..cost.money import Pricing, Span, split_spans
 from ..executors.base import Executor
 from ..home.paths import Home
-from ..model.records import Job
+from ..model.errors import JobNotFound
+from ..model.records import FOREGROUND, Job
 from ..model.states import JobState
 from ..store import Store
 
 log = logging.getLogger("orch.daemon")
 
 
+def _in_foreground(store: Store, job_id: int) -> bool:
+    try:
+        job = store.get(job_id)
+    except JobNotFound:  # gone from the store meanwhile: the daemon's own to bill, as before
+        return False
+    return job.executor == FOREGROUND or job.in_foreground
+
+
 def _write(store: Store, config: Config, lo: float, hi: float, spans: list[Span], managed: int, cluster: bool) -> None:
     bill = split_spans(lo, hi, spans, managed, Pricing.from_config(config), jobs_are_machine=cluster)
     # A job `orch run` runs in the foreground holds its share of the machine (so that share is not
     # idle), but that process charges it: exactly one process accrues a job's time (docs/cost.md).
-    foreground = {j.id for j in store.jobs([JobState.RUNNING]) if j.in_foreground}
+    # Told by the executor recorded with the attempt (same transaction as RUNNING), whatever the
+    # job's state now: a job `orch run` started or finished inside this span is never billed here.
+    foreground = {j for j in bill.costs if _in_foreground(store, cast(int, j))}
     if bill.over_held:
         # Running jobs hold more GPUs than this daemon manages (the config changed under an
         # adopted job): each job is billed its own GPUs and the machine nothing idle.
