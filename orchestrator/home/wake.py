@@ -7,8 +7,9 @@ import json
 import os
 import secrets
 import socket
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 
 WAKE = b"w"  # look at the queue now
@@ -16,12 +17,31 @@ WARM_PREFLIGHT = b"p"  # a built-in job was submitted: keep the pre-flight warm 
 COUNTERS = b"c"  # how many ticks (and executor exchanges) the daemon has done: answered, acts on nothing
 
 
+# A socket's address holds at most 107 bytes (sun_path): a home deeper than that (a long $ORCH_HOME,
+# a recovery machine's folder) is reached through its folder's descriptor instead (Linux).
+MAX_UNIX_PATH = 100
+
+
+@contextmanager
+def unix_address(sock_path: Path) -> Iterator[str]:
+    """An address for `sock_path` that bind/connect/sendto accept, however deep its folder."""
+    text = str(sock_path)
+    if len(os.fsencode(text)) <= MAX_UNIX_PATH:
+        yield text
+        return
+    fd = os.open(sock_path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{sock_path.name}"
+    finally:
+        os.close(fd)
+
+
 def poke(sock_path: Path, what: bytes = WAKE) -> bool:
     """True when a daemon was listening."""
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s, unix_address(sock_path) as address:
             s.setblocking(False)
-            s.sendto(what, str(sock_path))
+            s.sendto(what, address)
         return True
     except OSError:
         return False
@@ -33,7 +53,8 @@ def listen(sock_path: Path) -> socket.socket:
     except FileNotFoundError:
         pass
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    s.bind(str(sock_path))
+    with unix_address(sock_path) as address:
+        s.bind(address)
     os.chmod(sock_path, 0o600)
     return s
 
@@ -47,7 +68,8 @@ def counters(sock_path: Path, timeout_s: float = 2.0) -> Optional[dict[str, int]
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
             s.bind(f"\0orch-counters-{os.getpid()}-{secrets.token_hex(4)}")
             s.settimeout(timeout_s)
-            s.sendto(COUNTERS, str(sock_path))
+            with unix_address(sock_path) as address:
+                s.sendto(COUNTERS, address)
             data, _ = s.recvfrom(256)
         found = json.loads(data)
         return {k: int(v) for k, v in found.items()} if isinstance(found, dict) else None
