@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import tomli_w
+from daemon_harness import wait_for
 
 from orchestrator.objectstore import claims as cl
 from orchestrator.objectstore import manifest as mf
@@ -23,13 +24,6 @@ from orchestrator.spec.config import StorageSection, load_config
 from orchestrator.store import Store
 
 UID = "0123456789abcdef0123456789abcdef"
-
-
-def wait_for(what, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not what():
-        assert time.monotonic() < deadline, "not within the timeout"
-        time.sleep(0.02)
 
 
 def test_a_call_past_its_bound_still_holds_its_worker_and_the_pool_says_so():
@@ -54,7 +48,7 @@ def test_a_call_past_its_bound_still_holds_its_worker_and_the_pool_says_so():
         assert launcher.waiting() == 1
         release.set()  # the hung call returns at last: the worker is free, the waiting call runs
         got: list = []
-        wait_for(lambda: bool(got.extend(launcher.finished()) or got))
+        wait_for(lambda: bool(got.extend(launcher.finished()) or got), 20, what="the released call's outcome")
         assert [o.key for o in got] == ["launch:a:1"] and got[0].value == "vm-2"
         assert launcher.held(30.0) == []
     finally:
