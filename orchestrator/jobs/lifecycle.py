@@ -254,13 +254,13 @@ def retry_job(
     executor has (submit's check: a job asking for more never starts)."""
     from ..planning.capacity import gpu_slots
 
+    job = store.get(job_id)  # no such job: said first
     machine_gpus = len(gpu_slots(config)) if gpus is not None else 0
     if gpus is not None and gpus > machine_gpus:
         raise UsageError(
             f"orch retry --gpus {gpus}: this machine has {machine_gpus} GPU{'s' if machine_gpus != 1 else ''} "
             "(config [daemon] gpus, else nvidia-smi)"
         )
-    job = store.get(job_id)
     if job.state is JobState.MOVED:
         raise InvalidTransition(
             job_id,
